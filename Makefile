@@ -1,0 +1,41 @@
+# Two entry points on a fresh machine: `make demo` and `make test`. Both build .venv once
+# (a stamp file records the inputs it was built from) and reuse it afterwards.
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# The CPU wheel of torch lies on this machine's disk; pin it so pip never fetches a CUDA build.
+TORCH := torch==2.13.0
+PIP_QUIET := 2>&1 | { grep -v -e 'is ignored: it is neither a file nor a directory' || true; }
+
+.PHONY: demo test lint typecheck unit clean bench
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip $(PIP_QUIET)
+	$(BIN)/python -m pip install -q $(TORCH) $(PIP_QUIET)
+	$(BIN)/python -m pip install -q -e '.[torch,dali,s3,gpu,dev]' $(TORCH) $(PIP_QUIET)
+	$(BIN)/python -c "import ioprobe, torch, PIL, fsspec, s3fs, moto"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/ioprobe probe --time-budget 40
+
+lint: $(STAMP)
+	$(BIN)/ruff check ioprobe loaders tests examples
+	$(BIN)/ruff format --check ioprobe loaders tests examples
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+unit: $(STAMP)
+	$(BIN)/python -m pytest -q tests/unit
+
+test: lint typecheck
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python tests/benchmarks/bench_storage.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

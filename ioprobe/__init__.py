@@ -1,0 +1,18 @@
+"""ioprobe: why is my GPU waiting, and what would stop it?
+
+The core package never imports torch or DALI at module level; the adapters in
+``ioprobe.loaders`` import them when they are used.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from ioprobe.record import RunRecord
+
+try:
+    __version__ = version("ioprobe")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
+
+__all__ = ["RunRecord", "__version__"]

@@ -1,0 +1,68 @@
+"""Command-line entry point: a click group with one module per subcommand.
+
+Errors a user can cause (``IoprobeError``) and click's own usage errors are caught here, once,
+and printed as one line on stderr with exit code 2; nothing the user did produces a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import import_module
+
+import click
+
+from ioprobe import __version__
+from ioprobe.errors import Interrupted, IoprobeError
+
+# name -> module under ioprobe.cli; each module exposes a click command named `command`.
+SUBCOMMANDS = {
+    "probe": "probe",
+    "env": "env",
+    "report": "report",
+}
+
+
+class _LazyGroup(click.Group):
+    """Imports a subcommand's module only when it runs, so `ioprobe env` stays fast."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(SUBCOMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        module = SUBCOMMANDS.get(cmd_name)
+        if module is None:
+            return None
+        cmd = import_module(f"ioprobe.cli.{module}").command
+        assert isinstance(cmd, click.Command)
+        return cmd
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="ioprobe")
+def cli() -> None:
+    """Why is my GPU waiting? Measure the storage, CPU, PCIe and GPU stages that feed a
+    training job, name the bottleneck, and say what to change."""
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        rv = cli.main(args=argv, prog_name="ioprobe", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        _fail("interrupted", Interrupted.exit_code)
+    except click.ClickException as exc:
+        _fail(exc.format_message(), 2)
+    except Interrupted as exc:
+        _fail(str(exc) or "interrupted", exc.exit_code)
+    except KeyboardInterrupt:
+        _fail("interrupted", Interrupted.exit_code)
+    except IoprobeError as exc:
+        _fail(str(exc), exc.exit_code)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _fail(message: str, code: int) -> None:
+    line = " ".join(message.split())  # one line, whatever the message held
+    click.echo(f"ioprobe: error: {line}", err=True)
+    sys.exit(code)

@@ -1,0 +1,102 @@
+"""Probe a dataset on its own: read it cold and warm, decode it, and name the bottleneck.
+
+TARGET is a local file, directory or glob, or an fsspec URL (s3://, http(s)://, memory://,
+file://). With no TARGET, ioprobe probes a built-in sample dataset of 2,000 JPEGs.
+"""
+
+from __future__ import annotations
+
+import click
+
+from ioprobe.analysis import finalize
+from ioprobe.cli._common import console, json_option, write_record
+from ioprobe.collect.probe import Probe, ProbeOptions
+from ioprobe.collect.progress import make_reporter
+from ioprobe.render.terminal import summary
+
+
+@click.command(help=__doc__)
+@click.argument("target", required=False)
+@json_option
+@click.option(
+    "--time-budget",
+    type=float,
+    default=60.0,
+    show_default=True,
+    metavar="S",
+    help="Seconds for the whole probe.",
+)
+@click.option(
+    "--cold/--warm",
+    "cold",
+    default=None,
+    help="Measure only cold (evicted) or only warm (cached) reads. Default: both.",
+)
+@click.option(
+    "--loader",
+    default="auto",
+    show_default=True,
+    help="auto, raw, image, numpy, dali, or module:function (a callable taking bytes).",
+)
+@click.option(
+    "--workers", type=int, help="Decode workers in the end-to-end run (default: usable cores)."
+)
+@click.option(
+    "--batch-size", type=int, help="Samples per batch in the end-to-end run (default 32)."
+)
+@click.option(
+    "--compute-ms-per-batch",
+    type=float,
+    metavar="MS",
+    help="Emulate an accelerator that computes MS per batch.",
+)
+@click.option(
+    "--gpu-samples-per-s",
+    type=float,
+    metavar="R",
+    help="Emulate an accelerator that consumes R samples/s.",
+)
+@click.option("--gpus", type=int, default=1, show_default=True, help="GPUs the pipeline feeds.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress display.")
+def command(
+    target: str | None,
+    json_path: str | None,
+    time_budget: float,
+    cold: bool | None,
+    loader: str,
+    workers: int | None,
+    batch_size: int | None,
+    compute_ms_per_batch: float | None,
+    gpu_samples_per_s: float | None,
+    gpus: int,
+    quiet: bool,
+) -> None:
+    reporter = make_reporter(quiet)
+    if target is None:
+        from ioprobe.collect.sample_data import ensure_sample
+
+        reporter.phase("sample dataset")
+        root = ensure_sample(on_progress=lambda i, n: reporter.update(i / n, f"{i}/{n} images"))
+        target = str(root)
+    passes = ["cold", "warm"] if cold is None else (["cold"] if cold else ["warm"])
+    if loader == "dali":
+        raise click.BadParameter("the DALI loader is not available yet", param_hint="--loader")
+    opts = ProbeOptions(
+        target=target,
+        passes=passes,
+        loader=loader,
+        time_budget_s=time_budget,
+        workers=workers,
+        batch_size=batch_size,
+        compute_ms_per_batch=compute_ms_per_batch,
+        gpu_samples_per_s=gpu_samples_per_s,
+        gpus=gpus,
+    )
+    try:
+        record = finalize(Probe(opts, reporter).run())
+    finally:
+        reporter.close()
+    if json_path:
+        write_record(record, json_path)
+    if json_path != "-":
+        console().print(summary(record))

@@ -1,0 +1,145 @@
+"""CPU stage of the probe: CPU seconds per sample and how decode scales over worker processes.
+
+A process pool (spawn: safe beside the reader threads and fsspec's event loop) decodes a
+fixed set of payloads held in memory by each worker, so what is timed is decode alone, not
+I/O or IPC. Each sample's cost is the worker thread's CPU time around the decode call
+(``time.thread_time``), which ignores time the process was descheduled. The sweep runs
+1, 2, 4, ... workers up to the usable cores, keeping exactly k tasks in flight at level k.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Sequence
+from multiprocessing.pool import AsyncResult
+from typing import Any
+
+from ioprobe.collect.decode import Decoder, resolve
+from ioprobe.collect.progress import Reporter, SilentReporter
+from ioprobe.errors import BadInputError
+from ioprobe.record import CpuLevel, CpuStage
+
+_payloads: list[bytes] = []
+_decoder: Decoder | None = None
+
+
+def _init(decoder_name: str, payloads: list[bytes]) -> None:
+    global _payloads, _decoder
+    _payloads = payloads
+    _decoder = resolve(decoder_name)
+
+
+def _ready(_: int) -> int:
+    time.sleep(0.05)  # long enough that every worker takes one and finishes its imports
+    return 0
+
+
+def _decode_task(start: int, count: int) -> tuple[int, float, int, str | None]:
+    assert _decoder is not None
+    n = len(_payloads)
+    clock = time.thread_time
+    cpu = 0.0
+    ok = 0
+    errors = 0
+    first: str | None = None
+    for i in range(start, start + count):
+        data = _payloads[i % n]
+        t0 = clock()
+        try:
+            _decoder(data)
+        except Exception as exc:  # a user's decoder may raise anything
+            errors += 1
+            first = first or f"{type(exc).__name__}: {exc}"
+            continue
+        cpu += clock() - t0
+        ok += 1
+    return ok, cpu, errors, first
+
+
+def levels_for(cores: int) -> list[int]:
+    out = [1]
+    while out[-1] * 2 < cores:
+        out.append(out[-1] * 2)
+    if cores > 1:
+        out.append(cores)
+    return out
+
+
+def measure_cpu(
+    decoder_name: str,
+    payloads: list[bytes],
+    usable_cores: int,
+    budget_s: float,
+    *,
+    reporter: Reporter | None = None,
+    levels: Sequence[int] | None = None,
+) -> CpuStage:
+    rep = reporter or SilentReporter()
+    resolve(decoder_name)  # fail fast, in this process, on a bad --loader
+    levels = list(levels or levels_for(usable_cores))
+    ctx = mp.get_context("spawn")
+    stage = CpuStage(loader=decoder_name, usable_cores=usable_cores)
+    per_level = max(budget_s / len(levels), 0.5)
+    with ctx.Pool(max(levels), initializer=_init, initargs=(decoder_name, payloads)) as pool:
+        pool.map(_ready, range(max(levels)), chunksize=1)
+        batch = 1
+        base: float | None = None
+        cursor = 0
+        for k in levels:
+            samples = 0
+            cpu = 0.0
+            inflight: list[AsyncResult[tuple[int, float, int, str | None]]] = []
+            start = time.perf_counter()
+            deadline = start + per_level
+            while True:
+                while len(inflight) < k and time.perf_counter() < deadline:
+                    inflight.append(pool.apply_async(_decode_task, (cursor, batch)))
+                    cursor += batch
+                if not inflight:
+                    break
+                ok, c, errs, first = inflight.pop(0).get()
+                samples += ok
+                cpu += c
+                stage.errors += errs
+                if errs and not ok and samples == 0:
+                    raise BadInputError(f"--loader {decoder_name}: decoding fails: {first}")
+                if ok and c / ok * batch < 0.02 and batch < 4096:
+                    batch *= 2  # keep a task near 20 ms so IPC stays a small share
+                rep.update((time.perf_counter() - start) / per_level, f"{k} workers")
+            wall = time.perf_counter() - start
+            if samples == 0:
+                raise BadInputError(f"--loader {decoder_name}: no sample could be decoded")
+            sps = samples / wall
+            base = base or sps
+            level = CpuLevel(
+                workers=k,
+                samples=samples,
+                seconds=wall,
+                samples_per_s=sps,
+                cpu_seconds_per_sample=cpu / samples,
+                efficiency=sps / (k * base),
+            )
+            stage.sweep.append(level)
+            rep.result(
+                f"{k} workers: {sps:9.1f} samples/s  {level.cpu_seconds_per_sample * 1e3:.3f} ms CPU/sample"
+            )
+    # the uncontended figure: one worker owns a core, no SMT sibling or memory contention
+    stage.cpu_seconds_per_sample = stage.sweep[0].cpu_seconds_per_sample
+    stage.capacity_samples_per_s = max(lv.samples_per_s for lv in stage.sweep)
+    return stage
+
+
+def load_payloads(
+    read: Any, entries: Sequence[Any], max_files: int = 128, max_bytes: int = 64 << 20
+) -> list[bytes]:
+    """Read up to ``max_files`` whole files (at least one) totalling at most ``max_bytes``."""
+    out: list[bytes] = []
+    total = 0
+    for e in entries:
+        if out and (len(out) >= max_files or total + e.size > max_bytes):
+            break
+        data = read(e)
+        out.append(data)
+        total += len(data)
+    return out

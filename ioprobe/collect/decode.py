@@ -1,0 +1,75 @@
+"""Sample decoders for the CPU stage: what a loader does to a file's bytes.
+
+``raw`` does nothing (pure I/O), ``image`` is Pillow decode + RGB + resize to 224x224 (the
+work a torchvision ImageNet transform does before tensor conversion), ``numpy`` loads
+``.npy``/``.npz``. ``module:function`` names any importable callable taking bytes: users
+measure their own decode this way, and tests use it to build samples of known CPU cost.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+from collections.abc import Callable
+from typing import Any
+
+from ioprobe.errors import BadInputError
+
+Decoder = Callable[[bytes], Any]
+BUILTIN = ("raw", "image", "numpy")
+IMAGE_FORMATS = {"jpeg", "png", "webp", "gif", "bmp", "tiff"}
+NUMPY_FORMATS = {"npy", "npz"}
+
+
+def decode_raw(data: bytes) -> int:
+    return len(data)
+
+
+def decode_image(data: bytes) -> Any:
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as im:
+        return im.convert("RGB").resize((224, 224), Image.Resampling.BILINEAR)
+
+
+def decode_numpy(data: bytes) -> Any:
+    import numpy as np
+
+    loaded = np.load(io.BytesIO(data), allow_pickle=False)
+    if isinstance(loaded, np.lib.npyio.NpzFile):
+        with loaded:
+            return [np.ascontiguousarray(loaded[k]) for k in loaded.files]
+    return np.ascontiguousarray(loaded)
+
+
+def choose(loader: str, formats: dict[str, int]) -> str:
+    """Resolve ``auto`` from the dataset's dominant format; other names pass through."""
+    if loader != "auto":
+        return loader
+    if not formats:
+        return "raw"
+    top = max(formats.items(), key=lambda kv: kv[1])[0]
+    if top in IMAGE_FORMATS:
+        return "image"
+    if top in NUMPY_FORMATS:
+        return "numpy"
+    return "raw"
+
+
+def resolve(name: str) -> Decoder:
+    if name == "raw":
+        return decode_raw
+    if name == "image":
+        return decode_image
+    if name == "numpy":
+        return decode_numpy
+    if ":" in name:
+        module, _, attr = name.partition(":")
+        try:
+            fn = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as exc:
+            raise BadInputError(f"--loader {name}: cannot import it ({exc})") from None
+        if not callable(fn):
+            raise BadInputError(f"--loader {name}: is not callable")
+        return fn  # type: ignore[no-any-return]
+    raise BadInputError(f"--loader {name!r}: use auto, raw, image, numpy, dali, or module:function")

@@ -1,0 +1,236 @@
+"""The standalone probe: profile a dataset, then measure what each stage can sustain.
+
+``Probe(options).run()`` returns a RunRecord of kind ``probe`` with the measured stages filled
+in; ``ioprobe.analysis.finalize`` adds the verdict. The time budget covers the whole probe and
+is split across phases up front, so a slow target shortens each phase instead of overrunning.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ioprobe import __version__
+from ioprobe.collect import cpu as cpu_mod
+from ioprobe.collect import dataset as ds_mod
+from ioprobe.collect import pipeline as pipe_mod
+from ioprobe.collect import storage as st_mod
+from ioprobe.collect.decode import choose
+from ioprobe.collect.hostinfo import host_info
+from ioprobe.collect.progress import Reporter, SilentReporter
+from ioprobe.errors import BadInputError, TargetError
+from ioprobe.record import (
+    GpuStage,
+    HostInfo,
+    PcieStage,
+    ProbeSettings,
+    RunRecord,
+    Stages,
+    StorageStage,
+)
+
+COLD_MAX_BYTES = 4 << 30
+WARM_MAX_BYTES = 1 << 30
+DEFAULT_BATCH = 32
+
+
+@dataclass
+class ProbeOptions:
+    target: str
+    passes: list[str] = field(default_factory=lambda: ["cold", "warm"])
+    loader: str = "auto"
+    time_budget_s: float = 60.0
+    workers: int | None = None
+    batch_size: int | None = None
+    compute_ms_per_batch: float | None = None
+    gpu_samples_per_s: float | None = None
+    gpus: int = 1
+    seed: int = 0
+    storage_options: dict[str, Any] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.time_budget_s <= 0:
+            raise BadInputError("--time-budget must be a positive number of seconds")
+        if self.workers is not None and self.workers < 1:
+            raise BadInputError("--workers must be at least 1")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise BadInputError("--batch-size must be at least 1")
+        if self.compute_ms_per_batch is not None and self.compute_ms_per_batch < 0:
+            raise BadInputError("--compute-ms-per-batch must not be negative")
+        if self.gpu_samples_per_s is not None and self.gpu_samples_per_s <= 0:
+            raise BadInputError("--gpu-samples-per-s must be positive")
+        if self.compute_ms_per_batch is not None and self.gpu_samples_per_s is not None:
+            raise BadInputError("give --compute-ms-per-batch or --gpu-samples-per-s, not both")
+        if self.gpus < 1:
+            raise BadInputError("--gpus must be at least 1")
+        if not self.passes:
+            raise BadInputError("nothing to measure: neither cold nor warm")
+
+    @property
+    def emulated(self) -> bool:
+        return self.compute_ms_per_batch is not None or self.gpu_samples_per_s is not None
+
+
+def _budget(total: float, remote: bool, passes: list[str], emulated: bool) -> dict[str, float]:
+    shares = {"cold": 0.35, "warm": 0.2, "cpu": 0.2, "pipeline": 0.25}
+    if remote:
+        shares["cold"] += shares.pop("warm")  # one pass: no page cache to compare with
+    else:
+        for p in ("cold", "warm"):
+            if p not in passes:
+                shares.pop(p)
+    if not emulated:
+        shares.pop("pipeline")
+    scale = total / sum(shares.values())
+    return {k: v * scale for k, v in shares.items()}
+
+
+class Probe:
+    def __init__(self, options: ProbeOptions, reporter: Reporter | None = None) -> None:
+        options.validate()
+        self.options = options
+        self.reporter = reporter or SilentReporter()
+        self.notes: list[str] = []
+
+    def _read_head(self, ds: ds_mod.Dataset) -> Any:
+        def read(entry: ds_mod.FileEntry) -> bytes:
+            if ds.fs is not None:
+                return bytes(
+                    ds.fs.cat_file(entry.path, start=0, end=min(entry.size, ds_mod.MAGIC_BYTES))
+                )
+            with open(entry.path, "rb") as fh:
+                return fh.read(ds_mod.MAGIC_BYTES)
+
+        return read
+
+    def run(self) -> RunRecord:
+        o = self.options
+        rep = self.reporter
+        started = time.perf_counter()
+        rep.phase("listing")
+        ds = ds_mod.resolve(o.target, seed=o.seed, storage_options=o.storage_options)
+        prof = ds_mod.profile(ds, self._read_head(ds), seed=o.seed)
+        rep.result(f"{prof.files} files, {prof.bytes / 1e6:.1f} MB, {prof.density} density")
+        host = self._host(ds)
+        usable = host.usable_cores or os.cpu_count() or 1
+        left = max(o.time_budget_s - (time.perf_counter() - started), 1.0)
+        budget = _budget(left, ds.remote, o.passes, o.emulated)
+        stages = Stages(
+            storage=StorageStage(), pcie=PcieStage(method="not measured: no CUDA device")
+        )
+
+        passes: list[str] = (
+            ["cold"] if ds.remote else [p for p in ("cold", "warm") if p in o.passes]
+        )
+        for p in passes:
+            rep.phase(f"storage ({'remote' if ds.remote else p})")
+            cap = COLD_MAX_BYTES if p == "cold" else WARM_MAX_BYTES
+            if p == "warm" and host.memory_available_bytes:
+                cap = min(cap, host.memory_available_bytes // 4)
+            selection = st_mod.select_entries(ds.entries, cap, o.seed)
+            try:
+                result = st_mod.measure_pass(ds, selection, p, budget[p], reporter=rep, seed=o.seed)
+            except OSError as exc:
+                raise TargetError(f"{o.target}: {exc}") from None
+            setattr(stages.storage, p, result)
+        self._storage_capacity(stages.storage, prof.sample_bytes_mean)
+
+        loader = choose(o.loader, prof.formats)
+        rep.phase(f"cpu ({loader})")
+        payload_entries = st_mod.select_entries(ds.entries, 64 << 20, o.seed + 1)
+        reader = pipe_mod.read_whole
+        try:
+            payloads = cpu_mod.load_payloads(lambda e: reader(ds.fs, e), payload_entries)
+        except OSError as exc:
+            raise TargetError(f"{o.target}: cannot read samples for decoding: {exc}") from None
+        stages.cpu = cpu_mod.measure_cpu(loader, payloads, usable, budget["cpu"], reporter=rep)
+
+        stages.gpu = self._gpu_stage()
+        record = RunRecord(
+            kind="probe",
+            host=host,
+            dataset=prof,
+            stages=stages,
+            settings=ProbeSettings(
+                loader=loader,
+                passes=passes,
+                time_budget_s=o.time_budget_s,
+                workers=o.workers,
+                batch_size=o.batch_size,
+                compute_ms_per_batch=o.compute_ms_per_batch,
+                gpu_samples_per_s=o.gpu_samples_per_s,
+                gpus=o.gpus,
+            ),
+            created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            ioprobe_version=__version__,
+            notes=self.notes,
+        )
+        if o.emulated:
+            rep.phase("end-to-end")
+            batch = o.batch_size or DEFAULT_BATCH
+            compute_s = self._compute_seconds(batch)
+            if not ds.remote and "cold" in passes:
+                st_mod.evict([e.path for e in ds.entries[:50_000]])
+            run = pipe_mod.run_pipeline(
+                ds.entries,
+                ds.fs,
+                loader,
+                workers=o.workers or usable,
+                batch_size=batch,
+                compute_s=compute_s,
+                budget_s=budget["pipeline"],
+                cache="remote" if ds.remote else ("cold" if "cold" in passes else "warm"),
+                seed=o.seed,
+            )
+            record.pipeline = run
+            record.measured_samples_per_s = run.samples_per_s
+            record.gpu_idle_fraction = run.gpu_idle_fraction
+            record.gpu_idle_method = "emulated consumer: time waiting for a batch / wall time"
+            rep.result(
+                f"{run.samples_per_s:.1f} samples/s, GPU idle {run.gpu_idle_fraction:.0%} "
+                f"over {run.batches} batches"
+            )
+            if run.batches < 5:
+                self.notes.append(
+                    f"the end-to-end run saw only {run.batches} batches: a larger dataset or "
+                    "time budget gives a steadier figure"
+                )
+        record.duration_s = time.perf_counter() - started
+        rep.close()
+        return record
+
+    def _host(self, ds: ds_mod.Dataset) -> HostInfo:
+        return host_info(None if ds.remote else ds.entries[0].path)
+
+    def _compute_seconds(self, batch: int) -> float:
+        o = self.options
+        if o.compute_ms_per_batch is not None:
+            return o.compute_ms_per_batch / 1e3
+        assert o.gpu_samples_per_s is not None
+        return batch / (o.gpu_samples_per_s * o.gpus)
+
+    def _gpu_stage(self) -> GpuStage:
+        o = self.options
+        if o.compute_ms_per_batch is not None:
+            batch = o.batch_size or DEFAULT_BATCH
+            step = o.compute_ms_per_batch / 1e3
+            cap = batch / step * o.gpus if step > 0 else None
+            return GpuStage(
+                capacity_samples_per_s=cap, method="emulated", step_seconds=step, batch_size=batch
+            )
+        if o.gpu_samples_per_s is not None:
+            return GpuStage(capacity_samples_per_s=o.gpu_samples_per_s * o.gpus, method="given")
+        return GpuStage(method="not measured: no --compute-ms-per-batch or --gpu-samples-per-s")
+
+    def _storage_capacity(self, st: StorageStage, mean_bytes: float) -> None:
+        chosen = st.cold or st.warm
+        assert chosen is not None and chosen.read_bytes_per_s is not None
+        st.read_bytes_per_s = chosen.read_bytes_per_s
+        st.capacity_samples_per_s = chosen.read_bytes_per_s / max(mean_bytes, 1.0)
+        if st.cold is not None and st.warm is not None:
+            st.basis = "cold: a first epoch, or any epoch of a dataset larger than the page cache"
+        else:
+            st.basis = chosen.cache

@@ -1,0 +1,95 @@
+"""Progress for slow phases: a live rich display on a terminal, plain lines otherwise.
+
+Collectors call ``phase``/``update``/``result``; they never print. Updates come from the
+collector's control loop (a few per second), never from the per-item read path.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import IO, Protocol
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+
+class Reporter(Protocol):
+    def phase(self, name: str) -> None: ...
+    def update(self, fraction: float, detail: str = "") -> None: ...
+    def result(self, line: str) -> None: ...
+    def close(self) -> None: ...
+
+
+class SilentReporter:
+    def phase(self, name: str) -> None:
+        pass
+
+    def update(self, fraction: float, detail: str = "") -> None:
+        pass
+
+    def result(self, line: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class LineReporter:
+    """One line per finished step, for logs and pipes."""
+
+    def __init__(self, stream: IO[str] | None = None) -> None:
+        self._stream = stream or sys.stderr
+        self._phase = ""
+
+    def phase(self, name: str) -> None:
+        self._phase = name
+
+    def update(self, fraction: float, detail: str = "") -> None:
+        pass
+
+    def result(self, line: str) -> None:
+        print(f"ioprobe: {self._phase}: {line}", file=self._stream, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+class RichReporter:
+    def __init__(self, console: Console) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]{task.description:<22}"),
+            BarColumn(bar_width=30),
+            TextColumn("{task.fields[detail]}"),
+            TimeElapsedColumn(),
+            console=console,
+            transient=False,
+        )
+        self._task: TaskID | None = None
+        self._progress.start()
+
+    def phase(self, name: str) -> None:
+        if self._task is not None:
+            self._progress.update(self._task, completed=1.0)
+        self._task = self._progress.add_task(name, total=1.0, detail="")
+
+    def update(self, fraction: float, detail: str = "") -> None:
+        if self._task is not None:
+            self._progress.update(self._task, completed=min(max(fraction, 0.0), 1.0), detail=detail)
+
+    def result(self, line: str) -> None:
+        if self._task is not None:
+            self._progress.update(self._task, detail=line)
+
+    def close(self) -> None:
+        if self._task is not None:
+            self._progress.update(self._task, completed=1.0)
+        self._progress.stop()
+
+
+def make_reporter(quiet: bool = False) -> Reporter:
+    if quiet:
+        return SilentReporter()
+    err = Console(stderr=True)
+    if err.is_terminal and sys.stdout.isatty():
+        return RichReporter(err)
+    return LineReporter()

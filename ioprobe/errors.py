@@ -1,0 +1,31 @@
+"""Errors a user can cause, each with the exit code the CLI returns for it.
+
+Anything raised from here is caught once, in ``ioprobe.cli.main``, and printed as one line with
+no traceback. Anything else escaping is a bug in ioprobe and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class IoprobeError(Exception):
+    """Base of every error that is the user's input or environment, not a bug."""
+
+    exit_code = 2
+
+
+class BadInputError(IoprobeError):
+    """A flag value, path or URL that cannot be used as given."""
+
+
+class TargetError(BadInputError):
+    """The dataset target is missing, empty, unreadable or unreachable."""
+
+
+class RecordError(BadInputError):
+    """A run file that is not a valid ioprobe record."""
+
+
+class Interrupted(IoprobeError):
+    """The user pressed Ctrl-C; temporary files have been removed."""
+
+    exit_code = 130

@@ -1,0 +1,407 @@
+"""The run record: everything one probe or watch measured, as plain data.
+
+A ``RunRecord`` carries no behaviour beyond (de)serialisation. Collectors build one, analysis
+reads one and returns findings, renderers turn findings into text. A record saved today can be
+re-analysed and re-rendered by a later ioprobe (``ioprobe report run.json``).
+
+The JSON form is versioned by ``schema``; loading checks every field's type and names the
+offending path (``stages.storage.sweep[2].concurrency``) when something is wrong.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tempfile
+import types
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+from ioprobe.errors import RecordError
+
+SCHEMA = "ioprobe.run/1"
+
+StageName = Literal["storage", "cpu", "pcie", "gpu"]
+STAGE_NAMES: tuple[StageName, ...] = ("storage", "cpu", "pcie", "gpu")
+Kind = Literal["probe", "watch", "whatif", "size"]
+
+
+@dataclass
+class FilesystemInfo:
+    """Where a local path lives: block device, its class and the mount."""
+
+    path: str
+    mount_point: str | None = None
+    fs_type: str | None = None
+    device: str | None = None
+    device_class: str = "unknown"  # nvme, sata-ssd, hdd, virtual, network, tmpfs, unknown
+    rotational: bool | None = None
+    model: str | None = None
+
+
+@dataclass
+class GpuInfo:
+    index: int
+    name: str
+    memory_bytes: int | None = None
+    pcie_gen_current: int | None = None
+    pcie_gen_max: int | None = None
+    pcie_width_current: int | None = None
+    pcie_width_max: int | None = None
+
+
+@dataclass
+class HostInfo:
+    hostname: str = ""
+    platform: str = ""
+    python: str = ""
+    cpu_model: str | None = None
+    physical_cores: int | None = None
+    logical_cores: int | None = None
+    usable_cores: int | None = None  # this process's CPU affinity
+    memory_bytes: int | None = None
+    memory_available_bytes: int | None = None
+    filesystem: FilesystemInfo | None = None
+    gpus: list[GpuInfo] = field(default_factory=list)
+    gpu_probe: str = "not checked"  # why the GPU list is what it is
+
+
+@dataclass
+class DatasetProfile:
+    """What the target holds. One file is one sample in a probe."""
+
+    target: str
+    files: int = 0
+    bytes: int = 0
+    sample_bytes_mean: float = 0.0
+    density: str = "unknown"  # low, medium, high
+    size_p50: int | None = None
+    size_p90: int | None = None
+    size_max: int | None = None
+    formats: dict[str, int] = field(default_factory=dict)
+    remote: bool = False
+    sizes_estimated: bool = False  # a huge tree: sizes from a random sample of stat() calls
+    listing_truncated: bool = False
+    skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
+
+
+@dataclass
+class SweepPoint:
+    """One concurrency level of a storage read pass."""
+
+    concurrency: int
+    bytes: int
+    items: int
+    seconds: float
+    read_bytes_per_s: float
+    files_per_s: float
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
+    latency_p99_ms: float | None = None
+    resident_fraction_before: float | None = None  # page-cache residency just before the level
+    errors: int = 0
+
+
+@dataclass
+class StoragePass:
+    cache: Literal["cold", "warm"]
+    sweep: list[SweepPoint] = field(default_factory=list)
+    best_concurrency: int | None = None
+    read_bytes_per_s: float | None = None
+    files_per_s: float | None = None
+    latency_p50_ms: float | None = None
+    latency_p95_ms: float | None = None
+    latency_p99_ms: float | None = None
+    resident_fraction_after_evict: float | None = None
+    eviction: str | None = None  # how cold was obtained, or why it could not be
+
+
+@dataclass
+class StorageStage:
+    capacity_samples_per_s: float | None = None
+    read_bytes_per_s: float | None = None
+    basis: str | None = None  # which pass the capacity is taken from, and why
+    cold: StoragePass | None = None
+    warm: StoragePass | None = None
+    unmetered_seconds: float | None = None
+
+
+@dataclass
+class CpuLevel:
+    workers: int
+    samples: int
+    seconds: float
+    samples_per_s: float
+    cpu_seconds_per_sample: float
+    efficiency: float  # samples_per_s / (workers * samples_per_s at 1 worker)
+
+
+@dataclass
+class CpuStage:
+    capacity_samples_per_s: float | None = None
+    cpu_seconds_per_sample: float | None = None
+    loader: str | None = None
+    usable_cores: int | None = None
+    sweep: list[CpuLevel] = field(default_factory=list)
+    errors: int = 0
+
+
+@dataclass
+class PcieStage:
+    capacity_samples_per_s: float | None = None
+    method: str = "not measured"
+
+
+@dataclass
+class GpuStage:
+    capacity_samples_per_s: float | None = None
+    method: str = "not measured"  # emulated, cuda-events, wall-clock
+    step_seconds: float | None = None
+    batch_size: int | None = None
+
+
+@dataclass
+class Stages:
+    storage: StorageStage = field(default_factory=StorageStage)
+    cpu: CpuStage = field(default_factory=CpuStage)
+    pcie: PcieStage = field(default_factory=PcieStage)
+    gpu: GpuStage = field(default_factory=GpuStage)
+
+    def capacities(self) -> dict[StageName, float | None]:
+        return {name: getattr(self, name).capacity_samples_per_s for name in STAGE_NAMES}
+
+
+@dataclass
+class PipelineRun:
+    """The end-to-end loop: readers, decode workers, batches and an emulated consumer."""
+
+    workers: int
+    batch_size: int
+    compute_seconds_per_batch: float
+    batches: int
+    samples: int
+    seconds: float
+    samples_per_s: float
+    wait_seconds: float
+    gpu_idle_fraction: float
+    cache: str
+    wait_p50_ms: float | None = None
+    wait_p95_ms: float | None = None
+
+
+@dataclass
+class Recommendation:
+    kind: str
+    text: str
+    predicted_samples_per_s: float | None = None
+    evidence: str = ""
+
+
+@dataclass
+class ProbeSettings:
+    loader: str = "auto"
+    passes: list[str] = field(default_factory=lambda: ["cold", "warm"])
+    time_budget_s: float = 60.0
+    workers: int | None = None
+    batch_size: int | None = None
+    compute_ms_per_batch: float | None = None
+    gpu_samples_per_s: float | None = None
+    gpus: int = 1
+
+
+@dataclass
+class RunRecord:
+    kind: Kind
+    host: HostInfo
+    dataset: DatasetProfile
+    stages: Stages = field(default_factory=Stages)
+    bottleneck: StageName = "storage"
+    predicted_samples_per_s: float = 0.0
+    measured_samples_per_s: float | None = None
+    gpu_idle_fraction: float | None = None
+    gpu_idle_method: str | None = None
+    recommendations: list[Recommendation] = field(default_factory=list)
+    settings: ProbeSettings = field(default_factory=ProbeSettings)
+    pipeline: PipelineRun | None = None
+    notes: list[str] = field(default_factory=list)
+    created: str = ""
+    ioprobe_version: str = ""
+    duration_s: float | None = None
+    schema: str = SCHEMA
+
+    def to_json(self) -> dict[str, Any]:
+        return to_plain(self)  # type: ignore[no-any-return]
+
+    @classmethod
+    def from_json(cls, data: Any, source: str = "record") -> RunRecord:
+        if not isinstance(data, dict):
+            raise RecordError(f"{source}: expected a JSON object, got {type(data).__name__}")
+        schema = data.get("schema")
+        if schema != SCHEMA:
+            raise RecordError(
+                f"{source}: unsupported schema {schema!r} (this ioprobe reads {SCHEMA!r})"
+            )
+        rec: RunRecord = _from_plain(cls, data, source)
+        return rec
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n"
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write atomically: a crash mid-write never leaves a half record behind."""
+        target = Path(path)
+        text = self.dumps()
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> RunRecord:
+        name = os.fspath(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise RecordError(f"{name}: no such file") from None
+        except IsADirectoryError:
+            raise RecordError(f"{name}: is a directory, expected a run file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise RecordError(f"{name}: cannot read: {exc}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise RecordError(
+                f"{name}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+            ) from None
+        return cls.from_json(data, source=name)
+
+
+T = TypeVar("T")
+
+
+def to_plain(value: Any) -> Any:
+    """Dataclasses, lists and dicts to JSON-ready values; non-finite floats become null."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): to_plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [to_plain(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no inf/nan; an unbounded capacity reads as "not limiting"
+    return value
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _from_plain(tp: Any, data: Any, path: str) -> Any:
+    origin = get_origin(tp)
+    if origin is Union or origin is types.UnionType:
+        args = get_args(tp)
+        if data is None:
+            if type(None) in args:
+                return None
+            raise RecordError(f"{path}: must not be null")
+        last: RecordError | None = None
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _from_plain(arg, data, path)
+            except RecordError as exc:
+                last = exc
+        assert last is not None
+        raise last
+    if origin is Literal:
+        allowed = get_args(tp)
+        if data not in allowed:
+            choices = ", ".join(repr(a) for a in allowed)
+            raise RecordError(f"{path}: {data!r} is not one of {choices}")
+        return data
+    if origin is list:
+        if not isinstance(data, list):
+            raise RecordError(f"{path}: expected a list, got {_json_type(data)}")
+        (item,) = get_args(tp)
+        return [_from_plain(item, v, f"{path}[{i}]") for i, v in enumerate(data)]
+    if origin is dict:
+        if not isinstance(data, dict):
+            raise RecordError(f"{path}: expected an object, got {_json_type(data)}")
+        _, value_tp = get_args(tp)
+        return {k: _from_plain(value_tp, v, f"{path}.{k}") for k, v in data.items()}
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if not isinstance(data, dict):
+            raise RecordError(f"{path}: expected an object, got {_json_type(data)}")
+        hints = _hints(tp)
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(tp):
+            sub = f"{path}.{f.name}"
+            if f.name in data:
+                kwargs[f.name] = _from_plain(hints[f.name], data[f.name], sub)
+            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise RecordError(f"{sub}: required key is missing")
+        return tp(**kwargs)
+    if tp is float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            raise RecordError(f"{path}: expected a number, got {_json_type(data)}")
+        return float(data)
+    if tp is int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise RecordError(f"{path}: expected an integer, got {_json_type(data)}")
+        return data
+    if tp is bool or tp is str:
+        if not isinstance(data, tp):
+            raise RecordError(f"{path}: expected {tp.__name__}, got {_json_type(data)}")
+        return data
+    if tp is Any:
+        return data
+    raise TypeError(f"unsupported field type {tp!r} at {path}")  # a bug in this module
+
+
+def _json_type(value: Any) -> str:
+    return {
+        dict: "an object",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        type(None): "null",
+    }.get(type(value), type(value).__name__)
+
+
+__all__ = [
+    "SCHEMA",
+    "STAGE_NAMES",
+    "CpuLevel",
+    "CpuStage",
+    "DatasetProfile",
+    "FilesystemInfo",
+    "GpuInfo",
+    "GpuStage",
+    "HostInfo",
+    "PcieStage",
+    "PipelineRun",
+    "ProbeSettings",
+    "Recommendation",
+    "RunRecord",
+    "StageName",
+    "Stages",
+    "StoragePass",
+    "StorageStage",
+    "SweepPoint",
+    "to_plain",
+]

@@ -1,0 +1,115 @@
+"""The host as a compact rich panel: CPU, memory, storage and GPUs, one line each.
+
+``ioprobe env`` prints it alone; probe and report output reuse it so every result is shown next
+to the machine it was measured on. Values are plain ``Text``, never markup, because hostnames,
+paths and device models are the user's and may contain square brackets.
+"""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ioprobe.record import FilesystemInfo, GpuInfo, HostInfo
+
+_CLASS_WORDS = {
+    "nvme": "NVMe SSD",
+    "sata-ssd": "SATA/SAS SSD",
+    "hdd": "spinning disk",
+    "virtual": "virtual disk",
+    "network": "network filesystem",
+    "tmpfs": "memory (tmpfs)",
+    "unknown": "unknown device class",
+}
+
+
+def render_host(host: HostInfo) -> RenderableType:
+    """A titled panel with one labelled row per fact; missing facts read as "unknown"."""
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    grid.add_row("host", Text(f"{host.hostname or 'unknown'} · {host.platform or 'unknown'}"))
+    grid.add_row("python", Text(host.python or "unknown"))
+    grid.add_row("CPU", Text(host.cpu_model or "unknown"))
+    grid.add_row("cores", Text(_cores(host)))
+    grid.add_row("memory", Text(_memory(host)))
+    if host.filesystem is not None:
+        grid.add_row("storage", Text(_storage(host.filesystem)))
+    if host.gpus:
+        for gpu in host.gpus:
+            grid.add_row(f"GPU {gpu.index}", Text(_gpu(gpu)))
+    else:
+        grid.add_row("GPUs", Text(host.gpu_probe))
+    return Panel(grid, title="host", title_align="left", expand=False)
+
+
+def format_bytes(n: int | float | None) -> str:
+    """Binary units, three significant digits: ``31.4 GiB``."""
+    if n is None:
+        return "unknown"
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            if unit == "B":
+                return f"{int(value)} B"
+            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _cores(host: HostInfo) -> str:
+    parts = [
+        f"{_num(host.logical_cores)} logical",
+        f"{_num(host.physical_cores)} physical",
+        f"{_num(host.usable_cores)} usable by this process",
+    ]
+    return ", ".join(parts)
+
+
+def _memory(host: HostInfo) -> str:
+    return (
+        f"{format_bytes(host.memory_bytes)} total, "
+        f"{format_bytes(host.memory_available_bytes)} available"
+    )
+
+
+def _storage(fs: FilesystemInfo) -> str:
+    where = fs.path
+    if fs.mount_point is not None:
+        where += f" on {fs.mount_point}"
+    details = [fs.fs_type or "unknown filesystem"]
+    if fs.device is not None:
+        details.append(fs.device)
+    details.append(_CLASS_WORDS.get(fs.device_class, fs.device_class))
+    if fs.rotational is not None:
+        details.append("rotational" if fs.rotational else "non-rotational")
+    if fs.model:
+        details.append(fs.model)
+    return f"{where} ({', '.join(details)})"
+
+
+def _gpu(gpu: GpuInfo) -> str:
+    parts = [gpu.name, format_bytes(gpu.memory_bytes)]
+    if any(
+        v is not None
+        for v in (
+            gpu.pcie_gen_current,
+            gpu.pcie_gen_max,
+            gpu.pcie_width_current,
+            gpu.pcie_width_max,
+        )
+    ):
+        parts.append(
+            f"PCIe gen {_num(gpu.pcie_gen_current)}/{_num(gpu.pcie_gen_max)}"
+            f" x{_num(gpu.pcie_width_current)}/{_num(gpu.pcie_width_max)} (current/max)"
+        )
+    return " · ".join(parts)
+
+
+def _num(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+__all__ = ["format_bytes", "render_host"]

@@ -1,0 +1,472 @@
+"""Real loopback servers for tests: a throttled HTTP file server and a moto S3 server.
+
+Both bind 127.0.0.1 only, on ports the kernel picks, so parallel test runs never collide.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import os
+import random
+import re
+import socket
+import sys
+import threading
+import time
+import urllib.parse
+from collections.abc import Iterator
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+__all__ = ["S3Server", "ThrottledHTTPServer", "make_files"]
+
+# Small enough that the shared schedule interleaves concurrent clients finely, large enough
+# that per-chunk overhead (a lock, a sleep, a send) stays far below the rates tests use.
+CHUNK_SIZE = 16 * 1024
+
+_RANGE_RE = re.compile(r"^\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*$", re.IGNORECASE)
+
+
+class _RangeNotSatisfiable(Exception):
+    pass
+
+
+def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
+    """Return the inclusive (first, last) byte span the header asks for, or None for all.
+
+    Malformed and multi-range headers are ignored (RFC 9110 lets a server answer those with
+    the whole representation), which keeps this server simple and clients still correct.
+    """
+    if not header:
+        return None
+    match = _RANGE_RE.match(header)
+    if match is None:
+        return None
+    first_s, last_s = match.groups()
+    if not first_s and not last_s:
+        return None
+    if not first_s:
+        suffix = int(last_s)
+        if suffix == 0 or size == 0:
+            raise _RangeNotSatisfiable
+        return max(0, size - suffix), size - 1
+    first = int(first_s)
+    last = int(last_s) if last_s else size - 1
+    if last < first:
+        return None
+    if first >= size:
+        raise _RangeNotSatisfiable
+    return first, min(last, size - 1)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Headers and the first body chunk go out as separate small writes; with Nagle on, the
+    # second can wait for the client's delayed ACK and add ~40 ms to every response.
+    disable_nagle_algorithm = True
+    server: ThrottledHTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._serve(send_body=True)
+
+    def do_HEAD(self) -> None:
+        self._serve(send_body=False)
+
+    def _serve(self, send_body: bool) -> None:
+        srv = self.server
+        srv._count_request()
+        if srv.latency_s > 0:
+            time.sleep(srv.latency_s)
+        url_path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        target = srv._resolve(url_path)
+        if target is None:
+            self._send_empty(HTTPStatus.NOT_FOUND)
+        elif target.is_dir():
+            self._send_index(target, send_body)
+        else:
+            self._send_file(target, send_body)
+
+    def _send_empty(self, status: HTTPStatus, extra: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        for name, value in (extra or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def _send_index(self, directory: Path, send_body: bool) -> None:
+        lines = ["<!DOCTYPE html>", "<html><body><ul>"]
+        for entry in sorted(directory.iterdir(), key=lambda p: p.name):
+            slash = "/" if entry.is_dir() else ""
+            href = urllib.parse.quote(entry.name) + slash
+            lines.append(f'<li><a href="{href}">{html.escape(entry.name)}{slash}</a></li>')
+        lines.append("</ul></body></html>")
+        body = "\n".join(lines).encode("utf-8")
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if send_body:
+            # Listings bypass the throttle and the counter: a tree walk must not eat into the
+            # bandwidth a test is measuring, and bytes_sent must equal file payload bytes.
+            self.wfile.write(body)
+
+    def _send_file(self, path: Path, send_body: bool) -> None:
+        try:
+            f = path.open("rb")
+        except OSError:
+            self._send_empty(HTTPStatus.NOT_FOUND)
+            return
+        with f:
+            size = os.fstat(f.fileno()).st_size
+            try:
+                span = _parse_range(self.headers.get("Range"), size)
+            except _RangeNotSatisfiable:
+                self._send_empty(
+                    HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
+                    {"Content-Range": f"bytes */{size}", "Accept-Ranges": "bytes"},
+                )
+                return
+            if span is None:
+                first, length = 0, size
+                self.send_response(HTTPStatus.OK)
+            else:
+                first, length = span[0], span[1] - span[0] + 1
+                self.send_response(HTTPStatus.PARTIAL_CONTENT)
+                self.send_header("Content-Range", f"bytes {span[0]}-{span[1]}/{size}")
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(length))
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Last-Modified", self.date_time_string(int(path.stat().st_mtime)))
+            self.end_headers()
+            if not send_body:
+                return
+            f.seek(first)
+            remaining = length
+            while remaining > 0:
+                chunk = f.read(min(CHUNK_SIZE, remaining))
+                if not chunk:
+                    # The file shrank under us; the declared length can no longer be honoured.
+                    self.close_connection = True
+                    return
+                self.server._throttle(len(chunk))
+                self.wfile.write(chunk)
+                self.server._count_bytes(len(chunk))
+                remaining -= len(chunk)
+
+
+class ThrottledHTTPServer(ThreadingHTTPServer):
+    """HTTP/1.1 file server on 127.0.0.1 with one bandwidth limit shared by all connections.
+
+    ``bytes_sent`` counts file payload bytes actually written (directory listings excluded),
+    ``requests`` counts every GET and HEAD, ``connections`` counts accepted TCP connections.
+    """
+
+    daemon_threads = True
+    # The stdlib default backlog of 5 makes the kernel drop SYNs when dozens of clients
+    # connect at once, which shows up as connection resets in tests rather than slowness.
+    request_queue_size = 128
+    allow_reuse_address = True
+
+    def __init__(
+        self,
+        root: str | Path,
+        rate_bytes_per_s: float | None = None,
+        latency_s: float = 0.0,
+    ) -> None:
+        if rate_bytes_per_s is not None and rate_bytes_per_s <= 0:
+            raise ValueError(f"rate_bytes_per_s must be positive, got {rate_bytes_per_s}")
+        if latency_s < 0:
+            raise ValueError(f"latency_s must be >= 0, got {latency_s}")
+        self.root = Path(root).resolve()
+        if not self.root.is_dir():
+            raise NotADirectoryError(str(self.root))
+        self.rate_bytes_per_s = rate_bytes_per_s
+        self.latency_s = latency_s
+        self._schedule_lock = threading.Lock()
+        self._next_free = 0.0
+        self._stats_lock = threading.Lock()
+        self._bytes_sent = 0
+        self._requests = 0
+        self._connections_accepted = 0
+        self._conn_lock = threading.Lock()
+        self._connections: set[socket.socket] = set()
+        self._thread: threading.Thread | None = None
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/"
+
+    @property
+    def bytes_sent(self) -> int:
+        with self._stats_lock:
+            return self._bytes_sent
+
+    @property
+    def requests(self) -> int:
+        with self._stats_lock:
+            return self._requests
+
+    @property
+    def connections(self) -> int:
+        """TCP connections accepted so far; with keep-alive this stays below ``requests``."""
+        with self._stats_lock:
+            return self._connections_accepted
+
+    def reset_counters(self) -> None:
+        with self._stats_lock:
+            self._bytes_sent = 0
+            self._requests = 0
+            self._connections_accepted = 0
+
+    def start(self) -> Self:
+        if self._thread is not None:
+            raise RuntimeError("server already started")
+        self._thread = threading.Thread(
+            target=self.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"ThrottledHTTPServer:{self.port}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        # Idle keep-alive connections would otherwise park their handler threads in a read
+        # forever; shutting the sockets down makes those threads exit now.
+        with self._conn_lock:
+            conns = list(self._connections)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.server_close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # --- socketserver hooks -------------------------------------------------------------
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        with self._conn_lock:
+            self._connections.add(request)
+        with self._stats_lock:
+            self._connections_accepted += 1
+        super().process_request(request, client_address)
+
+    def shutdown_request(self, request: Any) -> None:
+        with self._conn_lock:
+            self._connections.discard(request)
+        super().shutdown_request(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        exc = sys.exc_info()[1]
+        # Clients that hang up mid-body (cancelled reads, timeouts, stop()) are normal in
+        # tests of a pipeline; only real server bugs deserve a traceback.
+        if isinstance(exc, ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)
+
+    # --- used by the handler --------------------------------------------------------------
+
+    def _resolve(self, url_path: str) -> Path | None:
+        if "\x00" in url_path:
+            return None
+        candidate = (self.root / url_path.lstrip("/")).resolve()
+        if candidate != self.root and self.root not in candidate.parents:
+            return None
+        if not candidate.exists():
+            return None
+        return candidate
+
+    def _throttle(self, nbytes: int) -> None:
+        rate = self.rate_bytes_per_s
+        if rate is None:
+            return
+        # One timeline for the whole server: each chunk books the next free slot of
+        # nbytes/rate seconds, so N connections share the rate instead of multiplying it.
+        # Idle time is not banked (the slot starts no earlier than now), so there are no bursts.
+        with self._schedule_lock:
+            now = time.monotonic()
+            start = max(now, self._next_free)
+            end = start + nbytes / rate
+            self._next_free = end
+        delay = end - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+
+    def _count_bytes(self, nbytes: int) -> None:
+        with self._stats_lock:
+            self._bytes_sent += nbytes
+
+    def _count_request(self) -> None:
+        with self._stats_lock:
+            self._requests += 1
+
+
+@functools.cache
+def _quiet_moto_handler() -> type:
+    from moto.moto_server.werkzeug_app import MotoRequestHandler
+
+    class QuietMotoRequestHandler(MotoRequestHandler):  # type: ignore[misc]
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+            pass
+
+    return QuietMotoRequestHandler
+
+
+class S3Server:
+    """A moto S3 endpoint on 127.0.0.1 for code that talks to S3 through boto3 or s3fs.
+
+    moto keeps its state in process-wide backends: every S3Server (and any ``mock_aws``)
+    in the same process sees the same buckets.
+    """
+
+    ACCESS_KEY = "testing"
+    SECRET_KEY = "testing"
+    REGION = "us-east-1"
+
+    def __init__(self) -> None:
+        self._server: Any = None
+        self._endpoint: str | None = None
+
+    @property
+    def endpoint_url(self) -> str:
+        if self._endpoint is None:
+            raise RuntimeError("S3Server is not started")
+        return self._endpoint
+
+    def start(self) -> Self:
+        if self._server is not None:
+            raise RuntimeError("S3Server already started")
+        from moto.server import ThreadedMotoServer
+
+        # moto binds in its thread (werkzeug make_server) before start() returns, so port 0
+        # is safe and get_host_and_port() reports the real port; probing for a free port
+        # first would race with other processes.
+        server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+        server.start()
+        host, port = server.get_host_and_port()
+        # werkzeug logs every request to stderr through its own handler; the handler class
+        # is looked up per connection, so swapping it now silences all requests.
+        server._server.RequestHandlerClass = _quiet_moto_handler()
+        self._server = server
+        self._endpoint = f"http://{host}:{port}"
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+            self._endpoint = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def env(self) -> dict[str, str]:
+        """Environment for a subprocess whose boto3/s3fs clients must reach this server."""
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ENDPOINT_URL_S3": self.endpoint_url,
+            # A parent shell may opt out of endpoint variables; that would send us to AWS.
+            "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS": "false",
+            "AWS_ACCESS_KEY_ID": self.ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": self.SECRET_KEY,
+            "AWS_DEFAULT_REGION": self.REGION,
+            "AWS_REGION": self.REGION,
+            # Keep a developer's real ~/.aws files and the EC2 metadata probe out of tests.
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+            "AWS_EC2_METADATA_DISABLED": "true",
+            # A configured HTTP proxy would otherwise intercept loopback requests.
+            "NO_PROXY": "127.0.0.1,localhost",
+            "no_proxy": "127.0.0.1,localhost",
+        }
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=self.ACCESS_KEY,
+            aws_secret_access_key=self.SECRET_KEY,
+            region_name=self.REGION,
+        )
+
+    def upload_tree(self, bucket: str, local_dir: Path, prefix: str = "") -> list[str]:
+        """Create ``bucket`` if needed and upload every file under ``local_dir``.
+
+        Returns the object keys, sorted: ``prefix/relative/posix/path``.
+        """
+        client = self.client()
+        try:
+            client.create_bucket(Bucket=bucket)
+        except client.exceptions.BucketAlreadyOwnedByYou:
+            pass
+        local_dir = Path(local_dir)
+        base = prefix.strip("/")
+        keys = []
+        for path in sorted(_iter_files(local_dir)):
+            rel = path.relative_to(local_dir).as_posix()
+            key = f"{base}/{rel}" if base else rel
+            client.upload_file(str(path), bucket, key)
+            keys.append(key)
+        return keys
+
+
+def _iter_files(directory: Path) -> Iterator[Path]:
+    for dirpath, _dirnames, filenames in os.walk(directory):
+        for name in filenames:
+            yield Path(dirpath) / name
+
+
+def make_files(
+    dir: Path, count: int, size: int, seed: int = 0, subdirs: int = 1
+) -> list[Path]:
+    """Write ``count`` files of ``size`` random bytes as ``dir/p{i % subdirs}/f{i:05d}.bin``.
+
+    Each file's bytes depend only on (seed, i), so a file is identical whatever ``count`` is.
+    """
+    if subdirs < 1:
+        raise ValueError(f"subdirs must be >= 1, got {subdirs}")
+    dir = Path(dir)
+    paths = []
+    for i in range(count):
+        path = dir / f"p{i % subdirs}" / f"f{i:05d}.bin"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(random.Random(f"{seed}:{i}").randbytes(size))
+        paths.append(path)
+    return paths

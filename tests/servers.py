@@ -55,12 +55,12 @@ def _parse_range(header: str | None, size: int) -> tuple[int, int] | None:
             raise _RangeNotSatisfiable
         return max(0, size - suffix), size - 1
     first = int(first_s)
-    last = int(last_s) if last_s else size - 1
-    if last < first:
+    if last_s and int(last_s) < first:
         return None
     if first >= size:
         raise _RangeNotSatisfiable
-    return first, min(last, size - 1)
+    last = min(int(last_s), size - 1) if last_s else size - 1
+    return first, last
 
 
 class _Handler(BaseHTTPRequestHandler):

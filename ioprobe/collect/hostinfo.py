@@ -140,6 +140,7 @@ def filesystem_info(
 def _classify(
     info: FilesystemInfo, mount: Mount, mounts: list[Mount], sys_root: Path, depth: int
 ) -> None:
+    """Fill device, rotational, model and class of ``info`` from the mount that holds it."""
     fs_type = mount.fs_type
     if fs_type in NETWORK_FS_TYPES:
         info.device_class = "network"
@@ -316,6 +317,7 @@ def _option(options: str, key: str) -> str | None:
 
 
 def _find_mount(path: str, dev: tuple[int, int] | None, mounts: list[Mount]) -> Mount | None:
+    """The deepest mount containing ``path``, among those on device ``dev`` when any are."""
     containing = [m for m in mounts if _contains(m.mount_point, path)]
     if dev is not None:
         same_dev = [m for m in containing if (m.major, m.minor) == dev]

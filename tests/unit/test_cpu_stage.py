@@ -1,0 +1,36 @@
+from __future__ import annotations
+
+import pytest
+
+from ioprobe.collect import cpu
+from ioprobe.errors import BadInputError
+
+
+def test_levels_cover_powers_of_two_up_to_the_usable_cores() -> None:
+    assert cpu.levels_for(1) == [1]
+    assert cpu.levels_for(2) == [1, 2]
+    assert cpu.levels_for(6) == [1, 2, 4, 6]
+    assert cpu.levels_for(8) == [1, 2, 4, 8]
+
+
+@pytest.mark.slow
+def test_cpu_seconds_per_sample_matches_a_known_cost() -> None:
+    stage = cpu.measure_cpu("tests.fixtures.burn:burn_4ms", [b"x"] * 8, 2, budget_s=2.0)
+    assert stage.cpu_seconds_per_sample == pytest.approx(0.004, rel=0.10)
+    # one worker on a 4 ms sample can't exceed 250 samples/s; two can't exceed 500
+    assert stage.sweep[0].samples_per_s <= 250 * 1.05
+    assert stage.capacity_samples_per_s is not None
+    assert stage.capacity_samples_per_s <= 500 * 1.05
+
+
+@pytest.mark.slow
+def test_a_decoder_that_always_fails_is_a_clear_error() -> None:
+    with pytest.raises(BadInputError, match="decoding fails: ValueError: not a sample"):
+        cpu.measure_cpu("tests.fixtures.burn:always_fails", [b"x"], 1, budget_s=1.0)
+
+
+def test_an_unknown_loader_name_is_a_clear_error() -> None:
+    with pytest.raises(BadInputError, match="use auto, raw, image, numpy"):
+        cpu.measure_cpu("bogus", [b"x"], 1, budget_s=1.0)
+    with pytest.raises(BadInputError, match="cannot import"):
+        cpu.measure_cpu("no_such_module_xyz:f", [b"x"], 1, budget_s=1.0)

@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from ioprobe.collect import dataset as ds
+from ioprobe.errors import TargetError
+
+
+def write(path: Path, size: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"x" * size)
+    return path
+
+
+def test_walks_nested_tree_and_counts_what_it_skips(tmp_path: Path) -> None:
+    for i in range(5):
+        write(tmp_path / f"a/b/f{i}.bin", 100 + i)
+    write(tmp_path / "top.bin", 50)
+    write(tmp_path / "empty.bin", 0)
+    os.mkfifo(tmp_path / "a/pipe")  # opening it would block: the listing must not
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    (tmp_path / "linkdir").symlink_to(tmp_path / "a", target_is_directory=True)
+    d = ds.resolve(str(tmp_path))
+    assert sorted(Path(e.path).name for e in d.entries) == [f"f{i}.bin" for i in range(5)] + ["top.bin"]
+    assert d.skipped == {"empty": 1, "special_file": 1, "broken_symlink": 1, "symlink_not_file": 1}
+    assert d.total_files == 6
+
+
+def test_a_single_file_and_a_glob_are_targets(tmp_path: Path) -> None:
+    f = write(tmp_path / "one.npy", 10)
+    write(tmp_path / "two.npy", 20)
+    write(tmp_path / "skip.txt", 30)
+    assert [e.size for e in ds.resolve(str(f)).entries] == [10]
+    assert sorted(e.size for e in ds.resolve(str(tmp_path / "*.npy")).entries) == [10, 20]
+    assert [e.size for e in ds.resolve(f"file://{f}").entries] == [10]
+
+
+@pytest.mark.parametrize(
+    ("setup", "message"),
+    [
+        (lambda p: p / "missing", "no such file or directory"),
+        (lambda p: p, "no readable non-empty files"),
+        (lambda p: (os.mkfifo(p / "fifo"), p / "fifo")[1], "is not a regular file or directory (a FIFO)"),
+        (lambda p: ((p / "l").symlink_to(p / "x"), p / "l")[1], "broken symlink"),
+        (lambda p: p / "*.nothing", "the pattern matches no files"),
+    ],
+    ids=["missing", "empty-dir", "fifo", "broken-link", "empty-glob"],
+)
+def test_unusable_targets_raise_one_clear_error(tmp_path: Path, setup: object, message: str) -> None:
+    target = setup(tmp_path)  # type: ignore[operator]
+    with pytest.raises(TargetError) as info:
+        ds.resolve(str(target))
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)
+
+
+def test_only_empty_files_says_why(tmp_path: Path) -> None:
+    write(tmp_path / "a", 0)
+    write(tmp_path / "b", 0)
+    with pytest.raises(TargetError, match=r"no readable non-empty files \(2 empty\)"):
+        ds.resolve(str(tmp_path))
+
+
+def test_huge_tree_is_sampled_not_stat_ed_in_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ds, "STAT_SAMPLE", 50)
+    for i in range(300):
+        write(tmp_path / f"d{i % 7}/f{i}.bin", 1000)
+    d = ds.resolve(str(tmp_path))
+    assert d.sizes_estimated
+    assert len(d.entries) == 50
+    assert d.total_files == 300
+    prof = ds.profile(d, lambda e: b"")
+    assert prof.bytes == 300 * 1000
+    assert prof.sizes_estimated
+
+
+@pytest.mark.parametrize(
+    ("name", "head", "fmt"),
+    [
+        ("a.bin", b"\xff\xd8\xff\xe0rest", "jpeg"),
+        ("a.jpg", b"\x89PNG\r\n\x1a\nrest", "png"),
+        ("a", b"\x93NUMPY\x01\x00", "npy"),
+        ("a.npz", b"PK\x03\x04", "npz"),
+        ("a.zip", b"PK\x03\x04", "zip"),
+        ("a.webp", b"RIFF\x00\x00\x00\x00WEBPVP8 ", "webp"),
+        ("a.tar", b"\x00" * 257 + b"ustar", "tar"),
+        ("a.nii.gz", b"\x1f\x8b\x08", "nifti"),
+        ("notes.txt", b"hello", "text"),
+        ("weird.xyz", b"hello", "xyz"),
+    ],
+)
+def test_format_comes_from_magic_bytes_before_extension(name: str, head: bytes, fmt: str) -> None:
+    assert ds.detect_format(name, head) == fmt
+
+
+def test_density_thresholds() -> None:
+    assert ds.density_class(110_000) == "low"
+    assert ds.density_class(ds.DENSITY_LOW_MAX) == "medium"
+    assert ds.density_class(ds.DENSITY_HIGH_MIN - 1) == "medium"
+    assert ds.density_class(50 << 20) == "high"
+
+
+def test_profile_reports_size_percentiles_and_formats(tmp_path: Path) -> None:
+    for i in range(1, 11):
+        (tmp_path / f"{i}.jpg").write_bytes(b"\xff\xd8\xff" + b"x" * (i * 100))
+    d = ds.resolve(str(tmp_path))
+    prof = ds.profile(d, lambda e: Path(e.path).read_bytes()[:16])
+    assert prof.files == 10
+    assert prof.size_max == 1003
+    assert prof.size_p50 in (503, 603)
+    assert prof.formats == {"jpeg": 10}
+    assert prof.density == "low"

@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ioprobe.analysis import finalize, pipeline_model
+from ioprobe.record import (
+    CpuStage,
+    DatasetProfile,
+    GpuStage,
+    HostInfo,
+    PcieStage,
+    RunRecord,
+    Stages,
+    StoragePass,
+    StorageStage,
+)
+
+caps = st.one_of(st.none(), st.floats(min_value=0.1, max_value=1e7))
+
+
+def stages(storage: float | None, cpu: float | None, pcie: float | None, gpu: float | None) -> Stages:
+    return Stages(
+        storage=StorageStage(capacity_samples_per_s=storage),
+        cpu=CpuStage(capacity_samples_per_s=cpu, cpu_seconds_per_sample=0.002, usable_cores=2, loader="image"),
+        pcie=PcieStage(capacity_samples_per_s=pcie),
+        gpu=GpuStage(capacity_samples_per_s=gpu),
+    )
+
+
+@given(st.floats(0.1, 1e7), caps, caps, caps)
+def test_bottleneck_is_the_smallest_measured_capacity(s: float, c: float | None, p: float | None, g: float | None) -> None:
+    f = pipeline_model(stages(s, c, p, g))
+    measured = [v for v in (s, c, p, g) if v is not None]
+    assert f.predicted_samples_per_s == min(measured)
+    assert f.capacities[f.bottleneck] == min(measured)
+    if g is not None:
+        assert f.gpu_utilization is not None and 0.0 <= f.gpu_utilization <= 1.0
+    assert all(h >= 0 for h in f.headroom.values())
+
+
+def test_unmeasured_stages_are_named_in_the_assumptions() -> None:
+    f = pipeline_model(stages(100.0, 50.0, None, None))
+    assert f.bottleneck == "cpu"
+    assert any("pcie, gpu" in a for a in f.assumptions)
+
+
+def record(storage: float, cpu: float, gpu: float | None) -> RunRecord:
+    st_ = stages(storage, cpu, None, gpu)
+    st_.storage.cold = StoragePass(cache="cold", read_bytes_per_s=storage * 1e5, best_concurrency=4)
+    st_.storage.warm = StoragePass(cache="warm", read_bytes_per_s=storage * 1e6, best_concurrency=2)
+    return RunRecord(
+        kind="probe",
+        host=HostInfo(memory_available_bytes=10**10),
+        dataset=DatasetProfile(target="t", files=100, bytes=10**7, sample_bytes_mean=1e5, density="low"),
+        stages=st_,
+    )
+
+
+def test_every_kind_of_bottleneck_gets_a_recommendation_with_a_prediction_where_possible() -> None:
+    storage_bound = finalize(record(10.0, 100.0, None))
+    assert storage_bound.bottleneck == "storage"
+    kinds = {r.kind for r in storage_bound.recommendations}
+    assert {"shard_small_files", "cache_in_ram"} <= kinds
+    cache = next(r for r in storage_bound.recommendations if r.kind == "cache_in_ram")
+    assert cache.predicted_samples_per_s == 100.0  # up to the next limit, the CPU
+
+    cpu_bound = finalize(record(1000.0, 100.0, None))
+    assert cpu_bound.bottleneck == "cpu"
+    more = next(r for r in cpu_bound.recommendations if r.kind == "more_cpu")
+    assert more.predicted_samples_per_s == 1000.0
+    assert "2.0 cores" in more.text  # 1000 samples/s x 2 ms
+    assert any(r.kind == "gpu_decode" for r in cpu_bound.recommendations)
+
+    gpu_bound = finalize(record(1000.0, 500.0, 50.0))
+    assert gpu_bound.bottleneck == "gpu"
+    assert [r.kind for r in gpu_bound.recommendations] == ["balanced"]
+
+
+def test_recommendations_are_ranked_by_predicted_gain() -> None:
+    rec = finalize(record(10.0, 100.0, None))
+    predicted = [r.predicted_samples_per_s or 0.0 for r in rec.recommendations]
+    assert predicted == sorted(predicted, reverse=True)

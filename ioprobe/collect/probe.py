@@ -19,6 +19,7 @@ from ioprobe.collect import dataset as ds_mod
 from ioprobe.collect import pipeline as pipe_mod
 from ioprobe.collect import storage as st_mod
 from ioprobe.collect.decode import choose
+from ioprobe.collect.decode import resolve as resolve_decoder
 from ioprobe.collect.hostinfo import host_info
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.errors import BadInputError, TargetError
@@ -68,6 +69,8 @@ class ProbeOptions:
             raise BadInputError("--gpus must be at least 1")
         if not self.passes:
             raise BadInputError("nothing to measure: neither cold nor warm")
+        if self.loader != "auto":
+            resolve_decoder(self.loader)  # a bad --loader fails before anything is measured
 
     @property
     def emulated(self) -> bool:
@@ -140,7 +143,11 @@ class Probe:
 
         loader = choose(o.loader, prof.formats)
         rep.phase(f"cpu ({loader})")
-        payload_entries = st_mod.select_entries(ds.entries, 64 << 20, o.seed + 1)
+        payload_cap = 64 << 20
+        if ds.remote and stages.storage.read_bytes_per_s:
+            # fetching decode inputs over a slow link must not eat the CPU phase's budget
+            payload_cap = min(payload_cap, int(stages.storage.read_bytes_per_s * budget["cpu"] / 4))
+        payload_entries = st_mod.select_entries(ds.entries, payload_cap, o.seed + 1)
         reader = pipe_mod.read_whole
         try:
             payloads = cpu_mod.load_payloads(lambda e: reader(ds.fs, e), payload_entries)

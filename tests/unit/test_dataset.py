@@ -24,7 +24,9 @@ def test_walks_nested_tree_and_counts_what_it_skips(tmp_path: Path) -> None:
     (tmp_path / "dangling").symlink_to(tmp_path / "gone")
     (tmp_path / "linkdir").symlink_to(tmp_path / "a", target_is_directory=True)
     d = ds.resolve(str(tmp_path))
-    assert sorted(Path(e.path).name for e in d.entries) == [f"f{i}.bin" for i in range(5)] + ["top.bin"]
+    assert sorted(Path(e.path).name for e in d.entries) == [f"f{i}.bin" for i in range(5)] + [
+        "top.bin"
+    ]
     assert d.skipped == {"empty": 1, "special_file": 1, "broken_symlink": 1, "symlink_not_file": 1}
     assert d.total_files == 6
 
@@ -43,13 +45,18 @@ def test_a_single_file_and_a_glob_are_targets(tmp_path: Path) -> None:
     [
         (lambda p: p / "missing", "no such file or directory"),
         (lambda p: p, "no readable non-empty files"),
-        (lambda p: (os.mkfifo(p / "fifo"), p / "fifo")[1], "is not a regular file or directory (a FIFO)"),
+        (
+            lambda p: (os.mkfifo(p / "fifo"), p / "fifo")[1],
+            "is not a regular file or directory (a FIFO)",
+        ),
         (lambda p: ((p / "l").symlink_to(p / "x"), p / "l")[1], "broken symlink"),
         (lambda p: p / "*.nothing", "the pattern matches no files"),
     ],
     ids=["missing", "empty-dir", "fifo", "broken-link", "empty-glob"],
 )
-def test_unusable_targets_raise_one_clear_error(tmp_path: Path, setup: object, message: str) -> None:
+def test_unusable_targets_raise_one_clear_error(
+    tmp_path: Path, setup: object, message: str
+) -> None:
     target = setup(tmp_path)  # type: ignore[operator]
     with pytest.raises(TargetError) as info:
         ds.resolve(str(target))
@@ -64,7 +71,9 @@ def test_only_empty_files_says_why(tmp_path: Path) -> None:
         ds.resolve(str(tmp_path))
 
 
-def test_huge_tree_is_sampled_not_stat_ed_in_full(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_huge_tree_is_sampled_not_stat_ed_in_full(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(ds, "STAT_SAMPLE", 50)
     for i in range(300):
         write(tmp_path / f"d{i % 7}/f{i}.bin", 1000)

@@ -19,17 +19,23 @@ from ioprobe.record import (
 caps = st.one_of(st.none(), st.floats(min_value=0.1, max_value=1e7))
 
 
-def stages(storage: float | None, cpu: float | None, pcie: float | None, gpu: float | None) -> Stages:
+def stages(
+    storage: float | None, cpu: float | None, pcie: float | None, gpu: float | None
+) -> Stages:
     return Stages(
         storage=StorageStage(capacity_samples_per_s=storage),
-        cpu=CpuStage(capacity_samples_per_s=cpu, cpu_seconds_per_sample=0.002, usable_cores=2, loader="image"),
+        cpu=CpuStage(
+            capacity_samples_per_s=cpu, cpu_seconds_per_sample=0.002, usable_cores=2, loader="image"
+        ),
         pcie=PcieStage(capacity_samples_per_s=pcie),
         gpu=GpuStage(capacity_samples_per_s=gpu),
     )
 
 
 @given(st.floats(0.1, 1e7), caps, caps, caps)
-def test_bottleneck_is_the_smallest_measured_capacity(s: float, c: float | None, p: float | None, g: float | None) -> None:
+def test_bottleneck_is_the_smallest_measured_capacity(
+    s: float, c: float | None, p: float | None, g: float | None
+) -> None:
     f = pipeline_model(stages(s, c, p, g))
     measured = [v for v in (s, c, p, g) if v is not None]
     assert f.predicted_samples_per_s == min(measured)
@@ -52,7 +58,9 @@ def record(storage: float, cpu: float, gpu: float | None) -> RunRecord:
     return RunRecord(
         kind="probe",
         host=HostInfo(memory_available_bytes=10**10),
-        dataset=DatasetProfile(target="t", files=100, bytes=10**7, sample_bytes_mean=1e5, density="low"),
+        dataset=DatasetProfile(
+            target="t", files=100, bytes=10**7, sample_bytes_mean=1e5, density="low"
+        ),
         stages=st_,
     )
 

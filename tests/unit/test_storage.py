@@ -25,7 +25,12 @@ def make_files(root: Path, count: int, size: int) -> list[Path]:
 def test_large_files_are_split_into_chunks() -> None:
     entries = [ds_mod.FileEntry("a", 100), ds_mod.FileEntry("b", 20 << 20)]
     items = st.plan_items(entries, chunk=8 << 20)
-    assert items == [("a", 0, 100), ("b", 0, 8 << 20), ("b", 8 << 20, 8 << 20), ("b", 16 << 20, 4 << 20)]
+    assert items == [
+        ("a", 0, 100),
+        ("b", 0, 8 << 20),
+        ("b", 8 << 20, 8 << 20),
+        ("b", 16 << 20, 4 << 20),
+    ]
 
 
 def test_a_level_reads_every_byte_exactly_once(tmp_path: Path) -> None:
@@ -71,18 +76,25 @@ def test_cold_pass_is_slower_than_warm_and_starts_evicted(tmp_path: Path) -> Non
     warm = st.measure_pass(d, d.entries, "warm", 4.0, levels=(1, 4))
     assert cold.resident_fraction_after_evict is not None
     assert cold.resident_fraction_after_evict < 0.05
-    assert all(p.resident_fraction_before is not None and p.resident_fraction_before > 0.9 for p in warm.sweep)
+    assert all(
+        p.resident_fraction_before is not None and p.resident_fraction_before > 0.9
+        for p in warm.sweep
+    )
     assert cold.read_bytes_per_s is not None and warm.read_bytes_per_s is not None
     assert cold.read_bytes_per_s < warm.read_bytes_per_s
     assert cold.sweep[0].bytes == 200 * 256 * 1024  # the whole selection in one level
 
 
-def test_sweep_stops_after_two_levels_without_gain(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_sweep_stops_after_two_levels_without_gain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     make_files(tmp_path, 4, 1000)
     d = ds_mod.resolve(str(tmp_path))
     rates = iter([100.0, 101.0, 102.0, 500.0, 600.0])
 
-    def fake_level(reader: object, items: object, c: int, seconds: float, **kw: object) -> st.LevelResult:
+    def fake_level(
+        reader: object, items: object, c: int, seconds: float, **kw: object
+    ) -> st.LevelResult:
         return st.LevelResult(c, int(next(rates)), 1, 1.0, [1000], 0, None)
 
     monkeypatch.setattr(st, "run_level", fake_level)

@@ -1,0 +1,174 @@
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from tests.integration.cli import assert_one_line_error, probe_json, run_cli
+
+pytestmark = pytest.mark.slow
+
+CONTRACT = {
+    "schema",
+    "kind",
+    "host",
+    "dataset",
+    "stages",
+    "bottleneck",
+    "predicted_samples_per_s",
+    "measured_samples_per_s",
+    "gpu_idle_fraction",
+    "recommendations",
+}
+
+
+@pytest.fixture(scope="module")
+def jpegs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("jpegs")
+    rng = np.random.default_rng(0)
+    for i in range(120):
+        buf = io.BytesIO()
+        Image.fromarray(rng.integers(0, 255, (160, 200, 3), dtype=np.uint8)).save(buf, "JPEG")
+        (root / f"{i:03d}.jpg").write_bytes(buf.getvalue())
+    return root
+
+
+def test_probe_writes_a_complete_record_and_prints_a_verdict(jpegs: Path, tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    proc = run_cli("probe", str(jpegs), "--time-budget", "8", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rec = json.loads(out.read_text())
+    assert rec.keys() >= CONTRACT
+    assert rec["kind"] == "probe"
+    assert rec["dataset"]["files"] == 120
+    assert rec["dataset"]["formats"] == {"jpeg": 64}  # the magic-byte sample
+    assert rec["stages"]["storage"]["read_bytes_per_s"] > 0
+    assert rec["stages"]["cpu"]["cpu_seconds_per_sample"] > 0
+    assert rec["settings"]["loader"] == "image"
+    assert rec["bottleneck"] in {"storage", "cpu"}  # no GPU stage without emulation
+    assert rec["stages"]["gpu"]["capacity_samples_per_s"] is None
+    assert rec["recommendations"]
+    assert f"{rec['bottleneck']}-bound" in proc.stdout
+    # stdout is not a terminal: progress comes as plain lines on stderr
+    assert "ioprobe: storage (cold):" in proc.stderr
+
+
+def test_report_re_renders_a_saved_record(jpegs: Path, tmp_path: Path) -> None:
+    rec = probe_json(tmp_path, str(jpegs), "--time-budget", "5", "--warm", "--loader", "raw")
+    assert rec["stages"]["storage"]["cold"] is None
+    assert rec["stages"]["storage"]["warm"]["read_bytes_per_s"] > 0
+    proc = run_cli("report", str(tmp_path / "run.json"))
+    assert proc.returncode == 0, proc.stderr
+    assert f"{rec['bottleneck']}-bound" in proc.stdout
+
+
+def test_long_compute_makes_the_gpu_the_bottleneck_with_no_idle(
+    jpegs: Path, tmp_path: Path
+) -> None:
+    rec = probe_json(
+        tmp_path,
+        str(jpegs),
+        "--loader",
+        "raw",
+        "--time-budget",
+        "10",
+        "--compute-ms-per-batch",
+        "100",
+        "--batch-size",
+        "8",
+    )
+    assert rec["bottleneck"] == "gpu"
+    assert rec["stages"]["gpu"]["capacity_samples_per_s"] == pytest.approx(80.0)
+    assert rec["gpu_idle_fraction"] < 0.05
+    assert rec["measured_samples_per_s"] == pytest.approx(80.0, rel=0.1)
+    assert rec["pipeline"]["batches"] >= 5
+
+
+def test_known_cpu_cost_is_measured_and_named(jpegs: Path, tmp_path: Path) -> None:
+    rec = probe_json(
+        tmp_path,
+        str(jpegs),
+        "--warm",
+        "--loader",
+        "tests.fixtures.burn:burn_10ms",
+        "--time-budget",
+        "8",
+        "--gpu-samples-per-s",
+        "100000",
+    )
+    assert rec["stages"]["cpu"]["cpu_seconds_per_sample"] == pytest.approx(0.010, rel=0.10)
+    assert rec["bottleneck"] == "cpu"
+    assert rec["stages"]["cpu"]["capacity_samples_per_s"] <= 2 * 100 * 1.05  # 2 cores, 10 ms each
+
+
+def test_no_target_probes_the_built_in_sample(tmp_path: Path) -> None:
+    env = {"IOPROBE_CACHE_DIR": str(tmp_path / "cache")}
+    rec = probe_json(tmp_path, "--time-budget", "6", "--loader", "raw", env=env)
+    assert rec["dataset"]["files"] == 2000
+    assert rec["dataset"]["formats"] == {"jpeg": 64}
+    assert (tmp_path / "cache" / "sample-v1.complete").exists()
+    # a second run reuses it: no regeneration, same listing
+    assert (
+        probe_json(tmp_path, "--time-budget", "3", "--warm", "--loader", "raw", env=env)["dataset"][
+            "bytes"
+        ]
+        == rec["dataset"]["bytes"]
+    )
+
+
+def test_probe_never_changes_the_data(jpegs: Path, tmp_path: Path) -> None:
+    before = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in jpegs.iterdir()}
+    probe_json(tmp_path, str(jpegs), "--time-budget", "4", "--loader", "raw")
+    after = {p: (p.stat().st_mtime_ns, p.read_bytes()) for p in jpegs.iterdir()}
+    assert before == after
+
+
+@pytest.mark.parametrize(
+    ("args", "fragments"),
+    [
+        (["probe", "/no/such/dir"], ["/no/such/dir: no such file or directory"]),
+        (["probe", "{empty}"], ["no readable non-empty files"]),
+        (["probe", "{fifo}"], ["a FIFO"]),
+        (["probe", "{jpegs}", "--time-budget", "-1"], ["--time-budget must be a positive"]),
+        (["probe", "{jpegs}", "--workers", "0"], ["--workers must be at least 1"]),
+        (["probe", "{jpegs}", "--time-budget", "soon"], ["'soon' is not a valid float"]),
+        (["probe", "{jpegs}", "--loader", "bogus"], ["use auto, raw, image, numpy"]),
+        (
+            ["probe", "{jpegs}", "--compute-ms-per-batch", "5", "--gpu-samples-per-s", "9"],
+            ["not both"],
+        ),
+        (["probe", "http://127.0.0.1:9/data/"], ["cannot reach it"]),
+        (["probe", "{jpegs}", "--no-such-flag"], ["No such option"]),
+        (["report", "{bad_json}"], ["not valid JSON"]),
+        (["report", "/no/run.json"], ["/no/run.json: no such file"]),
+        (["frobnicate"], ["No such command"]),
+    ],
+    ids=lambda v: str(v)[:40],
+)
+def test_bad_input_exits_2_with_one_line(
+    jpegs: Path, tmp_path: Path, args: list[str], fragments: list[str]
+) -> None:
+    (tmp_path / "empty").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "bad.json").write_text("{nope")
+    subst = {
+        "{empty}": str(tmp_path / "empty"),
+        "{fifo}": str(tmp_path / "fifo"),
+        "{jpegs}": str(jpegs),
+        "{bad_json}": str(tmp_path / "bad.json"),
+    }
+    proc = run_cli(*[subst.get(a, a) for a in args])
+    assert_one_line_error(proc, *fragments)
+
+
+def test_help_and_module_entry_point_work() -> None:
+    proc = run_cli("--help")
+    assert proc.returncode == 0
+    for sub in ("probe", "env", "report"):
+        assert sub in proc.stdout
+    assert "--compute-ms-per-batch" in run_cli("probe", "--help").stdout

@@ -5,6 +5,7 @@ Both bind 127.0.0.1 only, on ports the kernel picks, so parallel test runs never
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import html
 import os
@@ -20,7 +21,10 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
+
+if TYPE_CHECKING:
+    from moto.moto_server.werkzeug_app import MotoRequestHandler
 
 __all__ = ["S3Server", "ThrottledHTTPServer", "make_files"]
 
@@ -175,7 +179,7 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     # The stdlib default backlog of 5 makes the kernel drop SYNs when dozens of clients
     # connect at once, which shows up as connection resets in tests rather than slowness.
-    request_queue_size = 5
+    request_queue_size = 128
     allow_reuse_address = True
 
     def __init__(
@@ -256,10 +260,8 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
         with self._conn_lock:
             conns = list(self._connections)
         for conn in conns:
-            try:
+            with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         self.server_close()
 
     def __enter__(self) -> Self:
@@ -340,10 +342,10 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
 
 
 @functools.cache
-def _quiet_moto_handler() -> type:
+def _quiet_moto_handler() -> type[MotoRequestHandler]:
     from moto.moto_server.werkzeug_app import MotoRequestHandler
 
-    class QuietMotoRequestHandler(MotoRequestHandler):  # type: ignore[misc]
+    class QuietMotoRequestHandler(MotoRequestHandler):
         def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
             pass
 
@@ -384,7 +386,9 @@ class S3Server:
         host, port = server.get_host_and_port()
         # werkzeug logs every request to stderr through its own handler; the handler class
         # is looked up per connection, so swapping it now silences all requests.
-        server._server.RequestHandlerClass = _quiet_moto_handler()
+        wsgi = server._server
+        assert wsgi is not None
+        wsgi.RequestHandlerClass = _quiet_moto_handler()
         self._server = server
         self._endpoint = f"http://{host}:{port}"
         return self
@@ -443,10 +447,8 @@ class S3Server:
         Returns the object keys, sorted: ``prefix/relative/posix/path``.
         """
         client = self.client()
-        try:
+        with contextlib.suppress(client.exceptions.BucketAlreadyOwnedByYou):
             client.create_bucket(Bucket=bucket)
-        except client.exceptions.BucketAlreadyOwnedByYou:
-            pass
         local_dir = Path(local_dir)
         base = prefix.strip("/")
         keys = []

@@ -16,6 +16,7 @@ import random
 import stat
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,10 +271,22 @@ def _resolve_remote(target: str, storage_options: dict[str, Any]) -> Dataset:
         raise TargetError(f"{target}: permission denied") from None
     except Exception as exc:  # fsspec backends raise anything from aiohttp, botocore, ...
         raise TargetError(f"{target}: cannot reach it: {_one_line(exc)}") from None
+    files = [i for i in items if i.get("type") in (None, "file")]
+    sizes_estimated = False
+    unknown = [i for i in files if i.get("size") is None]
+    if unknown:
+        # listings parsed from HTML (http) carry no sizes: ask each file, concurrently, and
+        # only a random sample of a huge listing
+        known = [i for i in files if i.get("size") is not None]
+        if len(unknown) > STAT_SAMPLE:
+            unknown = random.Random(0).sample(unknown, STAT_SAMPLE)
+            sizes_estimated = True
+        with ThreadPoolExecutor(16) as pool:
+            infos = list(pool.map(lambda i: _safe_info(fs, str(i["name"])), unknown))
+        files = known + [i for i in infos if i is not None]
+        skipped["vanished"] += sum(1 for i in infos if i is None)
     entries: list[FileEntry] = []
-    for info in items:
-        if info.get("type") not in (None, "file"):
-            continue
+    for info in files:
         size = info.get("size")
         if size is None:
             skipped["unknown_size"] += 1
@@ -285,7 +298,27 @@ def _resolve_remote(target: str, storage_options: dict[str, Any]) -> Dataset:
     if not entries:
         raise TargetError(f"{target}: no non-empty files found")
     entries.sort(key=lambda e: e.path)
-    return Dataset(target=target, entries=entries, fs=fs, total_files=len(entries), skipped=skipped)
+    total = len(entries)
+    if sizes_estimated:
+        total = round(
+            len([i for i in items if i.get("type") in (None, "file")]) * len(entries) / STAT_SAMPLE
+        )
+    return Dataset(
+        target=target,
+        entries=entries,
+        fs=fs,
+        total_files=total,
+        sizes_estimated=sizes_estimated,
+        skipped=skipped,
+    )
+
+
+def _safe_info(fs: Any, name: str) -> dict[str, Any] | None:
+    try:
+        info: dict[str, Any] = fs.info(name)
+        return info
+    except (FileNotFoundError, OSError):
+        return None
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,0 +1,85 @@
+"""The probe against real servers on 127.0.0.1: an HTTP server throttled to a known rate, and
+an S3-compatible server (moto) read through s3fs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cli import assert_one_line_error, probe_json, run_cli
+from tests.servers import S3Server, ThrottledHTTPServer, make_files
+
+pytestmark = pytest.mark.slow
+
+RATE = 2_000_000  # bytes/s, the truth the storage stage must find
+FILE = 100_000
+
+
+@pytest.fixture(scope="module")
+def http_data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("http")
+    make_files(root, 60, FILE, seed=3, subdirs=2)
+    return root
+
+
+def test_throttled_http_target_measures_the_rate_and_names_storage(
+    http_data: Path, tmp_path: Path
+) -> None:
+    with ThrottledHTTPServer(http_data, rate_bytes_per_s=RATE) as srv:
+        rec = probe_json(tmp_path, srv.url, "--loader", "raw", "--time-budget", "12")
+    st = rec["stages"]["storage"]
+    assert rec["dataset"]["files"] == 60
+    assert rec["dataset"]["remote"] is True
+    assert st["read_bytes_per_s"] == pytest.approx(RATE, rel=0.10)
+    assert st["capacity_samples_per_s"] == pytest.approx(RATE / FILE, rel=0.10)
+    assert st["warm"] is None  # a remote target has no page cache to warm
+    assert rec["bottleneck"] == "storage"
+
+
+def test_throttled_target_with_fast_compute_leaves_the_gpu_idle(
+    http_data: Path, tmp_path: Path
+) -> None:
+    with ThrottledHTTPServer(http_data, rate_bytes_per_s=RATE) as srv:
+        rec = probe_json(
+            tmp_path,
+            srv.url,
+            "--loader",
+            "raw",
+            "--time-budget",
+            "14",
+            "--compute-ms-per-batch",
+            "1",
+            "--batch-size",
+            "4",
+            "--workers",
+            "2",
+        )
+    assert rec["bottleneck"] == "storage"
+    assert rec["gpu_idle_fraction"] > 0.8
+    # end to end, the pipeline can't beat the link: 20 samples/s
+    assert rec["measured_samples_per_s"] == pytest.approx(RATE / FILE, rel=0.2)
+
+
+def test_s3_target_through_s3fs(http_data: Path, tmp_path: Path) -> None:
+    with S3Server() as s3:
+        s3.upload_tree("bucket", http_data, prefix="train")
+        rec = probe_json(
+            tmp_path, "s3://bucket/train", "--loader", "raw", "--time-budget", "6", env=s3.env()
+        )
+    assert rec["dataset"]["files"] == 60
+    assert rec["dataset"]["bytes"] == 60 * FILE
+    assert rec["stages"]["storage"]["read_bytes_per_s"] > 0
+    assert rec["stages"]["storage"]["cold"]["sweep"][0]["errors"] == 0
+
+
+def test_missing_s3_bucket_is_a_one_line_error(tmp_path: Path) -> None:
+    with S3Server() as s3:
+        proc = run_cli("probe", "s3://no-such-bucket/x", "-q", env=s3.env(), timeout=60)
+    assert_one_line_error(proc, "s3://no-such-bucket/x")
+
+
+def test_http_404_is_a_one_line_error(http_data: Path) -> None:
+    with ThrottledHTTPServer(http_data) as srv:
+        proc = run_cli("probe", srv.url + "missing.bin", "-q", timeout=60)
+    assert_one_line_error(proc, "missing.bin")

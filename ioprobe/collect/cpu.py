@@ -10,6 +10,7 @@ I/O or IPC. Each sample's cost is the worker thread's CPU time around the decode
 from __future__ import annotations
 
 import multiprocessing as mp
+import signal
 import time
 from collections.abc import Sequence
 from multiprocessing.pool import AsyncResult
@@ -25,6 +26,8 @@ _decoder: Decoder | None = None
 
 
 def _init(decoder_name: str, payloads: list[bytes]) -> None:
+    # Ctrl-C reaches the whole process group: the parent handles it and ends the pool
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     global _payloads, _decoder
     _payloads = payloads
     _decoder = resolve(decoder_name)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import random
+import signal
 import time
 from collections.abc import Sequence
 from multiprocessing.pool import AsyncResult
@@ -26,6 +27,8 @@ _decoder: Decoder | None = None
 
 
 def _init(decoder_name: str, fs: Any) -> None:
+    # Ctrl-C reaches the whole process group: the parent handles it and ends the pool
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     global _fs, _decoder
     _fs = fs
     _decoder = resolve(decoder_name)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from importlib.metadata import PackageNotFoundError, version
 
-from ioprobe.record import RunRecord
-
 try:
     __version__ = version("ioprobe")
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
-__all__ = ["RunRecord", "__version__"]
+from ioprobe.record import RunRecord
+from ioprobe.watcher import watch
+
+__all__ = ["RunRecord", "__version__", "watch"]

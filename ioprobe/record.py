@@ -193,6 +193,57 @@ class PipelineRun:
 
 
 @dataclass
+class WatchEpoch:
+    """One pass over a watched loader; times in seconds, summed over batches unless noted."""
+
+    index: int
+    batches: int = 0
+    samples: int = 0
+    seconds: float = 0.0  # wall time from the first batch's arrival to the last's
+    stall_seconds: float = 0.0  # consumer blocked in next(), first batch excluded
+    step_seconds: float = 0.0  # consumer time between batches
+    first_batch_seconds: float | None = None  # includes worker start-up
+    sample_wall_seconds: float = 0.0  # in the workers, per sample
+    sample_cpu_seconds: float = 0.0
+    runqueue_seconds: float = 0.0  # workers runnable but waiting for a core
+    collate_seconds: float = 0.0
+    read_chars: int = 0  # bytes passed to read()/pread() by the workers
+    read_bytes: int = 0  # bytes the workers caused to be fetched from storage
+    main_cpu_seconds: float = 0.0  # the main process, all its threads
+    error: str | None = None  # the exception that ended the epoch, if any
+
+
+@dataclass
+class WorkerStats:
+    worker: int  # -1: the main process (num_workers=0)
+    batches: int = 0
+    samples: int = 0
+    sample_wall_seconds: float = 0.0
+    sample_cpu_seconds: float = 0.0
+
+
+@dataclass
+class Distribution:
+    """A sample of a series: exact up to ``kept`` values, a uniform reservoir beyond."""
+
+    count: int = 0
+    total: float = 0.0
+    exact: bool = True
+    values: list[float] = field(default_factory=list)
+
+
+@dataclass
+class WatchData:
+    loader: dict[str, str] = field(default_factory=dict)  # num_workers, batch_size, ...
+    epochs: list[WatchEpoch] = field(default_factory=list)
+    workers: list[WorkerStats] = field(default_factory=list)
+    stall_ms: Distribution = field(default_factory=Distribution)  # per batch
+    step_ms: Distribution = field(default_factory=Distribution)  # per batch
+    sample_ms: Distribution = field(default_factory=Distribution)  # worker wall per sample
+    storage_metered: bool = True
+
+
+@dataclass
 class Recommendation:
     kind: str
     text: str
@@ -226,6 +277,7 @@ class RunRecord:
     recommendations: list[Recommendation] = field(default_factory=list)
     settings: ProbeSettings = field(default_factory=ProbeSettings)
     pipeline: PipelineRun | None = None
+    watch: WatchData | None = None
     notes: list[str] = field(default_factory=list)
     created: str = ""
     ioprobe_version: str = ""
@@ -389,6 +441,7 @@ __all__ = [
     "CpuLevel",
     "CpuStage",
     "DatasetProfile",
+    "Distribution",
     "FilesystemInfo",
     "GpuInfo",
     "GpuStage",
@@ -403,5 +456,8 @@ __all__ = [
     "StoragePass",
     "StorageStage",
     "SweepPoint",
+    "WatchData",
+    "WatchEpoch",
+    "WorkerStats",
     "to_plain",
 ]

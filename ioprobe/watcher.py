@@ -1,0 +1,319 @@
+"""``ioprobe.watch(loader)``: wrap a live data loader and measure it while training runs.
+
+The wrapper behaves like the loader it wraps (iteration, ``len``, attributes) and exposes
+``.run``, the RunRecord of what it measured, final once an epoch ends or the ``with`` block
+exits. Framework code lives in ``ioprobe.loaders``; this module never imports torch.
+
+The collector's per-batch work in the main process is a handful of integer operations and
+appends into bounded buffers: every series is kept exactly up to ``MAX_KEPT`` values, then as
+a uniform reservoir, so a 10M-sample epoch does not grow memory without bound.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+import statistics
+import time
+from array import array
+from typing import Any
+
+from ioprobe import __version__
+from ioprobe.collect.dataset import density_class
+from ioprobe.errors import BadInputError
+from ioprobe.record import (
+    CpuStage,
+    DatasetProfile,
+    Distribution,
+    GpuStage,
+    PcieStage,
+    RunRecord,
+    Stages,
+    StorageStage,
+    WatchData,
+    WatchEpoch,
+    WorkerStats,
+)
+
+MAX_KEPT = 100_000  # values kept exactly per series before switching to a reservoir
+# A worker's index queue arrives over a pipe, and those read()s count in its rchar: a few
+# dozen bytes per sample. Less than this per sample is IPC, not the dataset reading.
+METERED_MIN_BYTES_PER_SAMPLE = 512
+
+
+class Reservoir:
+    """Exact up to ``limit`` values, then a uniform random sample of everything seen."""
+
+    __slots__ = ("count", "limit", "rng", "total", "values")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.values = array("d")
+        self.count = 0
+        self.total = 0.0
+        self.rng = random.Random(0)
+
+    def add(self, v: float) -> None:
+        self.count += 1
+        self.total += v
+        if len(self.values) < self.limit:
+            self.values.append(v)
+        else:
+            j = self.rng.randrange(self.count)
+            if j < self.limit:
+                self.values[j] = v
+
+    def to_record(self) -> Distribution:
+        return Distribution(
+            count=self.count,
+            total=self.total,
+            exact=self.count <= self.limit,
+            values=list(self.values),
+        )
+
+
+class WatchCollector:
+    """Fills mutable buffers batch by batch; ``stop()`` returns the finished RunRecord."""
+
+    def __init__(
+        self, loader_info: dict[str, str], batch_size: int | None, dataset_len: int | None
+    ) -> None:
+        self.info = loader_info
+        self.batch_size = batch_size
+        self.dataset_len = dataset_len
+        self.epochs: list[WatchEpoch] = []
+        self.workers: dict[int, WorkerStats] = {}
+        self.stall = Reservoir(MAX_KEPT)
+        self.step = Reservoir(MAX_KEPT)
+        self.sample = Reservoir(MAX_KEPT)
+        self._cur: WatchEpoch | None = None
+        self._prev_arrival = 0
+        self._t_start = 0
+        self._cpu_start = 0.0
+        self._started = time.perf_counter()
+        self.created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+    # -- hot path: one call per batch -------------------------------------------------------
+    def begin_epoch(self) -> None:
+        self._cur = WatchEpoch(index=len(self.epochs))
+        self.epochs.append(self._cur)
+        self._prev_arrival = 0
+        self._cpu_start = time.process_time()
+
+    def on_batch(self, t_request: int, t_arrival: int, stats: tuple[Any, ...]) -> None:
+        ep = self._cur
+        assert ep is not None
+        worker, wall_b, cpu_b, collate, rchar, rbytes, runq = stats
+        wall = array("q", wall_b)
+        cpu = array("q", cpu_b)
+        n = len(wall)
+        wall_s = sum(wall) / 1e9
+        cpu_s = sum(cpu) / 1e9
+        if self._prev_arrival:
+            stall = (t_arrival - t_request) / 1e9
+            step = (t_request - self._prev_arrival) / 1e9
+            ep.stall_seconds += stall
+            ep.step_seconds += step
+            ep.seconds += stall + step
+            self.stall.add(stall * 1e3)
+            self.step.add(step * 1e3)
+        else:
+            ep.first_batch_seconds = (t_arrival - t_request) / 1e9
+        self._prev_arrival = t_arrival
+        ep.batches += 1
+        ep.samples += n
+        ep.sample_wall_seconds += wall_s
+        ep.sample_cpu_seconds += cpu_s
+        ep.collate_seconds += collate / 1e9
+        ep.read_chars += rchar
+        ep.read_bytes += rbytes
+        ep.runqueue_seconds += runq / 1e9
+        w = self.workers.get(worker)
+        if w is None:
+            w = self.workers[worker] = WorkerStats(worker=worker)
+        w.batches += 1
+        w.samples += n
+        w.sample_wall_seconds += wall_s
+        w.sample_cpu_seconds += cpu_s
+        for x in wall:
+            self.sample.add(x / 1e6)
+
+    def end_epoch(self, error: BaseException | None) -> None:
+        ep = self._cur
+        if ep is None:
+            return
+        ep.main_cpu_seconds = time.process_time() - self._cpu_start
+        if error is not None:
+            ep.error = f"{type(error).__name__}: {error}"
+        self._cur = None
+
+    # -- after the run ---------------------------------------------------------------------
+    def stop(self) -> RunRecord:
+        from ioprobe.collect.hostinfo import host_info
+
+        if self._cur is not None:
+            self.end_epoch(None)
+        host = host_info(None)
+        usable = host.usable_cores or os.cpu_count() or 1
+        eps = self.epochs
+        samples = sum(e.samples for e in eps)
+        # the first batch of each epoch waits for worker start-up: left out of rates
+        steady = sum(e.samples for e in eps) - sum(
+            min(e.samples, self.batch_size or 0) for e in eps if e.batches
+        )
+        wall = sum(e.seconds for e in eps)
+        read_chars = sum(e.read_chars for e in eps)
+        mean_bytes = read_chars / samples if samples else 0.0
+        if mean_bytes < METERED_MIN_BYTES_PER_SAMPLE:
+            mean_bytes = 0.0
+        stages, notes = self._stages(usable, mean_bytes)
+        stall = sum(e.stall_seconds for e in eps)
+        ds = DatasetProfile(
+            target=self.info.get("dataset", "dataset"),
+            files=self.dataset_len if self.dataset_len is not None else samples,
+            bytes=read_chars,
+            sample_bytes_mean=mean_bytes,
+            density=density_class(mean_bytes) if samples else "unknown",
+        )
+        rec = RunRecord(
+            kind="watch",
+            host=host,
+            dataset=ds,
+            stages=stages,
+            measured_samples_per_s=steady / wall if wall > 0 else None,
+            gpu_idle_fraction=stall / wall if wall > 0 else None,
+            gpu_idle_method="wall clock: consumer time in next() / time between batch arrivals",
+            watch=WatchData(
+                loader=dict(self.info),
+                epochs=list(eps),
+                workers=sorted(self.workers.values(), key=lambda w: w.worker),
+                stall_ms=self.stall.to_record(),
+                step_ms=self.step.to_record(),
+                sample_ms=self.sample.to_record(),
+                storage_metered=mean_bytes > 0,
+            ),
+            notes=notes,
+            created=self.created,
+            ioprobe_version=__version__,
+            duration_s=time.perf_counter() - self._started,
+        )
+        return rec
+
+    def _stages(self, usable: int, mean_bytes: float) -> tuple[Stages, list[str]]:
+        eps = self.epochs
+        notes: list[str] = []
+        samples = sum(e.samples for e in eps)
+        workers = int(self.info.get("num_workers", "0"))
+        lanes = max(workers, 1)  # samples being loaded at once
+        stages = Stages(pcie=PcieStage(method="not measured: batches stay on the host"))
+        if not samples:
+            return stages, ["no batch was delivered"]
+        wall = sum(e.seconds for e in eps)
+        main_cores = sum(e.main_cpu_seconds for e in eps) / wall if wall > 0 else 0.0
+        cpu_per_sample = (
+            sum(e.sample_cpu_seconds for e in eps) + sum(e.collate_seconds for e in eps)
+        ) / samples
+        # cores the workers can have: the affinity set less what the training loop itself uses
+        cores = min(lanes, max(usable - (main_cores if workers else 0.0), 0.5))
+        stages.cpu = CpuStage(
+            capacity_samples_per_s=cores / cpu_per_sample if cpu_per_sample > 0 else None,
+            cpu_seconds_per_sample=cpu_per_sample,
+            loader=self.info.get("dataset"),
+            usable_cores=usable,
+        )
+        wall_per_sample = sum(e.sample_wall_seconds for e in eps) / samples
+        runq = sum(e.runqueue_seconds for e in eps) / samples
+        blocked = max(wall_per_sample - cpu_per_sample - runq, 0.0)
+        storage = StorageStage()
+        if blocked > 0.02 * wall_per_sample and blocked > 0:
+            # each loading lane spends `blocked` seconds per sample waiting on reads
+            cap = lanes / blocked
+            storage.capacity_samples_per_s = cap
+            storage.read_bytes_per_s = cap * mean_bytes if mean_bytes else None
+            storage.unmetered_seconds = blocked * samples if mean_bytes == 0 else 0.0
+            storage.basis = "blocked time in the workers (wall - CPU - run-queue wait)" + (
+                "" if mean_bytes else "; no bytes in the I/O counters: unmetered (sockets?)"
+            )
+        else:
+            storage.basis = "workers were never blocked on reads: storage is not limiting"
+        stages.storage = storage
+        steps = self.step.values
+        if len(steps):
+            median_step = statistics.median(steps) / 1e3
+            bs = self.batch_size or (samples / max(sum(e.batches for e in eps), 1))
+            stages.gpu = GpuStage(
+                capacity_samples_per_s=bs / median_step if median_step > 1e-6 else None,
+                method="wall clock: consumer time between batches",
+                step_seconds=median_step,
+                batch_size=self.batch_size,
+            )
+        else:
+            notes.append("only one batch per epoch: no step time to measure")
+        return stages, notes
+
+
+class Watched:
+    """What ``ioprobe.watch`` returns: the loader, plus ``.run`` (a RunRecord)."""
+
+    def __init__(self, loader: Any, adapter: Any) -> None:
+        self._loader = loader
+        self._adapter = adapter
+        self._inner = adapter.rebuild(loader)
+        try:
+            n: int | None = len(loader.dataset)
+        except TypeError:
+            n = None
+        self._collector = WatchCollector(adapter.describe(loader), loader.batch_size, n)
+        self._run: RunRecord | None = None
+
+    @property
+    def run(self) -> RunRecord:
+        """The record so far; complete once iteration has ended."""
+        from ioprobe.analysis import finalize
+
+        if self._run is None:
+            rec = self._collector.stop()
+            self._run = finalize(rec) if rec.dataset.files and _has_capacity(rec) else rec
+        return self._run
+
+    def __iter__(self) -> Any:
+        self._run = None
+        self._collector.begin_epoch()
+
+        def end(error: BaseException | None) -> None:
+            self._collector.end_epoch(error)
+            self._run = None
+
+        return self._adapter.iterate(self._inner, self._collector.on_batch, end)
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def __enter__(self) -> Watched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._run = None
+        _ = self.run
+
+
+def _has_capacity(rec: RunRecord) -> bool:
+    return any(v for v in rec.stages.capacities().values())
+
+
+def watch(loader: Any) -> Watched:
+    """Wrap ``loader`` (a PyTorch DataLoader) so that iterating it measures every stage."""
+    import sys
+
+    if "torch" in sys.modules:
+        from ioprobe.loaders import torch as adapter
+
+        if adapter.is_torch_loader(loader):
+            return Watched(loader, adapter)
+    raise BadInputError(
+        f"ioprobe.watch: cannot watch a {type(loader).__qualname__} (expected a torch DataLoader)"
+    )

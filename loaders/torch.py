@@ -1,0 +1,302 @@
+"""Watch a PyTorch DataLoader: same batches, same order, with every stage measured.
+
+``watch(loader)`` builds a sibling DataLoader that shares the user's sampler or batch sampler
+(so shuffling order and ``set_epoch`` are untouched) around two thin wrappers:
+
+- the dataset wrapper times each sample in the worker: wall time and the thread's CPU time,
+  appended to two preallocated-growth arrays (no lock, no syscall beyond the two clocks);
+- the collate wrapper runs once per batch in the same worker: it times collate, reads the
+  worker's I/O and scheduler counters (one ``pread`` each on descriptors kept open), and sends
+  the batch's measurements back *with the batch*, so measurement costs no extra IPC.
+
+The main process times ``next()`` (the data stall) and the gap between batches (the step).
+The user's loader object is never modified.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from array import array
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+from torch.utils.data._utils.collate import default_collate, default_convert
+from torch.utils.data._utils.pin_memory import pin_memory as _pin
+
+# ----------------------------------------------------------------------------- worker side
+
+_wall = array("q")
+_cpu = array("q")
+_proc_fds: dict[str, int] = {}
+_last: list[int] | None = None  # rchar, read_bytes, run-queue ns at the previous batch
+_own = [0]  # bytes this module read from /proc: they count in rchar but are not the dataset's
+
+
+def _after_fork() -> None:
+    # an inherited /proc/self descriptor still names the parent: reopen in the child
+    global _last
+    _proc_fds.clear()
+    _own[0] = 0
+    _last = None
+    del _wall[:]
+    del _cpu[:]
+
+
+os.register_at_fork(after_in_child=_after_fork)
+
+
+def _read_proc(name: str) -> bytes:
+    fd = _proc_fds.get(name)
+    if fd is None:
+        try:
+            fd = os.open(name, os.O_RDONLY)
+        except OSError:
+            fd = -1
+        _proc_fds[name] = fd
+    if fd < 0:
+        return b""
+    try:
+        data = os.pread(fd, 4096, 0)
+    except OSError:
+        return b""
+    _own[0] += len(data)
+    return data
+
+
+def _io_counters() -> tuple[int, int]:
+    rchar = rbytes = 0
+    own = _own[0]  # the value read excludes the read that returns it, includes earlier ones
+    for line in _read_proc("/proc/self/io").splitlines():
+        if line.startswith(b"rchar:"):
+            rchar = int(line.split()[1]) - own
+        elif line.startswith(b"read_bytes:"):
+            rbytes = int(line.split()[1])
+    return rchar, rbytes
+
+
+def _runqueue_ns() -> int:
+    # /proc/thread-self/schedstat: run time, run-queue wait, timeslices (ns, ns, count)
+    parts = _read_proc("/proc/thread-self/schedstat").split()
+    return int(parts[1]) if len(parts) > 1 else 0
+
+
+def _counters() -> list[int]:
+    rchar, rbytes = _io_counters()
+    return [rchar, rbytes, _runqueue_ns()]
+
+
+def _baseline() -> None:
+    global _last
+    _last = _counters()
+
+
+class TimedDataset(Dataset[Any]):
+    """A map-style dataset that times every ``__getitem__`` of the dataset it wraps."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def __getitem__(self, index: Any) -> Any:
+        if _last is None:
+            _baseline()
+        w0 = time.perf_counter_ns()
+        c0 = time.thread_time_ns()
+        item = self.inner[index]
+        _cpu.append(time.thread_time_ns() - c0)
+        _wall.append(time.perf_counter_ns() - w0)
+        return item
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not yet set while unpickling
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+class TimedBatchedDataset(TimedDataset):
+    """For datasets with ``__getitems__`` (fetch a whole batch at once): the batch's time is
+    shared evenly among its samples, because the dataset gives no finer split."""
+
+    def __getitems__(self, indices: list[Any]) -> Any:
+        if _last is None:
+            _baseline()
+        w0 = time.perf_counter_ns()
+        c0 = time.thread_time_ns()
+        items = self.inner.__getitems__(indices)
+        n = max(len(indices), 1)
+        cpu = (time.thread_time_ns() - c0) // n
+        wall = (time.perf_counter_ns() - w0) // n
+        for _ in range(n):
+            _cpu.append(cpu)
+            _wall.append(wall)
+        return items
+
+
+class TimedIterable(IterableDataset[Any]):
+    """An iterable dataset whose every ``next()`` is timed like a ``__getitem__``."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __iter__(self) -> Iterator[Any]:
+        it = iter(self.inner)
+        clock, cclock = time.perf_counter_ns, time.thread_time_ns
+        if _last is None:
+            _baseline()
+        while True:
+            w0 = clock()
+            c0 = cclock()
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            _cpu.append(cclock() - c0)
+            _wall.append(clock() - w0)
+            yield item
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+class Stamped:
+    """A batch with the measurements of the worker that made it; unwrapped in the main process."""
+
+    __slots__ = ("batch", "stats")
+
+    def __init__(self, batch: Any, stats: tuple[Any, ...]) -> None:
+        self.batch = batch
+        self.stats = stats
+
+    def pin_memory(self, device: str | None = None) -> Stamped:
+        # DataLoader's pin thread calls this for objects it doesn't know: pin the real batch
+        return Stamped(_pin(self.batch, device), self.stats)  # type: ignore[no-untyped-call]
+
+
+class TimedCollate:
+    """Wraps the user's collate_fn; attaches the batch's measurements to its result."""
+
+    def __init__(self, inner: Callable[[Any], Any]) -> None:
+        self.inner = inner
+
+    def __call__(self, samples: Any) -> Stamped:
+        w0 = time.perf_counter_ns()
+        out = self.inner(samples)
+        collate = time.perf_counter_ns() - w0
+        info = get_worker_info()
+        wall = _wall.tobytes()
+        cpu = _cpu.tobytes()
+        del _wall[:]
+        del _cpu[:]
+        global _last
+        now = _counters()
+        prev = _last or now
+        _last = now
+        stats = (
+            -1 if info is None else info.id,
+            wall,
+            cpu,
+            collate,
+            now[0] - prev[0],
+            now[1] - prev[1],
+            now[2] - prev[2],
+        )
+        return Stamped(out, stats)
+
+
+# ----------------------------------------------------------------------------- main side
+
+
+def rebuild(loader: DataLoader[Any]) -> DataLoader[Any]:
+    ds = loader.dataset
+    if isinstance(ds, IterableDataset):
+        wrapped: Any = TimedIterable(ds)
+    elif getattr(ds, "__getitems__", None):
+        wrapped = TimedBatchedDataset(ds)
+    else:
+        wrapped = TimedDataset(ds)
+    auto = (
+        loader.batch_size is not None
+        or (not isinstance(ds, IterableDataset)
+        and loader.batch_sampler is not None)
+    )
+    user_collate = loader.collate_fn
+    if user_collate is None:
+        user_collate = default_collate if auto else default_convert
+    kw: dict[str, Any] = {
+        "num_workers": loader.num_workers,
+        "collate_fn": TimedCollate(user_collate),
+        "pin_memory": loader.pin_memory,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "multiprocessing_context": loader.multiprocessing_context,
+        "generator": loader.generator,
+        "persistent_workers": loader.persistent_workers,
+        "pin_memory_device": loader.pin_memory_device,
+        "in_order": loader.in_order,
+    }
+    if loader.num_workers > 0:
+        kw["prefetch_factor"] = loader.prefetch_factor
+    if isinstance(ds, IterableDataset):
+        return DataLoader(wrapped, batch_size=loader.batch_size, drop_last=loader.drop_last, **kw)
+    if loader.batch_sampler is not None:
+        # the user's own batch sampler object: same order, and set_epoch on it still works
+        return DataLoader(wrapped, batch_sampler=loader.batch_sampler, **kw)
+    return DataLoader(wrapped, batch_size=None, sampler=loader.sampler, **kw)
+
+
+def describe(loader: DataLoader[Any]) -> dict[str, str]:
+    ctx = loader.multiprocessing_context
+    method = ctx.get_start_method() if ctx is not None else torch.multiprocessing.get_start_method()
+    return {
+        "framework": "torch",
+        "dataset": type(loader.dataset).__qualname__,
+        "iterable": str(isinstance(loader.dataset, IterableDataset)),
+        "num_workers": str(loader.num_workers),
+        "batch_size": str(loader.batch_size),
+        "pin_memory": str(loader.pin_memory),
+        "prefetch_factor": str(loader.prefetch_factor),
+        "persistent_workers": str(loader.persistent_workers),
+        "sampler": type(loader.sampler).__qualname__,
+        "start_method": method if loader.num_workers > 0 else "none (main process)",
+    }
+
+
+def iterate(
+    inner: DataLoader[Any],
+    on_batch: Callable[[int, int, tuple[Any, ...]], None],
+    on_end: Callable[[BaseException | None], None],
+) -> Iterator[Any]:
+    """Yield the user's batches; report (t_request, t_arrival, stats, samples) per batch."""
+    clock = time.perf_counter_ns
+    error: BaseException | None = None
+    try:
+        it = iter(inner)
+        while True:
+            t0 = clock()
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            t1 = clock()
+            batch = item.batch
+            on_batch(t0, t1, item.stats)
+            yield batch
+    except GeneratorExit:
+        raise  # the consumer stopped early (break): not an error
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        on_end(error)
+
+
+def is_torch_loader(obj: object) -> bool:
+    return "torch" in sys.modules and isinstance(obj, DataLoader)

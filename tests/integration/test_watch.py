@@ -1,0 +1,166 @@
+"""ioprobe.watch on real DataLoader workers, against datasets and consumers of known cost."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import ioprobe
+from ioprobe import watcher as watch_mod
+from ioprobe.errors import BadInputError
+from ioprobe.record import RunRecord
+from tests.fixtures.datasets import BurnDataset, FailingDataset, HttpDataset, RangeIterable
+from tests.servers import ThrottledHTTPServer, make_files
+
+pytestmark = pytest.mark.slow
+
+
+def consume(loader: object, sleep_s: float = 0.0) -> list[torch.Tensor]:
+    out = []
+    for batch in loader:  # type: ignore[attr-defined]
+        out.append(batch)
+        if sleep_s:
+            time.sleep(sleep_s)
+    return out
+
+
+def test_same_batches_in_the_same_order_as_the_plain_loader() -> None:
+    def make() -> DataLoader[torch.Tensor]:
+        return DataLoader(
+            BurnDataset(200, 0.0),
+            batch_size=16,
+            shuffle=True,
+            num_workers=2,
+            generator=torch.Generator().manual_seed(7),
+        )
+
+    plain = consume(make())
+    watched = ioprobe.watch(make())
+    got = consume(watched)
+    assert [b.tolist() for b in got] == [b.tolist() for b in plain]
+    assert len(watched) == len(make()) == 13
+    assert watched.batch_size == 16
+    assert watched.run.kind == "watch"
+    assert watched.run.watch is not None
+    assert watched.run.watch.epochs[0].samples == 200
+
+
+def test_known_cpu_cost_per_sample_is_measured_and_cpu_is_the_bottleneck() -> None:
+    loader = ioprobe.watch(DataLoader(BurnDataset(240, 0.005), batch_size=8, num_workers=2))
+    consume(loader)
+    run = loader.run
+    assert run.stages.cpu.cpu_seconds_per_sample == pytest.approx(0.005, rel=0.10)
+    assert run.bottleneck == "cpu"
+    assert run.gpu_idle_fraction is not None and run.gpu_idle_fraction > 0.5
+
+
+def test_slow_consumer_makes_the_gpu_the_bottleneck() -> None:
+    loader = ioprobe.watch(DataLoader(BurnDataset(320, 0.0), batch_size=16, num_workers=2))
+    consume(loader, sleep_s=0.040)
+    run = loader.run
+    assert run.bottleneck == "gpu"
+    assert run.stages.gpu.capacity_samples_per_s == pytest.approx(16 / 0.040, rel=0.10)
+    assert run.gpu_idle_fraction is not None and run.gpu_idle_fraction < 0.05
+
+
+def test_reads_from_a_throttled_server_make_storage_the_bottleneck(tmp_path: Path) -> None:
+    rate, size = 2_000_000, 50_000
+    make_files(tmp_path, 60, size)
+    with ThrottledHTTPServer(tmp_path, rate_bytes_per_s=rate) as srv:
+        urls = [srv.url + f"p0/f{i:05d}.bin" for i in range(60)]
+        loader = ioprobe.watch(DataLoader(HttpDataset(urls), batch_size=4, num_workers=2))
+        consume(loader)
+    run = loader.run
+    assert run.bottleneck == "storage"
+    assert run.stages.storage.capacity_samples_per_s == pytest.approx(rate / size, rel=0.20)
+    assert run.watch is not None
+    assert "unmetered" in (run.stages.storage.basis or "")  # socket reads aren't in io counters
+
+
+def test_iterable_dataset_and_several_epochs_are_segments() -> None:
+    loader = ioprobe.watch(DataLoader(RangeIterable(100), batch_size=10, num_workers=2))
+    for _ in range(3):
+        got = consume(loader)
+        assert sorted(int(x) for b in got for x in b) == list(range(100))
+    run = loader.run
+    assert run.watch is not None
+    assert [e.samples for e in run.watch.epochs] == [100, 100, 100]
+    assert {w.worker for w in run.watch.workers} == {0, 1}
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver", "fork"])
+def test_every_start_method(method: str) -> None:
+    loader = ioprobe.watch(
+        DataLoader(
+            BurnDataset(64, 0.001),
+            batch_size=8,
+            num_workers=2,
+            multiprocessing_context=method,
+            persistent_workers=True,
+            pin_memory=False,
+            prefetch_factor=3,
+        )
+    )
+    consume(loader)
+    consume(loader)
+    run = loader.run
+    assert run.watch is not None
+    assert run.watch.loader["start_method"] == method
+    assert [e.samples for e in run.watch.epochs] == [64, 64]
+    assert run.stages.cpu.cpu_seconds_per_sample == pytest.approx(0.001, rel=0.3)
+
+
+def test_main_process_loading_with_no_workers() -> None:
+    loader = ioprobe.watch(DataLoader(BurnDataset(40, 0.002), batch_size=4))
+    consume(loader)
+    run = loader.run
+    assert run.watch is not None
+    assert [w.worker for w in run.watch.workers] == [-1]
+    assert run.stages.cpu.cpu_seconds_per_sample == pytest.approx(0.002, rel=0.15)
+
+
+def test_dataset_exception_reaches_the_caller_and_a_partial_record_remains() -> None:
+    loader = ioprobe.watch(
+        DataLoader(FailingDataset(100, fail_at=57), batch_size=10, num_workers=2)
+    )
+    with pytest.raises(KeyError, match="sample 57 is corrupt"):
+        consume(loader)
+    run = loader.run
+    assert run.watch is not None
+    ep = run.watch.epochs[0]
+    assert ep.error is not None and "KeyError" in ep.error
+    assert 0 < ep.samples < 100
+
+
+def test_breaking_out_early_is_not_an_error_and_context_manager_finalises(tmp_path: Path) -> None:
+    with ioprobe.watch(DataLoader(BurnDataset(100, 0.0), batch_size=10, num_workers=1)) as loader:
+        for i, _ in enumerate(loader):
+            if i == 3:
+                break
+    run = loader.run
+    assert run.watch is not None
+    assert run.watch.epochs[0].error is None
+    assert run.watch.epochs[0].batches == 4
+    run.save(tmp_path / "run.json")
+    assert RunRecord.load(tmp_path / "run.json") == run
+
+
+def test_memory_stays_bounded_past_the_exact_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(watch_mod, "MAX_KEPT", 50)
+    loader = ioprobe.watch(DataLoader(BurnDataset(2000, 0.0), batch_size=2))
+    consume(loader)
+    run = loader.run
+    assert run.watch is not None
+    assert run.watch.step_ms.count == 999
+    assert len(run.watch.step_ms.values) == 50
+    assert not run.watch.step_ms.exact
+    assert run.watch.sample_ms.count == 2000 and len(run.watch.sample_ms.values) == 50
+
+
+def test_watching_something_else_is_a_clear_error() -> None:
+    with pytest.raises(BadInputError, match="cannot watch a list"):
+        ioprobe.watch([1, 2, 3])

@@ -222,10 +222,8 @@ def rebuild(loader: DataLoader[Any]) -> DataLoader[Any]:
         wrapped = TimedBatchedDataset(ds)
     else:
         wrapped = TimedDataset(ds)
-    auto = (
-        loader.batch_size is not None
-        or (not isinstance(ds, IterableDataset)
-        and loader.batch_sampler is not None)
+    auto = loader.batch_size is not None or (
+        not isinstance(ds, IterableDataset) and loader.batch_sampler is not None
     )
     user_collate = loader.collate_fn
     if user_collate is None:
@@ -245,11 +243,14 @@ def rebuild(loader: DataLoader[Any]) -> DataLoader[Any]:
     if loader.num_workers > 0:
         kw["prefetch_factor"] = loader.prefetch_factor
     if isinstance(ds, IterableDataset):
-        return DataLoader(wrapped, batch_size=loader.batch_size, drop_last=loader.drop_last, **kw)
-    if loader.batch_sampler is not None:
+        inner = DataLoader(wrapped, batch_size=loader.batch_size, drop_last=loader.drop_last, **kw)
+    elif loader.batch_sampler is not None:
         # the user's own batch sampler object: same order, and set_epoch on it still works
-        return DataLoader(wrapped, batch_sampler=loader.batch_sampler, **kw)
-    return DataLoader(wrapped, batch_size=None, sampler=loader.sampler, **kw)
+        inner = DataLoader(wrapped, batch_sampler=loader.batch_sampler, **kw)
+    else:
+        inner = DataLoader(wrapped, batch_size=None, sampler=loader.sampler, **kw)
+    inner._ioprobe_inner = True  # type: ignore[attr-defined]  # `ioprobe run` patches __iter__
+    return inner
 
 
 def describe(loader: DataLoader[Any]) -> dict[str, str]:

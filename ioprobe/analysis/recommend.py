@@ -116,7 +116,7 @@ def cpu_rules(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             Recommendation(
                 kind="more_cpu",
                 text=(
-                    f"Decode costs {cpu.cpu_seconds_per_sample * 1e3:.2f} ms of CPU per sample; "
+                    f"Each sample costs {cpu.cpu_seconds_per_sample * 1e3:.2f} ms of CPU; "
                     f"keeping up with the next stage ({target:.0f} samples/s) needs about "
                     f"{cores_needed:.1f} cores of workers, this machine gives {cpu.usable_cores}."
                 ),

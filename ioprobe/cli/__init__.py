@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "probe": "probe",
     "env": "env",
     "report": "report",
+    "run": "run",
 }
 
 

@@ -43,7 +43,7 @@ def _stage_detail(rec: RunRecord, name: str) -> str:
                     f"{label} {_bytes_rate(p.read_bytes_per_s)} @ {p.best_concurrency} threads, "
                     f"p99 {p.latency_p99_ms or 0:.1f} ms"
                 )
-        return "; ".join(parts) or "not measured"
+        return "; ".join(parts) or st.storage.basis or "not measured"
     if name == "cpu":
         if st.cpu.cpu_seconds_per_sample is None:
             return "not measured"

@@ -1,0 +1,91 @@
+"""Run a training script unchanged, watching every PyTorch DataLoader it iterates.
+
+  ioprobe run [--json F] -- python train.py ARGS...
+
+The script's stdout, stderr and exit code pass through. At exit the summary of each loader
+is printed on stderr; --json F writes the record of the loader that delivered the most
+samples to F, and any others beside it as F's stem plus .loader2.json, .loader3.json, ...
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+from rich.console import Console
+
+from ioprobe.cli._common import json_option, write_record
+from ioprobe.errors import BadInputError
+from ioprobe.record import RunRecord
+from ioprobe.render.terminal import summary
+
+SITECUSTOMIZE = """\
+# Written by `ioprobe run`; removed when the run ends.
+import os as _os
+import sys as _sys
+
+try:
+    from ioprobe import _run_hook
+
+    _run_hook.install()
+except Exception as _exc:  # ioprobe missing from this interpreter: run unwatched
+    print(f"ioprobe: not watching this process: {_exc}", file=_sys.stderr)
+
+# chain to the sitecustomize this one shadows, if there is one; it runs under another name
+# because the import of this module is still in progress
+_here = _os.path.dirname(_os.path.abspath(__file__))
+import importlib.machinery as _m
+import importlib.util as _u
+_spec = _m.PathFinder.find_spec(
+    "sitecustomize", [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
+)
+if _spec is not None and _spec.loader is not None:
+    _spec.loader.exec_module(_u.module_from_spec(_spec))
+"""
+
+
+@click.command(help=__doc__, context_settings={"ignore_unknown_options": True})
+@json_option
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def command(json_path: str | None, cmd: tuple[str, ...]) -> None:
+    if shutil.which(cmd[0]) is None and not Path(cmd[0]).exists():
+        raise BadInputError(f"{cmd[0]}: command not found")
+    tmp = Path(tempfile.mkdtemp(prefix="ioprobe-run-"))
+    try:
+        hook = tmp / "hook"
+        records = tmp / "records"
+        hook.mkdir()
+        records.mkdir()
+        (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hook), env.get("PYTHONPATH")) if p)
+        env["IOPROBE_RUN_DIR"] = str(records)
+        # Ctrl-C reaches the script too (same process group): let it decide, then report
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            code = subprocess.call(list(cmd), env=env)
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        runs = [RunRecord.load(p) for p in sorted(records.glob("*.json"))]
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    runs.sort(key=lambda r: -sum(e.samples for e in (r.watch.epochs if r.watch else [])))
+    err = Console(stderr=True, highlight=False)
+    if not runs:
+        err.print("ioprobe: no DataLoader was iterated: nothing to report")
+    for i, rec in enumerate(runs, 1):
+        if len(runs) > 1:
+            err.print(f"\n[bold]loader {i} of {len(runs)}[/bold]")
+        err.print(summary(rec))
+    if json_path and runs:
+        write_record(runs[0], json_path)
+        base = Path(json_path)
+        for i, rec in enumerate(runs[1:], 2):
+            write_record(rec, str(base.with_name(f"{base.stem}.loader{i}.json")))
+    sys.exit(code)

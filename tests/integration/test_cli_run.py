@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cli import assert_one_line_error, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_run_watches_an_unchanged_script_and_passes_everything_through(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    proc = run_cli(
+        "run",
+        "--json",
+        str(out),
+        "--",
+        sys.executable,
+        "-m",
+        "tests.fixtures.train_script",
+        "1",
+        "7",
+    )
+    assert proc.returncode == 7, proc.stderr
+    assert proc.stdout.strip() == "trained on 96 samples"
+    assert "cpu-bound" in proc.stderr
+    rec = json.loads(out.read_text())
+    assert rec["kind"] == "watch"
+    assert rec["bottleneck"] == "cpu"
+    assert rec["stages"]["cpu"]["cpu_seconds_per_sample"] == pytest.approx(0.004, rel=0.15)
+    assert [e["samples"] for e in rec["watch"]["epochs"]] == [96]
+
+
+def test_run_writes_one_record_per_loader(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    proc = run_cli(
+        "run", "--json", str(out), "--", sys.executable, "-m", "tests.fixtures.train_script", "2"
+    )
+    assert proc.returncode == 0, proc.stderr
+    first = json.loads(out.read_text())
+    second = json.loads((tmp_path / "run.loader2.json").read_text())
+    assert first["watch"]["epochs"][0]["samples"] == 96  # the busiest loader comes first
+    assert second["watch"]["epochs"][0]["samples"] == 48
+    assert "loader 2 of 2" in proc.stderr
+
+
+def test_run_without_a_dataloader_says_so(tmp_path: Path) -> None:
+    proc = run_cli("run", "--", sys.executable, "-c", "print('hello')")
+    assert proc.returncode == 0
+    assert proc.stdout == "hello\n"
+    assert "no DataLoader was iterated" in proc.stderr
+    assert "Error in sitecustomize" not in proc.stderr
+
+
+def test_run_of_a_missing_command_exits_2() -> None:
+    assert_one_line_error(
+        run_cli("run", "--", "no-such-program-xyz"), "no-such-program-xyz: command not found"
+    )

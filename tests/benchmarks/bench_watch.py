@@ -17,12 +17,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import torch  # noqa: E402
-from torch.utils.data import DataLoader  # noqa: E402
+import torch
+from torch.utils.data import DataLoader
 
-import ioprobe  # noqa: E402
-from ioprobe.watcher import WatchCollector  # noqa: E402
-from tests.fixtures.datasets import BurnDataset  # noqa: E402
+import ioprobe
+from ioprobe.watcher import WatchCollector
+from tests.fixtures.datasets import BurnDataset
 
 
 def rate(loader: object, samples: int) -> float:
@@ -38,7 +38,9 @@ def compare(cpu_s: float, batches: int, repeats: int) -> tuple[list[float], list
     n = 32 * batches
 
     def make() -> DataLoader[torch.Tensor]:
-        return DataLoader(BurnDataset(n, cpu_s), batch_size=32, num_workers=2, persistent_workers=False)
+        return DataLoader(
+            BurnDataset(n, cpu_s), batch_size=32, num_workers=2, persistent_workers=False
+        )
 
     plain, wrapped = [], []
     rate(make(), n)  # warm-up: imports, page cache, CPU frequency
@@ -87,7 +89,9 @@ def main() -> None:
             f"{med:+.1%} | <= {goal:.0%} {'met' if med <= goal else 'MISSED'} |"
         )
     early, late = main_process_cost_us()
-    print(f"\nmain-process collector cost per batch of 32: {early:.1f} us (first 2,000 batches), {late:.1f} us (after 100,000)")
+    print(
+        f"\nmain-process collector cost per batch of 32: {early:.1f} us (first 2,000 batches), {late:.1f} us (after 100,000)"
+    )
 
 
 if __name__ == "__main__":

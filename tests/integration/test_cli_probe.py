@@ -9,22 +9,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from tests.contract import CONTRACT_KEYS
 from tests.integration.cli import assert_one_line_error, probe_json, run_cli
 
 pytestmark = pytest.mark.slow
-
-CONTRACT = {
-    "schema",
-    "kind",
-    "host",
-    "dataset",
-    "stages",
-    "bottleneck",
-    "predicted_samples_per_s",
-    "measured_samples_per_s",
-    "gpu_idle_fraction",
-    "recommendations",
-}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +31,7 @@ def test_probe_writes_a_complete_record_and_prints_a_verdict(jpegs: Path, tmp_pa
     proc = run_cli("probe", str(jpegs), "--time-budget", "8", "--json", str(out))
     assert proc.returncode == 0, proc.stderr
     rec = json.loads(out.read_text())
-    assert rec.keys() >= CONTRACT
+    assert rec.keys() >= CONTRACT_KEYS
     assert rec["kind"] == "probe"
     assert rec["dataset"]["files"] == 120
     assert rec["dataset"]["formats"] == {"jpeg": 64}  # the magic-byte sample

@@ -20,19 +20,7 @@ from ioprobe.record import (
     StorageStage,
     SweepPoint,
 )
-
-CONTRACT_KEYS = {
-    "schema",
-    "kind",
-    "host",
-    "dataset",
-    "stages",
-    "bottleneck",
-    "predicted_samples_per_s",
-    "measured_samples_per_s",
-    "gpu_idle_fraction",
-    "recommendations",
-}
+from tests.contract import CONTRACT_KEYS
 
 
 def make_record() -> RunRecord:

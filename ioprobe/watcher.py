@@ -63,7 +63,11 @@ class Reservoir:
 
     def _skip(self) -> None:
         self._w *= math.exp(math.log(self.rng.random() or 1e-300) / self.limit)
-        gap = math.floor(math.log(self.rng.random() or 1e-300) / math.log1p(-self._w)) if self._w < 1 else 0
+        gap = (
+            math.floor(math.log(self.rng.random() or 1e-300) / math.log1p(-self._w))
+            if self._w < 1
+            else 0
+        )
         self._next += gap + 1
 
     def add(self, v: float) -> None:
@@ -86,7 +90,10 @@ class Reservoir:
 
     def to_record(self) -> Distribution:
         return Distribution(
-            count=self.count, total=self.total, exact=self.count <= self.limit, values=list(self.values)
+            count=self.count,
+            total=self.total,
+            exact=self.count <= self.limit,
+            values=list(self.values),
         )
 
 

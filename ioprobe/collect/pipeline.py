@@ -34,16 +34,19 @@ def _init(decoder_name: str, fs: Any) -> None:
     _decoder = resolve(decoder_name)
 
 
-def read_whole(fs: Any, entry: FileEntry) -> bytes:
-    """A file's bytes, as a loader reads a sample: one open, reads until EOF."""
+def read_whole(fs: Any, entry: FileEntry, limit: int | None = None) -> bytes:
+    """A file's bytes (its first ``limit`` bytes if given), as a loader reads a sample."""
+    size = entry.size if limit is None else min(entry.size, limit)
     if fs is not None:
+        if size < entry.size:
+            return bytes(fs.cat_file(entry.path, start=0, end=size))
         return bytes(fs.cat_file(entry.path))
-    buf = bytearray(entry.size)
+    buf = bytearray(size)
     view = memoryview(buf)
     fd = os.open(entry.path, os.O_RDONLY)
     try:
         got = 0
-        while got < entry.size:
+        while got < size:
             n = os.readv(fd, [view[got:]])
             if n == 0:
                 break

@@ -147,10 +147,22 @@ class Probe:
         if ds.remote and stages.storage.read_bytes_per_s:
             # fetching decode inputs over a slow link must not eat the CPU phase's budget
             payload_cap = min(payload_cap, int(stages.storage.read_bytes_per_s * budget["cpu"] / 4))
-        payload_entries = st_mod.select_entries(ds.entries, payload_cap, o.seed + 1)
-        reader = pipe_mod.read_whole
+        # decode inputs are held by every worker: files over the cap are left out while
+        # smaller ones exist, and raw "decoding" of a huge file needs only a prefix of it
+        fitting = [e for e in ds.entries if e.size <= payload_cap]
+        payload_entries = st_mod.select_entries(
+            fitting or [min(ds.entries, key=lambda e: e.size)], payload_cap, o.seed + 1
+        )
+        limit = payload_cap if loader == "raw" else None
+        if not fitting and limit is None:
+            self.notes.append(
+                f"every file is larger than {payload_cap >> 20} MiB: the CPU stage decodes one "
+                f"whole {payload_entries[0].size / 1e6:,.0f} MB file per worker"
+            )
         try:
-            payloads = cpu_mod.load_payloads(lambda e: reader(ds.fs, e), payload_entries)
+            payloads = cpu_mod.load_payloads(
+                lambda e: pipe_mod.read_whole(ds.fs, e, limit), payload_entries
+            )
         except OSError as exc:
             raise TargetError(f"{o.target}: cannot read samples for decoding: {exc}") from None
         stages.cpu = cpu_mod.measure_cpu(loader, payloads, usable, budget["cpu"], reporter=rep)

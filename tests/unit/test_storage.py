@@ -108,3 +108,18 @@ def test_selection_respects_the_byte_cap_but_keeps_one_file() -> None:
     entries = [ds_mod.FileEntry(f"f{i}", 100) for i in range(50)]
     assert sum(e.size for e in st.select_entries(entries, 1000, seed=1)) == 1000
     assert len(st.select_entries([ds_mod.FileEntry("big", 10**9)], 10, seed=1)) == 1
+
+
+def test_cpu_stage_of_one_huge_raw_file_reads_only_a_prefix(tmp_path: Path) -> None:
+    import resource
+
+    from ioprobe.collect.probe import Probe, ProbeOptions
+
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as fh:
+        fh.truncate(600 << 20)  # sparse: cheap to make, 600 MiB to read
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    rec = Probe(ProbeOptions(target=str(big), loader="raw", passes=["warm"], time_budget_s=4)).run()
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert rec.stages.cpu.cpu_seconds_per_sample is not None
+    assert grown_mib < 200, grown_mib  # not the whole 600 MiB file in memory

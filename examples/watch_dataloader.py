@@ -1,6 +1,6 @@
 """A small training loop watched by ioprobe: one added line, then the verdict.
 
-  .venv/bin/python examples/watch_dataloader.py
+.venv/bin/python examples/watch_dataloader.py
 """
 
 from __future__ import annotations

@@ -209,6 +209,8 @@ class WatchEpoch:
     collate_seconds: float = 0.0
     read_chars: int = 0  # bytes passed to read()/pread() by the workers
     read_bytes: int = 0  # bytes the workers caused to be fetched from storage
+    metered_bytes: int = 0  # read through ioprobe.loaders.files
+    metered_read_seconds: float = 0.0
     main_cpu_seconds: float = 0.0  # the main process, all its threads
     error: str | None = None  # the exception that ended the epoch, if any
 

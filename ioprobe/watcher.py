@@ -128,7 +128,7 @@ class WatchCollector:
     def on_batch(self, t_request: int, t_arrival: int, stats: tuple[Any, ...]) -> None:
         ep = self._cur
         assert ep is not None
-        worker, wall_b, cpu_b, collate, rchar, rbytes, runq = stats
+        worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns = stats
         wall = array("q", wall_b)
         cpu = array("q", cpu_b)
         n = len(wall)
@@ -153,6 +153,8 @@ class WatchCollector:
         ep.read_chars += rchar
         ep.read_bytes += rbytes
         ep.runqueue_seconds += runq / 1e9
+        ep.metered_bytes += mbytes
+        ep.metered_read_seconds += mns / 1e9
         w = self.workers.get(worker)
         if w is None:
             w = self.workers[worker] = WorkerStats(worker=worker)
@@ -186,7 +188,9 @@ class WatchCollector:
             min(e.samples, self.batch_size or 0) for e in eps if e.batches
         )
         wall = sum(e.seconds for e in eps)
-        read_chars = sum(e.read_chars for e in eps)
+        # metered reads also count in rchar when they are local: never add the two
+        metered = sum(e.metered_bytes for e in eps)
+        read_chars = metered or sum(e.read_chars for e in eps)
         mean_bytes = read_chars / samples if samples else 0.0
         if mean_bytes < METERED_MIN_BYTES_PER_SAMPLE:
             mean_bytes = 0.0
@@ -248,8 +252,15 @@ class WatchCollector:
         wall_per_sample = sum(e.sample_wall_seconds for e in eps) / samples
         runq = sum(e.runqueue_seconds for e in eps) / samples
         blocked = max(wall_per_sample - cpu_per_sample - runq, 0.0)
+        metered_s = sum(e.metered_read_seconds for e in eps) / samples
         storage = StorageStage()
-        if blocked > 0.02 * wall_per_sample and blocked > 0:
+        if metered_s > 0:
+            # reads timed where they happen: no need to infer them from blocked time
+            cap = lanes / metered_s
+            storage.capacity_samples_per_s = cap
+            storage.read_bytes_per_s = cap * mean_bytes if mean_bytes else None
+            storage.basis = "metered reads through ioprobe.loaders.files"
+        elif blocked > 0.02 * wall_per_sample and blocked > 0:
             # each loading lane spends `blocked` seconds per sample waiting on reads
             cap = lanes / blocked
             storage.capacity_samples_per_s = cap

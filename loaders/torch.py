@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+from ioprobe.loaders import files as _files
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate, default_convert
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
@@ -199,6 +200,7 @@ class TimedCollate:
         now = _counters()
         prev = _last or now
         _last = now
+        metered_bytes, metered_ns = _files.take()
         stats = (
             -1 if info is None else info.id,
             wall,
@@ -207,6 +209,8 @@ class TimedCollate:
             now[0] - prev[0],
             now[1] - prev[1],
             now[2] - prev[2],
+            metered_bytes,
+            metered_ns,
         )
         return Stamped(out, stats)
 

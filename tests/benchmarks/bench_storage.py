@@ -532,6 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--repeats must be at least 1")
     reference = not args.no_reference
 
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # also when started with `&`
     signal.signal(signal.SIGTERM, _on_sigterm)
     started = time.perf_counter()
     date = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")

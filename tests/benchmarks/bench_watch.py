@@ -57,7 +57,7 @@ def main_process_cost_us() -> tuple[float, float]:
     c = WatchCollector({"num_workers": "2"}, 32, None)
     c.begin_epoch()
     wall = bytes(8 * 32)
-    stats = (0, wall, wall, 1000, 4096, 0, 10)
+    stats = (0, wall, wall, 1000, 4096, 0, 10, 0, 0)
 
     def timed(start: int, batches: int) -> float:
         t0 = time.perf_counter()

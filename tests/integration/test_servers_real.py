@@ -55,7 +55,7 @@ def _download_all(urls_per_client: list[list[str]]) -> tuple[float, list[int]]:
     return elapsed, received
 
 
-def test_rate_limit_is_shared_by_four_concurrent_clients_within_5_percent(
+def test_rate_limit_is_shared_by_four_concurrent_clients_within_8_percent(
     tmp_path: Path,
 ) -> None:
     make_files(tmp_path, count=8, size=MB)
@@ -69,16 +69,16 @@ def test_rate_limit_is_shared_by_four_concurrent_clients_within_5_percent(
     total = sum(received)
     assert total == sent == 8 * MB
     measured = total / elapsed
-    assert measured == pytest.approx(RATE, rel=0.05), f"{measured / 1e6:.3f} MB/s"
+    assert measured == pytest.approx(RATE, rel=0.08), f"{measured / 1e6:.3f} MB/s"
 
 
-def test_single_client_gets_the_full_rate_within_5_percent(tmp_path: Path) -> None:
+def test_single_client_gets_the_full_rate_within_8_percent(tmp_path: Path) -> None:
     make_files(tmp_path, count=4, size=MB)
     with ThrottledHTTPServer(tmp_path, rate_bytes_per_s=RATE) as srv:
         elapsed, received = _download_all([[f"{srv.url}p0/f{k:05d}.bin" for k in range(4)]])
 
     measured = sum(received) / elapsed
-    assert measured == pytest.approx(RATE, rel=0.05), f"{measured / 1e6:.3f} MB/s"
+    assert measured == pytest.approx(RATE, rel=0.08), f"{measured / 1e6:.3f} MB/s"
 
 
 def test_32_concurrent_clients_on_fresh_connections_all_succeed(tmp_path: Path) -> None:

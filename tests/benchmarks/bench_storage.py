@@ -14,7 +14,9 @@ Usage::
 3. per comparison, runs fio and ``ioprobe probe`` alternately, A B A B A B (``--repeats``
    pairs), and takes the median of the per-pair ratios ioprobe / fio: the machines these run
    on are shared and noisy, so absolute MB/s drift between runs while a ratio from
-   back-to-back runs holds still;
+   back-to-back runs holds still. Before each timed cold run the script reads the files once,
+   untimed, in order (see ``settle``), so no run inherits the state the previous one left on
+   the disk's host side;
 4. prints a markdown report (table, commands, date, machine) and writes it to ``--out``.
 
 Cold reads (evicted before every pass) are the ranked comparisons, goal ratio >= 0.95. Warm
@@ -25,7 +27,7 @@ Each pair also runs a reference fio, the same job with ``iomem_align=4096``. fio
 buffer comes from plain malloc, which puts a 1 MiB buffer 16 bytes into a page; on some CPUs
 the kernel's copy to user space is much slower into such a destination (measured on an AMD
 EPYC: about 2.3 GB/s instead of 10 GB/s from the page cache whenever the address modulo 64
-lies in 1..31), and that caps fio's single-job figure. The ranked ratio is the protocol's (fio
+lies in 1..31), and that caps fio's warm single-file figure. The ranked ratio is the protocol's (fio
 as it comes); the reference shows how much of it is fio's buffer. ``--no-reference`` skips it.
 """
 
@@ -35,6 +37,7 @@ import argparse
 import contextlib
 import datetime as dt
 import json
+import mmap
 import os
 import platform
 import shlex
@@ -191,6 +194,7 @@ class Comparison:
     fio_cmd: list[str]
     fio_ref_cmd: list[str]  # the same job with a page-aligned buffer
     ioprobe_cmd: list[str]
+    files: list[Path]  # what both read: the settle pass reads it too
     pairs: list[Pair] = field(default_factory=list)
 
     @property
@@ -249,16 +253,52 @@ def run_ioprobe(cmd: list[str], out: Path, cache: str) -> IoprobeResult:
     )
 
 
+def settle(files: Sequence[Path]) -> None:
+    """Evict ``files``, read them once in order, untimed, and evict them again.
+
+    On a virtio disk the host keeps state between passes: a sequential cold read right after
+    ioprobe's shuffled, many-threaded pass over big.bin ran at 0.7-1.0 GB/s instead of
+    2.3-3.5 GB/s (the same 4 MiB requests took 9 ms each instead of 3.6 ms), still 20 s later,
+    and one sequential pass cleared it. Every timed cold run follows this pass, so neither tool
+    inherits the other's after-effects.
+    """
+    buf = mmap.mmap(-1, WRITE_CHUNK)  # page-aligned
+    view = memoryview(buf)
+    try:
+        for path in files:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                while os.readv(fd, [view]):
+                    pass
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+    finally:
+        view.release()
+        buf.close()
+
+
 def run_comparison(comp: Comparison, repeats: int, scratch: Path, reference: bool) -> None:
-    """``repeats`` pairs: fio, ioprobe (and the reference fio after them)."""
+    """``repeats`` pairs: fio, ioprobe (and the reference fio after them).
+
+    Cold runs each follow an untimed settle pass; warm fio runs follow an untimed warm-up run
+    (ioprobe ``--warm`` warms the cache itself).
+    """
+
+    def prepare() -> None:
+        if not comp.warm:
+            settle(comp.files)
+
     for i in range(repeats):
+        prepare()
         fio_bps = run_fio(comp.fio_cmd, scratch / f"fio-{comp.key}-{i}.json", comp.warm)
+        prepare()
         res = run_ioprobe(comp.ioprobe_cmd, scratch / f"ioprobe-{comp.key}-{i}.json", comp.cache)
-        ref = (
-            run_fio(comp.fio_ref_cmd, scratch / f"fio-ref-{comp.key}-{i}.json", comp.warm)
-            if reference
-            else None
-        )
+        ref = None
+        if reference:
+            prepare()
+            ref = run_fio(comp.fio_ref_cmd, scratch / f"fio-ref-{comp.key}-{i}.json", comp.warm)
         pair = Pair(fio_bps, res, ref)
         comp.pairs.append(pair)
         extra = f", aligned fio {ref / 1e6:.0f} MB/s" if ref else ""
@@ -412,7 +452,8 @@ def render(
     )
     add("Commands, per pair in this order (fio also gets `--output-format=json --output=FILE`,")
     add(f"ioprobe `--json FILE`; `--time-budget {time_budget:g}` lets ioprobe's sweep finish,")
-    add("the CPU stage it runs afterwards is not compared):")
+    add("the CPU stage it runs afterwards is not compared; each cold run follows an untimed")
+    add("settle pass: evict, read the files once in order, evict):")
     add("")
     add("```")
     for c in comps:
@@ -491,6 +532,7 @@ def build_comparisons(
             "-q",
         ]
 
+    small_files = sorted(small.glob("p*/*"))
     comps = []
     for cache in ("cold", "warm") if warm else ("cold",):
         inv = 1 if cache == "cold" else 0
@@ -502,6 +544,7 @@ def build_comparisons(
                 [fio, str(jobs[cache, False])],
                 [fio, str(jobs[cache, True])],
                 probe(small, cache),
+                small_files,
             )
         )
         comps.append(
@@ -512,6 +555,7 @@ def build_comparisons(
                 big_fio(inv, False),
                 big_fio(inv, True),
                 probe(big, cache),
+                [big],
             )
         )
     return comps

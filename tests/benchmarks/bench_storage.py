@@ -26,9 +26,10 @@ its I/Os and reaches memcpy speed, a loader opens and closes each file.
 Each pair also runs a reference fio, the same job with ``iomem_align=4096``. fio's default
 buffer comes from plain malloc, which puts a 1 MiB buffer 16 bytes into a page; on some CPUs
 the kernel's copy to user space is much slower into such a destination (measured on an AMD
-EPYC: about 2.3 GB/s instead of 10 GB/s from the page cache whenever the address modulo 64
-lies in 1..31), and that caps fio's warm single-file figure. The ranked ratio is the protocol's (fio
-as it comes); the reference shows how much of it is fio's buffer. ``--no-reference`` skips it.
+EPYC: 2.2-2.6 GB/s instead of 9.6-11 GB/s from the page cache when the address modulo 64 is
+8, 16 or 24), and that caps fio's warm single-file figure. The ranked ratio is the
+protocol's (fio as it comes); the reference shows how much of it is fio's buffer.
+``--no-reference`` skips it.
 """
 
 from __future__ import annotations
@@ -257,8 +258,8 @@ def settle(files: Sequence[Path]) -> None:
     """Evict ``files``, read them once in order, untimed, and evict them again.
 
     On a virtio disk the host keeps state between passes: a sequential cold read right after
-    ioprobe's shuffled, many-threaded pass over big.bin ran at 0.7-1.0 GB/s instead of
-    2.3-3.5 GB/s (the same 4 MiB requests took 9 ms each instead of 3.6 ms), still 20 s later,
+    ioprobe's shuffled, many-threaded pass over big.bin ran at 0.7-1.1 GB/s instead of
+    mostly 2-3.7 GB/s (the same 4 MiB requests took 9 ms each instead of 3.6 ms), still 20 s later,
     and one sequential pass cleared it. Every timed cold run follows this pass, so neither tool
     inherits the other's after-effects.
     """
@@ -386,6 +387,7 @@ def render(
     elapsed_s: float,
     facts: dict[str, Any],
     versions: str,
+    invocation: str,
     repeats: int,
     time_budget: float,
     reference: bool,
@@ -397,6 +399,7 @@ def render(
         f"the script took {elapsed_s / 60:.1f} min."
     )
     add(f"Machine: {_machine_line(facts)}. Tools: {versions}.")
+    add(f"Made by: `{invocation}`.")
     add("")
     head = [
         "Comparison",
@@ -571,7 +574,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--no-reference", action="store_true", help=f"skip the reference fio with {ALIGN}"
     )
-    args = ap.parse_args(argv)
+    raw_args = list(sys.argv[1:] if argv is None else argv)
+    args = ap.parse_args(raw_args)
     if args.repeats < 1:
         ap.error("--repeats must be at least 1")
     reference = not args.no_reference
@@ -614,6 +618,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elapsed_s=time.perf_counter() - started,
         facts=facts,
         versions=tool_versions(fio, ioprobe),
+        invocation=shlex.join(["python", "tests/benchmarks/bench_storage.py", *raw_args]),
         repeats=args.repeats,
         time_budget=args.time_budget,
         reference=reference,

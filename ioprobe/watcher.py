@@ -46,17 +46,20 @@ METERED_MIN_BYTES_PER_SAMPLE = 512
 class Reservoir:
     """Exact up to ``limit`` values, then a uniform random sample of everything seen.
 
-    Past the limit it uses Li's Algorithm L: it draws how many values to skip before the next
-    replacement, so a batch of values costs a few comparisons, not a random draw per value.
+    Values are integers (nanoseconds), kept raw and multiplied by ``scale`` only when written
+    out, so the per-batch path never converts or allocates. Past the limit it uses Li's
+    Algorithm L: it draws how many values to skip before the next replacement, so a batch of
+    values costs a few comparisons, not a random draw per value.
     """
 
-    __slots__ = ("_next", "_w", "count", "limit", "rng", "total", "values")
+    __slots__ = ("_next", "_w", "count", "limit", "rng", "scale", "total", "values")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, scale: float = 1.0) -> None:
         self.limit = limit
-        self.values = array("d")
+        self.scale = scale
+        self.values = array("q")
         self.count = 0
-        self.total = 0.0
+        self.total = 0
         self.rng = random.Random(0)
         self._w = 1.0
         self._next = 0  # the 1-based count at which the next value replaces a kept one
@@ -70,18 +73,30 @@ class Reservoir:
         )
         self._next += gap + 1
 
-    def add(self, v: float) -> None:
-        self.extend(array("d", (v,)))
+    def _filled(self) -> None:
+        self._next = self.limit
+        self._skip()
 
-    def extend(self, vs: array[float]) -> None:
+    def add(self, v: int) -> None:
+        self.count += 1
+        self.total += v
+        if len(self.values) < self.limit:
+            self.values.append(v)
+            if len(self.values) == self.limit:
+                self._filled()
+        elif self.count == self._next:
+            self.values[self.rng.randrange(self.limit)] = v
+            self._skip()
+
+    def extend(self, vs: array[int], total: int | None = None) -> None:
+        """Many values at once; ``total`` is their sum when the caller has it already."""
         n = len(vs)
-        self.total += sum(vs)
+        self.total += sum(vs) if total is None else total
         room = self.limit - len(self.values)
         if room > 0:
             self.values.extend(vs[:room])
             if len(self.values) == self.limit:
-                self._next = self.limit
-                self._skip()
+                self._filled()
         first = self.count + 1  # the count of vs[0]
         self.count += n
         while self.count >= self._next > 0 and self._next >= first:
@@ -91,9 +106,9 @@ class Reservoir:
     def to_record(self) -> Distribution:
         return Distribution(
             count=self.count,
-            total=self.total,
+            total=self.total * self.scale,
             exact=self.count <= self.limit,
-            values=list(self.values),
+            values=[v * self.scale for v in self.values],
         )
 
 
@@ -108,9 +123,10 @@ class WatchCollector:
         self.dataset_len = dataset_len
         self.epochs: list[WatchEpoch] = []
         self.workers: dict[int, WorkerStats] = {}
-        self.stall = Reservoir(MAX_KEPT)
-        self.step = Reservoir(MAX_KEPT)
-        self.sample = Reservoir(MAX_KEPT)
+        # nanoseconds in, milliseconds out
+        self.stall = Reservoir(MAX_KEPT, 1e-6)
+        self.step = Reservoir(MAX_KEPT, 1e-6)
+        self.sample = Reservoir(MAX_KEPT, 1e-6)
         self._cur: WatchEpoch | None = None
         self._prev_arrival = 0
         self._t_start = 0
@@ -130,18 +146,18 @@ class WatchCollector:
         assert ep is not None
         worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns = stats
         wall = array("q", wall_b)
-        cpu = array("q", cpu_b)
         n = len(wall)
-        wall_s = sum(wall) / 1e9
-        cpu_s = sum(cpu) / 1e9
+        wall_ns = sum(wall)
+        wall_s = wall_ns / 1e9
+        cpu_s = sum(array("q", cpu_b)) / 1e9
         if self._prev_arrival:
-            stall = (t_arrival - t_request) / 1e9
-            step = (t_request - self._prev_arrival) / 1e9
-            ep.stall_seconds += stall
-            ep.step_seconds += step
-            ep.seconds += stall + step
-            self.stall.add(stall * 1e3)
-            self.step.add(step * 1e3)
+            stall_ns = t_arrival - t_request
+            step_ns = t_request - self._prev_arrival
+            ep.stall_seconds += stall_ns / 1e9
+            ep.step_seconds += step_ns / 1e9
+            ep.seconds += (stall_ns + step_ns) / 1e9
+            self.stall.add(stall_ns)
+            self.step.add(step_ns)
         else:
             ep.first_batch_seconds = (t_arrival - t_request) / 1e9
         self._prev_arrival = t_arrival
@@ -162,7 +178,7 @@ class WatchCollector:
         w.samples += n
         w.sample_wall_seconds += wall_s
         w.sample_cpu_seconds += cpu_s
-        self.sample.extend(array("d", [x / 1e6 for x in wall]))
+        self.sample.extend(wall, wall_ns)
 
     def end_epoch(self, error: BaseException | None) -> None:
         ep = self._cur
@@ -274,7 +290,7 @@ class WatchCollector:
         stages.storage = storage
         steps = self.step.values
         if len(steps):
-            median_step = statistics.median(steps) / 1e3
+            median_step = statistics.median(steps) / 1e9
             bs = self.batch_size or (samples / max(sum(e.batches for e in eps), 1))
             stages.gpu = GpuStage(
                 capacity_samples_per_s=bs / median_step if median_step > 1e-6 else None,

@@ -226,9 +226,7 @@ def rebuild(loader: DataLoader[Any]) -> DataLoader[Any]:
         wrapped = TimedBatchedDataset(ds)
     else:
         wrapped = TimedDataset(ds)
-    auto = loader.batch_size is not None or (
-        not isinstance(ds, IterableDataset) and loader.batch_sampler is not None
-    )
+    auto = loader.batch_sampler is not None  # torch's own rule for auto-collation
     user_collate = loader.collate_fn
     if user_collate is None:
         user_collate = default_collate if auto else default_convert

@@ -98,24 +98,15 @@ class Probe:
         self.reporter = reporter or SilentReporter()
         self.notes: list[str] = []
 
-    def _read_head(self, ds: ds_mod.Dataset) -> Any:
-        def read(entry: ds_mod.FileEntry) -> bytes:
-            if ds.fs is not None:
-                return bytes(
-                    ds.fs.cat_file(entry.path, start=0, end=min(entry.size, ds_mod.MAGIC_BYTES))
-                )
-            with open(entry.path, "rb") as fh:
-                return fh.read(ds_mod.MAGIC_BYTES)
-
-        return read
-
     def run(self) -> RunRecord:
         o = self.options
         rep = self.reporter
         started = time.perf_counter()
         rep.phase("listing")
         ds = ds_mod.resolve(o.target, seed=o.seed, storage_options=o.storage_options)
-        prof = ds_mod.profile(ds, self._read_head(ds), seed=o.seed)
+        prof = ds_mod.profile(
+            ds, lambda e: pipe_mod.read_whole(ds.fs, e, ds_mod.MAGIC_BYTES), seed=o.seed
+        )
         rep.result(f"{prof.files} files, {prof.bytes / 1e6:.1f} MB, {prof.density} density")
         host = self._host(ds)
         usable = host.usable_cores or os.cpu_count() or 1

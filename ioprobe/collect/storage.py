@@ -128,17 +128,13 @@ def _remote_reader_factory(fs: object) -> Callable[..., None]:
         n = len(order)
         clock = time.perf_counter_ns
         done = 0
-        whole = {p: True for p, off, _ in items if off == 0}
         for k in counter:
             if k >= n:
                 break
             path, off, length = items[order[k]]
             t0 = clock()
             try:
-                if off == 0 and length <= CHUNK and whole.get(path):
-                    data = cat_file(path)
-                else:
-                    data = cat_file(path, start=off, end=off + length)
+                data = cat_file(path, start=off, end=off + length)
             except Exception as exc:  # backends raise their own types
                 errors.append(f"{path}: {' '.join(str(exc).split())[:200]}")
                 continue

@@ -74,14 +74,22 @@ def test_slow_consumer_makes_the_gpu_the_bottleneck() -> None:
     assert run.gpu_idle_fraction is not None and run.gpu_idle_fraction < 0.15
 
 
-def test_reads_from_a_throttled_server_make_storage_the_bottleneck(tmp_path: Path) -> None:
-    rate, size = 2_000_000, 50_000
-    make_files(tmp_path, 60, size)
-    with ThrottledHTTPServer(tmp_path, rate_bytes_per_s=rate) as srv:
+RATE, SIZE = 2_000_000, 50_000
+
+
+def watch_http_files(tmp_path: Path, dataset_cls: type[HttpDataset]) -> RunRecord:
+    """60 files of SIZE bytes behind a server throttled to RATE, read by a watched loader."""
+    make_files(tmp_path, 60, SIZE)
+    with ThrottledHTTPServer(tmp_path, rate_bytes_per_s=RATE) as srv:
         urls = [srv.url + f"p0/f{i:05d}.bin" for i in range(60)]
-        loader = ioprobe.watch(DataLoader(HttpDataset(urls), batch_size=4, num_workers=2))
+        loader = ioprobe.watch(DataLoader(dataset_cls(urls), batch_size=4, num_workers=2))
         consume(loader)
-    run = loader.run
+    return loader.run
+
+
+def test_reads_from_a_throttled_server_make_storage_the_bottleneck(tmp_path: Path) -> None:
+    rate, size = RATE, SIZE
+    run = watch_http_files(tmp_path, HttpDataset)
     assert run.bottleneck == "storage"
     assert run.stages.storage.capacity_samples_per_s == pytest.approx(rate / size, rel=0.20)
     assert run.watch is not None
@@ -89,13 +97,8 @@ def test_reads_from_a_throttled_server_make_storage_the_bottleneck(tmp_path: Pat
 
 
 def test_reads_through_the_metered_opener_give_storage_real_bytes(tmp_path: Path) -> None:
-    rate, size = 2_000_000, 50_000
-    make_files(tmp_path, 60, size)
-    with ThrottledHTTPServer(tmp_path, rate_bytes_per_s=rate) as srv:
-        urls = [srv.url + f"p0/f{i:05d}.bin" for i in range(60)]
-        loader = ioprobe.watch(DataLoader(MeteredHttpDataset(urls), batch_size=4, num_workers=2))
-        consume(loader)
-    run = loader.run
+    rate, size = RATE, SIZE
+    run = watch_http_files(tmp_path, MeteredHttpDataset)
     assert run.watch is not None and run.watch.storage_metered
     assert run.dataset.bytes == 60 * size
     assert run.bottleneck == "storage"

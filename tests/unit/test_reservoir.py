@@ -8,9 +8,9 @@ from ioprobe.watcher import Reservoir
 
 def test_exact_until_the_limit() -> None:
     r = Reservoir(100)
-    r.extend(array("d", range(60)))
-    r.add(60.0)
-    r.extend(array("d", range(61, 100)))
+    r.extend(array("q", range(60)))
+    r.add(60)
+    r.extend(array("q", range(61, 100)))
     assert list(r.values) == list(map(float, range(100)))
     assert r.count == 100 and r.total == sum(range(100))
     assert r.to_record().exact
@@ -19,7 +19,7 @@ def test_exact_until_the_limit() -> None:
 def test_past_the_limit_memory_is_bounded_and_the_sample_is_uniform() -> None:
     r = Reservoir(1000)
     for start in range(0, 200_000, 37):  # batches of uneven size, like real loaders
-        r.extend(array("d", range(start, min(start + 37, 200_000))))
+        r.extend(array("q", range(start, min(start + 37, 200_000))))
     assert r.count == 200_000
     assert len(r.values) == 1000
     assert r.total == sum(range(200_000))

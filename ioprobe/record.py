@@ -153,6 +153,7 @@ class CpuStage:
 class PcieStage:
     capacity_samples_per_s: float | None = None
     method: str = "not measured"
+    bytes_per_sample: float | None = None  # what crosses the link per sample, when known
 
 
 @dataclass
@@ -161,6 +162,10 @@ class GpuStage:
     method: str = "not measured"  # emulated, cuda-events, wall-clock
     step_seconds: float | None = None
     batch_size: int | None = None
+    # share of time the GPU ran kernels while the consumer computed (stalls excluded), from
+    # NVML utilisation samples; low values mean the model leaves the GPU mostly idle
+    busy_fraction: float | None = None
+    busy_method: str | None = None
 
 
 @dataclass
@@ -265,6 +270,119 @@ class ProbeSettings:
     gpus: int = 1
 
 
+StorageScope = Literal["local", "network", "object", "given"]
+
+
+@dataclass
+class StorageClassInfo:
+    """A kind of storage by its datasheet figures (see ioprobe.analysis.catalog).
+
+    ``local`` figures are per device in each node, ``network`` ones are a filer reached over
+    one link and shared by all nodes, ``object`` ones are per connection. ``given`` is a rate
+    typed on the command line: bandwidth only.
+    """
+
+    name: str
+    label: str
+    scope: StorageScope
+    seq_read_bytes_per_s: float
+    iops_4k: float | None = None  # None: no per-request limit
+    iops_128k: float | None = None
+    latency_s: float = 0.0
+    source: str = ""
+
+
+CacheOrder = Literal["shuffled", "sequential", "static"]
+
+
+@dataclass
+class Change:
+    """A what-if: the resources to change, everything else as recorded. None: unchanged."""
+
+    workers: int | None = None  # loader workers per GPU process
+    cores: int | None = None  # CPU cores per node the loader may use
+    storage: StorageClassInfo | None = None
+    gpus: int | None = None  # GPUs per node, one training process each
+    cache_bytes: float | None = None  # RAM (or local NVMe) cache in front of storage
+    cache_order: CacheOrder = "shuffled"
+    pcie: str | None = None  # e.g. gen4x16
+    gpu_decode: bool = False
+
+
+@dataclass
+class StageDelta:
+    stage: StageName
+    before: float | None
+    after: float | None
+    why: str
+
+
+@dataclass
+class WhatIfData:
+    """What a ``whatif`` record changed, and the record it started from."""
+
+    change: Change
+    base_kind: Kind
+    base_stages: Stages
+    base_bottleneck: StageName
+    base_predicted_samples_per_s: float
+    base_measured_samples_per_s: float | None = None
+    base_gpu_idle_fraction: float | None = None
+    deltas: list[StageDelta] = field(default_factory=list)
+    assumptions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class SizeInputs:
+    """The numbers a sizing is computed from, and where each came from."""
+
+    sample_bytes: float
+    gpu_samples_per_s: float  # one GPU's appetite with data always ready
+    cpu_seconds_per_sample: float | None = None
+    cores: float | None = None  # per node; None: CPU not limiting
+    nodes: int = 1
+    target_utilization: float = 0.9
+    in_flight: int = 64  # reads in flight per node
+    dataset_bytes: float | None = None
+    nic_bytes_per_s: float | None = None  # per node
+    sources: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class SizeRow:
+    storage: str
+    gpus: int  # per node
+    nodes: int
+    predicted_samples_per_s: float
+    gpu_utilization: float
+    bottleneck: StageName
+    storage_samples_per_s: float
+    cpu_samples_per_s: float | None
+    gpu_samples_per_s: float
+    cores_needed: float | None = None  # per node, to feed these GPUs fully
+    cache_bytes_static: float | None = None  # a pinned cache that lifts storage to the GPUs
+    cache_bytes_lru: float | None = None  # the same with a shuffled LRU page cache
+
+
+@dataclass
+class Cheapest:
+    storage: str
+    gpus: int
+    utilization: float
+    cores_needed: float | None
+    text: str
+
+
+@dataclass
+class SizeData:
+    inputs: SizeInputs
+    storage: list[StorageClassInfo] = field(default_factory=list)
+    gpu_counts: list[int] = field(default_factory=list)
+    rows: list[SizeRow] = field(default_factory=list)
+    cheapest: Cheapest | None = None
+    assumptions: list[str] = field(default_factory=list)
+
+
 @dataclass
 class RunRecord:
     kind: Kind
@@ -280,6 +398,9 @@ class RunRecord:
     settings: ProbeSettings = field(default_factory=ProbeSettings)
     pipeline: PipelineRun | None = None
     watch: WatchData | None = None
+    whatif: WhatIfData | None = None
+    sizing: SizeData | None = None
+    gpus_supported: dict[str, int] | None = None  # size: GPUs per node kept at the target
     notes: list[str] = field(default_factory=list)
     created: str = ""
     ioprobe_version: str = ""
@@ -440,6 +561,9 @@ def _json_type(value: Any) -> str:
 __all__ = [
     "SCHEMA",
     "STAGE_NAMES",
+    "CacheOrder",
+    "Change",
+    "Cheapest",
     "CpuLevel",
     "CpuStage",
     "DatasetProfile",
@@ -453,13 +577,20 @@ __all__ = [
     "ProbeSettings",
     "Recommendation",
     "RunRecord",
+    "SizeData",
+    "SizeInputs",
+    "SizeRow",
+    "StageDelta",
     "StageName",
     "Stages",
+    "StorageClassInfo",
     "StoragePass",
+    "StorageScope",
     "StorageStage",
     "SweepPoint",
     "WatchData",
     "WatchEpoch",
+    "WhatIfData",
     "WorkerStats",
     "to_plain",
 ]

@@ -17,10 +17,14 @@ import os
 import random
 import statistics
 import time
+import weakref
 from array import array
+from bisect import bisect_left, bisect_right
 from typing import Any
 
 from ioprobe import __version__
+from ioprobe.analysis.model import cpu_context, loader_cores
+from ioprobe.collect import gpu_sampler
 from ioprobe.collect.dataset import density_class
 from ioprobe.errors import BadInputError
 from ioprobe.record import (
@@ -132,6 +136,10 @@ class WatchCollector:
         self._t_start = 0
         self._cpu_start = 0.0
         self._started = time.perf_counter()
+        # GPU utilisation, sampled on its own thread while epochs run; the spans the stall
+        # share is measured over, in the sampler's clock, pick the samples that count
+        self._gpu: gpu_sampler.GpuBusySampler | None = None
+        self._gpu_spans: list[tuple[float, float]] = []
         self.created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
     # -- hot path: one call per batch -------------------------------------------------------
@@ -140,6 +148,7 @@ class WatchCollector:
         self.epochs.append(self._cur)
         self._prev_arrival = 0
         self._cpu_start = time.process_time()
+        self._start_gpu_sampler()
 
     def on_batch(self, t_request: int, t_arrival: int, stats: tuple[Any, ...]) -> None:
         ep = self._cur
@@ -187,7 +196,40 @@ class WatchCollector:
         ep.main_cpu_seconds = time.process_time() - self._cpu_start
         if error is not None:
             ep.error = f"{type(error).__name__}: {error}"
+        gpu = self._gpu
+        if ep.batches > 1 and gpu is not None and gpu.running:
+            # first to last arrival, as in the stall share, moved from perf_counter to the
+            # sampler's clock
+            last = self._prev_arrival / 1e9 + gpu.clock() - time.perf_counter_ns() / 1e9
+            self._gpu_spans.append((last - ep.seconds, last))
         self._cur = None
+
+    # -- once per epoch and after the run: GPU utilisation ---------------------------------
+    def _start_gpu_sampler(self) -> None:
+        # started here, not per batch: from now on its thread does all the work
+        if self._gpu is None:
+            self._gpu = gpu_sampler.new_sampler()
+            # stop polling once the collector is dropped even if .run is never read; the
+            # callback holds the sampler only, so it does not keep the collector alive
+            weakref.finalize(self, self._gpu.stop)
+        self._gpu.start()
+
+    def _gpu_busy(self, idle_fraction: float | None) -> tuple[float | None, str | None]:
+        """Stop the sampler; the GPU's busy share while computing, and how it was measured."""
+        gpu = self._gpu
+        if gpu is None:
+            return None, None
+        gpu.stop()
+        times, values = gpu.samples()
+        chosen: list[float] = []
+        for lo, hi in self._gpu_spans:
+            chosen.extend(values[bisect_left(times, lo) : bisect_right(times, hi)])
+        busy = gpu_sampler.busy_fraction(chosen, idle_fraction)
+        if busy is None:
+            return None, None
+        hz = 1.0 / (gpu.interval_s * gpu.stride)
+        of = f", mean of {gpu.gpus} GPUs" if gpu.gpus > 1 else ""
+        return busy, f"nvml utilization, {len(chosen)} samples at {hz:.3g} Hz{of}, stalls excluded"
 
     # -- after the run ---------------------------------------------------------------------
     def stop(self) -> RunRecord:
@@ -212,6 +254,9 @@ class WatchCollector:
             mean_bytes = 0.0
         stages, notes = self._stages(usable, mean_bytes)
         stall = sum(e.stall_seconds for e in eps)
+        idle = stall / wall if wall > 0 else None
+        # without a GPU or NVML there is simply no value: normal, so nothing in the notes
+        stages.gpu.busy_fraction, stages.gpu.busy_method = self._gpu_busy(idle)
         ds = DatasetProfile(
             target=self.info.get("dataset", "dataset"),
             files=self.dataset_len if self.dataset_len is not None else samples,
@@ -225,7 +270,7 @@ class WatchCollector:
             dataset=ds,
             stages=stages,
             measured_samples_per_s=steady / wall if wall > 0 else None,
-            gpu_idle_fraction=stall / wall if wall > 0 else None,
+            gpu_idle_fraction=idle,
             gpu_idle_method="wall clock: consumer time in next() / time between batch arrivals",
             watch=WatchData(
                 loader=dict(self.info),
@@ -252,13 +297,18 @@ class WatchCollector:
         stages = Stages(pcie=PcieStage(method="not measured: batches stay on the host"))
         if not samples:
             return stages, ["no batch was delivered"]
-        wall = sum(e.seconds for e in eps)
-        main_cores = sum(e.main_cpu_seconds for e in eps) / wall if wall > 0 else 0.0
         cpu_per_sample = (
             sum(e.sample_cpu_seconds for e in eps) + sum(e.collate_seconds for e in eps)
         ) / samples
-        # cores the workers can have: the affinity set less what the training loop itself uses
-        cores = min(lanes, max(usable - (main_cores if workers else 0.0), 0.5))
+        # cores the workers can have: the affinity set less what the training loop itself
+        # uses, shared fairly with whatever else the host was running
+        ctx = cpu_context(eps, workers, usable)
+        cores = loader_cores(lanes, usable, ctx, workers)
+        if ctx.contention >= 0.25:
+            notes.append(
+                f"other processes kept about {ctx.contention:.1f} threads runnable: the "
+                f"workers ran {ctx.share:.0%} of the time they were ready to"
+            )
         stages.cpu = CpuStage(
             capacity_samples_per_s=cores / cpu_per_sample if cpu_per_sample > 0 else None,
             cpu_seconds_per_sample=cpu_per_sample,

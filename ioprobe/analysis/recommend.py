@@ -1,184 +1,459 @@
-"""Recommendations: one small rule per kind of bottleneck, each with its predicted rate.
+"""Recommendations: small rules over a record's findings, each with its predicted rate.
 
-Every rule takes the record and the pipeline findings and returns zero or more
-``Recommendation``s; ``recommend`` runs them all and ranks by predicted gain. A rule only
-predicts what the model can support from measured numbers; where it can't, it says so and
-leaves ``predicted_samples_per_s`` null rather than inventing a figure.
+A rule takes the record and the pipeline findings and returns zero or more
+``Recommendation``s. Wherever it can, a rule states its change as a what-if (``Change``) and
+takes the predicted rate from ``whatif.evaluate``, so the gain printed beside a
+recommendation is the one ``ioprobe whatif`` would give, and a rerun with the change applied
+measures the prediction's error. ``recommend`` runs every rule and ranks by predicted rate.
 """
 
 from __future__ import annotations
 
+import math
+import statistics
 from collections.abc import Callable
 
+from ioprobe.analysis.cache import steady_hit_rate
+from ioprobe.analysis.catalog import Catalog, load_catalog
 from ioprobe.analysis.model import PipelineFindings
-from ioprobe.record import Recommendation, RunRecord
+from ioprobe.analysis.whatif import (
+    dataset_bytes,
+    evaluate,
+    recorded_cores,
+    recorded_gpus,
+    recorded_workers,
+)
+from ioprobe.errors import BadInputError
+from ioprobe.record import Change, Recommendation, RunRecord, StorageClassInfo
 
 Rule = Callable[[RunRecord, PipelineFindings], list[Recommendation]]
 
+# A change is worth recommending when it predicts at least this much more throughput.
+MIN_GAIN = 1.05
+# Beyond this many jobs per GPU, MIG has no smaller slice (A100/H100: 7 instances).
+MAX_JOBS_PER_GPU = 7
+# Device classes from /sys/block -> the catalog class that stands for them.
+DEVICE_TO_CLASS = {
+    "nvme": "nvme-gen4",
+    "sata-ssd": "sata-ssd",
+    "hdd": "hdd",
+    "network": "nfs-10gbe",
+}
 
-def _next_limit(f: PipelineFindings, skip: str) -> float | None:
-    """The rate the pipeline would reach if stage ``skip`` were no longer limiting."""
-    others = [v for k, v in f.capacities.items() if k != skip and v]
-    return min(others) if others else None
+
+def _predict(rec: RunRecord, change: Change) -> float | None:
+    try:
+        return evaluate(rec, change).predicted_samples_per_s
+    except (BadInputError, ValueError):
+        return None
 
 
-def storage_rules(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
-    """Storage-bound: more concurrency, bigger files, or a cache, by what the sweep showed."""
-    if f.bottleneck != "storage":
+def _gain(pred: float | None, f: PipelineFindings) -> bool:
+    return pred is not None and pred >= f.predicted_samples_per_s * MIN_GAIN
+
+
+def _catalog() -> Catalog | None:
+    try:
+        return load_catalog()
+    except BadInputError:
+        return None  # a broken user catalog must not break every report; whatif/size say why
+
+
+def workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """Raise ``num_workers`` to the smallest count that reaches the best predicted rate.
+
+    Tries every count up to twice the usable cores (I/O-bound workers spend most of their
+    time blocked, so more of them than cores can still help) and keeps the smallest that
+    comes within 2% of the best, so the advice never asks for workers that buy nothing.
+    """
+    if rec.watch is None or f.bottleneck not in ("cpu", "storage"):
         return []
-    st = rec.stages.storage
-    out: list[Recommendation] = []
-    target = _next_limit(f, "storage")
-    ds = rec.dataset
-    p = st.cold or st.warm
-    if (
-        p
-        and p.sweep
-        and p.best_concurrency == max(pt.concurrency for pt in p.sweep)
-        and p.best_concurrency < 64
-    ):
-        out.append(
-            Recommendation(
-                kind="read_concurrency",
-                text=(
-                    f"Reads still scaled at {p.best_concurrency} concurrent requests: use more "
-                    "loader workers or threads per worker to keep more reads in flight."
-                ),
-                predicted_samples_per_s=None,
-                evidence=f"storage sweep peaked at its highest level, {p.best_concurrency}",
-            )
-        )
-    if ds.density == "low":
-        out.append(
-            Recommendation(
-                kind="shard_small_files",
-                text=(
-                    f"Samples average {ds.sample_bytes_mean / 1024:.0f} KiB: per-file latency "
-                    "dominates. Pack them into shards (tar / WebDataset) of 100 MB or more so "
-                    "storage streams instead of seeking."
-                ),
-                predicted_samples_per_s=None,
-                evidence=(
-                    f"p99 read latency {p.latency_p99_ms:.1f} ms"
-                    if p and p.latency_p99_ms is not None
-                    else "small samples"
-                ),
-            )
-        )
-    if st.warm and st.warm.read_bytes_per_s and st.cold and st.cold.read_bytes_per_s:
-        warm_cap = st.warm.read_bytes_per_s / max(ds.sample_bytes_mean, 1)
-        avail = rec.host.memory_available_bytes
-        cold_cap = st.capacity_samples_per_s or 0.0
-        if cold_cap and warm_cap > cold_cap * 1.2:
-            fits = avail is not None and ds.bytes < 0.8 * avail
-            pred = min(warm_cap, target) if target else warm_cap
-            out.append(
-                Recommendation(
-                    kind="cache_in_ram",
-                    text=(
-                        f"Cached reads run {warm_cap / cold_cap:.1f}x faster "
-                        f"than cold ones. The dataset ({ds.bytes / 1e9:.1f} GB) "
-                        + (
-                            "fits in free RAM: after the first epoch it is served from the page cache."
-                            if fits
-                            else "does not fit in free RAM: cache a subset or stage it on local NVMe."
-                        )
-                    ),
-                    predicted_samples_per_s=pred if fits else None,
-                    evidence=(
-                        f"cold {st.cold.read_bytes_per_s / 1e6:.0f} MB/s vs warm "
-                        f"{st.warm.read_bytes_per_s / 1e6:.0f} MB/s"
-                    ),
-                )
-            )
-    if not out:
-        out.append(
-            Recommendation(
-                kind="faster_storage",
-                text="Storage limits the pipeline: move the dataset to faster local storage (NVMe) or a RAM cache.",
-                predicted_samples_per_s=target,
-                evidence=f"storage delivers {f.predicted_samples_per_s:.0f} samples/s",
-            )
-        )
-    return out
-
-
-def cpu_rules(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
-    """CPU-bound: say how many cores the other stages could use, and GPU decode for images."""
-    if f.bottleneck != "cpu":
+    w0 = recorded_workers(rec)
+    cores = recorded_cores(rec)
+    top = max(int(2 * cores), w0 + 1)
+    preds = {w: _predict(rec, Change(workers=w)) for w in range(w0 + 1, min(top, 64) + 1)}
+    best = max((p for p in preds.values() if p is not None), default=None)
+    if best is None or not _gain(best, f):
         return []
+    w = min(k for k, p in preds.items() if p is not None and p >= best * 0.98)
+    p = preds[w]
+    assert p is not None
     cpu = rec.stages.cpu
-    out: list[Recommendation] = []
-    target = _next_limit(f, "cpu")
-    if cpu.cpu_seconds_per_sample and target:
-        cores_needed = target * cpu.cpu_seconds_per_sample
-        out.append(
-            Recommendation(
-                kind="more_cpu",
-                text=(
-                    f"Each sample costs {cpu.cpu_seconds_per_sample * 1e3:.2f} ms of CPU; "
-                    f"keeping up with the next stage ({target:.0f} samples/s) needs about "
-                    f"{cores_needed:.1f} cores of workers, this machine gives {cpu.usable_cores}."
-                ),
-                predicted_samples_per_s=target,
-                evidence=f"CPU delivers {f.predicted_samples_per_s:.0f} samples/s",
-            )
-        )
-    if cpu.loader == "image":
-        out.append(
-            Recommendation(
-                kind="gpu_decode",
-                text="Decode images on the GPU (NVIDIA DALI's mixed decoder) to take JPEG decode off the CPU.",
-                predicted_samples_per_s=None,
-                evidence="CPU-bound on Pillow image decode",
-            )
-        )
-    if not out:
-        out.append(
-            Recommendation(
-                kind="more_cpu",
-                text="CPU preprocessing limits the pipeline: raise num_workers to the usable cores or simplify transforms.",
-                predicted_samples_per_s=target,
-                evidence=f"CPU delivers {f.predicted_samples_per_s:.0f} samples/s",
-            )
-        )
-    return out
-
-
-def gpu_rules(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
-    """GPU-bound: the input pipeline keeps up; say by how much, so nobody buys storage."""
-    if f.bottleneck != "gpu":
-        return []
-    slack = min((v for k, v in f.headroom.items() if k != "gpu"), default=None)
-    text = (
-        "The GPU is the bottleneck: the input pipeline keeps up; nothing to gain on the data side."
+    why = (
+        f"each sample costs {cpu.cpu_seconds_per_sample * 1e3:.1f} ms of CPU and "
+        f"{cores:.0f} cores are usable"
+        if f.bottleneck == "cpu" and cpu.cpu_seconds_per_sample
+        else "workers spend their time blocked on reads, so more of them keep more reads in flight"
     )
-    if slack is not None:
-        text += f" The next slowest stage has {slack:.0%} headroom."
     return [
         Recommendation(
-            kind="balanced", text=text, predicted_samples_per_s=f.predicted_samples_per_s
+            kind="num_workers",
+            text=(
+                f"Raise num_workers from {w0} to {w}: {why}; more workers than that add nothing."
+            ),
+            predicted_samples_per_s=p,
+            evidence=f"{f.bottleneck} delivers {f.predicted_samples_per_s:.0f} samples/s with {w0}",
         )
     ]
 
 
-def pcie_rules(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
-    """PCIe-bound: pinned memory and smaller device batches are the levers."""
-    if f.bottleneck != "pcie":
+def cores_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """CPU-bound with workers already on every core: how many cores the next stage could use."""
+    cpu = rec.stages.cpu
+    if f.bottleneck != "cpu" or not cpu.cpu_seconds_per_sample:
+        return []
+    others = [v for k, v in f.capacities.items() if k != "cpu" and v]
+    target = min(others) if others else None
+    if target is None:
+        return []
+    need = math.ceil(target * cpu.cpu_seconds_per_sample)
+    cores = recorded_cores(rec)
+    if need <= cores:
+        return []
+    # a watched loader keeps its num_workers unless told; a probe uses every core it gets
+    workers = max(need, recorded_workers(rec)) if rec.watch is not None else None
+    pred = _predict(rec, Change(cores=need, workers=workers))
+    if not _gain(pred, f):
+        return []
+    assert pred is not None
+    return [
+        Recommendation(
+            kind="more_cpu",
+            text=(
+                f"Each sample costs {cpu.cpu_seconds_per_sample * 1e3:.2f} ms of CPU; feeding "
+                f"the next stage ({target:.0f} samples/s) takes about {need} cores of loader "
+                f"workers, this machine gives {cores:.0f}."
+            ),
+            predicted_samples_per_s=pred,
+            evidence=f"CPU delivers {f.predicted_samples_per_s:.0f} samples/s",
+        )
+    ]
+
+
+def gpu_decode_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """CPU-bound on image decode: DALI's mixed decoder moves JPEG decode to the GPU."""
+    if f.bottleneck != "cpu" or not _is_images(rec):
+        return []
+    pred = _predict(rec, Change(gpu_decode=True))
+    if not _gain(pred, f):
+        return []
+    assert pred is not None
+    return [
+        Recommendation(
+            kind="gpu_decode",
+            text=(
+                "Decode images on the GPU with NVIDIA DALI (fn.decoders.image, device='mixed'): "
+                "JPEG decode leaves the CPU. The gain assumes a GPU decode rate; "
+                "`ioprobe probe --loader dali` measures it."
+            ),
+            predicted_samples_per_s=pred,
+            evidence="CPU-bound on image decode",
+        )
+    ]
+
+
+def _is_images(rec: RunRecord) -> bool:
+    if rec.stages.cpu.loader == "image":
+        return True
+    fmts = rec.dataset.formats
+    images = sum(v for k, v in fmts.items() if k in ("jpeg", "png", "webp", "image"))
+    return bool(fmts) and images >= 0.5 * sum(fmts.values())
+
+
+def cache_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """Storage-bound and the dataset fits in RAM (or local NVMe): cache it, and say which kind.
+
+    The page cache is an LRU: under a shuffled order it serves only about ``c**2 / 2`` of
+    reads when a fraction ``c`` of the dataset fits, so the advice differs between "fits" (the page cache
+    does it for free after one epoch) and "part fits" (pin a fixed subset: hit rate ``c``).
+    """
+    if f.bottleneck != "storage":
+        return []
+    total = dataset_bytes(rec)
+    avail = rec.host.memory_available_bytes
+    if total <= 0 or not avail:
+        return []
+    budget = 0.8 * avail
+    if total <= budget:
+        change = Change(cache_bytes=total, cache_order="shuffled")
+        text = (
+            f"The dataset ({total / 1e9:.1f} GB) fits in free RAM "
+            f"({avail / 1e9:.1f} GB): from the second epoch the page cache serves it."
+        )
+    else:
+        change = Change(cache_bytes=budget, cache_order="static")
+        text = (
+            f"Pin {budget / 1e9:.0f} GB of the {total / 1e9:.0f} GB dataset in RAM as a fixed "
+            f"subset (the page cache, an LRU under a shuffled order, would serve only "
+            f"{steady_hit_rate(budget, total, 'shuffled'):.0%} of reads)."
+        )
+    pred = _predict(rec, change)
+    if not _gain(pred, f):
+        return []
+    assert pred is not None
+    return [
+        Recommendation(
+            kind="cache_in_ram",
+            text=text,
+            predicted_samples_per_s=pred,
+            evidence=f"storage delivers {f.predicted_samples_per_s:.0f} samples/s",
+        )
+    ]
+
+
+def shard_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """Storage-bound on small files: pack them into shards so reads stream.
+
+    With shards of 100 MB or more each request is large, so per-file latency and IOPS stop
+    mattering and the store delivers its sequential bandwidth; the prediction models the
+    store as its catalog class read in large requests (object storage per connection).
+    """
+    if f.bottleneck != "storage" or rec.dataset.density != "low":
+        return []
+    catalog = _catalog()
+    cls = _current_class(rec, catalog) if catalog else None
+    pred = None
+    if cls is not None:
+        streaming = StorageClassInfo(
+            name=f"{cls.name}, sharded",
+            label="large sequential reads",
+            scope=cls.scope,
+            seq_read_bytes_per_s=cls.seq_read_bytes_per_s,
+            latency_s=cls.latency_s * rec.dataset.sample_bytes_mean / 100e6,
+        )
+        pred = _predict(rec, Change(storage=streaming))
+    if pred is not None and not _gain(pred, f):
+        return []
+    st = rec.stages.storage
+    p = st.cold or st.warm
+    return [
+        Recommendation(
+            kind="shard_small_files",
+            text=(
+                f"Samples average {rec.dataset.sample_bytes_mean / 1024:.0f} KiB, so reads pay "
+                "per-file latency and IOPS. Pack them into shards (tar / WebDataset) of 100 MB "
+                "or more so storage streams. "
+                + (
+                    f"The gain assumes {cls.name if cls else ''}'s sequential rate."
+                    if pred is not None
+                    else "Gain not predicted: the storage class is unknown."
+                )
+            ),
+            predicted_samples_per_s=pred,
+            evidence=(
+                f"p99 read latency {p.latency_p99_ms:.1f} ms"
+                if p and p.latency_p99_ms is not None
+                else f"mean sample {rec.dataset.sample_bytes_mean:.0f} bytes"
+            ),
+        )
+    ]
+
+
+def _current_class(rec: RunRecord, catalog: Catalog) -> StorageClassInfo | None:
+    if rec.dataset.remote:
+        return catalog.get("object-storage")
+    fs = rec.host.filesystem
+    name = DEVICE_TO_CLASS.get(fs.device_class) if fs else None
+    return catalog.get(name) if name else None
+
+
+def faster_storage_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """Storage-bound: the cheapest catalog class that lifts storage off the critical path,
+    and how many GPUs it would carry at 90%."""
+    if f.bottleneck != "storage" or rec.dataset.sample_bytes_mean <= 0:
+        return []
+    catalog = _catalog()
+    if not catalog:
+        return []
+    others = [v for k, v in f.capacities.items() if k != "storage" and v]
+    goal = min(others) if others else None
+    best: tuple[float, StorageClassInfo] | None = None
+    for cls in catalog.values():
+        pred = _predict(rec, Change(storage=cls))
+        if pred is None or not _gain(pred, f):
+            continue
+        if best is None or pred > best[0] * 1.02:
+            best = (pred, cls)
+        if goal is not None and pred >= goal * 0.98:
+            best = (pred, cls)
+            break  # catalog order is cheapest first: the first that reaches the goal wins
+    if best is None:
+        return []
+    pred, cls = best
+    sc = evaluate(rec, Change(storage=cls))
+    carry = ""
+    gpu = rec.stages.gpu.capacity_samples_per_s
+    st_cap = sc.stages.storage.capacity_samples_per_s
+    if gpu and st_cap:
+        per_gpu = gpu / recorded_gpus(rec)
+        carry = f" It would feed {int(st_cap / (0.9 * per_gpu))} GPUs like this one at 90%."
+    return [
+        Recommendation(
+            kind="faster_storage",
+            text=(f"Move the dataset to {cls.name} ({cls.label}).{carry}"),
+            predicted_samples_per_s=pred,
+            evidence=f"storage delivers {f.predicted_samples_per_s:.0f} samples/s",
+        )
+    ]
+
+
+def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """Batches arrive in bursts: a deeper prefetch queue absorbs stragglers.
+
+    The model assumes the prefetch queue hides batch-to-batch jitter; when the measured rate
+    falls more than 10% short of the model's and the consumer's stalls are spiky (the 95th
+    percentile far above the median), the queue is too shallow for the stragglers. The queue
+    must hold a straggler's worth of steps: p95 stall / median step batches, spread over the
+    workers. The prediction is the model's rate, the one a deep enough queue reaches.
+    """
+    w = rec.watch
+    if w is None or rec.measured_samples_per_s is None or recorded_workers(rec) == 0:
+        return []
+    if rec.measured_samples_per_s >= 0.9 * f.predicted_samples_per_s:
+        return []
+    stalls = sorted(w.stall_ms.values)
+    steps = w.step_ms.values
+    if len(stalls) < 20 or not steps:
+        return []
+    p50 = statistics.median(stalls)
+    p95 = stalls[int(0.95 * (len(stalls) - 1))]
+    step = statistics.median(steps)
+    if p95 <= max(3 * p50, 1.0) or step <= 0:
+        return []
+    workers = recorded_workers(rec)
+    try:
+        current = int(w.loader.get("prefetch_factor", "2"))
+    except ValueError:
+        current = 2
+    depth = math.ceil(p95 / step)
+    factor = max(current + 1, current + math.ceil(depth / workers))
+    pred = f.predicted_samples_per_s
+    return [
+        Recommendation(
+            kind="prefetch_factor",
+            text=(
+                f"Batches arrive in bursts (stall p95 {p95:.0f} ms vs median {p50:.1f} ms): raise "
+                f"prefetch_factor from {current} to {factor} so {factor * workers} batches are "
+                "queued, enough to cover a straggler; the stages then deliver their steady "
+                "rate."
+            ),
+            predicted_samples_per_s=pred,
+            evidence=f"measured {rec.measured_samples_per_s:.0f} samples/s vs model {pred:.0f}",
+        )
+    ]
+
+
+def share_gpu_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """The GPU is mostly idle even when data is ready: run several jobs on it (MPS or MIG).
+
+    ``busy_fraction`` is the share of compute time the GPU ran kernels (NVML, stalls
+    excluded). ``k = floor(1 / busy)`` jobs fit before they contend for the GPU; the
+    prediction treats them as ``k`` GPUs sharing this host's CPU and storage, so a data-bound
+    pipeline gets no credit it couldn't feed. Small models leave most of a large GPU idle,
+    and co-locating jobs has been reported to give about 3x the throughput.
+    """
+    busy = rec.stages.gpu.busy_fraction
+    if busy is None or busy <= 0 or busy >= 0.5:
+        return []
+    k = min(int(1.0 / busy), MAX_JOBS_PER_GPU)
+    if k < 2:
+        return []
+    g = recorded_gpus(rec)
+    pred = _predict(rec, Change(gpus=g * k))
+    if not _gain(pred, f):
+        return []
+    assert pred is not None
+    return [
+        Recommendation(
+            kind="share_gpu",
+            text=(
+                f"The GPU ran kernels {busy:.0%} of the time it had data: run {k} jobs per GPU "
+                f"(MPS, or MIG slices); the gain is in total, shared CPU and storage "
+                "permitting."
+            ),
+            predicted_samples_per_s=pred,
+            evidence=rec.stages.gpu.busy_method or f"GPU busy {busy:.0%}",
+        )
+    ]
+
+
+def pin_memory_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """Host-to-device copies limit the pipeline, or pageable copies were seen on a GPU host.
+
+    Pinned (page-locked) buffers let the copy engine DMA directly, typically about twice the
+    rate of pageable copies; the prediction doubles the PCIe stage's capacity.
+    """
+    pcie = rec.stages.pcie.capacity_samples_per_s
+    pinned = rec.watch.loader.get("pin_memory") == "True" if rec.watch else False
+    if pcie is None or pinned:
+        return []
+    if f.bottleneck != "pcie" and not (rec.watch and rec.host.gpus):
+        return []
+    others = [v for k, v in f.capacities.items() if k != "pcie" and v]
+    pred = min([2.0 * pcie, *others])
+    if not _gain(pred, f):
         return []
     return [
         Recommendation(
             kind="pin_memory",
-            text="Host-to-device copies limit the pipeline: use pin_memory=True and non_blocking copies, or send uint8 and convert on the GPU.",
-            predicted_samples_per_s=_next_limit(f, "pcie"),
+            text=(
+                "Use pin_memory=True and .to(device, non_blocking=True): pinned copies run "
+                "about 2x pageable ones."
+            ),
+            predicted_samples_per_s=pred,
+            evidence=f"PCIe delivers {pcie:.0f} samples/s ({rec.stages.pcie.method})",
         )
     ]
 
 
-RULES: tuple[Rule, ...] = (storage_rules, cpu_rules, gpu_rules, pcie_rules)
+def balanced_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """GPU-bound: the input pipeline keeps up; say by how much, so nobody buys storage."""
+    if f.bottleneck != "gpu":
+        return []
+    slack = min((v for k, v in f.headroom.items() if k != "gpu"), default=None)
+    text = "Balanced: the GPU is the bottleneck and the input pipeline keeps up; nothing to gain on the data side."
+    if slack is not None:
+        text += f" The next slowest stage has {slack:.0%} headroom."
+    return [
+        Recommendation(
+            kind="balanced",
+            text=text,
+            predicted_samples_per_s=f.predicted_samples_per_s,
+            evidence=f"GPU capacity {f.predicted_samples_per_s:.0f} samples/s",
+        )
+    ]
+
+
+RULES: tuple[Rule, ...] = (
+    workers_rule,
+    cores_rule,
+    gpu_decode_rule,
+    cache_rule,
+    shard_rule,
+    faster_storage_rule,
+    prefetch_rule,
+    pin_memory_rule,
+    share_gpu_rule,
+    balanced_rule,
+)
 
 
 def recommend(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """Every rule's advice, best predicted rate first; advice without a prediction goes last.
+
+    A record that is a what-if is judged as the changed pipeline, so its advice is what to do
+    next; a GPU-bound result with nothing to gain elsewhere says so, once.
+    """
     out = [r for rule in RULES for r in rule(rec, f)]
-    # ranked by predicted gain; rules that can't predict go after those that can
+    if not out:
+        out = [
+            Recommendation(
+                kind="balanced",
+                text=(
+                    f"Nothing predicts a gain of {MIN_GAIN - 1:.0%} or more: {f.bottleneck} "
+                    "limits the pipeline and the recorded numbers offer no cheaper lever."
+                ),
+                predicted_samples_per_s=f.predicted_samples_per_s,
+            )
+        ]
     return sorted(out, key=lambda r: -(r.predicted_samples_per_s or 0.0))

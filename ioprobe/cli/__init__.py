@@ -20,6 +20,8 @@ SUBCOMMANDS = {
     "env": "env",
     "report": "report",
     "run": "run",
+    "whatif": "whatif",
+    "size": "size",
 }
 
 

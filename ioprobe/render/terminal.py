@@ -13,20 +13,20 @@ from ioprobe.record import STAGE_NAMES, RunRecord
 BAR = 24
 
 
-def _rate(x: float | None) -> str:
+def rate(x: float | None) -> str:
     if x is None:
         return "-"
     return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
 
 
-def _bytes_rate(x: float | None) -> str:
+def _bytesrate(x: float | None) -> str:
     return "-" if x is None else f"{x / 1e6:,.1f} MB/s"
 
 
 def verdict(rec: RunRecord) -> str:
-    line = f"{rec.bottleneck}-bound: the pipeline can deliver {_rate(rec.predicted_samples_per_s)} samples/s"
+    line = f"{rec.bottleneck}-bound: the pipeline can deliver {rate(rec.predicted_samples_per_s)} samples/s"
     if rec.measured_samples_per_s is not None:
-        line += f" (measured {_rate(rec.measured_samples_per_s)})"
+        line += f" (measured {rate(rec.measured_samples_per_s)})"
     if rec.gpu_idle_fraction is not None:
         line += f"; the GPU waits {rec.gpu_idle_fraction:.0%} of the time"
     return line
@@ -40,7 +40,7 @@ def _stage_detail(rec: RunRecord, name: str) -> str:
             if p is not None and p.read_bytes_per_s is not None:
                 label = "remote" if rec.dataset.remote else p.cache
                 parts.append(
-                    f"{label} {_bytes_rate(p.read_bytes_per_s)} @ {p.best_concurrency} threads, "
+                    f"{label} {_bytesrate(p.read_bytes_per_s)} @ {p.best_concurrency} threads, "
                     f"p99 {p.latency_p99_ms or 0:.1f} ms"
                 )
         return "; ".join(parts) or st.storage.basis or "not measured"
@@ -93,7 +93,7 @@ def summary(rec: RunRecord) -> RenderableType:
         bar.stylize("red" if name == rec.bottleneck else "green")
         table.add_row(
             Text(name + (" ◀" if name == rec.bottleneck else ""), style=style),
-            _rate(caps[name]),
+            rate(caps[name]),
             bar,
             _stage_detail(rec, name),
         )
@@ -104,14 +104,7 @@ def summary(rec: RunRecord) -> RenderableType:
         Text(""),
         table,
     ]
-    if rec.recommendations:
-        parts += [Text(""), Text("What to change", style="bold")]
-        for i, r in enumerate(rec.recommendations, 1):
-            gain = ""
-            if r.predicted_samples_per_s is not None and rec.predicted_samples_per_s:
-                ratio = r.predicted_samples_per_s / rec.predicted_samples_per_s
-                gain = f"  → {_rate(r.predicted_samples_per_s)} samples/s ({ratio:.1f}x)"
-            parts.append(Text(f" {i}. {r.text}{gain}"))
+    parts += recommendations(rec, "What to change")
     skipped = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(ds.skipped.items()))
     notes = list(rec.notes)
     if skipped:
@@ -121,3 +114,18 @@ def summary(rec: RunRecord) -> RenderableType:
     for n in notes:
         parts.append(Text(f"note: {n}", style="dim"))
     return Group(*parts)
+
+
+def recommendations(rec: RunRecord, title: str) -> list[RenderableType]:
+    """The ranked advice, each with its predicted rate and the gain over today's rate (the
+    measured one where the run measured it)."""
+    if not rec.recommendations:
+        return []
+    now = rec.measured_samples_per_s or rec.predicted_samples_per_s
+    out: list[RenderableType] = [Text(""), Text(title, style="bold")]
+    for i, r in enumerate(rec.recommendations, 1):
+        gain = ""
+        if r.predicted_samples_per_s is not None and now:
+            gain = f"  → {rate(r.predicted_samples_per_s)} samples/s ({r.predicted_samples_per_s / now:.1f}x)"
+        out.append(Text(f" {i}. {r.text}{gain}"))
+    return out

@@ -1,0 +1,193 @@
+"""Size the hardware: how many GPUs each storage class keeps busy, and what binds.
+
+From a saved run (its bytes per sample, CPU time per sample, GPU rate and cores) or from
+numbers alone: for each storage class and each GPU count, the predicted GPU utilisation and
+the binding resource; per class, the most GPUs kept at or above the target utilisation; the
+CPU cores and RAM cache each configuration needs; and the cheapest balanced configuration.
+Flags override what the run measured.
+
+\b
+Examples:
+  ioprobe size run.json --gpus 1,2,4,8
+  ioprobe size --sample-bytes 110kB --gpu-samples-per-s 2500 --storage 2000MB/s,nvme-gen4
+"""
+
+from __future__ import annotations
+
+import click
+
+from ioprobe.analysis.catalog import load_catalog, parse_bytes, parse_rate, resolve_storage
+from ioprobe.analysis.size import DEFAULT_GPU_COUNTS, size
+from ioprobe.analysis.whatif import recorded_gpus
+from ioprobe.cli._common import catalog_option, console, json_option, load_analysable, write_record
+from ioprobe.errors import BadInputError
+from ioprobe.record import RunRecord, SizeInputs
+from ioprobe.render.sizing import render_size
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BadInputError(
+            f"--gpus {text!r}: expected a comma-separated list such as 1,2,4,8"
+        ) from None
+    if not out or min(out) < 1:
+        raise BadInputError(f"--gpus {text!r}: GPU counts must be at least 1")
+    return sorted(set(out))
+
+
+def _bytes(flag: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    value = parse_bytes(text)
+    if value is None:
+        raise BadInputError(f"{flag} {text!r}: expected a positive size such as 110kB or 4MiB")
+    return value
+
+
+@click.command(help=__doc__)
+@click.argument("run_file", metavar="[RUN.json]", required=False)
+@click.option("--sample-bytes", metavar="B", help="Bytes read per sample, e.g. 110kB, 4MiB.")
+@click.option(
+    "--cpu-ms-per-sample", type=click.FloatRange(min=0), metavar="MS", help="CPU time per sample."
+)
+@click.option(
+    "--gpu-samples-per-s",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="R",
+    help="Samples/s one GPU trains on when data is always ready.",
+)
+@click.option("--gpus", "gpus_text", metavar="LIST", help="GPU counts per node, e.g. 1,2,4,8.")
+@click.option(
+    "--storage", "storage_text", metavar="LIST", help="Storage classes or rates, comma-separated."
+)
+@click.option("--cores", type=click.FloatRange(min=0, min_open=True), help="CPU cores per node.")
+@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option("--nic", metavar="RATE", help="Each node's network limit, e.g. 12.5GB/s.")
+@click.option(
+    "--in-flight",
+    type=click.IntRange(min=1),
+    default=64,
+    show_default=True,
+    help="Reads in flight per node (loader workers x reads per worker).",
+)
+@click.option("--dataset-bytes", metavar="B", help="Dataset size, for the cache that would help.")
+@click.option(
+    "--target-utilization",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=0.9,
+    show_default=True,
+    metavar="U",
+)
+@catalog_option
+@json_option
+def command(
+    run_file: str | None,
+    sample_bytes: str | None,
+    cpu_ms_per_sample: float | None,
+    gpu_samples_per_s: float | None,
+    gpus_text: str | None,
+    storage_text: str | None,
+    cores: float | None,
+    nodes: int,
+    nic: str | None,
+    in_flight: int,
+    dataset_bytes: str | None,
+    target_utilization: float,
+    catalog_path: str | None,
+    json_path: str | None,
+) -> None:
+    catalog = load_catalog(catalog_path)
+    gpu_counts = _int_list(gpus_text) if gpus_text else list(DEFAULT_GPU_COUNTS)
+    specs = [s for s in storage_text.split(",") if s.strip()] if storage_text else list(catalog)
+    classes = [resolve_storage(s, catalog) for s in specs]
+    nic_rate = None
+    if nic is not None:
+        nic_rate = parse_rate(nic)
+        if nic_rate is None:
+            raise BadInputError(f"--nic {nic!r}: expected a rate such as 12.5GB/s")
+    base = load_analysable(run_file) if run_file else None
+    inp = _inputs(
+        base,
+        sample_bytes=_bytes("--sample-bytes", sample_bytes),
+        cpu_s=cpu_ms_per_sample / 1e3 if cpu_ms_per_sample is not None else None,
+        gpu_rate=gpu_samples_per_s,
+        cores=cores,
+        dataset_bytes=_bytes("--dataset-bytes", dataset_bytes),
+    )
+    inp.nodes = nodes
+    inp.nic_bytes_per_s = nic_rate
+    inp.in_flight = in_flight
+    inp.target_utilization = target_utilization
+    rec = size(inp, classes, gpu_counts, base)
+    if json_path:
+        write_record(rec, json_path)
+    if json_path != "-":
+        console().print(render_size(rec))
+
+
+def _inputs(
+    base: RunRecord | None,
+    *,
+    sample_bytes: float | None,
+    cpu_s: float | None,
+    gpu_rate: float | None,
+    cores: float | None,
+    dataset_bytes: float | None,
+) -> SizeInputs:
+    """Each figure from its flag, else from the run, with where it came from."""
+    src: dict[str, str] = {}
+
+    def pick(name: str, flag: float | None, recorded: float | None, where: str) -> float | None:
+        if flag is not None:
+            src[name] = "given"
+            return flag
+        if recorded:
+            src[name] = where
+            return recorded
+        return None
+
+    ds = base.dataset if base else None
+    st = base.stages if base else None
+    gpu_cap = st.gpu.capacity_samples_per_s if st else None
+    per_gpu = gpu_cap / recorded_gpus(base) if gpu_cap and base else None
+    b = pick(
+        "sample_bytes",
+        sample_bytes,
+        ds.sample_bytes_mean if ds else None,
+        "dataset.sample_bytes_mean",
+    )
+    r = pick("gpu_samples_per_s", gpu_rate, per_gpu, "stages.gpu (per GPU)")
+    c = pick(
+        "cpu_seconds_per_sample",
+        cpu_s,
+        st.cpu.cpu_seconds_per_sample if st else None,
+        "stages.cpu.cpu_seconds_per_sample",
+    )
+    n = pick(
+        "cores",
+        cores,
+        float(st.cpu.usable_cores) if st and st.cpu.usable_cores else None,
+        "stages.cpu.usable_cores",
+    )
+    total = None
+    if ds is not None and ds.files and ds.sample_bytes_mean:
+        total = ds.files * ds.sample_bytes_mean
+    d = pick("dataset_bytes", dataset_bytes, total, "dataset (samples x mean size)")
+    if b is None:
+        raise BadInputError(
+            "bytes per sample unknown: give --sample-bytes (or a run whose reads were metered)"
+        )
+    if r is None:
+        raise BadInputError(
+            "GPU rate unknown: give --gpu-samples-per-s (or a run with a GPU stage)"
+        )
+    return SizeInputs(
+        sample_bytes=b,
+        gpu_samples_per_s=r,
+        cpu_seconds_per_sample=c,
+        cores=n,
+        dataset_bytes=d,
+        sources=src,
+    )

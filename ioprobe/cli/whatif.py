@@ -1,0 +1,81 @@
+"""Predict a saved run under changed resources: workers, cores, storage, GPUs, cache, PCIe.
+
+RUN.json is a record from `ioprobe probe`, `ioprobe run` or `watch()` (or an earlier what-if,
+whose changes the new ones are added to). Each stage's capacity is recomputed from what the
+run measured, and the pipeline model gives the new delivered rate, bottleneck and GPU idle
+time. The method and its assumptions are in docs/methodology.md.
+"""
+
+from __future__ import annotations
+
+from typing import cast
+
+import click
+
+from ioprobe.analysis.catalog import load_catalog, resolve_storage
+from ioprobe.analysis.whatif import parse_pcie, whatif
+from ioprobe.cli._common import catalog_option, console, json_option, load_analysable, write_record
+from ioprobe.errors import BadInputError
+from ioprobe.record import CacheOrder, Change
+from ioprobe.render.whatif import render_whatif
+
+
+@click.command(help=__doc__)
+@click.argument("run_file", metavar="RUN.json")
+@click.option("--workers", type=click.IntRange(min=0), help="Loader workers per GPU process.")
+@click.option("--cores", type=click.IntRange(min=1), help="CPU cores the loaders may use.")
+@click.option(
+    "--storage", metavar="CLASS|RATE", help="A storage class (see --catalog) or a rate: 2000MB/s."
+)
+@click.option("--gpus", type=click.IntRange(min=1), help="GPUs, one training process each.")
+@click.option(
+    "--cache-gb", type=click.FloatRange(min=0), metavar="G", help="A RAM cache of G GB (10^9)."
+)
+@click.option(
+    "--cache-order",
+    type=click.Choice(["shuffled", "sequential", "static"]),
+    default="shuffled",
+    show_default=True,
+    help="How the cache is used: an LRU under a shuffled or sequential order, or a pinned subset.",
+)
+@click.option("--pcie", metavar="GENxW", help="Host-to-GPU link per GPU, e.g. gen4x16.")
+@click.option("--gpu-decode", is_flag=True, help="Decode images on the GPU (DALI's mixed decoder).")
+@catalog_option
+@json_option
+def command(
+    run_file: str,
+    workers: int | None,
+    cores: int | None,
+    storage: str | None,
+    gpus: int | None,
+    cache_gb: float | None,
+    cache_order: str,
+    pcie: str | None,
+    gpu_decode: bool,
+    catalog_path: str | None,
+    json_path: str | None,
+) -> None:
+    if pcie is not None:
+        parse_pcie(pcie)  # a typo fails before the record is read
+    storage_class = resolve_storage(storage, load_catalog(catalog_path)) if storage else None
+    change = Change(
+        workers=workers,
+        cores=cores,
+        storage=storage_class,
+        gpus=gpus,
+        cache_bytes=cache_gb * 1e9 if cache_gb is not None else None,
+        cache_order=cast(CacheOrder, cache_order),
+        pcie=pcie,
+        gpu_decode=gpu_decode,
+    )
+    if change == Change(cache_order=change.cache_order):
+        raise BadInputError(
+            "nothing to change: give at least one of --workers, --cores, --storage, --gpus, "
+            "--cache-gb, --pcie, --gpu-decode"
+        )
+    rec = load_analysable(run_file)
+    out = whatif(rec, change)
+    if json_path:
+        write_record(out, json_path)
+    if json_path != "-":
+        console().print(render_whatif(out))

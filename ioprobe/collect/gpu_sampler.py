@@ -1,0 +1,322 @@
+"""How busy the GPU is while the training loop computes, sampled from NVML in the background.
+
+``GpuBusySampler`` polls ``nvmlDeviceGetUtilizationRates`` on a daemon thread, at a fixed
+interval, into a preallocated bounded buffer; the training loop's own thread does nothing per
+batch. ``busy_fraction`` turns the samples and the record's stall share into "busy while data
+was ready". A machine without a GPU, driver or nvidia-ml-py is normal: the sampler is then
+simply unavailable (``start()`` returns False and ``status`` says why), never an error.
+
+``new_sampler`` is what ``ioprobe.watcher`` calls to get one; tests replace it to inject a
+stand-in NVML.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import threading
+import time
+from array import array
+from collections.abc import Callable, Sequence
+from typing import Any
+
+MAX_SAMPLES = 100_000  # 2.8 hours at 10 Hz before the buffer starts thinning itself
+MIN_SAMPLES = 5  # fewer than this is one or two NVML sample periods: not an average
+MAX_IDLE_FRACTION = 0.95  # above this the compute share is too small to divide by
+# consecutive polls where no device answered before the thread gives up (MIG, vGPU, a driver
+# that reports "Not Supported"): polling on would only spin
+MAX_FAILED_POLLS = 50
+
+# Held by the sampler thread around every NVML call, and taken by the fork hooks below, so a
+# fork (DataLoader workers) never happens while NVML or pynvml hold a lock internally: a child
+# would inherit it held forever. The child never gets the thread itself; fork copies only the
+# thread that called it.
+_nvml_lock = threading.Lock()
+_held_for_fork = [False]
+
+
+def _before_fork() -> None:
+    # bounded: a hung driver call must not hang the fork as well
+    _held_for_fork[0] = _nvml_lock.acquire(timeout=1.0)
+
+
+def _after_fork_in_parent() -> None:
+    if _held_for_fork[0]:
+        _held_for_fork[0] = False
+        _nvml_lock.release()
+
+
+def _after_fork_in_child() -> None:
+    global _nvml_lock
+    _nvml_lock = threading.Lock()
+    _held_for_fork[0] = False
+
+
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
+
+
+class SampleBuffer:
+    """(timestamp, value) pairs in two preallocated arrays of ``capacity`` slots.
+
+    When full it keeps every other sample and from then on stores every other one offered
+    (the stride doubles), so a run of any length is covered end to end at an even spacing,
+    in bounded memory.
+    """
+
+    __slots__ = ("capacity", "n", "seen", "stride", "times", "values")
+
+    def __init__(self, capacity: int = MAX_SAMPLES) -> None:
+        # even, so that halving leaves the next stored sample on the new stride
+        self.capacity = max(2, capacity + capacity % 2)
+        self.times = array("d", bytes(8 * self.capacity))
+        self.values = array("f", bytes(4 * self.capacity))
+        self.n = 0  # slots in use
+        self.seen = 0  # samples offered
+        self.stride = 1  # one in `stride` offered samples is stored
+
+    def add(self, t: float, value: float) -> None:
+        i = self.seen
+        self.seen += 1
+        if i % self.stride:
+            return
+        if self.n == self.capacity:
+            half = self.capacity // 2
+            self.times[:half] = self.times[0 : self.capacity : 2]
+            self.values[:half] = self.values[0 : self.capacity : 2]
+            self.n = half
+            self.stride *= 2
+        self.times[self.n] = t
+        self.values[self.n] = value
+        self.n += 1
+
+    def items(self) -> tuple[array[float], array[float]]:
+        """Copies of the timestamps and values stored so far, oldest first."""
+        return self.times[: self.n], self.values[: self.n]
+
+
+def visible_indices(count: int, env: str | None) -> list[int]:
+    """The NVML device indices this process can use, from ``CUDA_VISIBLE_DEVICES``.
+
+    Follows CUDA's reading of a list of integers: it stops at the first index that is negative
+    or out of range, and an empty value hides every GPU. Anything else (UUIDs, MIG names) is
+    not mapped here: all devices. NVML numbers devices in PCI bus order, CUDA by default
+    fastest first, so on a machine with mixed GPU models the mapping can pick the wrong one
+    unless ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` is set, as it usually is on such machines.
+    """
+    if env is None:
+        return list(range(count))
+    if not env.strip():
+        return []
+    chosen: list[int] = []
+    for entry in env.split(","):
+        try:
+            index = int(entry.strip())
+        except ValueError:
+            return list(range(count))
+        if not 0 <= index < count:
+            break
+        if index not in chosen:
+            chosen.append(index)
+    return chosen
+
+
+def busy_fraction(
+    utilization_percent: Sequence[float], idle_fraction: float | None
+) -> float | None:
+    """The share of time the GPU ran kernels while the training loop was computing, 0 to 1.
+
+    NVML's ``utilization.gpu`` is the percent of its last sample period (1/6 s to 1 s,
+    depending on the product) in which at least one kernel was executing. Its mean over the
+    watched span is the GPU's busy share of *all* that time. But for ``idle_fraction`` of the
+    time the loop sat in ``next()`` waiting for data, and the GPU, having nothing queued, is
+    taken to be idle then; that lost time is already reported as the data stall. Dividing by
+    the share left, ``1 - idle_fraction``, gives how busy the GPU is when data is ready: the
+    model's own use of the GPU, and the headroom that more jobs per GPU (MPS, MIG) could take.
+
+    Where it is wrong: "a kernel was running" is not SM occupancy, so one small kernel running
+    all the time reads 100%; a high value does not prove the GPU is full, a low one does prove
+    it idles. Kernels still queued when the loop starts waiting keep running into the stall,
+    which is credited to compute and can push the quotient above 1 (hence the clip). Other
+    processes' kernels on the same GPU count too, and with several visible GPUs the samples
+    are their mean.
+
+    ``None`` when there are fewer than ``MIN_SAMPLES`` samples, when the idle share is unknown,
+    or when it is ``MAX_IDLE_FRACTION`` or more (too little compute time to divide by).
+    """
+    n = len(utilization_percent)
+    if n < MIN_SAMPLES or idle_fraction is None or not math.isfinite(idle_fraction):
+        return None
+    idle = max(idle_fraction, 0.0)
+    if idle >= MAX_IDLE_FRACTION:
+        return None
+    mean = sum(utilization_percent) / n / 100.0
+    return min(max(mean / (1.0 - idle), 0.0), 1.0)
+
+
+class GpuBusySampler:
+    """Polls NVML's GPU utilisation every ``interval_s`` on a daemon thread.
+
+    ``nvml`` is the ``pynvml`` module, imported by ``start()`` when not given; tests pass a
+    stand-in with the same function names and an ``NVMLError`` class. Timestamps come from
+    ``clock`` (seconds). ``start()`` and ``stop()`` may alternate: samples accumulate across
+    them in one buffer. Once NVML has proved unavailable, later ``start()`` calls return
+    False at once; a driver does not appear mid-run.
+    """
+
+    def __init__(
+        self,
+        nvml: Any | None = None,
+        interval_s: float = 0.1,
+        clock: Callable[[], float] = time.monotonic,
+        capacity: int = MAX_SAMPLES,
+    ) -> None:
+        self.nvml = nvml
+        self.interval_s = interval_s
+        self.clock = clock
+        self.capacity = capacity
+        self.status = "not started"
+        self.devices: list[int] = []  # NVML indices this process can see
+        self.gpus = 0  # of those, the ones sampled
+        self._unavailable = False
+        self._buffer: SampleBuffer | None = None
+        self._buffer_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stop_event = threading.Event()
+        self._owner_pid = 0
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._owner_pid == os.getpid()
+
+    @property
+    def stride(self) -> int:
+        """One in this many polls is kept (1 until the buffer first fills)."""
+        return self._buffer.stride if self._buffer is not None else 1
+
+    def start(self) -> bool:
+        """Begin sampling; False, with the reason in ``status``, when NVML or a GPU is missing."""
+        if self.running:
+            return True
+        if self._unavailable:
+            return False
+        nvml = self.nvml
+        if nvml is None:
+            try:
+                import pynvml
+            except ImportError:
+                return self._give_up("none: nvidia-ml-py not installed")
+            nvml = self.nvml = pynvml
+        nvml_error: type[BaseException] = getattr(nvml, "NVMLError", Exception)
+        try:
+            nvml.nvmlInit()
+        except Exception as exc:  # a missing library or driver surfaces as assorted errors
+            return self._give_up(f"none: NVML not available ({_reason(exc)})")
+        try:
+            self.devices = visible_indices(
+                int(nvml.nvmlDeviceGetCount()), os.environ.get("CUDA_VISIBLE_DEVICES")
+            )
+            handles = []
+            for index in self.devices:
+                with contextlib.suppress(nvml_error):  # a GPU this process may not open
+                    handles.append(nvml.nvmlDeviceGetHandleByIndex(index))
+        except Exception as exc:
+            self._shutdown(nvml)
+            return self._give_up(f"none: NVML not available ({_reason(exc)})")
+        if not handles:
+            self._shutdown(nvml)
+            return self._give_up("none: no visible GPU")
+        if self._buffer is None:
+            self._buffer = SampleBuffer(self.capacity)
+        self._stop_event = threading.Event()
+        self._thread = threading.Thread(
+            target=self._poll,
+            args=(nvml, handles, self._stop_event, self._buffer),
+            name="ioprobe-gpu-sampler",
+            daemon=True,  # never what keeps a finished training script alive
+        )
+        self.gpus = len(handles)
+        self._owner_pid = os.getpid()
+        # before the thread runs: it may write its own status if the GPUs refuse to answer
+        self.status = f"nvml: sampling {len(handles)} GPU{'s' if len(handles) != 1 else ''}"
+        self._thread.start()
+        return True
+
+    def stop(self) -> None:
+        """Stop and join the thread and shut NVML down; the samples stay readable."""
+        thread, self._thread = self._thread, None
+        if thread is None or self._owner_pid != os.getpid():
+            # a forked child's copy: the thread and the NVML session belong to the parent
+            return
+        self._stop_event.set()
+        # the thread wakes at once from its wait; only a hung driver call keeps it longer
+        thread.join(timeout=5.0)
+        if not thread.is_alive():
+            self._shutdown(self.nvml)
+
+    def samples(self) -> tuple[array[float], array[float]]:
+        """Timestamps (``clock`` seconds) and mean utilisation percent, oldest first."""
+        with self._buffer_lock:
+            if self._buffer is None:
+                return array("d"), array("f")
+            return self._buffer.items()
+
+    def _poll(
+        self,
+        nvml: Any,
+        handles: list[Any],
+        stop: threading.Event,
+        buffer: SampleBuffer,
+    ) -> None:
+        failed = 0
+        while not stop.wait(self.interval_s):
+            total = 0.0
+            answered = 0
+            with _nvml_lock:
+                for handle in handles:
+                    # anything a binding may raise: a traceback from this thread would land
+                    # in the middle of the user's training output
+                    try:
+                        total += float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+                        answered += 1
+                    except Exception:
+                        pass
+            if not answered:
+                failed += 1
+                if failed >= MAX_FAILED_POLLS:
+                    self.status = "none: NVML gives no utilisation for these GPUs"
+                    return
+                continue
+            failed = 0
+            if stop.is_set():
+                return  # stop() may already be reading the buffer
+            with self._buffer_lock:
+                buffer.add(self.clock(), total / answered)
+
+    def _give_up(self, reason: str) -> bool:
+        self._unavailable = True
+        self.status = reason
+        return False
+
+    @staticmethod
+    def _shutdown(nvml: Any) -> None:
+        # nothing useful can be done if shutting NVML down fails
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+
+
+def new_sampler() -> GpuBusySampler:
+    """The sampler ``ioprobe.watch`` uses: real NVML, 10 Hz. Tests replace this function."""
+    return GpuBusySampler()
+
+
+def _reason(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+__all__ = ["GpuBusySampler", "SampleBuffer", "busy_fraction", "new_sampler", "visible_indices"]

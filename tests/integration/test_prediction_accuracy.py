@@ -1,0 +1,33 @@
+"""The model's predictions against reruns with the change applied: at most 10% off.
+
+Each test records a run, predicts a change from the record alone, makes the change, and
+measures. The truth is built by the test: samples that burn exactly 8 ms of CPU, a server
+throttled to exactly R and then 2R bytes/s. Three pairs each, median error, because the
+machines these run on are shared.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.accuracy import CPU_MS, RATE, SIZE, cpu_workers_pair, median_error, storage_rate_pair
+
+pytestmark = pytest.mark.slow
+
+
+def test_two_workers_predicted_from_a_one_worker_cpu_bound_run_within_10_percent() -> None:
+    err, pairs = median_error(cpu_workers_pair, 3)
+    assert err <= 0.10, f"predicted vs measured: {pairs}"
+    # and the prediction is not trivially the old rate: two workers on two cores double it
+    predicted = sorted(p for p, _ in pairs)[1]
+    assert predicted > 1.6 * 1e3 / CPU_MS
+
+
+def test_twice_the_storage_rate_predicted_from_a_throttled_run_within_10_percent(
+    tmp_path: Path,
+) -> None:
+    err, pairs = median_error(lambda: storage_rate_pair(tmp_path), 3)
+    assert err <= 0.10, f"predicted vs measured: {pairs}"
+    assert sorted(p for p, _ in pairs)[1] == pytest.approx(2 * RATE / SIZE, rel=0.01)

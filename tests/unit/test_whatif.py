@@ -1,0 +1,324 @@
+"""What-if on synthetic records: each scaling law, composition, and the monotonicity the model
+promises (more of any resource never predicts less)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from ioprobe.analysis.cache import cache_for_hit_rate, lru_hit_rate, steady_hit_rate
+from ioprobe.analysis.catalog import load_catalog, read_rate, resolve_storage
+from ioprobe.analysis.whatif import (
+    GPU_DECODE_CPU_FRACTION,
+    GPU_DECODE_IMAGES_PER_S,
+    PCIE_EFFICIENCY,
+    evaluate,
+    parse_pcie,
+    resources,
+    whatif,
+)
+from ioprobe.errors import BadInputError
+from ioprobe.record import (
+    Change,
+    CpuLevel,
+    CpuStage,
+    DatasetProfile,
+    GpuStage,
+    HostInfo,
+    RunRecord,
+    Stages,
+    StoragePass,
+    StorageStage,
+    SweepPoint,
+    WatchData,
+    WatchEpoch,
+)
+
+SIZE = 100_000.0
+
+
+def watch_record(
+    *,
+    cpu_s: float = 0.01,
+    workers: int = 1,
+    main_cpu: float = 0.0,
+    storage: float | None = 500.0,
+    gpu: float | None = 1000.0,
+    cores: int = 8,
+) -> RunRecord:
+    """A watched run: ``workers`` workers at ``cpu_s`` CPU per sample on ``cores`` cores."""
+    lanes = max(workers, 1)
+    eff = min(lanes, cores - (main_cpu if workers else 0.0))
+    return RunRecord(
+        kind="watch",
+        host=HostInfo(usable_cores=cores, memory_available_bytes=64 * 10**9),
+        dataset=DatasetProfile(target="t", files=10_000, bytes=10**9, sample_bytes_mean=SIZE),
+        stages=Stages(
+            storage=StorageStage(capacity_samples_per_s=storage),
+            cpu=CpuStage(
+                capacity_samples_per_s=eff / cpu_s, cpu_seconds_per_sample=cpu_s, usable_cores=cores
+            ),
+            gpu=GpuStage(capacity_samples_per_s=gpu),
+        ),
+        watch=WatchData(
+            loader={"num_workers": str(workers), "prefetch_factor": "2"},
+            epochs=[WatchEpoch(index=0, seconds=10.0, main_cpu_seconds=main_cpu * 10.0)],
+        ),
+    )
+
+
+def probe_record() -> RunRecord:
+    """A probe with a measured CPU curve (1, 2, 4 workers) and a storage sweep (1..8)."""
+    sweep = [
+        SweepPoint(
+            concurrency=c, bytes=0, items=0, seconds=1.0, read_bytes_per_s=r, files_per_s=r / SIZE
+        )
+        for c, r in [(1, 100e6), (2, 180e6), (4, 300e6), (8, 320e6)]
+    ]
+    levels = [
+        CpuLevel(
+            workers=w,
+            samples=0,
+            seconds=1.0,
+            samples_per_s=s,
+            cpu_seconds_per_sample=0.01,
+            efficiency=s / (w * 100),
+        )
+        for w, s in [(1, 100.0), (2, 190.0), (4, 340.0)]
+    ]
+    return RunRecord(
+        kind="probe",
+        host=HostInfo(usable_cores=4, memory_available_bytes=64 * 10**9),
+        dataset=DatasetProfile(target="t", files=10_000, bytes=10**9, sample_bytes_mean=SIZE),
+        stages=Stages(
+            storage=StorageStage(
+                capacity_samples_per_s=320e6 / SIZE,
+                read_bytes_per_s=320e6,
+                basis="cold: ...",
+                cold=StoragePass(
+                    cache="cold", sweep=sweep, best_concurrency=8, read_bytes_per_s=320e6
+                ),
+                warm=StoragePass(cache="warm", best_concurrency=4, read_bytes_per_s=3200e6),
+            ),
+            cpu=CpuStage(
+                capacity_samples_per_s=340.0,
+                cpu_seconds_per_sample=0.01,
+                usable_cores=4,
+                sweep=levels,
+                loader="image",
+            ),
+            gpu=GpuStage(capacity_samples_per_s=2000.0, method="given"),
+        ),
+    )
+
+
+def test_an_empty_change_reproduces_the_record() -> None:
+    for rec in (watch_record(), watch_record(workers=3, main_cpu=0.5), probe_record()):
+        sc = evaluate(rec, Change())
+        assert sc.stages.capacities() == rec.stages.capacities()
+        assert sc.deltas == ()
+
+
+def test_watched_cpu_scales_linearly_up_to_the_cores_the_training_loop_leaves() -> None:
+    rec = watch_record(cpu_s=0.01, workers=1, main_cpu=0.5, storage=None, gpu=None, cores=4)
+    assert rec.stages.cpu.capacity_samples_per_s == pytest.approx(100.0)
+    caps = {
+        w: evaluate(rec, Change(workers=w)).stages.cpu.capacity_samples_per_s for w in (2, 3, 8)
+    }
+    assert caps[2] == pytest.approx(200.0)
+    assert caps[3] == pytest.approx(300.0)
+    assert caps[8] == pytest.approx(350.0)  # 4 cores less the loop's 0.5
+
+
+def test_probe_cpu_follows_the_measured_curve_and_carries_the_last_efficiency_on() -> None:
+    rec = probe_record()
+    cpu = lambda ch: evaluate(rec, ch).stages.cpu.capacity_samples_per_s  # noqa: E731
+    assert cpu(Change(workers=2)) == pytest.approx(190.0)
+    assert cpu(Change(workers=3)) == pytest.approx(265.0)  # halfway between 2 and 4
+    assert cpu(Change(workers=16)) == pytest.approx(340.0)  # only 4 cores
+    assert cpu(Change(cores=8)) == pytest.approx(680.0)  # 8 workers at 4 workers' efficiency
+
+
+def test_probe_storage_follows_its_sweep_and_saturates_past_it() -> None:
+    rec = probe_record()
+    st_ = lambda w: evaluate(rec, Change(workers=w)).stages.storage.capacity_samples_per_s  # noqa: E731
+    assert st_(2) == pytest.approx(1800.0)
+    assert st_(6) == pytest.approx(3100.0)
+    assert st_(64) == pytest.approx(3200.0)
+
+
+def test_storage_rate_replaces_the_measured_one_at_the_sample_size() -> None:
+    rec = watch_record(storage=50.0)
+    sc = evaluate(rec, Change(storage=resolve_storage("2000MB/s", {})))
+    assert sc.stages.storage.capacity_samples_per_s == pytest.approx(2000e6 / SIZE)
+    assert sc.findings.bottleneck != "storage"
+
+
+def test_unknown_storage_class_names_the_known_ones() -> None:
+    with pytest.raises(BadInputError, match="nvme-gen4"):
+        resolve_storage("floppy", load_catalog())
+
+
+def test_a_storage_class_needs_bytes_per_sample() -> None:
+    rec = watch_record()
+    rec.dataset.sample_bytes_mean = 0.0
+    with pytest.raises(BadInputError, match="bytes per sample"):
+        evaluate(rec, Change(storage=resolve_storage("1GB/s", {})))
+
+
+def test_cache_mixes_cached_and_uncached_reads_by_the_hit_rate() -> None:
+    rec = probe_record()  # cold 3,200/s, warm 32,000/s, dataset 1 GB
+    half = evaluate(rec, Change(cache_bytes=0.5e9, cache_order="static"))
+    expect = 1 / (0.5 / 3200 + 0.5 / 32000)
+    assert half.stages.storage.capacity_samples_per_s == pytest.approx(expect)
+    shuffled = evaluate(rec, Change(cache_bytes=0.5e9))
+    h = 0.5 + 0.5 * math.log(0.5)  # about 0.153
+    assert shuffled.stages.storage.capacity_samples_per_s == pytest.approx(
+        1 / ((1 - h) / 3200 + h / 32000)
+    )
+    fits = evaluate(rec, Change(cache_bytes=2e9))
+    assert fits.stages.storage.capacity_samples_per_s == pytest.approx(32000.0)
+
+
+def test_shuffled_lru_closed_form_matches_simulation() -> None:
+    import random
+
+    n, cap = 2000, 1000
+    rng = random.Random(1)
+    order: list[int] = []
+    for _ in range(6):
+        epoch = list(range(n))
+        rng.shuffle(epoch)
+        order += epoch
+    simulated = lru_hit_rate(order, cap, skip=n)
+    assert simulated == pytest.approx(steady_hit_rate(cap, n, "shuffled"), abs=0.01)
+    assert cache_for_hit_rate(steady_hit_rate(cap, n, "shuffled"), n, "shuffled") == pytest.approx(
+        cap
+    )
+    assert (
+        lru_hit_rate(list(range(n)) * 3, cap, skip=n)
+        == 0.0
+        == steady_hit_rate(cap, n, "sequential")
+    )
+
+
+def test_gpus_scale_gpu_and_pcie_but_share_storage() -> None:
+    rec = watch_record(workers=2, cores=64, storage=5000.0)
+    sc = evaluate(rec, Change(gpus=4))
+    assert sc.stages.gpu.capacity_samples_per_s == pytest.approx(4000.0)
+    # each GPU process brings its workers: 8 reads in flight instead of 2
+    assert sc.stages.storage.capacity_samples_per_s == pytest.approx(20000.0)
+
+
+def test_gpu_decode_moves_cost_from_cpu_to_gpu() -> None:
+    rec = probe_record()
+    sc = evaluate(rec, Change(gpu_decode=True))
+    assert sc.stages.cpu.capacity_samples_per_s == pytest.approx(340.0 / GPU_DECODE_CPU_FRACTION)
+    expect_gpu = 1 / (1 / 2000 + 1 / GPU_DECODE_IMAGES_PER_S)
+    assert sc.stages.gpu.capacity_samples_per_s == pytest.approx(expect_gpu)
+
+
+def test_pcie_link_rate_per_gpu() -> None:
+    assert parse_pcie("gen4x16") == pytest.approx(16 * 1.969e9 * PCIE_EFFICIENCY)
+    rec = watch_record()
+    sc = evaluate(rec, Change(pcie="Gen3x8", gpus=2))
+    assert sc.stages.pcie.capacity_samples_per_s == pytest.approx(
+        2 * 8 * 0.985e9 * PCIE_EFFICIENCY / SIZE
+    )
+    with pytest.raises(BadInputError, match="gen4x16"):
+        parse_pcie("pcie4")
+
+
+def test_whatif_record_composes_changes_on_the_original_run() -> None:
+    rec = watch_record(cpu_s=0.01, workers=1, storage=None, gpu=None, cores=8)
+    once = whatif(rec, Change(workers=4))
+    twice = whatif(once, Change(cores=2))
+    assert once.kind == twice.kind == "whatif"
+    assert twice.whatif is not None and twice.whatif.change.workers == 4
+    assert twice.whatif.base_kind == "watch"
+    assert twice.stages.cpu.capacity_samples_per_s == pytest.approx(200.0)
+    assert twice.whatif.base_stages.cpu.capacity_samples_per_s == pytest.approx(100.0)
+    loaded = RunRecord.from_json(twice.to_json())
+    assert loaded == twice
+
+
+def test_another_gpu_process_takes_its_training_loops_cpu_from_the_loaders() -> None:
+    rec = watch_record(cpu_s=0.01, workers=2, main_cpu=0.3, storage=None, gpu=1000.0, cores=8)
+    four = evaluate(rec, Change(gpus=4)).predicted_samples_per_s
+    five = evaluate(rec, Change(gpus=5)).predicted_samples_per_s
+    assert four == pytest.approx((8 - 4 * 0.3) / 0.01)
+    assert five == pytest.approx((8 - 5 * 0.3) / 0.01)
+    assert five < four
+
+
+def test_whatif_predicts_idle_from_the_gpu_capacity() -> None:
+    rec = watch_record(cpu_s=0.01, workers=1, storage=None, gpu=400.0)
+    out = whatif(rec, Change(workers=2))
+    assert out.predicted_samples_per_s == pytest.approx(200.0)
+    assert out.gpu_idle_fraction == pytest.approx(0.5)
+    assert out.measured_samples_per_s is None
+
+
+some_changes = st.fixed_dictionaries(
+    {
+        "workers": st.one_of(st.none(), st.integers(0, 64)),
+        "cores": st.one_of(st.none(), st.integers(1, 128)),
+        "gpus": st.one_of(st.none(), st.integers(1, 16)),
+        "cache": st.one_of(st.none(), st.floats(0, 4e9)),
+    }
+)
+
+
+def _change(d: dict[str, float | int | None]) -> Change:
+    return Change(
+        workers=d["workers"],  # type: ignore[arg-type]
+        cores=d["cores"],  # type: ignore[arg-type]
+        gpus=d["gpus"],  # type: ignore[arg-type]
+        cache_bytes=d["cache"],
+    )
+
+
+@given(some_changes, st.sampled_from(["workers", "cores", "gpus", "cache"]), st.integers(1, 16))
+def test_adding_a_resource_never_predicts_less(
+    d: dict[str, float | int | None], which: str, more: int
+) -> None:
+    # A GPU is not free CPU-wise: each GPU process runs a training loop that takes cores from
+    # the loaders (0.3 here), so on a CPU-bound host another GPU may predict less. That is
+    # the model being right; the property holds for GPUs when the loop costs no CPU.
+    loop_cpu = 0.0 if which == "gpus" else 0.3
+    for rec in (probe_record(), watch_record(workers=2, main_cpu=loop_cpu)):
+        before = evaluate(rec, _change(d)).predicted_samples_per_s
+        bigger = dict(d)
+        if which == "cache":
+            bigger["cache"] = (d["cache"] or 0.0) + more * 1e8
+        else:
+            w, g, c = resources(rec, _change(d))
+            bigger[which] = int({"workers": w, "cores": c, "gpus": g}[which]) + more
+        after = evaluate(rec, _change(bigger)).predicted_samples_per_s
+        assert after >= before * (1 - 1e-9)
+
+
+@given(some_changes)
+def test_bottleneck_is_the_argmin_and_utilisation_in_range(
+    d: dict[str, float | int | None],
+) -> None:
+    sc = evaluate(probe_record(), _change(d))
+    caps = {k: v for k, v in sc.stages.capacities().items() if v is not None}
+    assert caps[sc.findings.bottleneck] == min(caps.values())
+    u = sc.findings.gpu_utilization
+    assert u is not None and 0.0 <= u <= 1.0
+
+
+@given(st.floats(1.0, 64e6), st.integers(1, 256))
+def test_a_class_never_beats_its_bandwidth_and_more_reads_in_flight_never_hurt(
+    size: float, q: int
+) -> None:
+    for cls in load_catalog().values():
+        r = read_rate(cls, size, q)
+        assert r > 0 and math.isfinite(r)
+        if cls.scope != "object":
+            assert r <= cls.seq_read_bytes_per_s * (1 + 1e-9)
+        assert read_rate(cls, size, q + 1) >= r * (1 - 1e-9)

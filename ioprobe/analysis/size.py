@@ -150,9 +150,12 @@ def size(
             findings[(cls.name, n)] = f
     supported = {cls.name: gpus_supported(cls, inp) for cls in classes}
     top = max(gpu_counts)
-    cheapest = _cheapest(classes, rows, top, inp)
-    head_cls = next(c for c in classes if c.name == (cheapest.storage if cheapest else ""))
-    head = findings[(head_cls.name, top)]
+    cheapest = _cheapest(classes, rows, top, inp, supported)
+    head_cls = next(c for c in classes if c.name == cheapest.storage)
+    head_gpus = cheapest.gpus or top
+    head = findings.get((head_cls.name, head_gpus)) or pipeline_model(
+        stages_for(head_cls, head_gpus, inp)
+    )
     recs = [
         Recommendation(
             kind="size",
@@ -187,7 +190,7 @@ def size(
         kind="size",
         host=host,
         dataset=ds,
-        stages=stages_for(head_cls, top, inp),
+        stages=stages_for(head_cls, head_gpus, inp),
         bottleneck=head.bottleneck,
         predicted_samples_per_s=head.predicted_samples_per_s,
         gpu_idle_fraction=1.0 - util if util is not None else None,
@@ -214,10 +217,15 @@ def size(
 
 
 def _cheapest(
-    classes: list[StorageClassInfo], rows: list[SizeRow], top: int, inp: SizeInputs
+    classes: list[StorageClassInfo],
+    rows: list[SizeRow],
+    top: int,
+    inp: SizeInputs,
+    supported: dict[str, int],
 ) -> Cheapest:
     """The first class (catalog order: cheapest tier first) that keeps ``top`` GPUs per node at
-    the target; when none does, the one that gets closest, and what it would take."""
+    the target. When none does: the cheapest class among those that keep the most GPUs, and
+    what binds one GPU beyond that."""
     at_top = {r.storage: r for r in rows if r.gpus == top}
     for cls in classes:
         r = at_top[cls.name]
@@ -238,23 +246,42 @@ def _cheapest(
                     + "."
                 ),
             )
-    best = max(classes, key=lambda c: (at_top[c.name].gpu_utilization, -classes.index(c)))
-    r = at_top[best.name]
-    extra = ""
-    if r.bottleneck == "storage" and r.cache_bytes_static is not None:
-        extra = f" A {r.cache_bytes_static / 1e9:.0f} GB static cache per node would close the gap."
-    elif r.bottleneck == "cpu" and r.cores_needed:
-        extra = f" It needs {math.ceil(r.cores_needed)} cores per node for the loaders."
+    most = max(supported[c.name] for c in classes)
+    best = next(c for c in classes if supported[c.name] == most)
+    if most == 0:
+        r = at_top[best.name]
+        return Cheapest(
+            storage=best.name,
+            gpus=0,
+            utilization=0.0,
+            cores_needed=None,
+            text=(
+                f"No class here keeps even one GPU per node at {inp.target_utilization:.0%}: "
+                f"{r.bottleneck} binds first."
+            ),
+        )
+    at, _ = _row(best, most, inp)
+    beyond, _ = _row(best, most + 1, inp)
+    why = f"{beyond.bottleneck} binds beyond that"
+    if beyond.bottleneck == "cpu" and beyond.cores_needed:
+        why += f" ({most + 1} GPUs need {math.ceil(beyond.cores_needed)} cores per node)"
+    elif beyond.bottleneck == "storage" and beyond.cache_bytes_static:
+        why += f" (or add a {_gb(beyond.cache_bytes_static)} pinned cache per node)"
     return Cheapest(
         storage=best.name,
-        gpus=top,
-        utilization=r.gpu_utilization,
-        cores_needed=r.cores_needed,
+        gpus=most,
+        utilization=at.gpu_utilization,
+        cores_needed=at.cores_needed,
         text=(
-            f"No class keeps {top} GPUs per node at {inp.target_utilization:.0%}; the best, "
-            f"{best.name}, reaches {r.gpu_utilization:.0%} ({r.bottleneck}-bound).{extra}"
+            f"No class keeps {top} GPUs per node at {inp.target_utilization:.0%}. Cheapest "
+            f"balanced: {best.name} with {most} GPU{'s' if most != 1 else ''} per node, the "
+            f"most any class here keeps; {why}."
         ),
     )
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.0f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
 
 
 def _check(inp: SizeInputs, classes: list[StorageClassInfo], gpu_counts: list[int]) -> None:

@@ -383,6 +383,7 @@ def whatif(rec: RunRecord, change: Change) -> RunRecord:
 
     sc = evaluate(rec, change)
     base, before = split_base(rec)
+    was = pipeline_model(base.stages)  # the verdict as this version of the model sees it
     f = sc.findings
     gpu_cap = f.capacities["gpu"]
     out = dataclasses.replace(
@@ -398,8 +399,8 @@ def whatif(rec: RunRecord, change: Change) -> RunRecord:
             change=merge(before, change),
             base_kind=base.kind,
             base_stages=base.stages,
-            base_bottleneck=base.bottleneck,
-            base_predicted_samples_per_s=base.predicted_samples_per_s,
+            base_bottleneck=was.bottleneck,
+            base_predicted_samples_per_s=was.predicted_samples_per_s,
             base_measured_samples_per_s=base.measured_samples_per_s,
             base_gpu_idle_fraction=base.gpu_idle_fraction,
             deltas=list(sc.deltas),

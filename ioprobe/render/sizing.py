@@ -18,7 +18,12 @@ def _cell(util: float, binding: str, target: float) -> Text:
     style = "green" if util >= target - 1e-12 else ("yellow" if util >= 0.5 else "red")
     # the binding stage's initial only where the GPUs are not the limit
     tag = "" if binding == "gpu" else " " + _INITIAL[binding]
-    return Text(f"{util:.0%}{tag}", style=style)
+    # floored, so a GPU fed 99.6% of the time never reads as fully fed
+    return Text(f"{math.floor(util * 100 + 1e-9)}%{tag}", style=style)
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.0f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
 
 
 def render_size(rec: RunRecord) -> RenderableType:
@@ -80,14 +85,16 @@ def render_size(rec: RunRecord) -> RenderableType:
                 f"{top} GPUs per node need about {math.ceil(row.cores_needed)} cores of loader workers per node."
             )
         )
-    gaps = [r for r in sz.rows if r.gpus == top and r.cache_bytes_static]
+    gaps = [
+        r for r in sz.rows if r.gpus == top and r.bottleneck == "storage" and r.cache_bytes_static
+    ]
     if gaps:
         r = min(gaps, key=lambda r: r.cache_bytes_static or 0.0)
         assert r.cache_bytes_static is not None and r.cache_bytes_lru is not None
         parts.append(
             Text(
-                f"To make {r.storage} keep up with {top} GPUs, cache {r.cache_bytes_static / 1e9:,.0f} GB "
-                f"as a pinned subset (an LRU page cache under shuffling needs {r.cache_bytes_lru / 1e9:,.0f} GB)."
+                f"To make {r.storage} keep up with {top} GPUs, cache {_gb(r.cache_bytes_static)} "
+                f"as a pinned subset (an LRU page cache under shuffling needs {_gb(r.cache_bytes_lru)})."
             )
         )
     parts.append(Text(""))

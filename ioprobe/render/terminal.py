@@ -47,8 +47,9 @@ def _stage_detail(rec: RunRecord, name: str) -> str:
     if name == "cpu":
         if st.cpu.cpu_seconds_per_sample is None:
             return "not measured"
+        loader = f" ({st.cpu.loader})" if st.cpu.loader else ""
         return (
-            f"{st.cpu.cpu_seconds_per_sample * 1e3:.2f} ms CPU/sample ({st.cpu.loader}), "
+            f"{st.cpu.cpu_seconds_per_sample * 1e3:.2f} ms CPU/sample{loader}, "
             f"{st.cpu.usable_cores} usable cores"
         )
     if name == "pcie":

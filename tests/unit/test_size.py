@@ -30,8 +30,10 @@ def test_analytic_case_2000_mb_s_110_kb_2500_per_gpu_keeps_8_gpus_at_90_percent(
     assert by_gpus[8].gpu_utilization == pytest.approx(18181.8 / 20000, rel=1e-4)
     assert by_gpus[4].gpu_utilization == 1.0 and by_gpus[4].bottleneck == "gpu"
     assert by_gpus[16].bottleneck == "storage"
-    assert rec.sizing.cheapest is not None and rec.sizing.cheapest.gpus == 16
+    assert rec.sizing.cheapest is not None and rec.sizing.cheapest.gpus == 8
     assert "No class keeps 16 GPUs" in rec.sizing.cheapest.text
+    assert "2000MB/s with 8 GPUs per node" in rec.sizing.cheapest.text
+    assert "storage binds beyond that" in rec.sizing.cheapest.text
 
 
 def test_cpu_binds_when_cores_are_short_and_cores_needed_is_reported() -> None:

@@ -1,0 +1,111 @@
+"""Each recommendation rule on a record built to trigger it, with the predicted rate checked
+against what the what-if gives for the same change."""
+
+from __future__ import annotations
+
+import pytest
+
+from ioprobe.analysis import finalize
+from ioprobe.analysis.catalog import load_catalog
+from ioprobe.analysis.whatif import evaluate
+from ioprobe.record import Change, Distribution, FilesystemInfo, PcieStage, RunRecord
+from tests.unit.test_whatif import probe_record, watch_record
+
+
+def kinds(rec: RunRecord) -> list[str]:
+    return [r.kind for r in rec.recommendations]
+
+
+def rec_of(rec: RunRecord, kind: str) -> tuple[str, float | None]:
+    r = next(r for r in rec.recommendations if r.kind == kind)
+    return r.text, r.predicted_samples_per_s
+
+
+def test_cpu_bound_watch_gets_the_worker_count_that_reaches_the_next_stage() -> None:
+    # 10 ms/sample, 1 worker: 100/s; the GPU takes 350/s and 8 cores are free
+    rec = finalize(watch_record(cpu_s=0.01, workers=1, storage=None, gpu=350.0, cores=8))
+    assert rec.bottleneck == "cpu"
+    text, pred = rec_of(rec, "num_workers")
+    assert "from 1 to 4" in text  # 3 workers give 300/s, 4 give 350 (GPU-bound): no more
+    assert pred == pytest.approx(350.0)
+    assert pred == evaluate(rec, Change(workers=4)).predicted_samples_per_s
+
+
+def test_no_worker_advice_when_more_workers_buy_nothing() -> None:
+    rec = finalize(watch_record(cpu_s=0.01, workers=8, storage=None, gpu=2000.0, cores=8))
+    assert rec.bottleneck == "cpu"
+    assert "num_workers" not in kinds(rec)
+    assert "more_cpu" in kinds(rec)  # 2,000/s x 10 ms = 20 cores
+    text, pred = rec_of(rec, "more_cpu")
+    assert "about 20 cores" in text and pred == pytest.approx(2000.0)
+
+
+def test_spiky_stalls_below_the_model_rate_suggest_prefetch_factor() -> None:
+    rec = watch_record(cpu_s=0.001, workers=2, storage=None, gpu=400.0, cores=8)
+    assert rec.watch is not None
+    rec.measured_samples_per_s = 250.0  # the model says 400: stragglers stall the queue
+    rec.watch.stall_ms = Distribution(count=100, values=[0.1] * 90 + [120.0] * 10)
+    rec.watch.step_ms = Distribution(count=100, values=[20.0] * 100)
+    out = finalize(rec)
+    text, pred = rec_of(out, "prefetch_factor")
+    # p95 stall 120 ms / 20 ms step = 6 batches over 2 workers: 3 more per worker
+    assert "from 2 to 5" in text and "10 batches are queued" in text
+    assert pred == pytest.approx(400.0)
+    rec.measured_samples_per_s = 390.0  # close to the model: nothing to absorb
+    assert "prefetch_factor" not in kinds(finalize(rec))
+
+
+def test_mostly_idle_gpu_suggests_sharing_it() -> None:
+    rec = watch_record(cpu_s=0.001, workers=4, storage=None, gpu=500.0, cores=16)
+    rec.stages.gpu.busy_fraction = 0.3
+    rec.stages.gpu.busy_method = "nvml utilization"
+    out = finalize(rec)
+    assert out.bottleneck == "gpu"
+    text, pred = rec_of(out, "share_gpu")
+    assert "run 3 jobs per GPU" in text
+    assert pred == pytest.approx(1500.0)  # 3 jobs at 500/s; 16 cores at 1 ms feed 16,000/s
+    assert kinds(out)[0] == "share_gpu"  # ranked above "balanced"
+    rec.stages.gpu.busy_fraction = 0.8
+    assert "share_gpu" not in kinds(finalize(rec))
+
+
+def test_pcie_bound_suggests_pinned_memory() -> None:
+    rec = watch_record(cpu_s=0.001, workers=4, storage=None, gpu=5000.0, cores=16)
+    rec.stages.pcie = PcieStage(capacity_samples_per_s=1000.0, method="cuda events, pageable")
+    out = finalize(rec)
+    assert out.bottleneck == "pcie"
+    _, pred = rec_of(out, "pin_memory")
+    assert pred == pytest.approx(2000.0)
+
+
+def test_storage_bound_on_small_files_gets_sharding_cache_and_faster_storage() -> None:
+    rec = probe_record()
+    rec.dataset.density = "low"
+    rec.dataset.sample_bytes_mean = 20_000.0
+    rec.host.filesystem = FilesystemInfo(path="/d", device_class="hdd")
+    for p in (rec.stages.storage.cold, rec.stages.storage.warm):
+        assert p is not None
+    rec.stages.storage.capacity_samples_per_s = 30.0  # an HDD seeking for 20 kB files
+    rec.stages.storage.cold.sweep = []  # type: ignore[union-attr]
+    out = finalize(rec)
+    assert out.bottleneck == "storage"
+    got = kinds(out)
+    assert {"shard_small_files", "cache_in_ram", "faster_storage"} <= set(got)
+    text, pred = rec_of(out, "faster_storage")
+    cls = next(c for c in load_catalog().values() if c.name in text)
+    assert pred == evaluate(rec, Change(storage=cls)).predicted_samples_per_s
+    assert "GPUs like this one" in text
+    shard_text, shard_pred = rec_of(out, "shard_small_files")
+    assert "hdd" in shard_text and shard_pred is not None and shard_pred > 30.0
+
+
+def test_every_recommendation_predicts_and_ranking_is_by_prediction() -> None:
+    for rec in (
+        watch_record(cpu_s=0.01, workers=1, storage=None, gpu=350.0, cores=8),
+        watch_record(cpu_s=0.001, workers=2, storage=40.0, gpu=400.0, cores=8),
+        probe_record(),
+    ):
+        out = finalize(rec)
+        preds = [r.predicted_samples_per_s for r in out.recommendations]
+        assert preds and all(p is not None for p in preds), kinds(out)
+        assert preds == sorted(preds, reverse=True)  # type: ignore[type-var]

@@ -1,0 +1,71 @@
+"""Terminal output pinned byte for byte at a fixed width.
+
+A change to a renderer shows up here as a diff a reviewer can read. To accept an intended
+change: ``IOPROBE_UPDATE_GOLDEN=1 pytest tests/unit/test_render_golden.py`` and review the diff.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+from pathlib import Path
+
+import pytest
+from rich.console import Console, RenderableType
+
+from ioprobe.analysis import finalize
+from ioprobe.analysis.catalog import load_catalog, resolve_storage
+from ioprobe.analysis.size import size
+from ioprobe.analysis.whatif import whatif
+from ioprobe.record import Change, SizeInputs
+from ioprobe.render.sizing import render_size
+from ioprobe.render.terminal import summary
+from ioprobe.render.whatif import render_whatif
+from tests.unit.test_whatif import watch_record
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def text(renderable: RenderableType, width: int = 100) -> str:
+    out = io.StringIO()
+    Console(file=out, width=width, color_system=None, force_terminal=False).print(renderable)
+    return out.getvalue()
+
+
+def check(name: str, got: str) -> None:
+    path = GOLDEN / name
+    if os.environ.get("IOPROBE_UPDATE_GOLDEN"):
+        path.write_text(got, encoding="utf-8")
+    assert got == path.read_text(encoding="utf-8"), f"{name} changed; see the module docstring"
+
+
+def test_size_table_golden() -> None:
+    cat = load_catalog()
+    inp = SizeInputs(
+        sample_bytes=110e3,
+        gpu_samples_per_s=2500.0,
+        cpu_seconds_per_sample=0.004,
+        cores=64,
+        dataset_bytes=140e9,
+    )
+    classes = [
+        resolve_storage("2000MB/s", cat),
+        cat["sata-ssd"],
+        cat["nvme-gen4"],
+        cat["nfs-10gbe"],
+    ]
+    check("size.txt", text(render_size(size(inp, classes, [1, 2, 4, 8, 16, 32]))))
+
+
+def test_watch_summary_and_whatif_golden() -> None:
+    rec = finalize(watch_record(cpu_s=0.01, workers=1, storage=900.0, gpu=350.0, cores=8))
+    rec.dataset.target = "train/"
+    check("watch.txt", text(summary(rec)))
+    check("whatif.txt", text(render_whatif(whatif(rec, Change(workers=4)))))
+
+
+@pytest.mark.parametrize("width", [60, 200])
+def test_renderers_fit_any_width(width: int) -> None:
+    rec = finalize(watch_record())
+    for r in (summary(rec), render_whatif(whatif(rec, Change(workers=3)))):
+        assert all(len(line) <= width for line in text(r, width).splitlines())

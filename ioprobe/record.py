@@ -304,7 +304,7 @@ class Change:
     storage: StorageClassInfo | None = None
     gpus: int | None = None  # GPUs per node, one training process each
     cache_bytes: float | None = None  # RAM (or local NVMe) cache in front of storage
-    cache_order: CacheOrder = "shuffled"
+    cache_order: CacheOrder | None = None  # None: the recorded sampler's order
     pcie: str | None = None  # e.g. gen4x16
     gpu_decode: bool = False
 

@@ -175,7 +175,7 @@ def cache_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
         return []
     budget = 0.8 * avail
     if total <= budget:
-        change = Change(cache_bytes=total, cache_order="shuffled")
+        change = Change(cache_bytes=total)
         text = (
             f"The dataset ({total / 1e9:.1f} GB) fits in free RAM "
             f"({avail / 1e9:.1f} GB): from the second epoch the page cache serves it."

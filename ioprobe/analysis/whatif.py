@@ -24,6 +24,7 @@ from ioprobe.analysis.model import PipelineFindings, cpu_context, loader_cores, 
 from ioprobe.errors import BadInputError
 from ioprobe.record import (
     STAGE_NAMES,
+    CacheOrder,
     Change,
     CpuLevel,
     RunRecord,
@@ -114,6 +115,22 @@ def recorded_workers(rec: RunRecord) -> int:
         best = max(rec.stages.cpu.sweep, key=lambda lv: lv.samples_per_s)
         return best.workers
     return rec.settings.workers or rec.stages.cpu.usable_cores or rec.host.usable_cores or 1
+
+
+# Samplers that read every sample once per epoch in a fresh random order; anything else that
+# is not sequential (weighted, custom) is treated as shuffled too, the common case.
+_SEQUENTIAL_SAMPLERS = {"SequentialSampler"}
+
+
+def recorded_order(rec: RunRecord) -> CacheOrder:
+    """The order the recorded loader read samples in, as the cache model needs it: a
+    ``SequentialSampler`` or an iterable dataset (a stream, the same order every epoch) is
+    sequential; everything else, and a probe, is shuffled."""
+    if rec.watch is not None:
+        info = rec.watch.loader
+        if info.get("iterable") == "True" or info.get("sampler") in _SEQUENTIAL_SAMPLERS:
+            return "sequential"
+    return "shuffled"
 
 
 def recorded_gpus(rec: RunRecord) -> int:
@@ -282,13 +299,14 @@ def evaluate(rec: RunRecord, change: Change) -> Scenario:
             )
     if ch.cache_bytes is not None and st_cap is not None:
         total = dataset_bytes(base)
-        hit = steady_hit_rate(ch.cache_bytes, total, ch.cache_order)
+        order = ch.cache_order or recorded_order(base)
+        hit = steady_hit_rate(ch.cache_bytes, total, order)
         warm = base.stages.storage.warm
         warm_cap = warm.read_bytes_per_s / size if warm and warm.read_bytes_per_s and size else None
         per_sample = (1 - hit) / st_cap + (hit / warm_cap if warm_cap else 0.0)
         st_cap = 1.0 / per_sample if per_sample > 0 else None
         assumptions.append(
-            f"a {ch.cache_bytes / 1e9:.1f} GB {ch.cache_order} cache over "
+            f"a {ch.cache_bytes / 1e9:.1f} GB {order} cache over "
             f"{total / 1e9:.1f} GB serves {hit:.0%} of reads in steady state"
             + ("" if warm_cap else "; cached reads are free next to storage (no warm pass)")
         )
@@ -368,7 +386,9 @@ def describe(ch: Change) -> dict[str, str]:
     if ch.gpus is not None:
         out["gpus"] = str(ch.gpus)
     if ch.cache_bytes is not None:
-        out["cache"] = f"{ch.cache_bytes / 1e9:g} GB {ch.cache_order}"
+        out["cache"] = f"{ch.cache_bytes / 1e9:g} GB" + (
+            f" {ch.cache_order}" if ch.cache_order else ""
+        )
     if ch.pcie is not None:
         out["pcie"] = ch.pcie
     if ch.gpu_decode:
@@ -423,6 +443,7 @@ __all__ = [
     "parse_pcie",
     "recorded_cores",
     "recorded_gpus",
+    "recorded_order",
     "recorded_workers",
     "resources",
     "split_base",

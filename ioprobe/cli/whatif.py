@@ -34,9 +34,8 @@ from ioprobe.render.whatif import render_whatif
 @click.option(
     "--cache-order",
     type=click.Choice(["shuffled", "sequential", "static"]),
-    default="shuffled",
-    show_default=True,
-    help="How the cache is used: an LRU under a shuffled or sequential order, or a pinned subset.",
+    help="How the cache is used: an LRU under a shuffled or sequential order, or a pinned "
+    "subset. Default: the recorded loader's order (shuffled for a probe).",
 )
 @click.option("--pcie", metavar="GENxW", help="Host-to-GPU link per GPU, e.g. gen4x16.")
 @click.option("--gpu-decode", is_flag=True, help="Decode images on the GPU (DALI's mixed decoder).")
@@ -49,7 +48,7 @@ def command(
     storage: str | None,
     gpus: int | None,
     cache_gb: float | None,
-    cache_order: str,
+    cache_order: str | None,
     pcie: str | None,
     gpu_decode: bool,
     catalog_path: str | None,
@@ -64,11 +63,11 @@ def command(
         storage=storage_class,
         gpus=gpus,
         cache_bytes=cache_gb * 1e9 if cache_gb is not None else None,
-        cache_order=cast(CacheOrder, cache_order),
+        cache_order=cast(CacheOrder | None, cache_order),
         pcie=pcie,
         gpu_decode=gpu_decode,
     )
-    if change == Change(cache_order=change.cache_order):
+    if change == Change(cache_order=change.cache_order):  # an order alone changes nothing
         raise BadInputError(
             "nothing to change: give at least one of --workers, --cores, --storage, --gpus, "
             "--cache-gb, --pcie, --gpu-decode"

@@ -179,6 +179,15 @@ def test_cache_mixes_cached_and_uncached_reads_by_the_hit_rate() -> None:
     assert shuffled.stages.storage.capacity_samples_per_s == pytest.approx(
         1 / ((1 - h) / 3200 + h / 32000)
     )
+    # a watched loader with shuffle=False reads sequentially: an LRU smaller than the data thrashes
+    seq = watch_record(storage=1000.0)
+    assert seq.watch is not None
+    seq.watch.loader["sampler"] = "SequentialSampler"
+    thrash = evaluate(seq, Change(cache_bytes=0.9e9)).stages.storage.capacity_samples_per_s
+    assert thrash == pytest.approx(1000.0)
+    seq.watch.loader["sampler"] = "RandomSampler"
+    helped = evaluate(seq, Change(cache_bytes=0.9e9)).stages.storage.capacity_samples_per_s
+    assert helped is not None and helped > 1000.0
     fits = evaluate(rec, Change(cache_bytes=2e9))
     assert fits.stages.storage.capacity_samples_per_s == pytest.approx(32000.0)
 

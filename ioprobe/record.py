@@ -127,6 +127,9 @@ class StorageStage:
     cold: StoragePass | None = None
     warm: StoragePass | None = None
     unmetered_seconds: float | None = None
+    # per sample, time before any byte moves (open, metadata, HTTP HEAD): what does not
+    # shrink with more bandwidth
+    request_latency_s: float | None = None
 
 
 @dataclass
@@ -208,6 +211,12 @@ class WatchEpoch:
     stall_seconds: float = 0.0  # consumer blocked in next(), first batch excluded
     step_seconds: float = 0.0  # consumer time between batches
     first_batch_seconds: float | None = None  # includes worker start-up
+    # The first round of batches (one per worker) is made concurrently and arrives bunched;
+    # steady-state rates leave it out: samples and seconds up to the last of that round.
+    startup_samples: int = 0
+    startup_seconds: float = 0.0
+    startup_metered_read_seconds: float = 0.0  # the first round's opens pay session set-up
+    startup_metered_open_seconds: float = 0.0
     sample_wall_seconds: float = 0.0  # in the workers, per sample
     sample_cpu_seconds: float = 0.0
     runqueue_seconds: float = 0.0  # workers runnable but waiting for a core
@@ -215,7 +224,8 @@ class WatchEpoch:
     read_chars: int = 0  # bytes passed to read()/pread() by the workers
     read_bytes: int = 0  # bytes the workers caused to be fetched from storage
     metered_bytes: int = 0  # read through ioprobe.loaders.files
-    metered_read_seconds: float = 0.0
+    metered_read_seconds: float = 0.0  # opens and reads
+    metered_open_seconds: float = 0.0  # opens alone: per-request latency
     main_cpu_seconds: float = 0.0  # the main process, all its threads
     error: str | None = None  # the exception that ended the epoch, if any
 

@@ -125,6 +125,10 @@ class WatchCollector:
         self.info = loader_info
         self.batch_size = batch_size
         self.dataset_len = dataset_len
+        try:
+            self._startup_batches = max(int(loader_info.get("num_workers", "0")), 1)
+        except ValueError:
+            self._startup_batches = 1
         self.epochs: list[WatchEpoch] = []
         self.workers: dict[int, WorkerStats] = {}
         # nanoseconds in, milliseconds out
@@ -153,7 +157,7 @@ class WatchCollector:
     def on_batch(self, t_request: int, t_arrival: int, stats: tuple[Any, ...]) -> None:
         ep = self._cur
         assert ep is not None
-        worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns = stats
+        worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns, mopen = stats
         wall = array("q", wall_b)
         n = len(wall)
         wall_ns = sum(wall)
@@ -172,14 +176,20 @@ class WatchCollector:
         self._prev_arrival = t_arrival
         ep.batches += 1
         ep.samples += n
+        ep.metered_bytes += mbytes
+        ep.metered_read_seconds += mns / 1e9
+        ep.metered_open_seconds += mopen / 1e9
+        if ep.batches == self._startup_batches:
+            ep.startup_samples = ep.samples
+            ep.startup_seconds = ep.seconds
+            ep.startup_metered_read_seconds = ep.metered_read_seconds
+            ep.startup_metered_open_seconds = ep.metered_open_seconds
         ep.sample_wall_seconds += wall_s
         ep.sample_cpu_seconds += cpu_s
         ep.collate_seconds += collate / 1e9
         ep.read_chars += rchar
         ep.read_bytes += rbytes
         ep.runqueue_seconds += runq / 1e9
-        ep.metered_bytes += mbytes
-        ep.metered_read_seconds += mns / 1e9
         w = self.workers.get(worker)
         if w is None:
             w = self.workers[worker] = WorkerStats(worker=worker)
@@ -241,9 +251,11 @@ class WatchCollector:
         usable = host.usable_cores or os.cpu_count() or 1
         eps = self.epochs
         samples = sum(e.samples for e in eps)
-        # the first batch of each epoch waits for worker start-up: left out of rates
-        steady = sum(e.samples for e in eps) - sum(
-            min(e.samples, self.batch_size or 0) for e in eps if e.batches
+        # the first round of batches of each epoch waits for worker start-up and arrives
+        # bunched: left out of the delivered rate (an epoch too short for it counts whole)
+        steady = sum(e.samples - e.startup_samples for e in eps if e.seconds > e.startup_seconds)
+        steady_wall = sum(
+            e.seconds - e.startup_seconds for e in eps if e.seconds > e.startup_seconds
         )
         wall = sum(e.seconds for e in eps)
         # metered reads also count in rchar when they are local: never add the two
@@ -269,7 +281,7 @@ class WatchCollector:
             host=host,
             dataset=ds,
             stages=stages,
-            measured_samples_per_s=steady / wall if wall > 0 else None,
+            measured_samples_per_s=steady / steady_wall if steady_wall > 0 else None,
             gpu_idle_fraction=idle,
             gpu_idle_method="wall clock: consumer time in next() / time between batch arrivals",
             watch=WatchData(
@@ -318,7 +330,17 @@ class WatchCollector:
         wall_per_sample = sum(e.sample_wall_seconds for e in eps) / samples
         runq = sum(e.runqueue_seconds for e in eps) / samples
         blocked = max(wall_per_sample - cpu_per_sample - runq, 0.0)
-        metered_s = sum(e.metered_read_seconds for e in eps) / samples
+        # steady state: each worker's first opens pay for its session (an aiohttp loop, a
+        # TLS handshake), a one-off the per-sample figure should not carry
+        steady = [e for e in eps if e.samples > e.startup_samples]
+        steady_n = sum(e.samples - e.startup_samples for e in steady)
+        if steady_n:
+            metered_s = sum(e.metered_read_seconds - e.startup_metered_read_seconds for e in steady)
+            open_s = sum(e.metered_open_seconds - e.startup_metered_open_seconds for e in steady)
+            metered_s, open_s = metered_s / steady_n, open_s / steady_n
+        else:
+            metered_s = sum(e.metered_read_seconds for e in eps) / samples
+            open_s = sum(e.metered_open_seconds for e in eps) / samples
         storage = StorageStage()
         if metered_s > 0:
             # reads timed where they happen: no need to infer them from blocked time
@@ -326,6 +348,7 @@ class WatchCollector:
             storage.capacity_samples_per_s = cap
             storage.read_bytes_per_s = cap * mean_bytes if mean_bytes else None
             storage.basis = "metered reads through ioprobe.loaders.files"
+            storage.request_latency_s = open_s
         elif blocked > 0.02 * wall_per_sample and blocked > 0:
             # each loading lane spends `blocked` seconds per sample waiting on reads
             cap = lanes / blocked

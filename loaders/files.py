@@ -24,23 +24,27 @@ from typing import Any
 import fsspec
 
 _bytes = [0]
-_ns = [0]
+_ns = [0]  # opens and reads: all the time spent on storage
+_open_ns = [0]  # opens alone: the per-request latency (a metadata lookup, an HTTP HEAD)
 
 
 def _after_fork() -> None:
     _bytes[0] = 0
     _ns[0] = 0
+    _open_ns[0] = 0
 
 
 os.register_at_fork(after_in_child=_after_fork)
 
 
-def take() -> tuple[int, int]:
-    """Bytes and nanoseconds of metered reads since the last call, in this process."""
-    b, n = _bytes[0], _ns[0]
+def take() -> tuple[int, int, int]:
+    """Bytes, nanoseconds of opens and reads, and nanoseconds of opens alone, metered since
+    the last call in this process."""
+    b, n, o = _bytes[0], _ns[0], _open_ns[0]
     _bytes[0] = 0
     _ns[0] = 0
-    return b, n
+    _open_ns[0] = 0
+    return b, n, o
 
 
 class MeteredFile:
@@ -88,7 +92,12 @@ def open(urlpath: str, mode: str = "rb", **storage_options: Any) -> MeteredFile:
     """Open a local path or fsspec URL for reading; only binary read modes are allowed."""
     if mode != "rb":
         raise ValueError(f"ioprobe.loaders.files.open is read-only: mode {mode!r}")
-    return MeteredFile(fsspec.open(urlpath, "rb", **storage_options).open())
+    t0 = time.perf_counter_ns()
+    fh = fsspec.open(urlpath, "rb", **storage_options).open()
+    took = time.perf_counter_ns() - t0
+    _ns[0] += took
+    _open_ns[0] += took
+    return MeteredFile(fh)
 
 
 def read_bytes(urlpath: str, **storage_options: Any) -> bytes:

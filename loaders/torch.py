@@ -200,7 +200,7 @@ class TimedCollate:
         now = _counters()
         prev = _last or now
         _last = now
-        metered_bytes, metered_ns = _files.take()
+        metered_bytes, metered_ns, metered_open_ns = _files.take()
         stats = (
             -1 if info is None else info.id,
             wall,
@@ -211,6 +211,7 @@ class TimedCollate:
             now[2] - prev[2],
             metered_bytes,
             metered_ns,
+            metered_open_ns,
         )
         return Stamped(out, stats)
 

@@ -239,7 +239,8 @@ def _cheapest(
                     f"Cheapest balanced: {cls.name} keeps {top} GPUs per node at "
                     f"{r.gpu_utilization:.0%}"
                     + (
-                        f" with {math.ceil(r.cores_needed)} cores of loader workers per node"
+                        f"; {math.ceil(r.cores_needed)} cores of loader workers per node feed "
+                        "them fully"
                         if r.cores_needed
                         else ""
                     )

@@ -276,8 +276,19 @@ def evaluate(rec: RunRecord, change: Change) -> Scenario:
                 "the record has no bytes per sample (reads were not metered), so a storage "
                 "class can't be applied; wrap reads with ioprobe.loaders.files"
             )
-        rate = read_rate(ch.storage, size, int(lanes))
-        st_cap = rate / size
+        latency = base.stages.storage.request_latency_s
+        if ch.storage.scope == "given" and latency:
+            # the run timed its requests' fixed cost apart from the transfer: each of the
+            # `lanes` readers pays it, then shares the new bandwidth with the others
+            st_cap = 1.0 / (latency / lanes + size / ch.storage.seq_read_bytes_per_s)
+            rate = st_cap * size
+            assumptions.append(
+                f"each read keeps its measured {latency * 1e3:.1f} ms of request latency; "
+                "only the transfer speeds up"
+            )
+        else:
+            rate = read_rate(ch.storage, size, int(lanes))
+            st_cap = rate / size
         stages.storage.read_bytes_per_s = rate
         stages.storage.basis = (
             f"what-if: {ch.storage.name} ({ch.storage.label}) at {lanes:.0f} reads in flight"

@@ -62,8 +62,20 @@ def _bytes(flag: str, text: str | None) -> float | None:
 @click.option(
     "--storage", "storage_text", metavar="LIST", help="Storage classes or rates, comma-separated."
 )
-@click.option("--cores", type=click.FloatRange(min=0, min_open=True), help="CPU cores per node.")
-@click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True)
+@click.option(
+    "--cores",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="N",
+    help="CPU cores per node for the loaders (default: the run's usable cores; none: not limiting).",
+)
+@click.option(
+    "--nodes",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Nodes, each with the GPU counts of --gpus.",
+)
 @click.option("--nic", metavar="RATE", help="Each node's network limit, e.g. 12.5GB/s.")
 @click.option(
     "--in-flight",
@@ -79,6 +91,7 @@ def _bytes(flag: str, text: str | None) -> float | None:
     default=0.9,
     show_default=True,
     metavar="U",
+    help="The GPU utilisation a configuration must keep to count as balanced.",
 )
 @catalog_option
 @json_option

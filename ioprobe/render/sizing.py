@@ -8,7 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ioprobe.record import RunRecord
+from ioprobe.record import RunRecord, SizeRow
 from ioprobe.render.terminal import rate
 
 _INITIAL = {"storage": "S", "cpu": "C", "pcie": "P", "gpu": "G"}
@@ -16,14 +16,40 @@ _INITIAL = {"storage": "S", "cpu": "C", "pcie": "P", "gpu": "G"}
 
 def _cell(util: float, binding: str, target: float) -> Text:
     style = "green" if util >= target - 1e-12 else ("yellow" if util >= 0.5 else "red")
-    # the binding stage's initial only where the GPUs are not the limit
-    tag = "" if binding == "gpu" else " " + _INITIAL[binding]
+    # the binding stage's initial only where the GPUs are not fully fed (a tie feeds them)
+    tag = "" if binding == "gpu" or util >= 1 - 1e-9 else " " + _INITIAL[binding]
     # floored, so a GPU fed 99.6% of the time never reads as fully fed
     return Text(f"{math.floor(util * 100 + 1e-9)}%{tag}", style=style)
 
 
 def _gb(n: float) -> str:
     return f"{n / 1e9:,.0f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
+
+
+def _size(n: float) -> str:
+    if n >= 1e6:
+        return f"{n / 1e6:,.1f} MB"
+    return f"{n / 1e3:,.0f} kB"
+
+
+def _cache_gap(rec: RunRecord) -> SizeRow | None:
+    """The row where a cache helps most: storage binds below the target, nothing else would
+    (CPU keeps up), and the GPU count is the largest such; the cheapest cache among ties."""
+    sz = rec.sizing
+    assert sz is not None
+    target = sz.inputs.target_utilization
+    rows = [
+        r
+        for r in sz.rows
+        if r.bottleneck == "storage"
+        and r.gpu_utilization < target
+        and r.cache_bytes_static
+        and (r.cpu_samples_per_s is None or r.cpu_samples_per_s >= target * r.gpu_samples_per_s)
+    ]
+    if not rows:
+        return None
+    top = max(r.gpus for r in rows)
+    return min((r for r in rows if r.gpus == top), key=lambda r: r.cache_bytes_static or 0.0)
 
 
 def render_size(rec: RunRecord) -> RenderableType:
@@ -36,7 +62,7 @@ def render_size(rec: RunRecord) -> RenderableType:
         ("ioprobe size", "bold"),
         "  ",
         (rec.dataset.target, "cyan"),
-        f"  {inp.sample_bytes / 1e3:,.0f} kB/sample, "
+        f"  {_size(inp.sample_bytes)}/sample, "
         f"{rate(inp.gpu_samples_per_s)} samples/s per GPU"
         + (
             f", {inp.cpu_seconds_per_sample * 1e3:.2f} ms CPU/sample"
@@ -48,7 +74,7 @@ def render_size(rec: RunRecord) -> RenderableType:
     )
     table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
     table.add_column("storage")
-    table.add_column("MB/s", justify="right")
+    table.add_column("MB/s" + (" all nodes" if inp.nodes > 1 else ""), justify="right")
     for n in sz.gpu_counts:
         table.add_column(f"{n} GPU" + ("s" if n != 1 else ""), justify="right")
     table.add_column(f"GPUs >= {inp.target_utilization:.0%}", justify="right")
@@ -85,16 +111,14 @@ def render_size(rec: RunRecord) -> RenderableType:
                 f"{top} GPUs per node need about {math.ceil(row.cores_needed)} cores of loader workers per node."
             )
         )
-    gaps = [
-        r for r in sz.rows if r.gpus == top and r.bottleneck == "storage" and r.cache_bytes_static
-    ]
-    if gaps:
-        r = min(gaps, key=lambda r: r.cache_bytes_static or 0.0)
-        assert r.cache_bytes_static is not None and r.cache_bytes_lru is not None
+    gap = _cache_gap(rec)
+    if gap is not None:
+        assert gap.cache_bytes_static is not None and gap.cache_bytes_lru is not None
         parts.append(
             Text(
-                f"To make {r.storage} keep up with {top} GPUs, cache {_gb(r.cache_bytes_static)} "
-                f"as a pinned subset (an LRU page cache under shuffling needs {_gb(r.cache_bytes_lru)})."
+                f"A cache makes {gap.storage} keep {gap.gpus} GPUs per node busy: "
+                f"{_gb(gap.cache_bytes_static)} as a pinned subset per node (an LRU page cache "
+                f"under shuffling needs {_gb(gap.cache_bytes_lru)})."
             )
         )
     parts.append(Text(""))

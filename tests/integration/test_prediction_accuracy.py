@@ -30,4 +30,6 @@ def test_twice_the_storage_rate_predicted_from_a_throttled_run_within_10_percent
 ) -> None:
     err, pairs = median_error(lambda: storage_rate_pair(tmp_path), 3)
     assert err <= 0.10, f"predicted vs measured: {pairs}"
-    assert sorted(p for p, _ in pairs)[1] == pytest.approx(2 * RATE / SIZE, rel=0.01)
+    # bandwidth alone would give 2R / size; the requests' measured latency takes a little off
+    bound = 2 * RATE / SIZE
+    assert 0.8 * bound < sorted(p for p, _ in pairs)[1] < bound

@@ -92,7 +92,7 @@ def workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
                 f"Raise num_workers from {w0} to {w}: {why}; more workers than that add nothing."
             ),
             predicted_samples_per_s=p,
-            evidence=f"{f.bottleneck} delivers {f.predicted_samples_per_s:.0f} samples/s with {w0}",
+            evidence=f"{f.bottleneck} delivers {f.predicted_samples_per_s:,.0f} samples/s with {w0}",
         )
     ]
 
@@ -121,11 +121,11 @@ def cores_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             kind="more_cpu",
             text=(
                 f"Each sample costs {cpu.cpu_seconds_per_sample * 1e3:.2f} ms of CPU; feeding "
-                f"the next stage ({target:.0f} samples/s) takes about {need} cores of loader "
+                f"the next stage ({target:,.0f} samples/s) takes about {need} cores of loader "
                 f"workers, this machine gives {cores:.0f}."
             ),
             predicted_samples_per_s=pred,
-            evidence=f"CPU delivers {f.predicted_samples_per_s:.0f} samples/s",
+            evidence=f"CPU delivers {f.predicted_samples_per_s:,.0f} samples/s",
         )
     ]
 
@@ -196,7 +196,7 @@ def cache_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             kind="cache_in_ram",
             text=text,
             predicted_samples_per_s=pred,
-            evidence=f"storage delivers {f.predicted_samples_per_s:.0f} samples/s",
+            evidence=f"storage delivers {f.predicted_samples_per_s:,.0f} samples/s",
         )
     ]
 
@@ -292,7 +292,7 @@ def faster_storage_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendat
             kind="faster_storage",
             text=(f"Move the dataset to {cls.name} ({cls.label}).{carry}"),
             predicted_samples_per_s=pred,
-            evidence=f"storage delivers {f.predicted_samples_per_s:.0f} samples/s",
+            evidence=f"storage delivers {f.predicted_samples_per_s:,.0f} samples/s",
         )
     ]
 
@@ -338,7 +338,7 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
                 "rate."
             ),
             predicted_samples_per_s=pred,
-            evidence=f"measured {rec.measured_samples_per_s:.0f} samples/s vs model {pred:.0f}",
+            evidence=f"measured {rec.measured_samples_per_s:,.0f} samples/s vs model {pred:.0f}",
         )
     ]
 
@@ -401,7 +401,7 @@ def pin_memory_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]
                 "about 2x pageable ones."
             ),
             predicted_samples_per_s=pred,
-            evidence=f"PCIe delivers {pcie:.0f} samples/s ({rec.stages.pcie.method})",
+            evidence=f"PCIe delivers {pcie:,.0f} samples/s ({rec.stages.pcie.method})",
         )
     ]
 
@@ -419,7 +419,7 @@ def balanced_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             kind="balanced",
             text=text,
             predicted_samples_per_s=f.predicted_samples_per_s,
-            evidence=f"GPU capacity {f.predicted_samples_per_s:.0f} samples/s",
+            evidence=f"GPU capacity {f.predicted_samples_per_s:,.0f} samples/s",
         )
     ]
 

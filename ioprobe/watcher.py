@@ -253,10 +253,8 @@ class WatchCollector:
         samples = sum(e.samples for e in eps)
         # the first round of batches of each epoch waits for worker start-up and arrives
         # bunched: left out of the delivered rate (an epoch too short for it counts whole)
-        steady = sum(e.samples - e.startup_samples for e in eps if e.seconds > e.startup_seconds)
-        steady_wall = sum(
-            e.seconds - e.startup_seconds for e in eps if e.seconds > e.startup_seconds
-        )
+        steady = sum(e.samples - e.startup_samples for e in _steady(eps))
+        steady_wall = sum(e.seconds - e.startup_seconds for e in _steady(eps))
         wall = sum(e.seconds for e in eps)
         # metered reads also count in rchar when they are local: never add the two
         metered = sum(e.metered_bytes for e in eps)
@@ -332,11 +330,14 @@ class WatchCollector:
         blocked = max(wall_per_sample - cpu_per_sample - runq, 0.0)
         # steady state: each worker's first opens pay for its session (an aiohttp loop, a
         # TLS handshake), a one-off the per-sample figure should not carry
-        steady = [e for e in eps if e.samples > e.startup_samples]
-        steady_n = sum(e.samples - e.startup_samples for e in steady)
+        steady_n = sum(e.samples - e.startup_samples for e in _steady(eps))
         if steady_n:
-            metered_s = sum(e.metered_read_seconds - e.startup_metered_read_seconds for e in steady)
-            open_s = sum(e.metered_open_seconds - e.startup_metered_open_seconds for e in steady)
+            metered_s = sum(
+                e.metered_read_seconds - e.startup_metered_read_seconds for e in _steady(eps)
+            )
+            open_s = sum(
+                e.metered_open_seconds - e.startup_metered_open_seconds for e in _steady(eps)
+            )
             metered_s, open_s = metered_s / steady_n, open_s / steady_n
         else:
             metered_s = sum(e.metered_read_seconds for e in eps) / samples
@@ -374,6 +375,13 @@ class WatchCollector:
         else:
             notes.append("only one batch per epoch: no step time to measure")
         return stages, notes
+
+
+def _steady(eps: list[WatchEpoch]) -> list[WatchEpoch]:
+    """The epochs that ran past their first round of batches (one per worker): made together
+    and arriving bunched, that round is left out of steady-state rates. An epoch too short to
+    finish it keeps ``startup_*`` at zero and counts whole."""
+    return [e for e in eps if e.samples > e.startup_samples and e.seconds > e.startup_seconds]
 
 
 class Watched:

@@ -8,6 +8,7 @@ flight, which is all the what-if and sizing code needs to know about a device.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import re
@@ -71,14 +72,21 @@ def parse_catalog(text: str, where: str) -> Catalog:
     return {name: _parse_class(name, raw, where) for name, raw in classes.items()}
 
 
+@functools.cache
+def _shipped() -> Catalog:
+    # package data does not change while the process runs; callers get their own dict and
+    # nothing mutates a class
+    text = resources.files("ioprobe").joinpath("data/storage_catalog.toml").read_text("utf-8")
+    return parse_catalog(text, "ioprobe/data/storage_catalog.toml")
+
+
 def load_catalog(user_file: str | None = None) -> Catalog:
     """The shipped classes, then the user's file (``--catalog`` or $IOPROBE_CATALOG) on top.
 
     A user class with a new name is appended (after the shipped ones, so "cheapest first"
     ordering still starts with the shipped tiers); one with a shipped name replaces it in place.
     """
-    text = resources.files("ioprobe").joinpath("data/storage_catalog.toml").read_text("utf-8")
-    catalog = parse_catalog(text, "ioprobe/data/storage_catalog.toml")
+    catalog = dict(_shipped())
     path = user_file or os.environ.get(CATALOG_ENV) or None
     if path:
         try:

@@ -17,6 +17,7 @@ from ioprobe.analysis.cache import steady_hit_rate
 from ioprobe.analysis.catalog import Catalog, load_catalog
 from ioprobe.analysis.model import PipelineFindings
 from ioprobe.analysis.whatif import (
+    Scenario,
     dataset_bytes,
     evaluate,
     recorded_cores,
@@ -267,20 +268,23 @@ def faster_storage_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendat
         return []
     others = [v for k, v in f.capacities.items() if k != "storage" and v]
     goal = min(others) if others else None
-    best: tuple[float, StorageClassInfo] | None = None
+    best: tuple[float, StorageClassInfo, Scenario] | None = None
     for cls in catalog.values():
-        pred = _predict(rec, Change(storage=cls))
-        if pred is None or not _gain(pred, f):
+        try:
+            sc = evaluate(rec, Change(storage=cls))
+        except (BadInputError, ValueError):
+            continue
+        pred = sc.predicted_samples_per_s
+        if not _gain(pred, f):
             continue
         if best is None or pred > best[0] * 1.02:
-            best = (pred, cls)
+            best = (pred, cls, sc)
         if goal is not None and pred >= goal * 0.98:
-            best = (pred, cls)
+            best = (pred, cls, sc)
             break  # catalog order is cheapest first: the first that reaches the goal wins
     if best is None:
         return []
-    pred, cls = best
-    sc = evaluate(rec, Change(storage=cls))
+    pred, cls, sc = best
     carry = ""
     gpu = rec.stages.gpu.capacity_samples_per_s
     st_cap = sc.stages.storage.capacity_samples_per_s

@@ -163,17 +163,18 @@ def size(
             predicted_samples_per_s=head.predicted_samples_per_s,
             evidence=f"{len(rows)} configurations through the pipeline model",
         )
-    ] + [
-        Recommendation(
-            kind="gpus_supported",
-            text=f"{name} keeps {n} GPU{'s' if n != 1 else ''} per node at >= {inp.target_utilization:.0%}.",
-            predicted_samples_per_s=(
-                pipeline_model(stages_for(cls, n, inp)).predicted_samples_per_s if n else None
-            ),
-        )
-        for cls in classes
-        for name, n in [(cls.name, supported[cls.name])]
     ]
+    for cls in classes:
+        n = supported[cls.name]
+        recs.append(
+            Recommendation(
+                kind="gpus_supported",
+                text=f"{cls.name} keeps {n} GPU{'s' if n != 1 else ''} per node at >= {inp.target_utilization:.0%}.",
+                predicted_samples_per_s=(
+                    pipeline_model(stages_for(cls, n, inp)).predicted_samples_per_s if n else None
+                ),
+            )
+        )
     if base is not None:
         host, ds = base.host, base.dataset
     else:
@@ -267,7 +268,7 @@ def _cheapest(
     if beyond.bottleneck == "cpu" and beyond.cores_needed:
         why += f" ({most + 1} GPUs need {math.ceil(beyond.cores_needed)} cores per node)"
     elif beyond.bottleneck == "storage" and beyond.cache_bytes_static:
-        why += f" (or add a {_gb(beyond.cache_bytes_static)} pinned cache per node)"
+        why += f" (or add a {gb_or_mb(beyond.cache_bytes_static)} pinned cache per node)"
     return Cheapest(
         storage=best.name,
         gpus=most,
@@ -281,7 +282,8 @@ def _cheapest(
     )
 
 
-def _gb(n: float) -> str:
+def gb_or_mb(n: float) -> str:
+    """A cache size as people write it: whole GB, or MB below one GB."""
     return f"{n / 1e9:,.0f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
 
 
@@ -300,4 +302,11 @@ def _check(inp: SizeInputs, classes: list[StorageClassInfo], gpu_counts: list[in
         raise BadInputError("--nodes must be at least 1")
 
 
-__all__ = ["DEFAULT_GPU_COUNTS", "gpus_supported", "size", "stages_for", "storage_samples_per_s"]
+__all__ = [
+    "DEFAULT_GPU_COUNTS",
+    "gb_or_mb",
+    "gpus_supported",
+    "size",
+    "stages_for",
+    "storage_samples_per_s",
+]

@@ -196,7 +196,7 @@ def _storage_rate(rec: RunRecord, lanes: float) -> tuple[float, bool]:
     A probe's sweep is the curve (flat beyond its last level: storage saturates); a watch
     has one level, so it scales linearly with the reads in flight."""
     st = rec.stages.storage
-    p = st.cold if st.basis and st.basis.startswith("cold") else (st.cold or st.warm)
+    p = st.cold or st.warm  # the pass the probe took the capacity from
     sweep: list[SweepPoint] = p.sweep if p is not None else []
     if rec.watch is None and sweep:
         pts = [(float(s.concurrency), s.read_bytes_per_s) for s in sweep if s.read_bytes_per_s]

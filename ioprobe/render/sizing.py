@@ -8,6 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ioprobe.analysis.size import gb_or_mb
 from ioprobe.record import RunRecord, SizeRow
 from ioprobe.render.terminal import rate
 
@@ -20,10 +21,6 @@ def _cell(util: float, binding: str, target: float) -> Text:
     tag = "" if binding == "gpu" or util >= 1 - 1e-9 else " " + _INITIAL[binding]
     # floored, so a GPU fed 99.6% of the time never reads as fully fed
     return Text(f"{math.floor(util * 100 + 1e-9)}%{tag}", style=style)
-
-
-def _gb(n: float) -> str:
-    return f"{n / 1e9:,.0f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
 
 
 def _size(n: float) -> str:
@@ -117,8 +114,8 @@ def render_size(rec: RunRecord) -> RenderableType:
         parts.append(
             Text(
                 f"A cache makes {gap.storage} keep {gap.gpus} GPUs per node busy: "
-                f"{_gb(gap.cache_bytes_static)} as a pinned subset per node (an LRU page cache "
-                f"under shuffling needs {_gb(gap.cache_bytes_lru)})."
+                f"{gb_or_mb(gap.cache_bytes_static)} as a pinned subset per node (an LRU page cache "
+                f"under shuffling needs {gb_or_mb(gap.cache_bytes_lru)})."
             )
         )
     parts.append(Text(""))

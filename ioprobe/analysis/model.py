@@ -74,11 +74,12 @@ def cpu_context(epochs: Sequence[WatchEpoch], workers: int, usable: float) -> Cp
     a free core the wait says nothing about how much else is running.
     """
     wall = sum(e.seconds for e in epochs)
-    loop = sum(e.main_cpu_seconds for e in epochs) / wall if wall > 0 else 0.0
+    # with no workers the main process loaded too: its CPU is not the training loop's alone
+    loop = sum(e.main_cpu_seconds for e in epochs) / wall if wall > 0 and workers > 0 else 0.0
     cpu = sum(e.sample_cpu_seconds + e.collate_seconds for e in epochs)
     runq = sum(e.runqueue_seconds for e in epochs)
     share = cpu / (cpu + runq) if cpu + runq > 0 else 1.0
-    mine = max(workers, 1) + (loop if workers > 0 else 0.0)
+    mine = max(workers, 1) + loop
     other = max(usable / share - mine, 0.0) if 0.0 < share < 0.95 else 0.0
     return CpuContext(loop_cores=loop, contention=other, share=share)
 
@@ -87,11 +88,16 @@ def loader_cores(lanes: float, usable: float, ctx: CpuContext, workers: int) -> 
     """Cores a loader with ``lanes`` busy workers gets on ``usable`` cores.
 
     Without contention: one core per worker, up to the usable cores less the training
-    loop's. With other runnable threads, each of ours gets the fair share
-    ``N / (others + ours)`` of a core (see ``cpu_context``).
+    loop's. With no workers, each process loads on its main thread between training steps,
+    so its one core is shared with its loop. With other runnable threads, each of ours gets
+    the fair share ``N / (others + ours)`` of a core (see ``cpu_context``).
     """
-    loop = ctx.loop_cores if workers > 0 else 0.0
-    alone = min(lanes, max(usable - loop, 0.5))
+    loop = ctx.loop_cores
+    if workers > 0:
+        alone = min(lanes, max(usable - loop, 0.5))
+    else:
+        # every process's core is shared with its loop, and all of them with the host's
+        alone = min(max(lanes - loop, 0.5 * lanes), max(usable - loop, 0.5))
     if ctx.contention <= 0:
         return alone
     return min(alone, lanes * min(1.0, usable / (ctx.contention + lanes + loop)))

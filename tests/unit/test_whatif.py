@@ -254,6 +254,17 @@ def test_whatif_record_composes_changes_on_the_original_run() -> None:
     assert loaded == twice
 
 
+def test_loading_in_the_main_process_shares_its_core_with_the_training_loop() -> None:
+    # the run had workers, so its 0.3 cores of main-process CPU are the loop alone
+    rec = watch_record(cpu_s=0.01, workers=2, main_cpu=0.3, storage=None, gpu=None, cores=8)
+    none = evaluate(rec, Change(workers=0)).predicted_samples_per_s
+    one = evaluate(rec, Change(workers=1)).predicted_samples_per_s
+    assert none == pytest.approx((1 - 0.3) / 0.01)
+    assert one == pytest.approx(1 / 0.01)
+    seven = evaluate(rec, Change(workers=0, gpus=7)).predicted_samples_per_s
+    assert seven <= evaluate(rec, Change(workers=1, gpus=7)).predicted_samples_per_s
+
+
 def test_another_gpu_process_takes_its_training_loops_cpu_from_the_loaders() -> None:
     rec = watch_record(cpu_s=0.01, workers=2, main_cpu=0.3, storage=None, gpu=1000.0, cores=8)
     four = evaluate(rec, Change(gpus=4)).predicted_samples_per_s

@@ -36,9 +36,14 @@ def watch_run(loader: DataLoader, step_s: float = 0.0) -> RunRecord:  # type: ig
     return watched.run
 
 
-def cpu_workers_pair(samples: int = 300) -> tuple[float, float]:
-    """A CPU-bound run with 1 worker predicts 2 workers; then 2 workers are measured."""
+def cpu_workers_pair(
+    samples: int = 300, one_worker: list[float] | None = None
+) -> tuple[float, float]:
+    """A CPU-bound run with 1 worker predicts 2 workers; then 2 workers are measured. The
+    1-worker run's measured rate is appended to ``one_worker`` when given."""
     one = watch_run(DataLoader(BurnDataset(samples, CPU_MS / 1e3), batch_size=8, num_workers=1))
+    if one_worker is not None and one.measured_samples_per_s is not None:
+        one_worker.append(one.measured_samples_per_s)
     predicted = evaluate(one, Change(workers=2)).predicted_samples_per_s
     two = watch_run(DataLoader(BurnDataset(samples, CPU_MS / 1e3), batch_size=8, num_workers=2))
     assert two.measured_samples_per_s is not None

@@ -12,17 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.accuracy import CPU_MS, RATE, SIZE, cpu_workers_pair, median_error, storage_rate_pair
+from tests.accuracy import RATE, SIZE, cpu_workers_pair, median_error, storage_rate_pair
 
 pytestmark = pytest.mark.slow
 
 
 def test_two_workers_predicted_from_a_one_worker_cpu_bound_run_within_10_percent() -> None:
-    err, pairs = median_error(cpu_workers_pair, 3)
+    one_worker: list[float] = []
+    err, pairs = median_error(lambda: cpu_workers_pair(one_worker=one_worker), 3)
     assert err <= 0.10, f"predicted vs measured: {pairs}"
-    # and the prediction is not trivially the old rate: two workers on two cores double it
-    predicted = sorted(p for p, _ in pairs)[1]
-    assert predicted > 1.6 * 1e3 / CPU_MS
+    # and the prediction is not trivially the old rate. Two workers on two cores double it on
+    # a quiet machine; other load shrinks the gain, but under a steady fair share a second
+    # runnable worker on 2 cores still adds at least a third
+    gains = sorted(p / one for (p, _), one in zip(pairs, one_worker, strict=True))
+    assert gains[1] > 1.25, f"predicted / one-worker rate: {gains}"
 
 
 def test_twice_the_storage_rate_predicted_from_a_throttled_run_within_10_percent(

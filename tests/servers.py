@@ -164,8 +164,14 @@ class _Handler(BaseHTTPRequestHandler):
                     self.close_connection = True
                     return
                 self.server._throttle(len(chunk), mid_response=remaining < length)
-                self.wfile.write(chunk)
+                # Counted before the write: a client can have the last byte and the test can
+                # read bytes_sent before this thread runs again, so counting after races.
                 self.server._count_bytes(len(chunk))
+                try:
+                    self.wfile.write(chunk)
+                except OSError:
+                    self.server._count_bytes(-len(chunk))
+                    raise
                 remaining -= len(chunk)
 
 

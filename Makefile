@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 PIP_QUIET := 2>&1 | { grep -v -e 'is ignored: it is neither a file nor a directory' || true; }
 
-.PHONY: demo test lint typecheck unit clean bench
+.PHONY: demo test lint typecheck unit clean bench chromium
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -31,7 +31,15 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
-test: lint typecheck
+# The browser tests (tests/browser.py) drive real headless Chromium; install it where it is missing.
+# `env` carries DEBIAN_FRONTEND through sudo (which drops the caller's environment).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+test: lint typecheck chromium
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)

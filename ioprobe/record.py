@@ -198,6 +198,7 @@ class PipelineRun:
     cache: str
     wait_p50_ms: float | None = None
     wait_p95_ms: float | None = None
+    tracks: list[Track] = field(default_factory=list)  # as in WatchData: main, then workers
 
 
 @dataclass
@@ -250,6 +251,24 @@ class Distribution:
 
 
 @dataclass
+class Track:
+    """One timeline of a watched run, column by column (a row per batch, or per
+    ``batches_per_row`` consecutive batches once a long run outgrew the kept rows).
+
+    Times (``start``, ``end``) are seconds from the first batch request of the watch; the other
+    columns are sums over the row's batches. The main track (``worker`` None) has ``stall``,
+    the consumer's time blocked in ``next()``; worker tracks have ``cpu``, ``wall`` (sample
+    time in the worker) and ``read`` (metered reads), and a ``worker`` of -1 is loading done
+    in the main process (num_workers=0).
+    """
+
+    name: str
+    worker: int | None = None
+    batches_per_row: int = 1
+    columns: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass
 class WatchData:
     loader: dict[str, str] = field(default_factory=dict)  # num_workers, batch_size, ...
     epochs: list[WatchEpoch] = field(default_factory=list)
@@ -258,6 +277,7 @@ class WatchData:
     step_ms: Distribution = field(default_factory=Distribution)  # per batch
     sample_ms: Distribution = field(default_factory=Distribution)  # worker wall per sample
     storage_metered: bool = True
+    tracks: list[Track] = field(default_factory=list)  # main first, then workers by index
 
 
 @dataclass
@@ -266,6 +286,8 @@ class Recommendation:
     text: str
     predicted_samples_per_s: float | None = None
     evidence: str = ""
+    # the what-if that predicts it, when it is one; `ioprobe compare` matches a later run to it
+    change: Change | None = None
 
 
 @dataclass
@@ -437,16 +459,7 @@ class RunRecord:
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write atomically: a crash mid-write never leaves a half record behind."""
-        target = Path(path)
-        text = self.dumps()
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, self.dumps())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RunRecord:
@@ -466,6 +479,25 @@ class RunRecord:
                 f"{name}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
             ) from None
         return cls.from_json(data, source=name)
+
+
+def atomic_write(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``: a
+    crash or Ctrl-C mid-write leaves the old file (or none), never half a new one."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    try:
+        # mkstemp makes the file private (0600); a report is as readable as any file the
+        # user creates
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 T = TypeVar("T")

@@ -26,6 +26,7 @@ from ioprobe import __version__
 from ioprobe.analysis.model import cpu_context, loader_cores
 from ioprobe.collect import gpu_sampler
 from ioprobe.collect.dataset import density_class
+from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
 from ioprobe.errors import BadInputError
 from ioprobe.record import (
     CpuStage,
@@ -36,6 +37,7 @@ from ioprobe.record import (
     RunRecord,
     Stages,
     StorageStage,
+    Track,
     WatchData,
     WatchEpoch,
     WorkerStats,
@@ -135,6 +137,9 @@ class WatchCollector:
         self.stall = Reservoir(MAX_KEPT, 1e-6)
         self.step = Reservoir(MAX_KEPT, 1e-6)
         self.sample = Reservoir(MAX_KEPT, 1e-6)
+        self.main = Series(MAIN_COLUMNS, MAIN_ROWS)
+        self.worker_series: dict[int, Series] = {}
+        self._origin = 0
         self._cur: WatchEpoch | None = None
         self._prev_arrival = 0
         self._t_start = 0
@@ -157,12 +162,21 @@ class WatchCollector:
     def on_batch(self, t_request: int, t_arrival: int, stats: tuple[Any, ...]) -> None:
         ep = self._cur
         assert ep is not None
-        worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns, mopen = stats
+        worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns, mopen, t_done = stats
         wall = array("q", wall_b)
         n = len(wall)
         wall_ns = sum(wall)
         wall_s = wall_ns / 1e9
-        cpu_s = sum(array("q", cpu_b)) / 1e9
+        cpu_ns = sum(array("q", cpu_b))
+        cpu_s = cpu_ns / 1e9
+        if not self._origin:
+            self._origin = t_request
+        self.main.add((t_request, t_arrival, t_arrival - t_request, 1, n, ep.index))
+        ws = self.worker_series.get(worker)
+        if ws is None:
+            ws = self.worker_series[worker] = Series(WORKER_COLUMNS, WORKER_ROWS)
+        # the worker's samples ran back to back before its collate: the span they took
+        ws.add((t_done - collate - wall_ns, t_done, 1, n, wall_ns, cpu_ns, mns))
         if self._prev_arrival:
             stall_ns = t_arrival - t_request
             step_ns = t_request - self._prev_arrival
@@ -290,6 +304,7 @@ class WatchCollector:
                 step_ms=self.step.to_record(),
                 sample_ms=self.sample.to_record(),
                 storage_metered=mean_bytes > 0,
+                tracks=self._tracks(),
             ),
             notes=notes,
             created=self.created,
@@ -297,6 +312,15 @@ class WatchCollector:
             duration_s=time.perf_counter() - self._started,
         )
         return rec
+
+    def _tracks(self) -> list[Track]:
+        if not self._origin:
+            return []
+        tracks = [self.main.to_record("main process", None, self._origin)]
+        for w in sorted(self.worker_series):
+            name = "loading in the main process" if w < 0 else f"worker {w}"
+            tracks.append(self.worker_series[w].to_record(name, w, self._origin))
+        return tracks
 
     def _stages(self, usable: int, mean_bytes: float) -> tuple[Stages, list[str]]:
         eps = self.epochs

@@ -190,7 +190,8 @@ class TimedCollate:
     def __call__(self, samples: Any) -> Stamped:
         w0 = time.perf_counter_ns()
         out = self.inner(samples)
-        collate = time.perf_counter_ns() - w0
+        done = time.perf_counter_ns()
+        collate = done - w0
         info = get_worker_info()
         wall = _wall.tobytes()
         cpu = _cpu.tobytes()
@@ -212,6 +213,9 @@ class TimedCollate:
             metered_bytes,
             metered_ns,
             metered_open_ns,
+            # perf_counter is CLOCK_MONOTONIC, one clock for every process on the host, so
+            # the main process can place this worker's batch on its own timeline
+            done,
         )
         return Stamped(out, stats)
 

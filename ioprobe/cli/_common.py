@@ -1,14 +1,17 @@
-"""Pieces the subcommands share: output options and writing records."""
+"""Pieces the subcommands share: output options and writing records and reports."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
 from ioprobe.errors import BadInputError, RecordError
-from ioprobe.record import STAGE_NAMES, RunRecord
+from ioprobe.record import STAGE_NAMES, RunRecord, atomic_write
 
 
 def write_record(rec: RunRecord, path: str) -> None:
@@ -50,3 +53,130 @@ def load_analysable(path: str) -> RunRecord:
     if not any(caps[s] for s in STAGE_NAMES):
         raise RecordError(f"{path}: no stage has a measured capacity, so there is nothing to model")
     return rec
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# -o FILE: the renderer is picked by the name's ending (longest first)
+EXTENSIONS = (
+    (".trace.json", "trace"),
+    (".html", "html"),
+    (".htm", "html"),
+    (".md", "md"),
+    (".markdown", "md"),
+    (".json", "json"),
+)
+
+
+def output_options(fn: F) -> F:
+    """--json, --html, --md, --trace and -o, shared by probe, run and report."""
+    for opt in reversed(
+        (
+            json_option,
+            click.option(
+                "--html", "html_path", metavar="FILE", help="Write a self-contained HTML report."
+            ),
+            click.option(
+                "--md", "md_path", metavar="FILE", help="Write a Markdown summary ('-' for stdout)."
+            ),
+            click.option(
+                "--trace",
+                "trace_path",
+                metavar="FILE",
+                help="Write a Chrome trace (open in ui.perfetto.dev or chrome://tracing).",
+            ),
+            click.option(
+                "-o",
+                "--output",
+                "outputs",
+                metavar="FILE",
+                multiple=True,
+                help="Write FILE, the format picked by its ending: .html, .md, .trace.json or "
+                ".json (the record). Repeatable.",
+            ),
+        )
+    ):
+        fn = opt(fn)
+    return fn
+
+
+def plan_outputs(
+    json_path: str | None,
+    html_path: str | None,
+    md_path: str | None,
+    trace_path: str | None,
+    outputs: tuple[str, ...],
+) -> dict[str, list[str]]:
+    """format -> paths, from the explicit flags and each -o's ending; checked before any
+    measuring starts, so a typo costs nothing."""
+    plan: dict[str, list[str]] = {"json": [], "html": [], "md": [], "trace": []}
+    for fmt, path in (
+        ("json", json_path),
+        ("html", html_path),
+        ("md", md_path),
+        ("trace", trace_path),
+    ):
+        if path:
+            plan[fmt].append(path)
+    for path in outputs:
+        low = path.lower()
+        picked = next((f for ext, f in EXTENSIONS if low.endswith(ext)), None)
+        if picked is None:
+            raise BadInputError(
+                f"-o {path}: cannot tell the format from the name; end it in .html, .md, "
+                ".trace.json or .json"
+            )
+        plan[picked].append(path)
+    stdout = [f"--{f} -" for f, paths in plan.items() for p in paths if p == "-"]
+    if len(stdout) > 1:
+        raise BadInputError(f"only one output can go to stdout, got {', '.join(stdout)}")
+    for fmt in ("html", "trace"):
+        if "-" in plan[fmt]:
+            raise BadInputError(f"--{fmt} needs a file name, not '-'")
+    for paths in plan.values():
+        for path in paths:
+            if path != "-":
+                parent = Path(path).parent
+                if not parent.is_dir():
+                    raise BadInputError(f"{path}: no such directory {str(parent)!r}")
+    return plan
+
+
+def write_text(path: str, text: str, flag: str) -> None:
+    if path == "-":
+        sys.stdout.write(text)
+        return
+    try:
+        atomic_write(path, text)
+    except OSError as exc:
+        raise BadInputError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def write_outputs(rec: RunRecord, plan: dict[str, list[str]]) -> bool:
+    """Render each planned format once and write it; True when one of them went to stdout."""
+    from ioprobe.analysis.report import findings
+
+    for path in plan["json"]:
+        write_record(rec, path)
+    f = findings(rec) if plan["html"] or plan["md"] else None
+    if plan["html"]:
+        from ioprobe.render.html import render_html
+
+        assert f is not None
+        page = render_html(rec, f)
+        for path in plan["html"]:
+            write_text(path, page, "--html")
+    if plan["md"]:
+        from ioprobe.render.markdown import render_markdown
+
+        assert f is not None
+        text = render_markdown(f)
+        for path in plan["md"]:
+            write_text(path, text, "--md")
+    if plan["trace"]:
+        from ioprobe.render.trace import render_trace
+
+        trace = render_trace(rec)
+        for path in plan["trace"]:
+            write_text(path, trace, "--trace")
+    return any(p == "-" for paths in plan.values() for p in paths)

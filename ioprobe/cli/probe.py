@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 
 from ioprobe.analysis import finalize
-from ioprobe.cli._common import console, json_option, write_record
+from ioprobe.cli._common import console, output_options, plan_outputs, write_outputs
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import make_reporter
 from ioprobe.render.terminal import summary
@@ -17,7 +17,7 @@ from ioprobe.render.terminal import summary
 
 @click.command(help=__doc__)
 @click.argument("target", required=False)
-@json_option
+@output_options
 @click.option(
     "--time-budget",
     type=float,
@@ -70,7 +70,12 @@ def command(
     gpu_samples_per_s: float | None,
     gpus: int,
     quiet: bool,
+    html_path: str | None,
+    md_path: str | None,
+    trace_path: str | None,
+    outputs: tuple[str, ...],
 ) -> None:
+    plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
     reporter = make_reporter(quiet)
     if target is None:
         from ioprobe.collect.sample_data import ensure_sample
@@ -96,7 +101,5 @@ def command(
         record = finalize(Probe(opts, reporter).run())
     finally:
         reporter.close()
-    if json_path:
-        write_record(record, json_path)
-    if json_path != "-":
+    if not write_outputs(record, plan):
         console().print(summary(record))

@@ -1,12 +1,13 @@
 """Re-render a saved record (a probe, watch, what-if or size record): the terminal summary,
-and optionally its JSON again."""
+and with --html, --md, --trace or -o the same record as a page, a Markdown summary or a
+Chrome trace."""
 
 from __future__ import annotations
 
 import click
 from rich.console import RenderableType
 
-from ioprobe.cli._common import console, json_option, write_record
+from ioprobe.cli._common import console, output_options, plan_outputs, write_outputs
 from ioprobe.record import RunRecord
 from ioprobe.render.sizing import render_size
 from ioprobe.render.terminal import summary
@@ -24,10 +25,16 @@ def render(record: RunRecord) -> RenderableType:
 
 @click.command(help=__doc__)
 @click.argument("run_file", metavar="RUN.json")
-@json_option
-def command(run_file: str, json_path: str | None) -> None:
+@output_options
+def command(
+    run_file: str,
+    json_path: str | None,
+    html_path: str | None,
+    md_path: str | None,
+    trace_path: str | None,
+    outputs: tuple[str, ...],
+) -> None:
+    plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
     record = RunRecord.load(run_file)
-    if json_path:
-        write_record(record, json_path)
-    if json_path != "-":
+    if not write_outputs(record, plan):
         console().print(render(record))

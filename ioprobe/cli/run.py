@@ -1,10 +1,10 @@
 """Run a training script unchanged, watching every PyTorch DataLoader it iterates.
 
-  ioprobe run [--json F] -- python train.py ARGS...
+  ioprobe run [--json F] [--html F] [--md F] [--trace F] [-o F] -- python train.py ARGS...
 
 The script's stdout, stderr and exit code pass through. At exit the summary of each loader
-is printed on stderr; --json F writes the record of the loader that delivered the most
-samples to F, and any others beside it as F's stem plus .loader2.json, .loader3.json, ...
+is printed on stderr; each output flag writes the loader that delivered the most samples to
+its file, and any other loaders beside it with .loader2, .loader3, ... before the ending.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from ioprobe.cli._common import json_option, write_record
+from ioprobe.cli._common import EXTENSIONS, output_options, plan_outputs, write_outputs
 from ioprobe.errors import BadInputError
 from ioprobe.record import RunRecord
 from ioprobe.render.terminal import summary
@@ -51,9 +51,19 @@ if _spec is not None and _spec.loader is not None:
 
 
 @click.command(help=__doc__, context_settings={"ignore_unknown_options": True})
-@json_option
+@output_options
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def command(json_path: str | None, cmd: tuple[str, ...]) -> None:
+def command(
+    json_path: str | None,
+    html_path: str | None,
+    md_path: str | None,
+    trace_path: str | None,
+    outputs: tuple[str, ...],
+    cmd: tuple[str, ...],
+) -> None:
+    plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
+    if any(p == "-" for paths in plan.values() for p in paths):
+        raise BadInputError("ioprobe run: stdout is the script's; give the outputs file names")
     if shutil.which(cmd[0]) is None and not Path(cmd[0]).exists():
         raise BadInputError(f"{cmd[0]}: command not found")
     tmp = Path(tempfile.mkdtemp(prefix="ioprobe-run-"))
@@ -83,9 +93,16 @@ def command(json_path: str | None, cmd: tuple[str, ...]) -> None:
         if len(runs) > 1:
             err.print(f"\n[bold]loader {i} of {len(runs)}[/bold]")
         err.print(summary(rec))
-    if json_path and runs:
-        write_record(runs[0], json_path)
-        base = Path(json_path)
-        for i, rec in enumerate(runs[1:], 2):
-            write_record(rec, str(base.with_name(f"{base.stem}.loader{i}.json")))
+    for i, rec in enumerate(runs, 1):
+        write_outputs(
+            rec, plan if i == 1 else {f: [_nth(p, i) for p in ps] for f, ps in plan.items()}
+        )
     sys.exit(code)
+
+
+def _nth(path: str, i: int) -> str:
+    """``run.trace.json`` -> ``run.loader2.trace.json``: the ending that names the format stays."""
+    low = path.lower()
+    ext = next((x for x, _ in EXTENSIONS if low.endswith(x)), Path(path).suffix)
+    stem = path[: len(path) - len(ext)] if ext else path
+    return f"{stem}.loader{i}{path[len(stem) :]}"

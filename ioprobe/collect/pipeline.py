@@ -20,6 +20,7 @@ from typing import Any
 
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.decode import Decoder, resolve
+from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
 from ioprobe.record import PipelineRun
 
 _fs: Any = None
@@ -56,18 +57,30 @@ def read_whole(fs: Any, entry: FileEntry, limit: int | None = None) -> bytes:
     return bytes(view[:got])
 
 
-def _batch_task(batch: list[FileEntry]) -> tuple[int, int, int]:
+BatchResult = tuple[int, int, int, int, int, int, int, int]
+
+
+def _batch_task(batch: list[FileEntry]) -> BatchResult:
+    """(samples, bytes, errors, pid, start ns, end ns, read ns, CPU ns) of one batch; times on
+    perf_counter, the host-wide monotonic clock the parent shares."""
     assert _decoder is not None
+    clock = time.perf_counter_ns
     nbytes = 0
     errors = 0
+    read_ns = 0
+    t_start = clock()
+    c0 = time.thread_time_ns()
     for entry in batch:
         try:
+            r0 = clock()
             data = read_whole(_fs, entry)
+            read_ns += clock() - r0
             nbytes += len(data)
             _decoder(data)
         except Exception:  # counted, like a loader that skips bad samples
             errors += 1
-    return len(batch), nbytes, errors
+    cpu = time.thread_time_ns() - c0
+    return len(batch), nbytes, errors, os.getpid(), t_start, clock(), read_ns, cpu
 
 
 def run_pipeline(
@@ -89,8 +102,11 @@ def run_pipeline(
     waits: list[float] = []
     samples = 0
     first_done = 0.0
+    main = Series(MAIN_COLUMNS, MAIN_ROWS)
+    per_worker: dict[int, Series] = {}  # by pid, numbered in order of first batch
+    origin = 0
     with ctx.Pool(workers, initializer=_init, initargs=(decoder_name, fs)) as pool:
-        pending: list[AsyncResult[tuple[int, int, int]]] = []
+        pending: list[AsyncResult[BatchResult]] = []
         nxt = 0
         deadline = time.perf_counter() + budget_s
         while True:
@@ -99,9 +115,14 @@ def run_pipeline(
                 nxt += 1
             if not pending:
                 break
-            t0 = time.perf_counter()
-            n, _, _ = pending.pop(0).get()
-            t1 = time.perf_counter()
+            t0_ns = time.perf_counter_ns()
+            n, _, _, pid, w_start, w_end, read_ns, cpu_ns = pending.pop(0).get()
+            t1_ns = time.perf_counter_ns()
+            t0, t1 = t0_ns / 1e9, t1_ns / 1e9
+            origin = origin or t0_ns
+            main.add((t0_ns, t1_ns, t1_ns - t0_ns, 1, n, 0))
+            ws = per_worker.setdefault(pid, Series(WORKER_COLUMNS, WORKER_ROWS))
+            ws.add((w_start, w_end, 1, n, w_end - w_start, cpu_ns, read_ns))
             if first_done:
                 waits.append(t1 - t0)
                 samples += n
@@ -132,4 +153,8 @@ def run_pipeline(
         cache=cache,
         wait_p50_ms=pct(0.5),
         wait_p95_ms=pct(0.95),
+        tracks=[main.to_record("main process", None, origin)]
+        + [ws.to_record(f"worker {i}", i, origin) for i, ws in enumerate(per_worker.values())]
+        if origin
+        else [],
     )

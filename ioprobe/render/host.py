@@ -25,23 +25,31 @@ _CLASS_WORDS = {
 }
 
 
+def host_facts(host: HostInfo) -> list[tuple[str, str]]:
+    """One (label, fact) pair per line of the inventory; missing facts read as "unknown"."""
+    rows = [
+        ("host", f"{host.hostname or 'unknown'} · {host.platform or 'unknown'}"),
+        ("python", host.python or "unknown"),
+        ("CPU", host.cpu_model or "unknown"),
+        ("cores", _cores(host)),
+        ("memory", _memory(host)),
+    ]
+    if host.filesystem is not None:
+        rows.append(("storage", _storage(host.filesystem)))
+    if host.gpus:
+        rows += [(f"GPU {gpu.index}", _gpu(gpu)) for gpu in host.gpus]
+    else:
+        rows.append(("GPUs", host.gpu_probe))
+    return rows
+
+
 def render_host(host: HostInfo) -> RenderableType:
-    """A titled panel with one labelled row per fact; missing facts read as "unknown"."""
+    """A titled panel with one labelled row per fact."""
     grid = Table.grid(padding=(0, 2))
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
-    grid.add_row("host", Text(f"{host.hostname or 'unknown'} · {host.platform or 'unknown'}"))
-    grid.add_row("python", Text(host.python or "unknown"))
-    grid.add_row("CPU", Text(host.cpu_model or "unknown"))
-    grid.add_row("cores", Text(_cores(host)))
-    grid.add_row("memory", Text(_memory(host)))
-    if host.filesystem is not None:
-        grid.add_row("storage", Text(_storage(host.filesystem)))
-    if host.gpus:
-        for gpu in host.gpus:
-            grid.add_row(f"GPU {gpu.index}", Text(_gpu(gpu)))
-    else:
-        grid.add_row("GPUs", Text(host.gpu_probe))
+    for label, fact in host_facts(host):
+        grid.add_row(label, Text(fact))
     return Panel(grid, title="host", title_align="left", expand=False)
 
 
@@ -112,4 +120,4 @@ def _num(value: int | None) -> str:
     return "?" if value is None else str(value)
 
 
-__all__ = ["format_bytes", "render_host"]
+__all__ = ["format_bytes", "host_facts", "render_host"]

@@ -8,56 +8,12 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ioprobe.analysis.report import rate, stage_detail, verdict
 from ioprobe.record import STAGE_NAMES, RunRecord
 
+__all__ = ["rate", "recommendations", "summary", "verdict"]
+
 BAR = 24
-
-
-def rate(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
-
-
-def _bytesrate(x: float | None) -> str:
-    return "-" if x is None else f"{x / 1e6:,.1f} MB/s"
-
-
-def verdict(rec: RunRecord) -> str:
-    line = f"{rec.bottleneck}-bound: the pipeline can deliver {rate(rec.predicted_samples_per_s)} samples/s"
-    if rec.measured_samples_per_s is not None:
-        line += f" (measured {rate(rec.measured_samples_per_s)})"
-    if rec.gpu_idle_fraction is not None:
-        line += f"; the GPU waits {rec.gpu_idle_fraction:.0%} of the time"
-    return line
-
-
-def _stage_detail(rec: RunRecord, name: str) -> str:
-    st = rec.stages
-    if name == "storage":
-        parts = []
-        for p in (st.storage.cold, st.storage.warm):
-            if p is not None and p.read_bytes_per_s is not None:
-                label = "remote" if rec.dataset.remote else p.cache
-                parts.append(
-                    f"{label} {_bytesrate(p.read_bytes_per_s)} @ {p.best_concurrency} threads, "
-                    f"p99 {p.latency_p99_ms or 0:.1f} ms"
-                )
-        return "; ".join(parts) or st.storage.basis or "not measured"
-    if name == "cpu":
-        if st.cpu.cpu_seconds_per_sample is None:
-            return "not measured"
-        loader = f" ({st.cpu.loader})" if st.cpu.loader else ""
-        return (
-            f"{st.cpu.cpu_seconds_per_sample * 1e3:.2f} ms CPU/sample{loader}, "
-            f"{st.cpu.usable_cores} usable cores"
-        )
-    if name == "pcie":
-        return st.pcie.method
-    gpu = st.gpu
-    if gpu.method == "emulated" and gpu.step_seconds is not None:
-        return f"emulated: {gpu.step_seconds * 1e3:g} ms per batch of {gpu.batch_size}"
-    return gpu.method
 
 
 def _bar(value: float | None, top: float) -> Text:
@@ -96,7 +52,7 @@ def summary(rec: RunRecord) -> RenderableType:
             Text(name + (" ◀" if name == rec.bottleneck else ""), style=style),
             rate(caps[name]),
             bar,
-            _stage_detail(rec, name),
+            stage_detail(rec, name),
         )
     parts: list[RenderableType] = [
         head,

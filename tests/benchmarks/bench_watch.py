@@ -57,11 +57,11 @@ def main_process_cost_us() -> tuple[float, float]:
     c = WatchCollector({"num_workers": "2"}, 32, None)
     c.begin_epoch()
     wall = bytes(8 * 32)
-    stats = (0, wall, wall, 1000, 4096, 0, 10, 0, 0)
 
     def timed(start: int, batches: int) -> float:
         t0 = time.perf_counter()
         for i in range(start, start + batches):
+            stats = (i % 2, wall, wall, 1000, 4096, 0, 10, 0, 0, 0, i * 1000 + 5)
             c.on_batch(i * 1000, i * 1000 + 10, stats)
         return (time.perf_counter() - t0) / batches * 1e6
 

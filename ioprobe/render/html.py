@@ -1,0 +1,489 @@
+"""One self-contained HTML page per record: the answer above the fold, the evidence below.
+
+The page needs nothing from the network: styles are inlined, charts are SVG drawn here, and
+the findings (plus the record, less its long series) ride along as one JSON blob with sorted
+keys, so the same record always gives the same bytes. Every string that comes from data
+(paths, URLs, hostnames, loader names) goes through ``html.escape``; the JSON blob escapes
+``<``, ``>`` and ``&`` so no value can close its script element.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ioprobe.analysis.report import (
+    ConsumerPoint,
+    Findings,
+    Heatmap,
+    StageBar,
+    SweepLine,
+    Throughput,
+    rate,
+)
+from ioprobe.record import RunRecord, to_plain
+from ioprobe.render.host import host_facts
+
+W = 760  # chart width in CSS pixels
+PALETTE = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#e15759",
+    "#76b7b2",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+    "#bab0ac",
+)
+STALL = "#e15759"
+COMPUTE = "#4e79a7"
+
+CSS = """
+body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;
+color:#1d2329;background:#f6f7f9}
+main{max-width:980px;margin:0 auto;padding:24px 20px 60px}
+h1{font-size:20px;margin:0 0 4px;word-break:break-all}
+h2{font-size:17px;margin:32px 0 8px;border-bottom:1px solid #d5d9de;padding-bottom:4px}
+.meta{color:#5b6670;font-size:13px}
+.verdict{font-size:19px;font-weight:600;background:#fff;border-left:6px solid #e15759;
+padding:14px 18px;margin:18px 0;border-radius:4px;box-shadow:0 1px 2px rgba(0,0,0,.08)}
+.verdict.ok{border-left-color:#59a14f}
+ol.recs{background:#fff;border-radius:4px;padding:12px 16px 12px 40px;margin:0;
+box-shadow:0 1px 2px rgba(0,0,0,.08)}
+ol.recs li{margin:6px 0}
+.gain{font-weight:600;color:#2d7a2d;white-space:nowrap}
+.evidence{color:#5b6670;font-size:13px}
+.card{background:#fff;border-radius:4px;padding:12px 16px;box-shadow:0 1px 2px rgba(0,0,0,.08)}
+table{border-collapse:collapse;font-size:14px}
+td,th{padding:4px 10px;text-align:left;vertical-align:top}
+th{font-weight:600;color:#39424a}
+tr+tr td{border-top:1px solid #eceff2}
+td.num{text-align:right;font-variant-numeric:tabular-nums}
+.heat td{text-align:center;min-width:58px;color:#111}
+.note{color:#5b6670;font-size:13px}
+svg text{font:12px system-ui,sans-serif;fill:#39424a}
+.legend span{display:inline-block;margin-right:14px;font-size:13px}
+.legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-1px}
+"""
+
+
+def e(value: object) -> str:
+    """Data to HTML text: every character that could open markup is escaped."""
+    return html.escape(str(value), quote=True)
+
+
+def _n(x: float) -> str:
+    # short, stable coordinates keep the page small and byte-identical run to run
+    return f"{x:.1f}".rstrip("0").rstrip(".")
+
+
+def _svg(width: float, height: float, body: list[str], label: str) -> str:
+    return (
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_n(width)}" height="{_n(height)}" '
+        f'viewBox="0 0 {_n(width)} {_n(height)}" role="img" aria-label="{e(label)}">'
+        + "".join(body)
+        + "</svg>"
+    )
+
+
+def _ticks(top: float, n: int = 4) -> list[float]:
+    """Round tick values from 0 to at least ``top``."""
+    if top <= 0:
+        return [0.0, 1.0]
+    raw = top / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    return [step * i for i in range(math.ceil(top / step - 1e-9) + 1)]
+
+
+def _num(x: float) -> str:
+    if x >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+# --- charts ---------------------------------------------------------------------------------
+
+
+def stage_chart(stages: Sequence[StageBar], delivered: float | None, label: str) -> str:
+    """A bar per stage (its capacity) and a vertical line at the delivered rate; log scale
+    when capacities span more than 20x, because they often differ by orders of magnitude."""
+    vals = [b.capacity for b in stages if b.capacity]
+    if delivered:
+        vals.append(delivered)
+    if not vals:
+        return '<p class="note">No stage capacity was measured.</p>'
+    left, right, row = 90, 110, 34
+    height = row * len(stages) + 40
+    plot = W - left - right
+    lo_v, hi_v = min(vals), max(vals)
+    log = hi_v / lo_v > 20
+    if log:
+        lo = 10 ** math.floor(math.log10(lo_v))
+        hi = 10 ** math.ceil(math.log10(hi_v))
+
+        def x(v: float) -> float:
+            return left + plot * (math.log10(v) - math.log10(lo)) / (
+                math.log10(hi) - math.log10(lo)
+            )
+
+        ticks = [10.0**k for k in range(round(math.log10(lo)), round(math.log10(hi)) + 1)]
+    else:
+        ticks = _ticks(hi_v)
+        hi = ticks[-1]
+
+        def x(v: float) -> float:
+            return left + plot * v / hi
+
+    body = []
+    for t in ticks:
+        body.append(
+            f'<line x1="{_n(x(t))}" y1="8" x2="{_n(x(t))}" y2="{height - 26}" stroke="#e3e6ea"/>'
+            f'<text x="{_n(x(t))}" y="{height - 10}" text-anchor="middle">{_num(t)}</text>'
+        )
+    for i, b in enumerate(stages):
+        y = 12 + i * row
+        weight = ' font-weight="700"' if b.limiting else ""
+        body.append(
+            f'<text x="{left - 8}" y="{y + 16}" text-anchor="end"{weight}>{e(b.stage)}</text>'
+        )
+        if b.capacity:
+            colour = STALL if b.limiting else "#8fb9d8"
+            body.append(
+                f'<rect x="{left}" y="{y + 3}" width="{_n(max(x(b.capacity) - left, 1))}" '
+                f'height="20" fill="{colour}"><title>{e(b.stage)}: {e(rate(b.capacity))} '
+                f"samples/s; {e(b.detail)}</title></rect>"
+                f'<text x="{_n(x(b.capacity) + 6)}" y="{y + 17}">{e(rate(b.capacity))}</text>'
+            )
+        else:
+            body.append(f'<text x="{left + 6}" y="{y + 17}" fill="#8a949c">not measured</text>')
+    if delivered:
+        dx = _n(x(delivered))
+        body.append(
+            f'<line x1="{dx}" y1="4" x2="{dx}" y2="{height - 26}" stroke="#1d2329" '
+            f'stroke-width="2" stroke-dasharray="5,3"/>'
+            f'<text x="{dx}" y="{height - 28}" text-anchor="start" dx="4" font-weight="600">'
+            f"{e(label)} {e(rate(delivered))}</text>"
+        )
+    scale = "log scale" if log else "linear scale"
+    return _svg(W, height, body, f"stage capacities in samples/s ({scale})") + (
+        f'<p class="note">Capacity of each stage in samples/s ({scale}); the dashed line is the '
+        f"{e(label)} rate.</p>"
+    )
+
+
+def consumer_chart(points: Sequence[ConsumerPoint], batches: int) -> str:
+    """Stacked bars: per batch, the consumer's wait for data (stall) under its compute."""
+    if not points:
+        return '<p class="note">No batch timeline in this record.</p>'
+    left, bottom, height = 60, 30, 220
+    plot_w, plot_h = W - left - 10, height - bottom - 10
+    per = [
+        (p.stall_s * 1e3 / (p.last - p.first + 1), p.compute_s * 1e3 / (p.last - p.first + 1))
+        for p in points
+    ]
+    top = max((s + c for s, c in per), default=1.0) or 1.0
+    ticks = _ticks(top)
+    top = ticks[-1]
+    bw = plot_w / len(points)
+    body = []
+    for t in ticks:
+        y = 10 + plot_h * (1 - t / top)
+        body.append(
+            f'<line x1="{left}" y1="{_n(y)}" x2="{W - 10}" y2="{_n(y)}" stroke="#e3e6ea"/>'
+            f'<text x="{left - 6}" y="{_n(y + 4)}" text-anchor="end">{_num(t)}</text>'
+        )
+    for i, (p, (s, c)) in enumerate(zip(points, per, strict=True)):
+        x = left + i * bw
+        hs, hc = plot_h * s / top, plot_h * c / top
+        y0 = 10 + plot_h
+        which = f"batch {p.first:,}" if p.first == p.last else f"batches {p.first:,}-{p.last:,}"
+        tip = f"<title>{which}: stall {s:.2f} ms, compute {c:.2f} ms per batch</title>"
+        body.append(
+            f'<g>{tip}<rect x="{_n(x)}" y="{_n(y0 - hs)}" width="{_n(max(bw - 0.5, 0.5))}" '
+            f'height="{_n(hs)}" fill="{STALL}"/>'
+            f'<rect x="{_n(x)}" y="{_n(y0 - hs - hc)}" width="{_n(max(bw - 0.5, 0.5))}" '
+            f'height="{_n(hc)}" fill="{COMPUTE}"/></g>'
+        )
+    body.append(
+        f'<text x="{left}" y="{height - 8}">batch 1</text>'
+        f'<text x="{W - 10}" y="{height - 8}" text-anchor="end">batch {batches:,}</text>'
+        f'<text x="12" y="{10 + plot_h / 2}" transform="rotate(-90 12 {10 + plot_h / 2})" '
+        f'text-anchor="middle">ms per batch</text>'
+    )
+    group = points[0].last - points[0].first + 1
+    grouping = f" Each bar sums {group:,} consecutive batches." if group > 1 else ""
+    return (
+        _legend([("waiting for data (stall)", STALL), ("compute (training step)", COMPUTE)])
+        + _svg(W, height, body, "consumer timeline: stall vs compute per batch")
+        + f'<p class="note">{batches:,} batches in order.{grouping}</p>'
+    )
+
+
+def _legend(items: Sequence[tuple[str, str]]) -> str:
+    return (
+        '<div class="legend">'
+        + "".join(f'<span><i style="background:{c}"></i>{e(name)}</span>' for name, c in items)
+        + "</div>"
+    )
+
+
+def line_chart(
+    xs: Sequence[float],
+    lines: Sequence[tuple[str, Sequence[float | None]]],
+    x_label: str,
+    y_label: str,
+    x_names: Sequence[str] | None = None,
+) -> str:
+    """Lines over shared x positions; with ``x_names`` the positions are evenly spaced
+    categories (concurrency 1, 2, 4, ...) rather than a numeric axis."""
+    left, bottom, height = 70, 36, 240
+    plot_w, plot_h = W - left - 16, height - bottom - 12
+    vals = [v for _, ys in lines for v in ys if v is not None]
+    ticks = _ticks(max(vals, default=1.0) or 1.0)
+    top = ticks[-1]
+    if x_names is not None:
+        span = max(len(xs) - 1, 1)
+
+        def px(i: int, v: float) -> float:
+            return left + plot_w * (i / span if len(xs) > 1 else 0.5)
+
+    else:
+        x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
+        width = (x1 - x0) or 1.0
+
+        def px(i: int, v: float) -> float:
+            return left + plot_w * (v - x0) / width
+
+    def py(v: float) -> float:
+        return 12 + plot_h * (1 - v / top)
+
+    body = []
+    for t in ticks:
+        body.append(
+            f'<line x1="{left}" y1="{_n(py(t))}" x2="{W - 16}" y2="{_n(py(t))}" stroke="#e3e6ea"/>'
+            f'<text x="{left - 6}" y="{_n(py(t) + 4)}" text-anchor="end">{_num(t)}</text>'
+        )
+    if x_names is not None:
+        for i, name in enumerate(x_names):
+            body.append(
+                f'<text x="{_n(px(i, 0))}" y="{height - 18}" text-anchor="middle">{e(name)}</text>'
+            )
+    elif xs:
+        for t in _ticks(max(xs)):
+            if t <= max(xs) + 1e-9 and t >= min(xs) - 1e-9:
+                body.append(
+                    f'<text x="{_n(px(0, t))}" y="{height - 18}" text-anchor="middle">'
+                    f"{_num(t)}</text>"
+                )
+    body.append(
+        f'<text x="{left + plot_w / 2}" y="{height - 2}" text-anchor="middle">{e(x_label)}</text>'
+        f'<text x="12" y="{12 + plot_h / 2}" transform="rotate(-90 12 {12 + plot_h / 2})" '
+        f'text-anchor="middle">{e(y_label)}</text>'
+    )
+    legend = []
+    for k, (name, ys) in enumerate(lines):
+        colour = PALETTE[k % len(PALETTE)]
+        legend.append((name, colour))
+        pts = [(px(i, xs[i]), py(v)) for i, v in enumerate(ys) if v is not None]
+        if not pts:
+            continue
+        body.append(
+            f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
+            + " ".join(f"{_n(a)},{_n(b)}" for a, b in pts)
+            + '"/>'
+        )
+        if len(pts) <= 24:
+            body.extend(
+                f'<circle cx="{_n(a)}" cy="{_n(b)}" r="3" fill="{colour}"/>' for a, b in pts
+            )
+    return _legend(legend) + _svg(W, height, body, f"{y_label} vs {x_label}")
+
+
+def throughput_chart(tp: Throughput | None) -> str:
+    if tp is None or not tp.lines:
+        return '<p class="note">No per-worker timeline in this record.</p>'
+    n = len(tp.lines[0].samples_per_s)
+    xs = [tp.bin_s * (i + 0.5) for i in range(n)]
+    chart = line_chart(
+        xs,
+        [(w.name, list(w.samples_per_s)) for w in tp.lines],
+        "seconds since the first batch request",
+        "samples/s",
+    )
+    more = f" {tp.hidden} more workers not drawn." if tp.hidden else ""
+    return chart + (
+        f'<p class="note">Samples each worker finished per second, in {n} bins of '
+        f"{tp.bin_s:.3g} s.{more}</p>"
+    )
+
+
+def storage_section(lines: Sequence[SweepLine]) -> str:
+    if not lines:
+        return '<p class="note">No storage sweep in this record (a watched run times reads as they happen).</p>'
+    levels = sorted({c for s in lines for c in s.concurrency})
+    names = [str(c) for c in levels]
+
+    def at(s: SweepLine, vals: Sequence[float | None]) -> list[float | None]:
+        by = dict(zip(s.concurrency, vals, strict=True))
+        return [by.get(c) for c in levels]
+
+    chart = line_chart(
+        list(range(len(levels))),
+        [(s.name, at(s, list(s.mb_per_s))) for s in lines],
+        "reads in flight (threads)",
+        "MB/s",
+        x_names=names,
+    )
+    rows = []
+    for s in lines:
+        for i, c in enumerate(s.concurrency):
+            best = " ◀ best" if c == s.best else ""
+            rows.append(
+                f"<tr><td>{e(s.name)}</td><td class=num>{c}{best}</td>"
+                f"<td class=num>{s.mb_per_s[i]:,.1f}</td>"
+                + "".join(
+                    f"<td class=num>{'-' if v is None else f'{v:.2f}'}</td>"
+                    for v in (s.p50_ms[i], s.p95_ms[i], s.p99_ms[i])
+                )
+                + "</tr>"
+            )
+    table = (
+        "<table><tr><th>pass</th><th>threads</th><th>MB/s</th><th>p50 ms</th><th>p95 ms</th>"
+        "<th>p99 ms</th></tr>" + "".join(rows) + "</table>"
+    )
+    return chart + f'<div class="card">{table}</div>'
+
+
+def heatmap_table(hm: Heatmap | None) -> str:
+    if hm is None:
+        return ""
+    head = "".join(f"<th>{g} GPU{'s' if g > 1 else ''}</th>" for g in hm.gpus)
+    rows = []
+    for name, cells in zip(hm.storage, hm.cells, strict=True):
+        tds = []
+        for cell in cells:
+            if cell is None:
+                tds.append("<td>-</td>")
+                continue
+            u = cell.utilization
+            # red (starved) through yellow to green (fed to the target)
+            hue = 120 * min(u / hm.target, 1.0) if hm.target > 0 else 0
+            tip = f"{rate(cell.samples_per_s)} samples/s, limited by {cell.bottleneck}"
+            tds.append(
+                f'<td style="background:hsl({hue:.0f},70%,72%)" title="{e(tip)}">'
+                f"{math.floor(u * 100 + 1e-9)}%</td>"
+            )
+        rows.append(f"<tr><th>{e(name)}</th>{''.join(tds)}</tr>")
+    return (
+        f'<div class="card"><table class="heat"><tr><th>storage</th>{head}</tr>'
+        + "".join(rows)
+        + f'</table><p class="note">GPU utilisation per storage class and GPU count; green '
+        f"reaches the {hm.target:.0%} target. Hover a cell for the limiting stage.</p></div>"
+    )
+
+
+def _kv_table(rows: Sequence[tuple[str, str]]) -> str:
+    return (
+        '<div class="card"><table>'
+        + "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
+        + "</table></div>"
+    )
+
+
+def _recs(f: Findings) -> str:
+    if not f.recommendations:
+        return '<p id="recommendations" class="note">Nothing to change: no change the model knows predicts a 5% gain.</p>'
+    items = []
+    for a in f.recommendations:
+        gain = ""
+        if a.predicted is not None:
+            times = f" ({a.gain:.1f}x)" if a.gain is not None else ""
+            gain = f' <span class="gain">→ {e(rate(a.predicted))} samples/s{times}</span>'
+        ev = f'<div class="evidence">{e(a.evidence)}</div>' if a.evidence else ""
+        items.append(f"<li>{e(a.text)}{gain}{ev}</li>")
+    return f'<ol id="recommendations" class="recs">{"".join(items)}</ol>'
+
+
+def _blob(rec: RunRecord, f: Findings) -> str:
+    plain = to_plain(rec)
+    # the long series are in the findings, reduced; the full record is the JSON file
+    for holder in (plain.get("watch"), plain.get("pipeline")):
+        if isinstance(holder, dict):
+            holder.pop("tracks", None)
+            for key in ("stall_ms", "step_ms", "sample_ms"):
+                if isinstance(holder.get(key), dict):
+                    holder[key]["values"] = []
+    data: dict[str, Any] = {"findings": to_plain(f), "record": plain}
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    return (
+        text.replace("&", "\\u0026")
+        .replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
+
+
+def render_html(rec: RunRecord, f: Findings) -> str:
+    """The whole page as one string."""
+    ok = f.kind == "size" or not f.recommendations
+    sections = [
+        f"<h1>{e(f.title)}</h1>",
+        f'<div class="meta">{e(rec.kind)} record · ioprobe {e(rec.ioprobe_version)} · '
+        f"{e(rec.created)} · {e(rec.host.hostname)}</div>",
+        f'<div id="verdict" class="verdict{" ok" if ok else ""}">{e(f.verdict)}</div>',
+    ]
+    if f.kind != "size":
+        sections += ["<h2>What to change</h2>", _recs(f)]
+        sections += [
+            "<h2>Stage capacities</h2>",
+            stage_chart(f.stages, f.delivered, f.delivered_label),
+        ]
+    else:
+        sections += ["<h2>GPU utilisation by storage and GPU count</h2>", heatmap_table(f.heatmap)]
+    if f.measurements:
+        sections += ["<h2>Key measurements</h2>", _kv_table(f.measurements)]
+    if f.kind in ("watch", "probe"):
+        sections += [
+            "<h2>Consumer timeline</h2>",
+            consumer_chart(f.consumer, f.consumer_batches),
+            "<h2>Per-worker throughput</h2>",
+            throughput_chart(f.throughput),
+            "<h2>Storage sweep</h2>",
+            storage_section(f.storage_sweep),
+        ]
+        if f.cpu_sweep:
+            sections += [
+                "<h2>CPU sweep</h2>",
+                line_chart(
+                    list(range(len(f.cpu_sweep))),
+                    [("samples/s", [v for _, v in f.cpu_sweep])],
+                    "loader workers",
+                    "samples/s",
+                    x_names=[str(w) for w, _ in f.cpu_sweep],
+                ),
+            ]
+    if f.notes:
+        sections += [
+            "<h2>Notes</h2>",
+            '<ul class="note">' + "".join(f"<li>{e(n)}</li>" for n in f.notes) + "</ul>",
+        ]
+    sections += ["<h2>Host</h2>", _kv_table(host_facts(rec.host))]
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width,initial-scale=1">'
+        # no request may leave the page: forbid every fetch, allow the inline style only
+        '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
+        "style-src 'unsafe-inline'; img-src data:\">"
+        f"<title>{e(f.verdict)}</title><style>{CSS}</style></head><body><main>"
+        + "\n".join(sections)
+        + f'</main><script type="application/json" id="ioprobe-data">{_blob(rec, f)}</script>'
+        "</body></html>\n"
+    )

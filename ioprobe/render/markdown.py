@@ -1,0 +1,68 @@
+"""A compact Markdown summary to paste into an issue or a pull request.
+
+GitHub renders inline HTML in Markdown, so data strings are HTML-escaped first and then have
+Markdown's own markup characters backslash-escaped: a dataset path can neither inject a tag
+nor break a table.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+
+from ioprobe.analysis.report import Findings, rate
+
+# data never starts a line here, so only the characters that act mid-line need escaping
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
+
+
+def md(value: object) -> str:
+    """Data to Markdown text that renders literally."""
+    text = html.escape(str(value), quote=False).replace("\n", " ")
+    # '>' became &gt; above; the rest of Markdown's markup gets a backslash
+    return _MD_SPECIAL.sub(r"\\\1", text)
+
+
+def render_markdown(f: Findings) -> str:
+    lines = [f"### {md(f.title)}", "", f"**{md(f.verdict)}**", ""]
+    if f.stages:
+        lines += ["| stage | samples/s | measured from |", "|---|--:|---|"]
+        for b in f.stages:
+            name = f"**{b.stage}** ◀" if b.limiting else b.stage
+            lines.append(f"| {name} | {rate(b.capacity)} | {md(b.detail)} |")
+        lines.append("")
+    if f.kind != "size":
+        if f.recommendations:
+            lines.append("**What to change**")
+            lines.append("")
+            for i, a in enumerate(f.recommendations, 1):
+                gain = ""
+                if a.predicted is not None:
+                    times = f" ({a.gain:.1f}x)" if a.gain is not None else ""
+                    gain = f" → **{rate(a.predicted)} samples/s{times}**"
+                lines.append(f"{i}. {md(a.text)}{gain}")
+            lines.append("")
+        else:
+            lines += ["Nothing to change: no change the model knows predicts a 5% gain.", ""]
+    hm = f.heatmap
+    if hm is not None:
+        lines.append("| storage | " + " | ".join(f"{g} GPU" for g in hm.gpus) + " |")
+        lines.append("|---|" + "--:|" * len(hm.gpus))
+        for name, cells in zip(hm.storage, hm.cells, strict=True):
+            vals = [
+                "-" if c is None else f"{int(c.utilization * 100 + 1e-9)}% {c.bottleneck}"
+                for c in cells
+            ]
+            lines.append(f"| {md(name)} | " + " | ".join(vals) + " |")
+        lines.append("")
+    if f.measurements:
+        lines += ["<details><summary>Key measurements</summary>", ""]
+        lines += ["| | |", "|---|---|"]
+        lines += [f"| {md(k)} | {md(v)} |" for k, v in f.measurements]
+        lines += ["", "</details>", ""]
+    for n in f.notes:
+        lines.append(f"> note: {md(n)}")
+    if f.notes:
+        lines.append("")
+    lines.append("<sub>made with ioprobe</sub>")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,199 @@
+"""A record's timelines as Chrome trace event JSON, for Perfetto (ui.perfetto.dev) and
+chrome://tracing.
+
+One process, one thread track per timeline: the main process (waiting for each batch vs the
+training step between batches) and each loader worker (its batches, each split into time on
+reads and time on the CPU, both summed over the batch's samples). A probe without a pipeline
+run has no per-batch timeline: its measurement phases are laid end to end on one track.
+Times are microseconds from the first batch request.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ioprobe.analysis.report import tracks_of
+from ioprobe.record import RunRecord, Track
+
+PID = 1
+MAIN_TID = 0
+
+
+def _tid(t: Track) -> int:
+    # -1 (loading in the main process) gets tid 1, worker k gets k + 2
+    return MAIN_TID if t.worker is None else t.worker + 2
+
+
+def _us(seconds: float) -> float:
+    return round(seconds * 1e6, 3)
+
+
+def _slice(name: str, tid: int, ts: float, dur: float, **args: Any) -> dict[str, Any]:
+    ev: dict[str, Any] = {
+        "name": name,
+        "ph": "X",
+        "pid": PID,
+        "tid": tid,
+        "ts": _us(ts),
+        "dur": _us(max(dur, 0.0)),
+    }
+    if args:
+        ev["args"] = args
+    return ev
+
+
+def _label(first: int, count: int) -> str:
+    return f"batch {first}" if count == 1 else f"batches {first}-{first + count - 1}"
+
+
+def _main_events(t: Track) -> list[dict[str, Any]]:
+    c = t.columns
+    out = []
+    first = 1
+    n = len(c["start"])
+    for i in range(n):
+        count = int(c["batches"][i])
+        start, end, stall = c["start"][i], c["end"][i], c["stall"][i]
+        if count == 1:
+            out.append(_slice(f"wait for {_label(first, 1)}", MAIN_TID, start, end - start))
+        else:
+            out.append(
+                _slice(
+                    _label(first, count),
+                    MAIN_TID,
+                    start,
+                    end - start,
+                    stall_ms=round(stall * 1e3, 3),
+                    note="several batches per row in a long run: waits summed",
+                )
+            )
+        if i + 1 < n:
+            nxt = c["start"][i + 1]
+            if nxt > end:
+                out.append(_slice("step", MAIN_TID, end, nxt - end))
+        first += count
+    return out
+
+
+def _worker_events(t: Track) -> list[dict[str, Any]]:
+    c = t.columns
+    tid = _tid(t)
+    out = []
+    first = 1
+    for i in range(len(c["start"])):
+        count = int(c["batches"][i])
+        start, end = c["start"][i], c["end"][i]
+        span = max(end - start, 0.0)
+        wall, cpu, read = c["wall"][i], c["cpu"][i], c["read"][i]
+        out.append(
+            _slice(
+                f"{_label(first, count)} of this worker",
+                tid,
+                start,
+                span,
+                samples=int(c["samples"][i]),
+                cpu_ms=round(cpu * 1e3, 3),
+                read_ms=round(read * 1e3, 3),
+                sample_wall_ms=round(wall * 1e3, 3),
+            )
+        )
+        # summed over the batch's samples, shown as two phases inside it
+        waited = read if read > 0 else max(wall - cpu, 0.0)
+        waited = min(waited, span)
+        if waited > 0:
+            out.append(
+                _slice("read" if read > 0 else "blocked (I/O or waiting)", tid, start, waited)
+            )
+        cpu_d = min(cpu, span - waited)
+        if cpu_d > 0:
+            out.append(_slice("CPU", tid, start + waited, cpu_d))
+        first += count
+    return out
+
+
+def _phase_events(rec: RunRecord) -> list[dict[str, Any]]:
+    out = []
+    t = 0.0
+    st = rec.stages
+    for p in (st.storage.cold, st.storage.warm):
+        if p is None:
+            continue
+        for pt in p.sweep:
+            out.append(
+                _slice(
+                    f"storage {p.cache}: {pt.concurrency} threads",
+                    MAIN_TID,
+                    t,
+                    pt.seconds,
+                    mb_per_s=round(pt.read_bytes_per_s / 1e6, 3),
+                    p99_ms=pt.latency_p99_ms,
+                )
+            )
+            t += pt.seconds
+    for lv in st.cpu.sweep:
+        out.append(
+            _slice(
+                f"cpu: {lv.workers} workers",
+                MAIN_TID,
+                t,
+                lv.seconds,
+                samples_per_s=round(lv.samples_per_s, 3),
+            )
+        )
+        t += lv.seconds
+    return out
+
+
+def render_trace(rec: RunRecord) -> str:
+    """The trace file's text: ``{"traceEvents": [...]}``, keys sorted."""
+    tracks = tracks_of(rec)
+    meta: list[dict[str, Any]] = [
+        {
+            "name": "process_name",
+            "ph": "M",
+            "pid": PID,
+            "tid": MAIN_TID,
+            "args": {"name": f"ioprobe {rec.kind}: {rec.dataset.target}"},
+        }
+    ]
+    events: list[dict[str, Any]] = []
+    if tracks:
+        for t in tracks:
+            tid = _tid(t)
+            meta.append(
+                {"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": t.name}}
+            )
+            meta.append(
+                {
+                    "name": "thread_sort_index",
+                    "ph": "M",
+                    "pid": PID,
+                    "tid": tid,
+                    "args": {"sort_index": tid},
+                }
+            )
+            events += _main_events(t) if t.worker is None else _worker_events(t)
+    else:
+        meta.append(
+            {
+                "name": "thread_name",
+                "ph": "M",
+                "pid": PID,
+                "tid": MAIN_TID,
+                "args": {"name": "probe phases (laid end to end)"},
+            }
+        )
+        events = _phase_events(rec)
+    events.sort(key=lambda ev: (ev["tid"], ev["ts"], -ev["dur"]))
+    doc = {
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "bottleneck": rec.bottleneck,
+            "created": rec.created,
+            "ioprobe_version": rec.ioprobe_version,
+            "kind": rec.kind,
+        },
+        "traceEvents": meta + events,
+    }
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"

@@ -94,6 +94,7 @@ def workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             ),
             predicted_samples_per_s=p,
             evidence=f"{f.bottleneck} delivers {f.predicted_samples_per_s:,.0f} samples/s with {w0}",
+            change=Change(workers=w),
         )
     ]
 
@@ -113,7 +114,8 @@ def cores_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
         return []
     # a watched loader keeps its num_workers unless told; a probe uses every core it gets
     workers = max(need, recorded_workers(rec)) if rec.watch is not None else None
-    pred = _predict(rec, Change(cores=need, workers=workers))
+    change = Change(cores=need, workers=workers)
+    pred = _predict(rec, change)
     if not _gain(pred, f):
         return []
     assert pred is not None
@@ -127,6 +129,7 @@ def cores_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             ),
             predicted_samples_per_s=pred,
             evidence=f"CPU delivers {f.predicted_samples_per_s:,.0f} samples/s",
+            change=change,
         )
     ]
 
@@ -149,6 +152,7 @@ def gpu_decode_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]
             ),
             predicted_samples_per_s=pred,
             evidence="CPU-bound on image decode",
+            change=Change(gpu_decode=True),
         )
     ]
 
@@ -198,6 +202,7 @@ def cache_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             text=text,
             predicted_samples_per_s=pred,
             evidence=f"storage delivers {f.predicted_samples_per_s:,.0f} samples/s",
+            change=change,
         )
     ]
 
@@ -297,6 +302,7 @@ def faster_storage_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendat
             text=(f"Move the dataset to {cls.name} ({cls.label}).{carry}"),
             predicted_samples_per_s=pred,
             evidence=f"storage delivers {f.predicted_samples_per_s:,.0f} samples/s",
+            change=Change(storage=cls),
         )
     ]
 
@@ -363,7 +369,8 @@ def share_gpu_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     if k < 2:
         return []
     g = recorded_gpus(rec)
-    pred = _predict(rec, Change(gpus=g * k))
+    change = Change(gpus=g * k)
+    pred = _predict(rec, change)
     if not _gain(pred, f):
         return []
     assert pred is not None
@@ -377,6 +384,7 @@ def share_gpu_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             ),
             predicted_samples_per_s=pred,
             evidence=rec.stages.gpu.busy_method or f"GPU busy {busy:.0%}",
+            change=change,
         )
     ]
 

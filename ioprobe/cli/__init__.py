@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "run": "run",
     "whatif": "whatif",
     "size": "size",
+    "compare": "compare",
 }
 
 

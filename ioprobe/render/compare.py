@@ -1,0 +1,96 @@
+"""Before/after views of a Comparison: a terminal table and a Markdown summary."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ioprobe.analysis.compare import Comparison
+from ioprobe.analysis.report import rate
+from ioprobe.render.markdown import md
+
+
+def _x(r: float | None) -> str:
+    return "-" if r is None else f"{r:.2f}x"
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.0%}"
+
+
+def headline(c: Comparison) -> str:
+    line = (
+        f"{c.basis} rate {rate(c.rate_before)} -> {rate(c.rate_after)} samples/s "
+        f"({_x(c.rate_ratio)}); bottleneck {c.bottleneck_before} -> {c.bottleneck_after}"
+    )
+    if c.idle_before is not None and c.idle_after is not None:
+        line += f"; GPU waiting {_pct(c.idle_before)} -> {_pct(c.idle_after)}"
+    return line
+
+
+def prediction_line(c: Comparison) -> str | None:
+    a = c.applied
+    if a is None:
+        return None
+    return (
+        f"Applied '{a.kind}' ({a.how}): predicted {rate(a.predicted_samples_per_s)} samples/s "
+        f"({_x(a.predicted_gain)}), measured {rate(a.measured_samples_per_s)} "
+        f"({_x(a.measured_gain)}): prediction error {a.error:+.1%}"
+    )
+
+
+def render_compare(c: Comparison) -> RenderableType:
+    parts: list[RenderableType] = [
+        Text.assemble(
+            ("ioprobe compare", "bold"), "  ", (c.before, "cyan"), " -> ", (c.after, "cyan")
+        ),
+        Text(""),
+        Text(headline(c), style="bold"),
+    ]
+    pred = prediction_line(c)
+    if pred and c.applied is not None:
+        close = abs(c.applied.error) <= 0.1
+        parts.append(Text(pred, style="bold green" if close else "bold yellow"))
+    table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
+    table.add_column("stage")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    table.add_column("change", justify="right")
+    for s in c.stages:
+        table.add_row(s.stage, rate(s.before), rate(s.after), _x(s.ratio))
+    parts += [Text(""), table]
+    if c.config:
+        cfg = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
+        cfg.add_column("setting")
+        cfg.add_column("before", overflow="fold")
+        cfg.add_column("after", overflow="fold")
+        for ch in c.config:
+            cfg.add_row(Text(ch.what), Text(ch.before), Text(ch.after))
+        parts += [Text(""), cfg]
+    for w in c.warnings:
+        parts.append(Text(f"note: {w}", style="dim"))
+    return Group(*parts)
+
+
+def compare_markdown(c: Comparison) -> str:
+    lines = [
+        f"### ioprobe compare: {md(c.before)} → {md(c.after)}",
+        "",
+        f"**{md(headline(c))}**",
+        "",
+    ]
+    pred = prediction_line(c)
+    if pred:
+        lines += [md(pred), ""]
+    lines += ["| stage | before | after | change |", "|---|--:|--:|--:|"]
+    lines += [
+        f"| {s.stage} | {rate(s.before)} | {rate(s.after)} | {_x(s.ratio)} |" for s in c.stages
+    ]
+    lines.append("")
+    if c.config:
+        lines += ["| setting | before | after |", "|---|---|---|"]
+        lines += [f"| {md(ch.what)} | {md(ch.before)} | {md(ch.after)} |" for ch in c.config]
+        lines.append("")
+    lines += [f"> note: {md(w)}" for w in c.warnings]
+    return "\n".join(lines) + "\n"

@@ -177,6 +177,31 @@ def tracks_of(rec: RunRecord) -> list[Track]:
     return []
 
 
+def coarsen(track: Track, max_rows: int) -> Track:
+    """``track`` with neighbouring rows merged until at most ``max_rows`` remain: a row's
+    ``start`` and ``epoch`` are its first batch's, its ``end`` its last's, every other
+    column a sum, as the watcher itself merges a long run."""
+    cols = track.columns
+    n = len(cols.get("start", []))
+    if n <= max_rows:
+        return track
+    group = -(-n // max_rows)
+    out: dict[str, list[float]] = {}
+    for name, values in cols.items():
+        if name in ("start", "epoch"):
+            out[name] = values[::group]
+        elif name == "end":
+            out[name] = [values[min(i + group, n) - 1] for i in range(0, n, group)]
+        else:
+            out[name] = [sum(values[i : i + group]) for i in range(0, n, group)]
+    return Track(
+        name=track.name,
+        worker=track.worker,
+        batches_per_row=track.batches_per_row * group,
+        columns=out,
+    )
+
+
 def consumer_points(main: Track, limit: int = MAX_BATCH_POINTS) -> tuple[list[ConsumerPoint], int]:
     """Stall and compute per batch of the main track, neighbours summed down to ``limit``.
 

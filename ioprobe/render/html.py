@@ -9,6 +9,7 @@ keys, so the same record always gives the same bytes. Every string that comes fr
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import math
@@ -410,16 +411,23 @@ def _recs(f: Findings) -> str:
     return f'<ol id="recommendations" class="recs">{"".join(items)}</ol>'
 
 
+def _short(rec: RunRecord) -> RunRecord:
+    """The record less its long series: those are in the findings, reduced, and the full
+    record is the JSON file."""
+    watch, pipeline = rec.watch, rec.pipeline
+    if watch is not None:
+        empty = {
+            k: dataclasses.replace(getattr(watch, k), values=[])
+            for k in ("stall_ms", "step_ms", "sample_ms")
+        }
+        watch = dataclasses.replace(watch, tracks=[], **empty)
+    if pipeline is not None:
+        pipeline = dataclasses.replace(pipeline, tracks=[])
+    return dataclasses.replace(rec, watch=watch, pipeline=pipeline)
+
+
 def _blob(rec: RunRecord, f: Findings) -> str:
-    plain = to_plain(rec)
-    # the long series are in the findings, reduced; the full record is the JSON file
-    for holder in (plain.get("watch"), plain.get("pipeline")):
-        if isinstance(holder, dict):
-            holder.pop("tracks", None)
-            for key in ("stall_ms", "step_ms", "sample_ms"):
-                if isinstance(holder.get(key), dict):
-                    holder[key]["values"] = []
-    data: dict[str, Any] = {"findings": to_plain(f), "record": plain}
+    data: dict[str, Any] = {"findings": to_plain(f), "record": to_plain(_short(rec))}
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return (
         text.replace("&", "\\u0026")

@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ioprobe.analysis.report import tracks_of
+from ioprobe.analysis.report import coarsen, tracks_of
 from ioprobe.record import RunRecord, Track
 
 PID = 1
 MAIN_TID = 0
+# slices per track: more than this and trace viewers crawl; longer tracks merge neighbours
+MAX_ROWS = 50_000
 
 
 def _tid(t: Track) -> int:
@@ -159,7 +161,7 @@ def render_trace(rec: RunRecord) -> str:
     ]
     events: list[dict[str, Any]] = []
     if tracks:
-        for t in tracks:
+        for t in (coarsen(t, MAX_ROWS) for t in tracks):
             tid = _tid(t)
             meta.append(
                 {"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": t.name}}

@@ -8,7 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ioprobe.analysis.report import rate, stage_detail, verdict
+from ioprobe.analysis.report import measurements, rate, stage_detail, verdict
 from ioprobe.record import STAGE_NAMES, RunRecord
 
 __all__ = ["rate", "recommendations", "summary", "verdict"]
@@ -62,6 +62,15 @@ def summary(rec: RunRecord) -> RenderableType:
         table,
     ]
     parts += recommendations(rec, "What to change")
+    # the header already names the dataset and its size
+    facts = [(k, v) for k, v in measurements(rec) if k not in ("dataset", "size")]
+    if facts:
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(style="bold", no_wrap=True)
+        grid.add_column(overflow="fold")
+        for k, v in facts:
+            grid.add_row(k, Text(v))
+        parts += [Text(""), Text("Key measurements", style="bold"), grid]
     skipped = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(ds.skipped.items()))
     notes = list(rec.notes)
     if skipped:

@@ -15,9 +15,11 @@ from rich.console import Console, RenderableType
 
 from ioprobe.analysis import finalize
 from ioprobe.analysis.catalog import load_catalog, resolve_storage
+from ioprobe.analysis.report import findings
 from ioprobe.analysis.size import size
 from ioprobe.analysis.whatif import whatif
 from ioprobe.record import Change, SizeInputs
+from ioprobe.render.markdown import render_markdown
 from ioprobe.render.sizing import render_size
 from ioprobe.render.terminal import summary
 from ioprobe.render.whatif import render_whatif
@@ -62,6 +64,7 @@ def test_watch_summary_and_whatif_golden() -> None:
     rec.dataset.target = "train/"
     check("watch.txt", text(summary(rec)))
     check("whatif.txt", text(render_whatif(whatif(rec, Change(workers=4)))))
+    check("watch.md", render_markdown(findings(rec)))
 
 
 @pytest.mark.parametrize("width", [60, 200])

@@ -39,72 +39,65 @@ class Series:
     rows merge pairwise and each later row gathers twice as many batches. Memory stays
     bounded for any run length while totals and the run's shape survive."""
 
-    __slots__ = (
-        "cols",
-        "lasts",
-        "limit",
-        "merge",
-        "pending",
-        "pending_n",
-        "spec",
-        "stride",
-        "sums",
-    )
+    __slots__ = ("buf", "flat", "limit", "merge", "n", "spec", "stride")
 
     def __init__(self, spec: ColumnSpec, limit: int) -> None:
         self.spec = spec
-        self.limit = limit - limit % 2
+        self.n = len(spec)
+        self.limit = (limit - limit % 2) * self.n  # in values: rows are laid flat, row-major
         self.merge = tuple(m for _, m, _ in spec)
-        self.sums = tuple(i for i, m in enumerate(self.merge) if m == "sum")
-        self.lasts = tuple(i for i, m in enumerate(self.merge) if m == "last")
-        self.cols = tuple(array("q") for _ in spec)
+        self.flat = array("q")  # one C-level extend per batch: no per-column Python loop
+        self.buf = array("q")  # raw rows gathering into the next merged row
         self.stride = 1
-        self.pending: list[int] | None = None
-        self.pending_n = 0
 
     def add(self, row: tuple[int, ...]) -> None:
         if self.stride == 1:
-            self._append(row)
+            flat = self.flat
+            flat.extend(row)
+            if len(flat) >= self.limit:
+                self._halve()
             return
-        p = self.pending
-        if p is None:
-            self.pending = list(row)
-            self.pending_n = 1
-        else:
-            for i in self.sums:
-                p[i] += row[i]
-            for i in self.lasts:
-                p[i] = row[i]
-            self.pending_n += 1
-        if self.pending_n == self.stride:
+        buf = self.buf
+        buf.extend(row)
+        if len(buf) >= self.stride * self.n:
             self._flush()
 
     def _flush(self) -> None:
-        if self.pending is not None:
-            row, self.pending, self.pending_n = self.pending, None, 0
-            self._append(tuple(row))
-
-    def _append(self, row: tuple[int, ...]) -> None:
-        for col, v in zip(self.cols, row, strict=True):
-            col.append(v)
-        if len(self.cols[0]) >= self.limit:
+        buf, n = self.buf, self.n
+        if not buf:
+            return
+        last = len(buf) - n
+        self.flat.extend(
+            buf[k] if m == "first" else buf[last + k] if m == "last" else sum(buf[k::n])
+            for k, m in enumerate(self.merge)
+        )
+        del buf[:]
+        if len(self.flat) >= self.limit:
             self._halve()
 
     def _halve(self) -> None:
-        for col, m in zip(self.cols, self.merge, strict=True):
+        flat, n = self.flat, self.n
+        rows = len(flat) // n
+        pairs = rows // 2
+        merged = array("q", bytes(8 * n * pairs))
+        for k, m in enumerate(self.merge):
+            col = flat[k : 2 * pairs * n : n]
             if m == "first":
-                merged = col[0::2]
+                merged[k::n] = col[0::2]
             elif m == "last":
-                merged = col[1::2]
+                merged[k::n] = col[1::2]
             else:
-                merged = array("q", map(int.__add__, col[0::2], col[1::2]))
-            col[:] = merged
+                merged[k::n] = array("q", map(int.__add__, col[0::2], col[1::2]))
+        # an odd row out stays as it is, behind the merged pairs
+        merged.extend(flat[2 * pairs * n :])
+        self.flat = merged
         self.stride *= 2
 
     def to_record(self, name: str, worker: int | None, origin: int) -> Track:
         self._flush()
         columns: dict[str, list[float]] = {}
-        for (col_name, m, scale), col in zip(self.spec, self.cols, strict=True):
+        for k, (col_name, m, scale) in enumerate(self.spec):
+            col = self.flat[k :: self.n]
             base = origin if m != "sum" and scale != 1.0 else 0
             # microseconds are finer than anything a chart or trace shows, and keep JSON small
             columns[col_name] = (

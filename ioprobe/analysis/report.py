@@ -375,6 +375,52 @@ def measurements(rec: RunRecord) -> list[tuple[str, str]]:
     return out
 
 
+def whatif_facts(rec: RunRecord) -> list[tuple[str, str]]:
+    """A what-if's change, its starting point and each stage it moved, with the reason."""
+    from ioprobe.analysis.whatif import describe
+
+    w = rec.whatif
+    if w is None:
+        return []
+    was = w.base_measured_samples_per_s or w.base_predicted_samples_per_s
+    out = [
+        (
+            "change",
+            "  ".join(f"--{k.replace('_', '-')} {v}" for k, v in describe(w.change).items()),
+        ),
+        (
+            "was",
+            f"{w.base_bottleneck}-bound at {rate(was)} samples/s "
+            + ("(measured)" if w.base_measured_samples_per_s else "(predicted)"),
+        ),
+    ]
+    for d in w.deltas:
+        out.append((d.stage, f"{rate(d.before)} -> {rate(d.after)} samples/s: {d.why}"))
+    out += [("assumes", a) for a in w.assumptions]
+    return out
+
+
+def size_facts(rec: RunRecord) -> list[tuple[str, str]]:
+    """The numbers a sizing was computed from, and where each came from."""
+    sz = rec.sizing
+    if sz is None:
+        return []
+    i = sz.inputs
+    out = [
+        ("sample size", f"{i.sample_bytes / 1e3:,.1f} kB"),
+        ("one GPU consumes", f"{rate(i.gpu_samples_per_s)} samples/s"),
+        ("nodes", str(i.nodes)),
+        ("target", f"{i.target_utilization:.0%} GPU utilisation"),
+    ]
+    if i.cpu_seconds_per_sample is not None:
+        out.append(("CPU per sample", f"{i.cpu_seconds_per_sample * 1e3:.2f} ms"))
+    if i.cores is not None:
+        out.append(("cores per node", f"{i.cores:g}"))
+    out += [(f"source: {k}", v) for k, v in sorted(i.sources.items())]
+    out += [("assumes", a) for a in sz.assumptions]
+    return out
+
+
 def _pipeline_line(p: PipelineRun) -> str:
     return (
         f"{p.workers} workers, batch {p.batch_size}, {p.compute_seconds_per_batch * 1e3:g} ms "
@@ -424,7 +470,9 @@ def findings(rec: RunRecord) -> Findings:
         delivered_label=label,
         stages=stage_bars(rec) if rec.kind != "size" else [],
         recommendations=advice(rec),
-        measurements=measurements(rec) if rec.kind != "size" else [],
+        measurements=(
+            size_facts(rec) if rec.kind == "size" else whatif_facts(rec) + measurements(rec)
+        ),
         consumer=consumer,
         consumer_batches=batches,
         throughput=worker_throughput(tracks),

@@ -443,8 +443,18 @@ def render_html(rec: RunRecord, f: Findings) -> str:
     ok = f.kind == "size" or not f.recommendations
     sections = [
         f"<h1>{e(f.title)}</h1>",
-        f'<div class="meta">{e(rec.kind)} record · ioprobe {e(rec.ioprobe_version)} · '
-        f"{e(rec.created)} · {e(rec.host.hostname)}</div>",
+        '<div class="meta">'
+        + " · ".join(
+            e(x)
+            for x in (
+                f"{rec.kind} record",
+                f"ioprobe {rec.ioprobe_version}" if rec.ioprobe_version else "",
+                rec.created,
+                rec.host.hostname,
+            )
+            if x
+        )
+        + "</div>",
         f'<div id="verdict" class="verdict{" ok" if ok else ""}">{e(f.verdict)}</div>',
     ]
     if f.kind != "size":
@@ -456,7 +466,8 @@ def render_html(rec: RunRecord, f: Findings) -> str:
     else:
         sections += ["<h2>GPU utilisation by storage and GPU count</h2>", heatmap_table(f.heatmap)]
     if f.measurements:
-        sections += ["<h2>Key measurements</h2>", _kv_table(f.measurements)]
+        heading = {"size": "Inputs", "whatif": "The change"}.get(f.kind, "Key measurements")
+        sections += [f"<h2>{heading}</h2>", _kv_table(f.measurements)]
     if f.kind in ("watch", "probe"):
         sections += [
             "<h2>Consumer timeline</h2>",
@@ -482,7 +493,8 @@ def render_html(rec: RunRecord, f: Findings) -> str:
             "<h2>Notes</h2>",
             '<ul class="note">' + "".join(f"<li>{e(n)}</li>" for n in f.notes) + "</ul>",
         ]
-    sections += ["<h2>Host</h2>", _kv_table(host_facts(rec.host))]
+    if rec.host.hostname:  # a sizing from typed numbers ran on no host worth listing
+        sections += ["<h2>Host</h2>", _kv_table(host_facts(rec.host))]
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'

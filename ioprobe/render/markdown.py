@@ -46,7 +46,8 @@ def render_markdown(f: Findings) -> str:
             lines += ["Nothing to change: no change the model knows predicts a 5% gain.", ""]
     hm = f.heatmap
     if hm is not None:
-        lines.append("| storage | " + " | ".join(f"{g} GPU" for g in hm.gpus) + " |")
+        heads = [f"{g} GPU{'s' if g > 1 else ''}" for g in hm.gpus]
+        lines.append("| storage | " + " | ".join(heads) + " |")
         lines.append("|---|" + "--:|" * len(hm.gpus))
         for name, cells in zip(hm.storage, hm.cells, strict=True):
             vals = [
@@ -56,7 +57,8 @@ def render_markdown(f: Findings) -> str:
             lines.append(f"| {md(name)} | " + " | ".join(vals) + " |")
         lines.append("")
     if f.measurements:
-        lines += ["<details><summary>Key measurements</summary>", ""]
+        heading = {"size": "Inputs", "whatif": "The change"}.get(f.kind, "Key measurements")
+        lines += [f"<details><summary>{heading}</summary>", ""]
         lines += ["| | |", "|---|---|"]
         lines += [f"| {md(k)} | {md(v)} |" for k, v in f.measurements]
         lines += ["", "</details>", ""]

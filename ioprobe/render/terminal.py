@@ -8,7 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ioprobe.analysis.report import measurements, rate, stage_detail, verdict
+from ioprobe.analysis.report import advice, measurements, rate, stage_detail, verdict
 from ioprobe.record import STAGE_NAMES, RunRecord
 
 __all__ = ["rate", "recommendations", "summary", "verdict"]
@@ -85,13 +85,13 @@ def summary(rec: RunRecord) -> RenderableType:
 def recommendations(rec: RunRecord, title: str) -> list[RenderableType]:
     """The ranked advice, each with its predicted rate and the gain over today's rate (the
     measured one where the run measured it)."""
-    if not rec.recommendations:
+    items = advice(rec)
+    if not items:
         return []
-    now = rec.measured_samples_per_s or rec.predicted_samples_per_s
     out: list[RenderableType] = [Text(""), Text(title, style="bold")]
-    for i, r in enumerate(rec.recommendations, 1):
+    for i, a in enumerate(items, 1):
         gain = ""
-        if r.predicted_samples_per_s is not None and now:
-            gain = f"  → {rate(r.predicted_samples_per_s)} samples/s ({r.predicted_samples_per_s / now:.1f}x)"
-        out.append(Text(f" {i}. {r.text}{gain}"))
+        if a.predicted is not None and a.gain is not None:
+            gain = f"  → {rate(a.predicted)} samples/s ({a.gain:.1f}x)"
+        out.append(Text(f" {i}. {a.text}{gain}"))
     return out

@@ -53,6 +53,21 @@ def _gain(pred: float | None, f: PipelineFindings) -> bool:
     return pred is not None and pred >= f.predicted_samples_per_s * MIN_GAIN
 
 
+def _if_gain(
+    rec: RunRecord, f: PipelineFindings, change: Change, kind: str, text: str, evidence: str
+) -> list[Recommendation]:
+    """The recommendation to make ``change``, with its predicted rate, when the model
+    predicts it gains at least MIN_GAIN; otherwise none."""
+    pred = _predict(rec, change)
+    if pred is None or not _gain(pred, f):
+        return []
+    return [
+        Recommendation(
+            kind=kind, text=text, predicted_samples_per_s=pred, evidence=evidence, change=change
+        )
+    ]
+
+
 def _catalog() -> Catalog | None:
     try:
         return load_catalog()
@@ -114,47 +129,32 @@ def cores_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
         return []
     # a watched loader keeps its num_workers unless told; a probe uses every core it gets
     workers = max(need, recorded_workers(rec)) if rec.watch is not None else None
-    change = Change(cores=need, workers=workers)
-    pred = _predict(rec, change)
-    if not _gain(pred, f):
-        return []
-    assert pred is not None
-    return [
-        Recommendation(
-            kind="more_cpu",
-            text=(
-                f"Each sample costs {cpu.cpu_seconds_per_sample * 1e3:.2f} ms of CPU; feeding "
-                f"the next stage ({target:,.0f} samples/s) takes about {need} cores of loader "
-                f"workers, this machine gives {cores:.0f}."
-            ),
-            predicted_samples_per_s=pred,
-            evidence=f"CPU delivers {f.predicted_samples_per_s:,.0f} samples/s",
-            change=change,
-        )
-    ]
+    return _if_gain(
+        rec,
+        f,
+        Change(cores=need, workers=workers),
+        "more_cpu",
+        f"Each sample costs {cpu.cpu_seconds_per_sample * 1e3:.2f} ms of CPU; feeding "
+        f"the next stage ({target:,.0f} samples/s) takes about {need} cores of loader "
+        f"workers, this machine gives {cores:.0f}.",
+        f"CPU delivers {f.predicted_samples_per_s:,.0f} samples/s",
+    )
 
 
 def gpu_decode_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     """CPU-bound on image decode: DALI's mixed decoder moves JPEG decode to the GPU."""
     if f.bottleneck != "cpu" or not _is_images(rec):
         return []
-    pred = _predict(rec, Change(gpu_decode=True))
-    if not _gain(pred, f):
-        return []
-    assert pred is not None
-    return [
-        Recommendation(
-            kind="gpu_decode",
-            text=(
-                "Decode images on the GPU with NVIDIA DALI (fn.decoders.image, device='mixed'): "
-                "JPEG decode leaves the CPU. The gain assumes a GPU decode rate; "
-                "`ioprobe probe --loader dali` measures it."
-            ),
-            predicted_samples_per_s=pred,
-            evidence="CPU-bound on image decode",
-            change=Change(gpu_decode=True),
-        )
-    ]
+    return _if_gain(
+        rec,
+        f,
+        Change(gpu_decode=True),
+        "gpu_decode",
+        "Decode images on the GPU with NVIDIA DALI (fn.decoders.image, device='mixed'): "
+        "JPEG decode leaves the CPU. The gain assumes a GPU decode rate; "
+        "`ioprobe probe --loader dali` measures it.",
+        "CPU-bound on image decode",
+    )
 
 
 def _is_images(rec: RunRecord) -> bool:
@@ -192,19 +192,14 @@ def cache_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             f"subset (the page cache, an LRU under a shuffled order, would serve only "
             f"{steady_hit_rate(budget, total, 'shuffled'):.0%} of reads)."
         )
-    pred = _predict(rec, change)
-    if not _gain(pred, f):
-        return []
-    assert pred is not None
-    return [
-        Recommendation(
-            kind="cache_in_ram",
-            text=text,
-            predicted_samples_per_s=pred,
-            evidence=f"storage delivers {f.predicted_samples_per_s:,.0f} samples/s",
-            change=change,
-        )
-    ]
+    return _if_gain(
+        rec,
+        f,
+        change,
+        "cache_in_ram",
+        text,
+        f"storage delivers {f.predicted_samples_per_s:,.0f} samples/s",
+    )
 
 
 def shard_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
@@ -369,24 +364,15 @@ def share_gpu_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     if k < 2:
         return []
     g = recorded_gpus(rec)
-    change = Change(gpus=g * k)
-    pred = _predict(rec, change)
-    if not _gain(pred, f):
-        return []
-    assert pred is not None
-    return [
-        Recommendation(
-            kind="share_gpu",
-            text=(
-                f"The GPU ran kernels {busy:.0%} of the time it had data: run {k} jobs per GPU "
-                f"(MPS, or MIG slices); the gain is in total, shared CPU and storage "
-                "permitting."
-            ),
-            predicted_samples_per_s=pred,
-            evidence=rec.stages.gpu.busy_method or f"GPU busy {busy:.0%}",
-            change=change,
-        )
-    ]
+    return _if_gain(
+        rec,
+        f,
+        Change(gpus=g * k),
+        "share_gpu",
+        f"The GPU ran kernels {busy:.0%} of the time it had data: run {k} jobs per GPU "
+        "(MPS, or MIG slices); the gain is in total, shared CPU and storage permitting.",
+        rec.stages.gpu.busy_method or f"GPU busy {busy:.0%}",
+    )
 
 
 def pin_memory_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ioprobe.collect.timeline import MERGE_RULES
 from ioprobe.record import (
     STAGE_NAMES,
     PipelineRun,
@@ -143,6 +144,7 @@ class Findings:
     stages: list[StageBar] = field(default_factory=list)
     recommendations: list[Advice] = field(default_factory=list)
     measurements: list[tuple[str, str]] = field(default_factory=list)
+    measurements_title: str = "Key measurements"
     consumer: list[ConsumerPoint] = field(default_factory=list)
     consumer_batches: int = 0
     throughput: Throughput | None = None
@@ -178,9 +180,8 @@ def tracks_of(rec: RunRecord) -> list[Track]:
 
 
 def coarsen(track: Track, max_rows: int) -> Track:
-    """``track`` with neighbouring rows merged until at most ``max_rows`` remain: a row's
-    ``start`` and ``epoch`` are its first batch's, its ``end`` its last's, every other
-    column a sum, as the watcher itself merges a long run."""
+    """``track`` with neighbouring rows merged until at most ``max_rows`` remain, by the
+    rules the collector itself merges a long run with (``ioprobe.collect.timeline``)."""
     cols = track.columns
     n = len(cols.get("start", []))
     if n <= max_rows:
@@ -188,9 +189,10 @@ def coarsen(track: Track, max_rows: int) -> Track:
     group = -(-n // max_rows)
     out: dict[str, list[float]] = {}
     for name, values in cols.items():
-        if name in ("start", "epoch"):
+        rule = MERGE_RULES.get(name, "sum")
+        if rule == "first":
             out[name] = values[::group]
-        elif name == "end":
+        elif rule == "last":
             out[name] = [values[min(i + group, n) - 1] for i in range(0, n, group)]
         else:
             out[name] = [sum(values[i : i + group]) for i in range(0, n, group)]
@@ -472,6 +474,9 @@ def findings(rec: RunRecord) -> Findings:
         recommendations=advice(rec),
         measurements=(
             size_facts(rec) if rec.kind == "size" else whatif_facts(rec) + measurements(rec)
+        ),
+        measurements_title={"size": "Inputs", "whatif": "The change"}.get(
+            rec.kind, "Key measurements"
         ),
         consumer=consumer,
         consumer_batches=batches,

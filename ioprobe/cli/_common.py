@@ -15,13 +15,7 @@ from ioprobe.record import STAGE_NAMES, RunRecord, atomic_write
 
 
 def write_record(rec: RunRecord, path: str) -> None:
-    if path == "-":
-        sys.stdout.write(rec.dumps())
-        return
-    try:
-        rec.save(path)
-    except OSError as exc:
-        raise BadInputError(f"--json {path}: cannot write: {exc.strerror or exc}") from None
+    write_text(path, rec.dumps(), "--json")
 
 
 def console() -> Console:

@@ -30,6 +30,8 @@ WORKER_COLUMNS: ColumnSpec = (
     ("cpu", "sum", 1e-9),
     ("read", "sum", 1e-9),
 )
+# column name -> how neighbouring rows merge, for anything that coarsens a recorded track
+MERGE_RULES = {name: merge for name, merge, _ in MAIN_COLUMNS + WORKER_COLUMNS}
 MAIN_ROWS = 32_768  # rows kept on the main track; a longer run merges neighbours
 WORKER_ROWS = 4_096  # per worker track
 

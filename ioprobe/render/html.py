@@ -466,8 +466,7 @@ def render_html(rec: RunRecord, f: Findings) -> str:
     else:
         sections += ["<h2>GPU utilisation by storage and GPU count</h2>", heatmap_table(f.heatmap)]
     if f.measurements:
-        heading = {"size": "Inputs", "whatif": "The change"}.get(f.kind, "Key measurements")
-        sections += [f"<h2>{heading}</h2>", _kv_table(f.measurements)]
+        sections += [f"<h2>{e(f.measurements_title)}</h2>", _kv_table(f.measurements)]
     if f.kind in ("watch", "probe"):
         sections += [
             "<h2>Consumer timeline</h2>",

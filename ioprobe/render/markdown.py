@@ -57,8 +57,7 @@ def render_markdown(f: Findings) -> str:
             lines.append(f"| {md(name)} | " + " | ".join(vals) + " |")
         lines.append("")
     if f.measurements:
-        heading = {"size": "Inputs", "whatif": "The change"}.get(f.kind, "Key measurements")
-        lines += [f"<details><summary>{heading}</summary>", ""]
+        lines += [f"<details><summary>{md(f.measurements_title)}</summary>", ""]
         lines += ["| | |", "|---|---|"]
         lines += [f"| {md(k)} | {md(v)} |" for k, v in f.measurements]
         lines += ["", "</details>", ""]

@@ -13,7 +13,11 @@ try:
 except PackageNotFoundError:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
+from ioprobe.collect import nvtx as _nvtx
 from ioprobe.record import RunRecord
 from ioprobe.watcher import watch
+
+# before any DALI pipeline exists: NVTX reads the variable at a library's first range
+_nvtx.arm()
 
 __all__ = ["RunRecord", "__version__", "watch"]

@@ -150,6 +150,7 @@ class CpuStage:
     usable_cores: int | None = None
     sweep: list[CpuLevel] = field(default_factory=list)
     errors: int = 0
+    decode_paths: list[DecodePath] = field(default_factory=list)  # probe --loader dali
 
 
 @dataclass
@@ -169,6 +170,8 @@ class GpuStage:
     # NVML utilisation samples; low values mean the model leaves the GPU mostly idle
     busy_fraction: float | None = None
     busy_method: str | None = None
+    # DALI's mixed and GPU operators per batch: preprocessing that shares the GPU with training
+    preprocess_seconds: float | None = None
 
 
 @dataclass
@@ -278,6 +281,52 @@ class WatchData:
     sample_ms: Distribution = field(default_factory=Distribution)  # worker wall per sample
     storage_metered: bool = True
     tracks: list[Track] = field(default_factory=list)  # main first, then workers by index
+
+
+@dataclass
+class DaliOperator:
+    """One DALI operator over a watched run, from its NVTX ranges."""
+
+    name: str  # as DALI names its range: "decoders__Image", "Resize", "readers__File"
+    device: str  # cpu, mixed, gpu
+    stage: StageName  # readers are storage, CPU operators cpu, mixed and GPU operators gpu
+    calls: int  # iterations it ran in
+    wall_seconds: float  # summed time it ran on its executor thread
+    # the executor thread, plus the pool threads' CPU time while it ran (an operator hands
+    # its samples to the pool and waits)
+    cpu_seconds: float
+
+
+@dataclass
+class DaliData:
+    """What a watched DALI pipeline did besides delivering batches."""
+
+    pipeline: dict[str, str] = field(default_factory=dict)  # batch_size, num_threads, ...
+    timing: str = "thread cpu"  # "nvtx": per-operator ranges; "thread cpu": threads only
+    timing_note: str | None = None  # why per-operator timing is missing
+    operators: list[DaliOperator] = field(default_factory=list)
+    reads: int = 0  # samples the readers fetched (their ReadOne ranges)
+    read_seconds: float = 0.0  # wall time of those fetches, on the readers' prefetch threads
+    threads: dict[str, float] = field(default_factory=dict)  # DALI thread -> CPU seconds
+    worker_cpu_seconds: float = 0.0  # parallel external_source worker processes
+    consumer_cpu_seconds: float = 0.0  # the consumer's thread inside next() / run()
+    read_chars: int = 0  # the process's read()/pread() bytes over the watched epochs
+    read_bytes: int = 0  # bytes it caused to be fetched from storage
+    # Pipeline.executor_statistics(): operator -> reserved bytes per output (exec_dynamic=False)
+    memory: dict[str, list[int]] = field(default_factory=dict)
+
+
+@dataclass
+class DecodePath:
+    """One way to decode the same images, measured side by side by the probe."""
+
+    path: str  # pillow, dali-cpu, dali-gpu
+    samples: int = 0
+    seconds: float = 0.0
+    samples_per_s: float | None = None
+    cpu_seconds_per_sample: float | None = None
+    threads: int = 0  # decode threads (or worker processes for Pillow)
+    error: str | None = None  # why it could not be measured here
 
 
 @dataclass
@@ -430,6 +479,7 @@ class RunRecord:
     settings: ProbeSettings = field(default_factory=ProbeSettings)
     pipeline: PipelineRun | None = None
     watch: WatchData | None = None
+    dali: DaliData | None = None
     whatif: WhatIfData | None = None
     sizing: SizeData | None = None
     gpus_supported: dict[str, int] | None = None  # size: GPUs per node kept at the target

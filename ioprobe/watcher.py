@@ -160,8 +160,6 @@ class WatchCollector:
         self._start_gpu_sampler()
 
     def on_batch(self, t_request: int, t_arrival: int, stats: tuple[Any, ...]) -> None:
-        ep = self._cur
-        assert ep is not None
         worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns, mopen, t_done = stats
         wall = array("q", wall_b)
         n = len(wall)
@@ -169,33 +167,16 @@ class WatchCollector:
         wall_s = wall_ns / 1e9
         cpu_ns = sum(array("q", cpu_b))
         cpu_s = cpu_ns / 1e9
-        if not self._origin:
-            self._origin = t_request
-        self.main.add((t_request, t_arrival, t_arrival - t_request, 1, n, ep.index))
+        ep = self.on_delivery(t_request, t_arrival, n)
         ws = self.worker_series.get(worker)
         if ws is None:
             ws = self.worker_series[worker] = Series(WORKER_COLUMNS, WORKER_ROWS)
         # the worker's samples ran back to back before its collate: the span they took
         ws.add((t_done - collate - wall_ns, t_done, 1, n, wall_ns, cpu_ns, mns))
-        if self._prev_arrival:
-            stall_ns = t_arrival - t_request
-            step_ns = t_request - self._prev_arrival
-            ep.stall_seconds += stall_ns / 1e9
-            ep.step_seconds += step_ns / 1e9
-            ep.seconds += (stall_ns + step_ns) / 1e9
-            self.stall.add(stall_ns)
-            self.step.add(step_ns)
-        else:
-            ep.first_batch_seconds = (t_arrival - t_request) / 1e9
-        self._prev_arrival = t_arrival
-        ep.batches += 1
-        ep.samples += n
         ep.metered_bytes += mbytes
         ep.metered_read_seconds += mns / 1e9
         ep.metered_open_seconds += mopen / 1e9
         if ep.batches == self._startup_batches:
-            ep.startup_samples = ep.samples
-            ep.startup_seconds = ep.seconds
             ep.startup_metered_read_seconds = ep.metered_read_seconds
             ep.startup_metered_open_seconds = ep.metered_open_seconds
         ep.sample_wall_seconds += wall_s
@@ -212,6 +193,31 @@ class WatchCollector:
         w.sample_wall_seconds += wall_s
         w.sample_cpu_seconds += cpu_s
         self.sample.extend(wall, wall_ns)
+
+    def on_delivery(self, t_request: int, t_arrival: int, n: int) -> WatchEpoch:
+        """The consumer's side of one batch of ``n`` samples: what every framework has."""
+        ep = self._cur
+        assert ep is not None
+        if not self._origin:
+            self._origin = t_request
+        self.main.add((t_request, t_arrival, t_arrival - t_request, 1, n, ep.index))
+        if self._prev_arrival:
+            stall_ns = t_arrival - t_request
+            step_ns = t_request - self._prev_arrival
+            ep.stall_seconds += stall_ns / 1e9
+            ep.step_seconds += step_ns / 1e9
+            ep.seconds += (stall_ns + step_ns) / 1e9
+            self.stall.add(stall_ns)
+            self.step.add(step_ns)
+        else:
+            ep.first_batch_seconds = (t_arrival - t_request) / 1e9
+        self._prev_arrival = t_arrival
+        ep.batches += 1
+        ep.samples += n
+        if ep.batches == self._startup_batches:
+            ep.startup_samples = ep.samples
+            ep.startup_seconds = ep.seconds
+        return ep
 
     def end_epoch(self, error: BaseException | None) -> None:
         ep = self._cur
@@ -425,12 +431,11 @@ class Watched:
     @property
     def run(self) -> RunRecord:
         """The record so far; complete once iteration has ended."""
-        from ioprobe.analysis import finalize
-
         if self._run is None:
-            rec = self._collector.stop()
-            self._run = finalize(rec) if rec.dataset.files and _has_capacity(rec) else rec
+            self._run = finalize_watch(self._collector.stop())
         return self._run
+
+    record = run
 
     def __iter__(self) -> Any:
         self._run = None
@@ -456,12 +461,20 @@ class Watched:
         _ = self.run
 
 
-def _has_capacity(rec: RunRecord) -> bool:
-    return any(v for v in rec.stages.capacities().values())
+def finalize_watch(rec: RunRecord) -> RunRecord:
+    """The verdict and recommendations, once the record has something to model."""
+    from ioprobe.analysis import finalize
+
+    if rec.dataset.files and any(v for v in rec.stages.capacities().values()):
+        return finalize(rec)
+    return rec
 
 
-def watch(loader: Any) -> Watched:
-    """Wrap ``loader`` (a PyTorch DataLoader) so that iterating it measures every stage."""
+def watch(loader: Any) -> Any:
+    """Wrap ``loader`` so that iterating it measures every stage: a PyTorch DataLoader, a DALI
+    framework iterator (DALIGenericIterator, DALIClassificationIterator) or a DALI Pipeline
+    driven with ``run()``. The wrapper behaves like what it wraps; ``.run`` (``.record`` for a
+    Pipeline, whose ``run()`` stays DALI's) is the RunRecord."""
     import sys
 
     if "torch" in sys.modules:
@@ -469,6 +482,12 @@ def watch(loader: Any) -> Watched:
 
         if adapter.is_torch_loader(loader):
             return Watched(loader, adapter)
+    if "nvidia.dali" in sys.modules:
+        from ioprobe.loaders import dali
+
+        if dali.is_dali(loader):
+            return dali.watch(loader)
     raise BadInputError(
-        f"ioprobe.watch: cannot watch a {type(loader).__qualname__} (expected a torch DataLoader)"
+        f"ioprobe.watch: cannot watch a {type(loader).__qualname__} (expected a torch "
+        "DataLoader, a DALI iterator or a DALI Pipeline)"
     )

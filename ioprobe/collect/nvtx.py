@@ -1,0 +1,140 @@
+"""Per-range timing from ioprobe's NVTX injection library (``csrc/nvtx_inject.c``).
+
+Libraries built with NVTX v3 (NVIDIA DALI among them) load the library named by
+``NVTX_INJECTION64_PATH`` on their first NVTX call. ``arm()`` points that variable at ours when
+ioprobe is imported, so a pipeline built afterwards reports every range it opens: per name, the
+calls, wall time, CPU time of the opening thread, and for DALI operators the pool threads' CPU
+time while the operator ran. ``snapshot()`` reads the running totals; a collector diffs two.
+
+Nothing here imports DALI. When the library was not built (no C compiler or NVTX headers at
+install), or another tool (Nsight Systems) owns the variable, or DALI started before ioprobe was
+imported, ``status()`` says which, and collectors fall back to per-thread CPU time.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+ENV = "NVTX_INJECTION64_PATH"
+DISABLE_ENV = "IOPROBE_NVTX"  # "0": leave NVTX alone
+
+
+@dataclass(frozen=True)
+class RangeTotals:
+    """Totals for one range name since the process loaded the library (nanoseconds)."""
+
+    count: int
+    wall_ns: int
+    cpu_ns: int  # the thread that opened the range
+    pool_ns: int  # DALI's pool threads while this operator range was open (operators only)
+
+    def __add__(self, other: RangeTotals) -> RangeTotals:
+        return RangeTotals(
+            self.count + other.count,
+            self.wall_ns + other.wall_ns,
+            self.cpu_ns + other.cpu_ns,
+            self.pool_ns + other.pool_ns,
+        )
+
+    def __sub__(self, other: RangeTotals) -> RangeTotals:
+        return RangeTotals(
+            self.count - other.count,
+            self.wall_ns - other.wall_ns,
+            self.cpu_ns - other.cpu_ns,
+            self.pool_ns - other.pool_ns,
+        )
+
+
+def library_path() -> Path | None:
+    """The built injection library beside the package, if the install compiled it."""
+    here = Path(__file__).resolve().parent.parent
+    found = sorted(here.glob("_nvtx_inject*.so"))
+    return found[0] if found else None
+
+
+def arm() -> None:
+    """Point NVTX at the injection library for this process (and its children), unless the
+    user disabled it, another tool already owns the variable, or the library was not built.
+    Cheap and idempotent: called on ``import ioprobe``."""
+    if os.environ.get(DISABLE_ENV) == "0" or os.environ.get(ENV):
+        return
+    try:
+        if importlib.util.find_spec("nvidia.dali") is None:
+            return  # nothing of ours would use it
+    except (ImportError, ValueError):
+        return
+    path = library_path()
+    if path is not None:
+        os.environ[ENV] = str(path)
+
+
+def _loaded() -> ctypes.CDLL | None:
+    path = library_path()
+    if path is None:
+        return None
+    try:
+        # RTLD_NOLOAD: only a handle to the copy NVTX already loaded, never a fresh one
+        lib = ctypes.CDLL(str(path), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+    except OSError:
+        return None
+    lib.ioprobe_nvtx_name.restype = ctypes.c_char_p
+    lib.ioprobe_nvtx_name.argtypes = [ctypes.c_int]
+    lib.ioprobe_nvtx_read.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_uint64)]
+    lib.ioprobe_nvtx_read.restype = None
+    lib.ioprobe_nvtx_settle.restype = ctypes.c_uint64
+    lib.ioprobe_nvtx_dropped.restype = ctypes.c_uint64
+    return lib
+
+
+def status() -> str | None:
+    """None when ranges are being captured; otherwise why not, in words for the record."""
+    if os.environ.get(DISABLE_ENV) == "0":
+        return f"{DISABLE_ENV}=0: per-operator timing turned off"
+    path = library_path()
+    if path is None:
+        return (
+            "the NVTX injection library was not built at install (no C compiler or NVTX "
+            "headers): per-operator timing is unavailable"
+        )
+    owner = os.environ.get(ENV)
+    if owner and Path(owner).resolve() != path:
+        return f"{ENV} names another tool ({owner}): per-operator timing is off"
+    lib = _loaded()
+    if lib is None or lib.ioprobe_nvtx_inits() == 0:
+        return (
+            "DALI made its first NVTX call before ioprobe was imported: import ioprobe before "
+            "building the pipeline, or use `ioprobe run`, for per-operator timing"
+        )
+    return None
+
+
+def snapshot() -> dict[str, RangeTotals] | None:
+    """Every range name seen so far with its totals, or None when nothing is captured."""
+    lib = _loaded()
+    if lib is None or lib.ioprobe_nvtx_inits() == 0:
+        return None
+    lib.ioprobe_nvtx_settle()  # operators still running get their pool share so far
+    out = (ctypes.c_uint64 * 4)()
+    totals: dict[str, RangeTotals] = {}
+    for i in range(lib.ioprobe_nvtx_slots()):
+        name = lib.ioprobe_nvtx_name(i)
+        if name is None:
+            continue
+        lib.ioprobe_nvtx_read(i, out)
+        totals[name.decode("utf-8", "replace")] = RangeTotals(out[0], out[1], out[2], out[3])
+    return totals
+
+
+def diff(after: dict[str, RangeTotals], before: dict[str, RangeTotals]) -> dict[str, RangeTotals]:
+    """What ran between two snapshots: names with at least one completed call."""
+    zero = RangeTotals(0, 0, 0, 0)
+    out = {}
+    for name, t in after.items():
+        d = t - before.get(name, zero)
+        if d.count > 0:
+            out[name] = d
+    return out

@@ -1,0 +1,501 @@
+"""Watch NVIDIA DALI: its PyTorch iterators and plain pipelines, operator by operator.
+
+``ioprobe.watch(it)`` wraps a ``DALIGenericIterator`` / ``DALIClassificationIterator`` (or any
+iterator over DALI pipelines built on DALI's base iterator) or a ``Pipeline`` driven with
+``run()``. The wrapper returns DALI's own batches untouched; ``reset()``, ``size``, ``len()``
+and last-batch policies are DALI's. Per batch it takes two clock readings and the consumer
+thread's CPU clock around ``next()`` / ``run()``, nothing else.
+
+Per epoch (never per batch) it reads:
+- the NVTX ranges DALI opens around every operator, its readers' per-sample fetches and its
+  executor, captured by ioprobe's injection library (``ioprobe.collect.nvtx``): wall time, and
+  CPU time of the executor thread plus DALI's thread pool while each operator ran;
+- each DALI thread's CPU time (``/proc/self/task/*/schedstat``; DALI names its threads), the
+  fallback when the ranges are unavailable and a cross-check when they are;
+- the process's I/O counters and its child processes' CPU time (parallel external_source).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from ioprobe.collect import nvtx
+from ioprobe.errors import BadInputError
+from ioprobe.record import (
+    CpuStage,
+    DaliData,
+    DaliOperator,
+    GpuStage,
+    PcieStage,
+    RunRecord,
+    Stages,
+    StageName,
+    StorageStage,
+)
+from ioprobe.watcher import WatchCollector, finalize_watch
+
+# DALI names its threads "[DALI][TP0]<pipeline>", "[DALI][WT]CPU executor", "[DALI] Executor"
+# and its readers' "PrefetchWorker"; the kernel keeps the first 15 bytes
+THREAD_PREFIXES = ("[DALI]", "PrefetchWorker")
+_OP_RANGE = re.compile(r"^\[DALI\]\[(CPU|Mixed|GPU) op\] (?:(?:Run|Setup) )?(.+)$")
+READ_RANGE = "[DALI][Loader] ReadOne"
+
+
+def is_dali(obj: object) -> bool:
+    """A DALI pipeline or an iterator over DALI pipelines (checked without importing DALI)."""
+    return any(cls.__module__.startswith("nvidia.dali") for cls in type(obj).__mro__)
+
+
+def _threads() -> dict[str, int]:
+    """CPU nanoseconds of each DALI thread, keyed "name/tid" (names repeat across pipelines)."""
+    out: dict[str, int] = {}
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/self/task/{tid}/comm", "rb") as f:
+                name = f.read().decode("utf-8", "replace").strip()
+            if not name.startswith(THREAD_PREFIXES):
+                continue
+            with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+                out[f"{name}/{tid}"] = int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue  # the thread ended while we looked
+    return out
+
+
+def _io() -> tuple[int, int]:
+    rchar = rbytes = 0
+    try:
+        with open("/proc/self/io", "rb") as f:
+            for line in f:
+                if line.startswith(b"rchar:"):
+                    rchar = int(line.split()[1])
+                elif line.startswith(b"read_bytes:"):
+                    rbytes = int(line.split()[1])
+    except OSError:
+        pass
+    return rchar, rbytes
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the live child processes: parallel external_source workers."""
+    import psutil
+
+    total = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            t = child.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
+def _pretty(name: str) -> str:
+    """Schema names as users write them: decoders__Image -> decoders.image."""
+    parts = name.split("__")
+    return ".".join([*parts[:-1], parts[-1].lower()]) if len(parts) > 1 else name
+
+
+def _schemas(pipes: list[Any]) -> dict[str, str]:
+    """Instance name -> operator type, for the ranges that name instances (__Resize_1)."""
+    out: dict[str, str] = {}
+    for p in pipes:
+        for op in getattr(p, "_ops", None) or []:
+            schema = getattr(getattr(op, "_op", None), "schema_name", None)
+            if schema:
+                out[op.name] = schema
+    return out
+
+
+def operators(ranges: dict[str, nvtx.RangeTotals], schemas: dict[str, str]) -> list[DaliOperator]:
+    """Fold DALI's operator ranges into operators: a legacy executor names instances
+    (``[DALI][CPU op] __Resize_1``), the dynamic one names types and splits ``Setup`` from
+    ``Run``; both become one row per operator type and device."""
+    rows: dict[tuple[str, str], DaliOperator] = {}
+    for key, t in ranges.items():
+        m = _OP_RANGE.match(key)
+        if m is None:
+            continue
+        device = m.group(1).lower()
+        raw = m.group(2).strip()
+        schema = schemas.get(raw) or re.sub(r"^__|_\d+$|_(CpuToCpu|CpuToGpu|GpuToGpu).*$", "", raw)
+        schema = re.sub(r"_\d+$", "", schema)
+        name = _pretty(schema)
+        low = schema.lower()
+        stage: StageName = "cpu" if device == "cpu" else "gpu"
+        if low.startswith("readers") or low.endswith("reader"):
+            stage = "storage"
+        row = rows.get((name, device))
+        if row is None:
+            row = rows[(name, device)] = DaliOperator(
+                name=name, device=device, stage=stage, calls=0, wall_seconds=0.0, cpu_seconds=0.0
+            )
+        # Setup and Run are two ranges of one call; count the Run (or the only) one
+        if not key.split("] ", 1)[1].startswith("Setup "):
+            row.calls += t.count
+        row.wall_seconds += t.wall_ns / 1e9
+        row.cpu_seconds += (t.cpu_ns + t.pool_ns) / 1e9
+    return sorted(rows.values(), key=lambda o: -o.cpu_seconds)
+
+
+def _info(pipes: list[Any], wrapper: str, extra: dict[str, str]) -> dict[str, str]:
+    p = pipes[0]
+
+    def get(name: str) -> str:
+        try:
+            return str(getattr(p, name))
+        except Exception:
+            return "unknown"
+
+    threads = get("num_threads")
+    info = {
+        "framework": "dali",
+        "dataset": "DALI pipeline",
+        "wrapper": wrapper,
+        "pipelines": str(len(pipes)),
+        "batch_size": get("max_batch_size"),
+        "num_threads": threads,
+        # the model's loader parallelism: DALI's thread pool plays the workers' part
+        "num_workers": threads,
+        "prefetch_queue_depth": get("prefetch_queue_depth"),
+        "exec_dynamic": get("exec_dynamic"),
+        "device_id": get("device_id"),
+    }
+    info.update(extra)
+    return info
+
+
+class DaliCollector(WatchCollector):
+    """The watch collector for DALI: the consumer's side per batch, DALI's side per epoch."""
+
+    def __init__(self, pipes: list[Any], info: dict[str, str], dataset_len: int | None) -> None:
+        bs = int(info["batch_size"]) * len(pipes) if info["batch_size"].isdigit() else None
+        super().__init__(info, bs, dataset_len)
+        self.pipes = pipes
+        self.iter_batch = int(info["batch_size"]) if info["batch_size"].isdigit() else 1
+        self.schemas = _schemas(pipes)
+        self.ranges: dict[str, nvtx.RangeTotals] = {}
+        self.thread_ns: dict[str, int] = {}
+        self.consumer_cpu_ns = 0
+        self.worker_cpu = 0.0
+        self.rchar = self.rbytes = 0
+        self._mark: tuple[Any, ...] | None = None
+        self.timing_note = nvtx.status()
+
+    def begin_epoch(self) -> None:
+        super().begin_epoch()
+        self._mark = (nvtx.snapshot(), _threads(), _io(), _children_cpu())
+
+    def on_dali_batch(self, t_request: int, t_arrival: int, n: int, cpu_ns: int) -> None:
+        self.on_delivery(t_request, t_arrival, n)
+        self.consumer_cpu_ns += cpu_ns
+
+    def end_epoch(self, error: BaseException | None) -> None:
+        ep = self._cur
+        if ep is not None and self._mark is not None:
+            ranges0, threads0, io0, kids0 = self._mark
+            self._mark = None
+            ranges1 = nvtx.snapshot()
+            if ranges0 is not None and ranges1 is not None:
+                for k, d in nvtx.diff(ranges1, ranges0).items():
+                    old = self.ranges.get(k)
+                    self.ranges[k] = d if old is None else old + d
+            for k, ns in _threads().items():
+                self.thread_ns[k] = self.thread_ns.get(k, 0) + ns - threads0.get(k, 0)
+            rchar, rbytes = _io()
+            ep.read_chars += rchar - io0[0]
+            ep.read_bytes += rbytes - io0[1]
+            self.worker_cpu += max(_children_cpu() - kids0, 0.0)
+        super().end_epoch(error)
+
+    # -- after the run -------------------------------------------------------------------
+    def dali_data(self) -> DaliData:
+        ops = operators(self.ranges, self.schemas)
+        reads = self.ranges.get(READ_RANGE)
+        data = DaliData(
+            pipeline={k: v for k, v in self.info.items() if k not in ("framework", "dataset")},
+            timing="nvtx" if ops else "thread cpu",
+            timing_note=None if ops else (self.timing_note or "no DALI operator ranges were seen"),
+            operators=ops,
+            reads=reads.count if reads else 0,
+            read_seconds=reads.wall_ns / 1e9 if reads else 0.0,
+            threads={k: v / 1e9 for k, v in sorted(self.thread_ns.items())},
+            worker_cpu_seconds=self.worker_cpu,
+            consumer_cpu_seconds=self.consumer_cpu_ns / 1e9,
+            read_chars=sum(e.read_chars for e in self.epochs),
+            read_bytes=sum(e.read_bytes for e in self.epochs),
+            memory=self._memory(),
+        )
+        return data
+
+    def _memory(self) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for p in self.pipes:
+            try:
+                stats = p.executor_statistics()
+            except Exception:  # exec_dynamic pipelines do not keep them
+                continue
+            for op, meta in (stats or {}).items():
+                sizes = meta.get("reserved_memory_size") if isinstance(meta, dict) else None
+                if sizes:
+                    out[str(op)] = [int(s) for s in sizes]
+        return out
+
+    def stop(self) -> RunRecord:
+        self.dali = self.dali_data()
+        rec = super().stop()
+        rec.dali = self.dali
+        return rec
+
+    def _stages(self, usable: int, mean_bytes: float) -> tuple[Stages, list[str]]:
+        d = self.dali
+        notes: list[str] = []
+        eps = self.epochs
+        samples = sum(e.samples for e in eps)
+        stages = Stages(pcie=PcieStage(method="not measured: DALI copies batches itself"))
+        if not samples:
+            return stages, ["no batch was delivered"]
+        if d.timing_note:
+            notes.append(d.timing_note)
+        threads = _int(self.info.get("num_threads")) or 1
+        lanes = min(threads, usable)
+        outside = (d.consumer_cpu_seconds + d.worker_cpu_seconds) / samples
+        cpu_ops = [o for o in d.operators if o.stage == "cpu" and o.calls]
+        if d.operators:
+            # per iteration, then per sample: the pipeline runs ahead of the consumer, so
+            # operators ran for a few more iterations than were delivered
+            per_iter_cpu = sum(o.cpu_seconds / o.calls for o in d.operators if o.calls)
+            cpu_per_sample = per_iter_cpu / self.iter_batch + outside
+            per_iter_wall = sum(o.wall_seconds / o.calls for o in cpu_ops)
+            cap: float | None = self.iter_batch / per_iter_wall if per_iter_wall > 0 else None
+            if cpu_per_sample > 0:
+                by_cores = lanes / cpu_per_sample
+                cap = by_cores if cap is None else min(cap, by_cores)
+        else:
+            dali_cpu = sum(d.threads.values())
+            cpu_per_sample = dali_cpu / samples + outside
+            cap = lanes / cpu_per_sample if cpu_per_sample > 0 else None
+        stages.cpu = CpuStage(
+            capacity_samples_per_s=cap,
+            cpu_seconds_per_sample=cpu_per_sample,
+            loader="dali",
+            usable_cores=usable,
+        )
+        storage = StorageStage()
+        if d.reads and d.read_seconds > 0:
+            # one prefetch thread per reader fetches samples one after another
+            storage.capacity_samples_per_s = d.reads / d.read_seconds
+            storage.read_bytes_per_s = (
+                storage.capacity_samples_per_s * mean_bytes if mean_bytes else None
+            )
+            storage.basis = "DALI readers' per-sample fetches (NVTX), one prefetch thread each"
+        elif d.operators:
+            storage.basis = "no DALI file reader: samples come from external_source"
+        else:
+            storage.basis = "not separated from CPU time: per-operator timing unavailable"
+        stages.storage = storage
+        steps = self.step.values
+        if len(steps):
+            median_step = statistics.median(steps) / 1e9
+            bs = self.batch_size or samples / max(sum(e.batches for e in eps), 1)
+            gpu_ops = [o for o in d.operators if o.stage == "gpu" and o.calls]
+            stages.gpu = GpuStage(
+                capacity_samples_per_s=bs / median_step if median_step > 1e-6 else None,
+                method="wall clock: consumer time between batches",
+                step_seconds=median_step,
+                batch_size=self.batch_size,
+                preprocess_seconds=(
+                    sum(o.wall_seconds / o.calls for o in gpu_ops) if gpu_ops else None
+                ),
+            )
+        else:
+            notes.append("only one batch per epoch: no step time to measure")
+        return stages, notes
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _count(batch: Any) -> int:
+    """Samples in one delivered batch: the first output of each pipeline's part."""
+    parts = batch if isinstance(batch, list) else [batch]
+    n = 0
+    for part in parts:
+        first = next(iter(part.values())) if isinstance(part, dict) else part
+        if isinstance(first, tuple | list):
+            first = first[0]
+        try:
+            n += len(first)
+        except TypeError:
+            shape = getattr(first, "shape", None)
+            n += int(shape[0]) if shape else 1
+    return n
+
+
+class WatchedIterator:
+    """What ``ioprobe.watch`` returns for a DALI framework iterator; ``.run`` is the record."""
+
+    def __init__(self, it: Any) -> None:
+        pipes = list(getattr(it, "_pipes", None) or [])
+        if not pipes:
+            raise BadInputError(f"ioprobe.watch: {type(it).__qualname__} has no DALI pipelines")
+        self._loader = it
+        policy = getattr(it, "_last_batch_policy", None)
+        extra = {
+            "iterator": type(it).__qualname__,
+            "size": str(getattr(it, "_size", "unknown")),
+            "reader_name": str(getattr(it, "_reader_name", None)),
+            "last_batch_policy": getattr(policy, "name", str(policy)),
+            "auto_reset": str(getattr(it, "_auto_reset", "unknown")),
+        }
+        size = getattr(it, "_size", -1)
+        n = size if isinstance(size, int) and size > 0 else None
+        self._collector = DaliCollector(pipes, _info(pipes, "iterator", extra), n)
+        self._run: RunRecord | None = None
+        self._active = False
+
+    @property
+    def run(self) -> RunRecord:
+        """The record so far; complete once iteration has ended."""
+        if self._run is None:
+            self._run = finalize_watch(self._collector.stop())
+        return self._run
+
+    record = run
+
+    def _begin(self) -> None:
+        self._run = None
+        self._active = True
+        self._collector.begin_epoch()
+
+    def _end(self, error: BaseException | None) -> None:
+        if self._active:
+            self._active = False
+            self._collector.end_epoch(error)
+            self._run = None
+
+    def __iter__(self) -> Iterator[Any]:
+        self._end(None)
+        iter(self._loader)  # DALI resets a consumed iterator here
+        self._begin()
+        return self
+
+    def __next__(self) -> Any:
+        if not self._active:
+            self._begin()
+        clock, cclock = time.perf_counter_ns, time.thread_time_ns
+        c0 = cclock()
+        t0 = clock()
+        try:
+            batch = next(self._loader)
+        except StopIteration:
+            self._end(None)
+            raise
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        t1 = clock()
+        self._collector.on_dali_batch(t0, t1, _count(batch), cclock() - c0)
+        return batch
+
+    next = __next__
+
+    def reset(self) -> None:
+        self._end(None)
+        self._loader.reset()
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def __enter__(self) -> WatchedIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._end(None)
+        self._run = None
+        _ = self.run
+
+
+class WatchedPipeline:
+    """What ``ioprobe.watch`` returns for a DALI ``Pipeline``: ``run()`` is DALI's own (timed);
+    the record is ``.record``. One epoch runs from the first ``run()`` to ``reset()``, the end
+    of the ``with`` block or the first read of ``.record``."""
+
+    def __init__(self, pipe: Any) -> None:
+        self._loader = pipe
+        self._collector = DaliCollector([pipe], _info([pipe], "pipeline", {}), None)
+        self._record: RunRecord | None = None
+        self._active = False
+
+    @property
+    def record(self) -> RunRecord:
+        self._end(None)
+        if self._record is None:
+            self._record = finalize_watch(self._collector.stop())
+        return self._record
+
+    def _end(self, error: BaseException | None) -> None:
+        if self._active:
+            self._active = False
+            self._collector.end_epoch(error)
+            self._record = None
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        if not self._active:
+            self._record = None
+            self._active = True
+            self._collector.begin_epoch()
+        clock, cclock = time.perf_counter_ns, time.thread_time_ns
+        c0 = cclock()
+        t0 = clock()
+        try:
+            out = self._loader.run(*args, **kwargs)
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        t1 = clock()
+        self._collector.on_dali_batch(t0, t1, _count(out), cclock() - c0)
+        return out
+
+    def reset(self) -> None:
+        self._end(None)
+        self._loader.reset()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def __enter__(self) -> WatchedPipeline:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._end(None)
+        _ = self.record
+
+
+def watch(obj: Any) -> WatchedIterator | WatchedPipeline:
+    from nvidia.dali.pipeline import Pipeline
+
+    if isinstance(obj, Pipeline):
+        return WatchedPipeline(obj)
+    if hasattr(obj, "_pipes"):
+        return WatchedIterator(obj)
+    raise BadInputError(
+        f"ioprobe.watch: cannot watch a {type(obj).__qualname__} (expected a DALI Pipeline or "
+        "a DALI framework iterator such as DALIGenericIterator)"
+    )

@@ -33,8 +33,8 @@ from ioprobe.record import (
     GpuStage,
     PcieStage,
     RunRecord,
-    Stages,
     StageName,
+    Stages,
     StorageStage,
 )
 from ioprobe.watcher import WatchCollector, finalize_watch

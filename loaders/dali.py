@@ -189,7 +189,6 @@ class DaliCollector(WatchCollector):
         self.worker_cpu = 0.0
         self.rchar = self.rbytes = 0
         self._mark: tuple[Any, ...] | None = None
-        self.timing_note = nvtx.status()
 
     def begin_epoch(self) -> None:
         super().begin_epoch()
@@ -224,7 +223,7 @@ class DaliCollector(WatchCollector):
         data = DaliData(
             pipeline={k: v for k, v in self.info.items() if k not in ("framework", "dataset")},
             timing="nvtx" if ops else "thread cpu",
-            timing_note=None if ops else (self.timing_note or "no DALI operator ranges were seen"),
+            timing_note=None if ops else (nvtx.status() or "no DALI operator ranges were seen"),
             operators=ops,
             reads=reads.count if reads else 0,
             read_seconds=reads.wall_ns / 1e9 if reads else 0.0,
@@ -388,9 +387,15 @@ class WatchedIterator:
             self._run = None
 
     def __iter__(self) -> Iterator[Any]:
-        self._end(None)
-        iter(self._loader)  # DALI resets a consumed iterator here
-        self._begin()
+        # DALI's own rule: iter() resets an iterator that next() was called on, and then a
+        # new epoch begins; otherwise iteration carries on in the current one
+        before = getattr(self._loader, "_counter", None)
+        iter(self._loader)
+        after = getattr(self._loader, "_counter", None)
+        if self._active and before is not None and after is not None and after < before:
+            self._end(None)
+        if not self._active:
+            self._begin()
         return self
 
     def __next__(self) -> Any:

@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ioprobe.collect import nvtx
+from ioprobe.collect.dataset import density_class
 from ioprobe.errors import BadInputError
 from ioprobe.record import (
     CpuStage,
@@ -147,6 +148,59 @@ def operators(ranges: dict[str, nvtx.RangeTotals], schemas: dict[str, str]) -> l
     return sorted(rows.values(), key=lambda o: -o.cpu_seconds)
 
 
+MAX_LISTED = 200_000  # files stat()ed to size a reader's dataset; beyond, the mean of those
+
+
+def reader_files(pipes: list[Any]) -> tuple[str, int, int, int] | None:
+    """What the pipelines' file readers read: (target, files, bytes of the files listed, files
+    listed). DALI's file reader maps files into memory, so the process's I/O counters miss
+    them; its arguments (``file_root``, ``files``, ``file_list``) name them instead."""
+    targets: list[str] = []
+    paths: list[str] = []
+    for p in pipes:
+        for op in getattr(p, "_ops", None) or []:
+            inner = getattr(op, "_op", None)
+            if getattr(inner, "schema_name", "") != "readers__File":
+                continue
+            args = getattr(inner, "_init_args", {}) or {}
+            root = str(args.get("file_root") or "")
+            if args.get("files"):
+                paths += [os.path.join(root, f) for f in args["files"]]
+                targets.append(root or "files=[...]")
+            elif args.get("file_list"):
+                targets.append(str(args["file_list"]))
+                try:
+                    with open(args["file_list"], encoding="utf-8") as f:
+                        paths += [os.path.join(root, ln.split()[0]) for ln in f if ln.strip()]
+                except OSError:
+                    continue
+            elif root:
+                targets.append(root)
+                paths += _walk_classes(root)
+    if not paths:
+        return None
+    listed = paths[:MAX_LISTED]
+    total = 0
+    for path in listed:
+        try:
+            total += os.stat(path).st_size
+        except OSError:
+            continue
+    return ", ".join(dict.fromkeys(targets)), len(paths), total, len(listed)
+
+
+def _walk_classes(root: str) -> list[str]:
+    """The layout the file reader takes: one folder per class, files inside."""
+    out: list[str] = []
+    try:
+        for entry in os.scandir(root):
+            if entry.is_dir():
+                out += [f.path for f in os.scandir(entry.path) if f.is_file()]
+    except OSError:
+        pass
+    return out
+
+
 def _info(pipes: list[Any], wrapper: str, extra: dict[str, str]) -> dict[str, str]:
     p = pipes[0]
 
@@ -189,6 +243,7 @@ class DaliCollector(WatchCollector):
         self.worker_cpu = 0.0
         self.rchar = self.rbytes = 0
         self._mark: tuple[Any, ...] | None = None
+        self.files: tuple[str, int, int, int] | None = None
 
     def begin_epoch(self) -> None:
         super().begin_epoch()
@@ -251,8 +306,17 @@ class DaliCollector(WatchCollector):
 
     def stop(self) -> RunRecord:
         self.dali = self.dali_data()
+        self.files = reader_files(self.pipes)
         rec = super().stop()
         rec.dali = self.dali
+        if self.files is not None:
+            target, n, total, listed = self.files
+            ds = rec.dataset
+            ds.target, ds.files = target, n
+            ds.sample_bytes_mean = total / listed if listed else 0.0
+            ds.bytes = round(ds.sample_bytes_mean * n)
+            ds.sizes_estimated = listed < n
+            ds.density = density_class(ds.sample_bytes_mean)
         return rec
 
     def _stages(self, usable: int, mean_bytes: float) -> tuple[Stages, list[str]]:
@@ -289,6 +353,8 @@ class DaliCollector(WatchCollector):
             loader="dali",
             usable_cores=usable,
         )
+        if self.files is not None and self.files[3]:
+            mean_bytes = self.files[2] / self.files[3]
         storage = StorageStage()
         if d.reads and d.read_seconds > 0:
             # one prefetch thread per reader fetches samples one after another

@@ -122,6 +122,18 @@ class Heatmap:
 
 
 @dataclass
+class OperatorRow:
+    """One DALI operator: its cost per pipeline iteration and its share of all operators' CPU."""
+
+    name: str
+    device: str
+    stage: str
+    cpu_ms: float  # per iteration (one batch), executor plus pool threads
+    wall_ms: float  # per iteration, on its executor thread
+    cpu_share: float
+
+
+@dataclass
 class Advice:
     """A ranked recommendation with its gain over today's rate."""
 
@@ -151,6 +163,7 @@ class Findings:
     storage_sweep: list[SweepLine] = field(default_factory=list)
     cpu_sweep: list[tuple[int, float]] = field(default_factory=list)  # (workers, samples/s)
     heatmap: Heatmap | None = None
+    operators: list[OperatorRow] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -324,6 +337,62 @@ def stage_bars(rec: RunRecord) -> list[StageBar]:
     ]
 
 
+def dali_operators(rec: RunRecord) -> list[OperatorRow]:
+    """A watched DALI pipeline's operators, costliest first, per iteration: operators run once
+    per batch, and the pipeline runs ahead of the consumer, so totals over a run would mix in
+    the iterations it prefetched."""
+    d = rec.dali
+    if d is None:
+        return []
+    total = sum(o.cpu_seconds for o in d.operators) or 1.0
+    return [
+        OperatorRow(
+            name=o.name,
+            device=o.device,
+            stage=o.stage,
+            cpu_ms=o.cpu_seconds / o.calls * 1e3,
+            wall_ms=o.wall_seconds / o.calls * 1e3,
+            cpu_share=o.cpu_seconds / total,
+        )
+        for o in d.operators
+        if o.calls
+    ]
+
+
+def _dali_facts(rec: RunRecord) -> list[tuple[str, str]]:
+    d = rec.dali
+    if d is None:
+        return []
+    p = d.pipeline
+    out = [
+        (
+            "DALI pipeline",
+            ", ".join(
+                f"{k}={p[k]}"
+                for k in ("batch_size", "num_threads", "prefetch_queue_depth", "exec_dynamic")
+                if k in p
+            ),
+        ),
+        (
+            "operator timing",
+            "NVTX ranges (ioprobe's injection library)"
+            if d.timing == "nvtx"
+            else f"DALI threads' CPU time only: {d.timing_note}",
+        ),
+        ("DALI threads' CPU", f"{sum(d.threads.values()):,.2f} s in {len(d.threads)} threads"),
+    ]
+    if d.reads:
+        out.append(("reader fetches", f"{d.reads:,}, {d.read_seconds / d.reads * 1e3:.3f} ms each"))
+    if d.consumer_cpu_seconds:
+        out.append(("consumer CPU in next()", f"{d.consumer_cpu_seconds:,.2f} s"))
+    if d.worker_cpu_seconds:
+        out.append(("external_source workers' CPU", f"{d.worker_cpu_seconds:,.2f} s"))
+    pre = rec.stages.gpu.preprocess_seconds
+    if pre is not None:
+        out.append(("GPU preprocessing", f"{pre * 1e3:.2f} ms per batch (mixed and GPU operators)"))
+    return out
+
+
 def measurements(rec: RunRecord) -> list[tuple[str, str]]:
     """The handful of numbers a reader checks first, as (label, value) pairs."""
     ds = rec.dataset
@@ -342,7 +411,9 @@ def measurements(rec: RunRecord) -> list[tuple[str, str]]:
     if rec.gpu_idle_fraction is not None:
         out.append(("GPU waiting", f"{rec.gpu_idle_fraction:.1%} ({rec.gpu_idle_method or ''})"))
     w = rec.watch
-    if w is not None:
+    if w is not None and rec.dali is not None:
+        out += _dali_facts(rec)
+    elif w is not None:
         loader = w.loader
         out.append(
             (
@@ -354,6 +425,7 @@ def measurements(rec: RunRecord) -> list[tuple[str, str]]:
                 ),
             )
         )
+    if w is not None:
         batches = sum(e.batches for e in w.epochs)
         out.append(("batches", f"{batches:,} in {len(w.epochs)} epoch(s)"))
         if w.stall_ms.count:
@@ -484,5 +556,6 @@ def findings(rec: RunRecord) -> Findings:
         storage_sweep=storage_lines(rec),
         cpu_sweep=[(lv.workers, lv.samples_per_s) for lv in rec.stages.cpu.sweep],
         heatmap=heatmap(rec),
+        operators=dali_operators(rec),
         notes=list(rec.notes),
     )

@@ -20,6 +20,7 @@ from ioprobe.analysis.report import (
     ConsumerPoint,
     Findings,
     Heatmap,
+    OperatorRow,
     StageBar,
     SweepLine,
     Throughput,
@@ -397,6 +398,20 @@ def _kv_table(rows: Sequence[tuple[str, str]]) -> str:
     )
 
 
+def operators_table(rows: Sequence[OperatorRow]) -> str:
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("operator", "device", "stage", "CPU ms/batch", "wall ms/batch", "CPU share")
+    )
+    body = "".join(
+        f"<tr><td>{e(r.name)}</td><td>{e(r.device)}</td><td>{e(r.stage)}</td>"
+        f'<td class="num">{r.cpu_ms:,.2f}</td><td class="num">{r.wall_ms:,.2f}</td>'
+        f'<td class="num">{r.cpu_share:.0%}</td></tr>'
+        for r in rows
+    )
+    return f'<div class="card"><table id="operators"><tr>{head}</tr>{body}</table></div>'
+
+
 def _recs(f: Findings) -> str:
     if not f.recommendations:
         return '<p id="recommendations" class="note">Nothing to change: no change the model knows predicts a 5% gain.</p>'
@@ -465,6 +480,8 @@ def render_html(rec: RunRecord, f: Findings) -> str:
         ]
     else:
         sections += ["<h2>GPU utilisation by storage and GPU count</h2>", heatmap_table(f.heatmap)]
+    if f.operators:
+        sections += ["<h2>DALI operators</h2>", operators_table(f.operators)]
     if f.measurements:
         sections += [f"<h2>{e(f.measurements_title)}</h2>", _kv_table(f.measurements)]
     if f.kind in ("watch", "probe"):

@@ -56,6 +56,17 @@ def render_markdown(f: Findings) -> str:
             ]
             lines.append(f"| {md(name)} | " + " | ".join(vals) + " |")
         lines.append("")
+    if f.operators:
+        lines += [
+            "| DALI operator | device | stage | CPU ms/batch | wall ms/batch | CPU share |",
+            "|---|---|---|--:|--:|--:|",
+        ]
+        lines += [
+            f"| {md(r.name)} | {r.device} | {r.stage} | {r.cpu_ms:,.2f} | {r.wall_ms:,.2f} | "
+            f"{r.cpu_share:.0%} |"
+            for r in f.operators
+        ]
+        lines.append("")
     if f.measurements:
         lines += [f"<details><summary>{md(f.measurements_title)}</summary>", ""]
         lines += ["| | |", "|---|---|"]

@@ -8,7 +8,14 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ioprobe.analysis.report import advice, measurements, rate, stage_detail, verdict
+from ioprobe.analysis.report import (
+    advice,
+    dali_operators,
+    measurements,
+    rate,
+    stage_detail,
+    verdict,
+)
 from ioprobe.record import STAGE_NAMES, RunRecord
 
 __all__ = ["rate", "recommendations", "summary", "verdict"]
@@ -61,6 +68,28 @@ def summary(rec: RunRecord) -> RenderableType:
         Text(""),
         table,
     ]
+    ops = dali_operators(rec)
+    if ops:
+        t = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
+        for col, just in (
+            ("DALI operator", "left"),
+            ("device", "left"),
+            ("stage", "left"),
+            ("CPU ms/batch", "right"),
+            ("wall ms/batch", "right"),
+            ("CPU share", "right"),
+        ):
+            t.add_column(col, justify=just)  # type: ignore[arg-type]
+        for r in ops:
+            t.add_row(
+                r.name,
+                r.device,
+                r.stage,
+                f"{r.cpu_ms:,.2f}",
+                f"{r.wall_ms:,.2f}",
+                f"{r.cpu_share:.0%}",
+            )
+        parts += [Text(""), t]
     parts += recommendations(rec, "What to change")
     # the header already names the dataset and its size
     facts = [(k, v) for k, v in measurements(rec) if k not in ("dataset", "size")]

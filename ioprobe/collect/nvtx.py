@@ -106,8 +106,8 @@ def status() -> str | None:
     lib = _loaded()
     if lib is None or lib.ioprobe_nvtx_inits() == 0:
         return (
-            "DALI made its first NVTX call before ioprobe was imported: import ioprobe before "
-            "building the pipeline, or use `ioprobe run`, for per-operator timing"
+            "no NVTX range reached ioprobe: DALI made its first NVTX call before ioprobe was "
+            "imported; import ioprobe before building the pipeline for per-operator timing"
         )
     return None
 

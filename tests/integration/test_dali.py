@@ -228,3 +228,36 @@ def test_without_the_injection_library_thread_cpu_still_names_the_cpu_stage(
     assert rec.bottleneck == "cpu"
     assert rec.dali.operators == []
     assert sum(rec.dali.threads.values()) > 0
+
+
+def test_report_cli_renders_a_saved_dali_record_with_its_operators(
+    jpegs: Path, tmp_path: Path
+) -> None:
+    it = ioprobe.watch(iterator(jpegs))
+    consume(it, 2)
+    it.run.save(tmp_path / "run.json")
+    html, md = tmp_path / "r.html", tmp_path / "r.md"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ioprobe",
+            "report",
+            str(tmp_path / "run.json"),
+            "-o",
+            str(html),
+            "-o",
+            str(md),
+        ],
+        capture_output=True,
+        text=True,
+        env={"COLUMNS": "120", "PATH": "/usr/bin:/bin"},
+    )
+    assert done.returncode == 0, done.stderr
+    page = html.read_text()
+    assert '<table id="operators">' in page and "<td>decoders.image</td>" in page
+    text = md.read_text()
+    assert "| decoders.image | cpu | cpu |" in text and "operator timing" in text
+    loaded = RunRecord.load(tmp_path / "run.json")
+    assert loaded.dali is not None and loaded.dali.operators == it.run.dali.operators  # type: ignore[union-attr]
+    assert loaded.dataset.files == 44 and loaded.dataset.target == str(jpegs)

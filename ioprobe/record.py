@@ -326,6 +326,7 @@ class DecodePath:
     samples_per_s: float | None = None
     cpu_seconds_per_sample: float | None = None
     threads: int = 0  # decode threads (or worker processes for Pillow)
+    files: int = 0  # distinct encoded files cycled through, the same set for every path
     error: str | None = None  # why it could not be measured here
 
 
@@ -388,6 +389,8 @@ class Change:
     cache_order: CacheOrder | None = None  # None: the recorded sampler's order
     pcie: str | None = None  # e.g. gen4x16
     gpu_decode: bool = False
+    # a decode path the probe measured (pillow, dali-cpu; dali-gpu is gpu_decode, measured)
+    decode: str | None = None
 
 
 @dataclass
@@ -659,6 +662,7 @@ __all__ = [
     "CpuLevel",
     "CpuStage",
     "DatasetProfile",
+    "DecodePath",
     "Distribution",
     "FilesystemInfo",
     "GpuInfo",

@@ -100,7 +100,7 @@ def _matches(r: Recommendation, b: RunRecord) -> str | None:
     c = r.change
     if c is None:
         return None
-    if c.storage is not None or c.cache_bytes is not None or c.gpu_decode or c.pcie:
+    if c.storage is not None or c.cache_bytes is not None or c.gpu_decode or c.pcie or c.decode:
         return None
     how = []
     if c.workers is not None:

@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 from ioprobe.analysis.cache import steady_hit_rate
 from ioprobe.analysis.catalog import Catalog, load_catalog
+from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu, label, measured
 from ioprobe.analysis.model import PipelineFindings
 from ioprobe.analysis.whatif import (
     Scenario,
@@ -95,18 +96,20 @@ def workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     p = preds[w]
     assert p is not None
     cpu = rec.stages.cpu
+    # DALI's thread pool is what stands for the workers there (loaders/dali.py)
+    dali = rec.watch.loader.get("framework") == "dali"
+    who = "threads" if dali else "workers"
     why = (
         f"each sample costs {cpu.cpu_seconds_per_sample * 1e3:.1f} ms of CPU and "
         f"{cores:.0f} cores are usable"
         if f.bottleneck == "cpu" and cpu.cpu_seconds_per_sample
-        else "workers spend their time blocked on reads, so more of them keep more reads in flight"
+        else f"{who} spend their time blocked on reads, so more of them keep more reads in flight"
     )
+    setting = "the DALI pipeline's num_threads" if dali else "num_workers"
     return [
         Recommendation(
             kind="num_workers",
-            text=(
-                f"Raise num_workers from {w0} to {w}: {why}; more workers than that add nothing."
-            ),
+            text=f"Raise {setting} from {w0} to {w}: {why}; more {who} than that add nothing.",
             predicted_samples_per_s=p,
             evidence=f"{f.bottleneck} delivers {f.predicted_samples_per_s:,.0f} samples/s with {w0}",
             change=Change(workers=w),
@@ -141,24 +144,87 @@ def cores_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     )
 
 
-def gpu_decode_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
-    """CPU-bound on image decode: DALI's mixed decoder moves JPEG decode to the GPU."""
-    if f.bottleneck != "cpu" or not _is_images(rec):
+def decode_path_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """The probe measured a CPU decode path faster than the one in use: switch to it.
+
+    Paths are compared as ``probe --loader dali`` measured them, on the same images and the
+    same cores, so the switch needs no more of them; the prediction is the what-if
+    ``--decode PATH``. DALI's GPU path is ``gpu_decode_rule``'s.
+    """
+    cur_name = current_path(rec)
+    cur = measured(rec, cur_name)
+    if cur is None or cur.samples_per_s is None or cur_name == "dali-gpu":
         return []
+    faster = [
+        p
+        for p in rec.stages.cpu.decode_paths
+        if p.path in ("pillow", "dali-cpu")
+        and p.path != cur_name
+        and measured(rec, p.path) is not None
+        and (p.samples_per_s or 0.0) > cur.samples_per_s
+    ]
+    if not faster:
+        return []
+    best = max(faster, key=lambda p: p.samples_per_s or 0.0)
+    assert best.samples_per_s is not None
+    how = (
+        "Decode with DALI on the CPU"
+        if best.path == "dali-cpu"
+        else f"Decode with {label(best.path)}"
+    )
     return _if_gain(
         rec,
         f,
-        Change(gpu_decode=True),
-        "gpu_decode",
-        "Decode images on the GPU with NVIDIA DALI (fn.decoders.image, device='mixed'): "
-        "JPEG decode leaves the CPU. The gain assumes a GPU decode rate; "
-        "`ioprobe probe --loader dali` measures it.",
-        "CPU-bound on image decode",
+        Change(decode=best.path),
+        "decode_path",
+        f"{how}: {best.samples_per_s:,.0f} images/s vs {cur.samples_per_s:,.0f} with "
+        f"{label(cur.path)}, same cores ({best.threads} threads).",
+        f"measured side by side on the same {best.files} images",
+    )
+
+
+def gpu_decode_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """CPU-bound on image decode: DALI's mixed decoder moves JPEG decode to the GPU.
+
+    The gain uses the probe's measured ``dali-gpu`` path when the record has one, assumed
+    figures otherwise; a pipeline that already decodes on the GPU gets no such advice.
+    """
+    if f.bottleneck != "cpu" or not _is_images(rec) or decodes_on_gpu(rec):
+        return []
+    gpu = measured(rec, "dali-gpu")
+    cur = measured(rec, current_path(rec))
+    if rec.dali is not None:
+        text = (
+            "Set device='mixed' on fn.decoders.image in the DALI pipeline: JPEG decode moves "
+            "to the GPU."
+        )
+    else:
+        text = (
+            "Decode images on the GPU with NVIDIA DALI (fn.decoders.image, device='mixed'): "
+            "JPEG decode leaves the CPU."
+        )
+    if gpu is not None and gpu.samples_per_s:
+        versus = (
+            f" vs {cur.samples_per_s:,.0f} with {label(cur.path)}"
+            if cur is not None and cur.samples_per_s
+            else ""
+        )
+        text += f" The probe measured {gpu.samples_per_s:,.0f} images/s with it{versus}."
+    else:
+        tried = next((p for p in rec.stages.cpu.decode_paths if p.path == "dali-gpu"), None)
+        text += (
+            f" The gain assumes a GPU decode rate: the probe could not measure it here "
+            f"({tried.error})."
+            if tried is not None and tried.error
+            else " The gain assumes a GPU decode rate; `ioprobe probe --loader dali` measures it."
+        )
+    return _if_gain(
+        rec, f, Change(gpu_decode=True), "gpu_decode", text, "CPU-bound on image decode"
     )
 
 
 def _is_images(rec: RunRecord) -> bool:
-    if rec.stages.cpu.loader == "image":
+    if current_path(rec) is not None:
         return True
     fmts = rec.dataset.formats
     images = sum(v for k, v in fmts.items() if k in ("jpeg", "png", "webp", "image"))
@@ -425,6 +491,7 @@ def balanced_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
 RULES: tuple[Rule, ...] = (
     workers_rule,
     cores_rule,
+    decode_path_rule,
     gpu_decode_rule,
     cache_rule,
     shard_rule,

@@ -20,6 +20,7 @@ import re
 
 from ioprobe.analysis.cache import steady_hit_rate
 from ioprobe.analysis.catalog import read_rate
+from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu, label, measured
 from ioprobe.analysis.model import PipelineFindings, cpu_context, loader_cores, pipeline_model
 from ioprobe.errors import BadInputError
 from ioprobe.record import (
@@ -240,14 +241,26 @@ def evaluate(rec: RunRecord, change: Change) -> Scenario:
     size = base.dataset.sample_bytes_mean
 
     # -- cpu ------------------------------------------------------------------------------
-    cpu_scale = 1.0
+    # cpu_scale: the recorded capacity over the new one at equal cores; cost_scale: the new
+    # CPU time per sample as a share of the recorded one (the same, unless a path was measured)
+    cpu_scale = cost_scale = 1.0
+    gpu_decode_rate: float | None = None
     if ch.gpu_decode:
-        cpu_scale = GPU_DECODE_CPU_FRACTION
-        assumptions.append(
-            f"GPU decode leaves {GPU_DECODE_CPU_FRACTION:.0%} of the CPU time per sample on "
-            f"the CPU and costs each GPU 1/{GPU_DECODE_IMAGES_PER_S:.0f} s per image (assumed, "
-            "not measured: run the probe with DALI to measure it)"
-        )
+        gd = gpu_decode_figures(base)
+        if gd is None:
+            assumptions.append("the recorded pipeline already decodes on the GPU: unchanged")
+        else:
+            cpu_scale, gpu_decode_rate, how = gd
+            cost_scale = cpu_scale
+            assumptions.append(
+                f"GPU decode leaves {cpu_scale:.0%} of the CPU time per sample on the CPU and "
+                f"costs each GPU 1/{gpu_decode_rate:.0f} s per image ({how})"
+            )
+        if ch.decode is not None:
+            assumptions.append(f"--gpu-decode replaces the CPU decode path {ch.decode}")
+    elif ch.decode is not None:
+        cpu_scale, cost_scale, how = decode_scale(base, ch.decode)
+        assumptions.append(how)
     cpu_cap = old_caps["cpu"]
     if cpu_cap is not None:
         old_par = _cpu_rate(base, _cpu_parallelism(base, w0, g0, c0))
@@ -263,8 +276,12 @@ def evaluate(rec: RunRecord, change: Change) -> Scenario:
                 )
             )
         if stages.cpu.cpu_seconds_per_sample is not None:
-            stages.cpu.cpu_seconds_per_sample *= cpu_scale
+            stages.cpu.cpu_seconds_per_sample *= cost_scale
         stages.cpu.usable_cores = int(cores)
+    if gpu_decode_rate is not None:
+        stages.cpu.loader = "dali-gpu"
+    elif ch.decode is not None and not ch.gpu_decode:
+        stages.cpu.loader = ch.decode
     stages.cpu.capacity_samples_per_s = cpu_cap
 
     # -- storage ----------------------------------------------------------------------------
@@ -344,8 +361,8 @@ def evaluate(rec: RunRecord, change: Change) -> Scenario:
     if gpu_cap is not None and g != g0:
         gpu_cap = gpu_cap * g / g0
         assumptions.append("GPUs scale linearly: one training process per GPU, no sync cost")
-    if ch.gpu_decode:
-        decode = GPU_DECODE_IMAGES_PER_S * g
+    if gpu_decode_rate is not None:
+        decode = gpu_decode_rate * g
         gpu_cap = 1.0 / (1.0 / gpu_cap + 1.0 / decode) if gpu_cap else decode
     stages.gpu.capacity_samples_per_s = gpu_cap
 
@@ -357,6 +374,62 @@ def evaluate(rec: RunRecord, change: Change) -> Scenario:
             )
     findings = pipeline_model(stages)
     return Scenario(stages, findings, tuple(deltas), tuple(assumptions))
+
+
+def gpu_decode_figures(rec: RunRecord) -> tuple[float, float, str] | None:
+    """For moving decode to the GPU: the share of the CPU time per sample left on the CPU,
+    one GPU's images/s, and where they come from; None when the record decodes on the GPU.
+
+    With the probe's measured ``dali-gpu`` path, the share is its CPU seconds per image over
+    the current path's (both measured on the same images with the same threads) and the rate
+    is the one it reached; otherwise both are the assumed constants.
+    """
+    if decodes_on_gpu(rec):
+        return None
+    gpu = measured(rec, "dali-gpu")
+    cur = measured(rec, current_path(rec))
+    cur_cpu = cur.cpu_seconds_per_sample if cur is not None else None
+    cur_cpu = cur_cpu or rec.stages.cpu.cpu_seconds_per_sample
+    if gpu is not None and gpu.samples_per_s and gpu.cpu_seconds_per_sample and cur_cpu:
+        return (
+            gpu.cpu_seconds_per_sample / cur_cpu,
+            gpu.samples_per_s,
+            f"measured by the probe: DALI's mixed decoder on {gpu.files} images, "
+            f"{gpu.threads} threads",
+        )
+    return (
+        GPU_DECODE_CPU_FRACTION,
+        GPU_DECODE_IMAGES_PER_S,
+        "assumed, not measured: run `ioprobe probe --loader dali` on a GPU host to measure it",
+    )
+
+
+def decode_scale(rec: RunRecord, path: str) -> tuple[float, float, str]:
+    """Decode path ``path`` against the record's current one, as the probe measured both on
+    the same images with the same threads: the current rate over the new one, the new CPU time
+    per image over the current one, and the assumption that says so."""
+    new = measured(rec, path)
+    cur_name = current_path(rec)
+    cur = measured(rec, cur_name)
+    if new is None or cur is None or new.samples_per_s is None or cur.samples_per_s is None:
+        raise BadInputError(
+            f"--decode {path}: the record lacks {path} or its current decode path measured "
+            "side by side; `ioprobe probe --loader dali` measures them"
+        )
+    cost = (
+        new.cpu_seconds_per_sample / cur.cpu_seconds_per_sample
+        if new.cpu_seconds_per_sample and cur.cpu_seconds_per_sample
+        else cur.samples_per_s / new.samples_per_s
+    )
+    return (
+        cur.samples_per_s / new.samples_per_s,
+        cost,
+        (
+            f"decode with {label(path)} at {new.samples_per_s:,.0f} images/s instead of "
+            f"{label(cur_name or '')} at {cur.samples_per_s:,.0f} (measured by the probe on "
+            "the same images and cores)"
+        ),
+    )
 
 
 def _same(a: float | None, b: float | None) -> bool:
@@ -372,6 +445,7 @@ def _why(stage: StageName, ch: Change) -> str:
             (ch.cores is not None, f"{ch.cores} cores"),
             (ch.gpus is not None, f"{ch.gpus} GPU processes"),
             (ch.gpu_decode, "decode moved to the GPU"),
+            (ch.decode is not None and not ch.gpu_decode, f"decode with {ch.decode}"),
         ],
         "storage": [
             (ch.storage is not None, f"storage {ch.storage.name if ch.storage else ''}"),
@@ -404,6 +478,8 @@ def describe(ch: Change) -> dict[str, str]:
         out["pcie"] = ch.pcie
     if ch.gpu_decode:
         out["gpu_decode"] = "yes"
+    if ch.decode is not None:
+        out["decode"] = ch.decode
     return out
 
 
@@ -448,8 +524,10 @@ __all__ = [
     "PCIE_EFFICIENCY",
     "Scenario",
     "dataset_bytes",
+    "decode_scale",
     "describe",
     "evaluate",
+    "gpu_decode_figures",
     "merge",
     "parse_pcie",
     "recorded_cores",

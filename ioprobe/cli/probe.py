@@ -84,8 +84,6 @@ def command(
         root = ensure_sample(on_progress=lambda i, n: reporter.update(i / n, f"{i}/{n} images"))
         target = str(root)
     passes = ["cold", "warm"] if cold is None else (["cold"] if cold else ["warm"])
-    if loader == "dali":
-        raise click.BadParameter("the DALI loader is not available yet", param_hint="--loader")
     opts = ProbeOptions(
         target=target,
         passes=passes,

@@ -39,6 +39,11 @@ from ioprobe.render.whatif import render_whatif
 )
 @click.option("--pcie", metavar="GENxW", help="Host-to-GPU link per GPU, e.g. gen4x16.")
 @click.option("--gpu-decode", is_flag=True, help="Decode images on the GPU (DALI's mixed decoder).")
+@click.option(
+    "--decode",
+    type=click.Choice(["pillow", "dali-cpu"]),
+    help="Decode on the CPU with another path that `probe --loader dali` measured.",
+)
 @catalog_option
 @json_option
 def command(
@@ -51,6 +56,7 @@ def command(
     cache_order: str | None,
     pcie: str | None,
     gpu_decode: bool,
+    decode: str | None,
     catalog_path: str | None,
     json_path: str | None,
 ) -> None:
@@ -66,11 +72,12 @@ def command(
         cache_order=cast(CacheOrder | None, cache_order),
         pcie=pcie,
         gpu_decode=gpu_decode,
+        decode=decode,
     )
     if change == Change(cache_order=change.cache_order):  # an order alone changes nothing
         raise BadInputError(
             "nothing to change: give at least one of --workers, --cores, --storage, --gpus, "
-            "--cache-gb, --pcie, --gpu-decode"
+            "--cache-gb, --pcie, --gpu-decode, --decode"
         )
     rec = load_analysable(run_file)
     out = whatif(rec, change)

@@ -2,8 +2,9 @@
 
 ``raw`` does nothing (pure I/O), ``image`` is Pillow decode + RGB + resize to 224x224 (the
 work a torchvision ImageNet transform does before tensor conversion), ``numpy`` loads
-``.npy``/``.npz``. ``module:function`` names any importable callable taking bytes: users
-measure their own decode this way, and tests use it to build samples of known CPU cost.
+``.npy``/``.npz``; ``dali`` decodes as ``image`` here (the probe measures DALI's own decoders
+beside it). ``module:function`` names any importable callable taking bytes: users measure
+their own decode this way, and tests use it to build samples of known CPU cost.
 """
 
 from __future__ import annotations
@@ -59,7 +60,9 @@ def choose(loader: str, formats: dict[str, int]) -> str:
 def resolve(name: str) -> Decoder:
     if name == "raw":
         return decode_raw
-    if name == "image":
+    if name in ("image", "dali"):
+        # dali: the probe measures DALI beside Pillow (collect/decode_paths.py); anything
+        # that decodes sample by sample here uses Pillow
         return decode_image
     if name == "numpy":
         return decode_numpy

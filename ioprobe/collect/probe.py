@@ -16,6 +16,7 @@ from typing import Any
 from ioprobe import __version__
 from ioprobe.collect import cpu as cpu_mod
 from ioprobe.collect import dataset as ds_mod
+from ioprobe.collect import decode_paths as paths_mod
 from ioprobe.collect import pipeline as pipe_mod
 from ioprobe.collect import storage as st_mod
 from ioprobe.collect.decode import choose
@@ -33,6 +34,7 @@ from ioprobe.record import (
     StorageStage,
 )
 
+FIT_TOLERANCE = 1.05
 COLD_MAX_BYTES = 4 << 30
 WARM_MAX_BYTES = 1 << 30
 DEFAULT_BATCH = 32
@@ -71,14 +73,25 @@ class ProbeOptions:
             raise BadInputError("nothing to measure: neither cold nor warm")
         if self.loader != "auto":
             resolve_decoder(self.loader)  # a bad --loader fails before anything is measured
+        if self.loader == "dali":
+            missing = paths_mod.dali_missing()
+            if missing is not None:
+                raise BadInputError(
+                    f"--loader dali needs NVIDIA DALI, which cannot be imported here "
+                    f"({missing}): {paths_mod.DALI_EXTRA}"
+                )
 
     @property
     def emulated(self) -> bool:
         return self.compute_ms_per_batch is not None or self.gpu_samples_per_s is not None
 
 
-def _budget(total: float, remote: bool, passes: list[str], emulated: bool) -> dict[str, float]:
+def _budget(
+    total: float, remote: bool, passes: list[str], emulated: bool, dali: bool = False
+) -> dict[str, float]:
     shares = {"cold": 0.35, "warm": 0.2, "cpu": 0.2, "pipeline": 0.25}
+    if dali:
+        shares["decode"] = 0.2  # DALI's paths, beside Pillow's in the cpu share
     if remote:
         shares["cold"] += shares.pop("warm")  # one pass: no page cache to compare with
     else:
@@ -89,6 +102,60 @@ def _budget(total: float, remote: bool, passes: list[str], emulated: bool) -> di
         shares.pop("pipeline")
     scale = total / sum(shares.values())
     return {k: v * scale for k, v in shares.items()}
+
+
+def _check_images(target: str, formats: dict[str, int]) -> None:
+    """``--loader dali`` decodes images: anything else is bad input, said in one line."""
+    if choose("auto", formats) == "image":
+        return
+    top = max(formats.items(), key=lambda kv: kv[1])[0] if formats else "unrecognised"
+    raise BadInputError(
+        f"--loader dali: {target} is not an image dataset (mostly {top} files); DALI's decode "
+        "paths need JPEG, PNG or other images"
+    )
+
+
+def use_fastest_path(stages: Stages) -> str | None:
+    """Let the CPU stage stand for the fastest decode path that fits the usable cores, so the
+    verdict reflects DALI where DALI is faster; the note that says so, or None (Pillow kept).
+
+    A path fits when the cores it kept busy, its CPU seconds per image times the rate it
+    reached, are at most the usable cores. DALI's GPU path also costs the GPU its decode time
+    when the GPU stage has a capacity: the two share the device, so their times add.
+    """
+    cpu = stages.cpu
+    usable = cpu.usable_cores or 1
+    pillow = next((p for p in cpu.decode_paths if p.path == "pillow"), None)
+    best = pillow
+    for p in cpu.decode_paths:
+        if p.error is not None or not p.samples_per_s or not p.cpu_seconds_per_sample:
+            continue
+        # a little over the usable cores is measurement noise (process CPU time ticks
+        # coarsely); more is not this host's
+        if p.samples_per_s * p.cpu_seconds_per_sample > usable * FIT_TOLERANCE:
+            continue
+        if best is None or best.samples_per_s is None or p.samples_per_s > best.samples_per_s:
+            best = p
+    if best is None or best is pillow or best.samples_per_s is None:
+        return None
+    cpu.capacity_samples_per_s = best.samples_per_s
+    cpu.cpu_seconds_per_sample = best.cpu_seconds_per_sample
+    cpu.loader = best.path
+    gpu = stages.gpu
+    if best.path == "dali-gpu" and gpu.capacity_samples_per_s:
+        gpu.capacity_samples_per_s = 1.0 / (
+            1.0 / gpu.capacity_samples_per_s + 1.0 / best.samples_per_s
+        )
+        gpu.method += " + DALI mixed decode as measured"
+    versus = (
+        f" vs {pillow.samples_per_s:,.0f} with Pillow"
+        if pillow is not None and pillow.samples_per_s
+        else ""
+    )
+    return (
+        f"the CPU stage is {best.path}, the fastest decode path measured "
+        f"({best.samples_per_s:,.0f} images/s{versus}); its worker-count scaling is Pillow's"
+    )
 
 
 class Probe:
@@ -107,11 +174,14 @@ class Probe:
         prof = ds_mod.profile(
             ds, lambda e: pipe_mod.read_whole(ds.fs, e, ds_mod.MAGIC_BYTES), seed=o.seed
         )
+        dali = o.loader == "dali"
+        if dali:
+            _check_images(o.target, prof.formats)  # before any progress line: one error line
         rep.result(f"{prof.files} files, {prof.bytes / 1e6:.1f} MB, {prof.density} density")
         host = self._host(ds)
         usable = host.usable_cores or os.cpu_count() or 1
         left = max(o.time_budget_s - (time.perf_counter() - started), 1.0)
-        budget = _budget(left, ds.remote, o.passes, o.emulated)
+        budget = _budget(left, ds.remote, o.passes, o.emulated, dali)
         stages = Stages(
             storage=StorageStage(), pcie=PcieStage(method="not measured: no CUDA device")
         )
@@ -132,7 +202,9 @@ class Probe:
             setattr(stages.storage, p, result)
         self._storage_capacity(stages.storage, prof.sample_bytes_mean)
 
-        loader = choose(o.loader, prof.formats)
+        # --loader dali: the CPU stage and the end-to-end run decode with Pillow, and the
+        # DALI paths are measured beside it
+        loader = "image" if dali else choose(o.loader, prof.formats)
         rep.phase(f"cpu ({loader})")
         payload_cap = 64 << 20
         if ds.remote and stages.storage.read_bytes_per_s:
@@ -159,13 +231,21 @@ class Probe:
         stages.cpu = cpu_mod.measure_cpu(loader, payloads, usable, budget["cpu"], reporter=rep)
 
         stages.gpu = self._gpu_stage()
+        if dali:
+            rep.phase("decode paths")
+            stages.cpu.decode_paths = paths_mod.measure_paths(
+                payloads, stages.cpu, host.gpus, budget["decode"], reporter=rep
+            )
+            note = use_fastest_path(stages)
+            if note is not None:
+                self.notes.append(note)
         record = RunRecord(
             kind="probe",
             host=host,
             dataset=prof,
             stages=stages,
             settings=ProbeSettings(
-                loader=loader,
+                loader="dali" if dali else loader,
                 passes=passes,
                 time_budget_s=o.time_budget_s,
                 workers=o.workers,
@@ -180,6 +260,11 @@ class Probe:
         )
         if o.emulated:
             rep.phase("end-to-end")
+            if dali:
+                self.notes.append(
+                    "the end-to-end run decodes with Pillow; the DALI paths were measured on "
+                    "their own (stages.cpu.decode_paths)"
+                )
             batch = o.batch_size or DEFAULT_BATCH
             compute_s = self._compute_seconds(batch)
             if not ds.remote and "cold" in passes:

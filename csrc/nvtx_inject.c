@@ -231,6 +231,15 @@ static void name_thread(uint32_t tid, const char *name) {
     pthread_mutex_unlock(&pool_lock);
 }
 
+/* A forked child has none of the parent's threads: no pool to read, no operator open, and a
+ * lock that another parent thread may have held at the fork. */
+static void after_fork_in_child(void) {
+    pthread_mutex_init(&pool_lock, NULL);
+    n_pool = 0;
+    n_open = 0;
+    pool_seen = 0;
+}
+
 static void set(NvtxFunctionTable t, unsigned size, unsigned id, NvtxFunctionPointer fn) {
     if (t != NULL && id < size && t[id] != NULL) *t[id] = fn;
 }
@@ -253,7 +262,7 @@ __attribute__((visibility("default"))) int InitializeInjectionNvtx2(NvtxGetExpor
         set(t, size, NVTX_CBID_CORE_RangePop, (NvtxFunctionPointer)pop_plain);
         set(t, size, NVTX_CBID_CORE_NameOsThreadA, (NvtxFunctionPointer)name_thread);
     }
-    atomic_fetch_add(&inits, 1);
+    if (atomic_fetch_add(&inits, 1) == 0) pthread_atfork(NULL, NULL, after_fork_in_child);
     return 1;
 }
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ioprobe.analysis.decode_paths import facts as decode_facts
 from ioprobe.collect.timeline import MERGE_RULES
 from ioprobe.record import (
     STAGE_NAMES,
@@ -437,6 +438,7 @@ def measurements(rec: RunRecord) -> list[tuple[str, str]]:
                     f"{vals[min(len(vals) - 1, int(0.95 * len(vals)))]:.2f} ms",
                 )
             )
+    out += decode_facts(rec)
     p = rec.pipeline
     if p is not None:
         out.append(("pipeline run", _pipeline_line(p)))

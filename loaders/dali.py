@@ -410,39 +410,22 @@ def _count(batch: Any) -> int:
     return n
 
 
-class WatchedIterator:
-    """What ``ioprobe.watch`` returns for a DALI framework iterator; ``.run`` is the record."""
+class _Watched:
+    """What the two DALI wrappers share: epochs, the timed call, and passing through."""
 
-    def __init__(self, it: Any) -> None:
-        pipes = list(getattr(it, "_pipes", None) or [])
-        if not pipes:
-            raise BadInputError(f"ioprobe.watch: {type(it).__qualname__} has no DALI pipelines")
-        self._loader = it
-        policy = getattr(it, "_last_batch_policy", None)
-        extra = {
-            "iterator": type(it).__qualname__,
-            "size": str(getattr(it, "_size", "unknown")),
-            "reader_name": str(getattr(it, "_reader_name", None)),
-            "last_batch_policy": getattr(policy, "name", str(policy)),
-            "auto_reset": str(getattr(it, "_auto_reset", "unknown")),
-        }
-        size = getattr(it, "_size", -1)
-        n = size if isinstance(size, int) and size > 0 else None
-        self._collector = DaliCollector(pipes, _info(pipes, "iterator", extra), n)
-        self._run: RunRecord | None = None
+    def __init__(self, loader: Any, collector: DaliCollector) -> None:
+        self._loader = loader
+        self._collector = collector
+        self._record: RunRecord | None = None
         self._active = False
 
-    @property
-    def run(self) -> RunRecord:
-        """The record so far; complete once iteration has ended."""
-        if self._run is None:
-            self._run = finalize_watch(self._collector.stop())
-        return self._run
-
-    record = run
+    def _finished(self) -> RunRecord:
+        if self._record is None:
+            self._record = finalize_watch(self._collector.stop())
+        return self._record
 
     def _begin(self) -> None:
-        self._run = None
+        self._record = None
         self._active = True
         self._collector.begin_epoch()
 
@@ -450,93 +433,20 @@ class WatchedIterator:
         if self._active:
             self._active = False
             self._collector.end_epoch(error)
-            self._run = None
+            self._record = None
 
-    def __iter__(self) -> Iterator[Any]:
-        # DALI's own rule: iter() resets an iterator that next() was called on, and then a
-        # new epoch begins; otherwise iteration carries on in the current one
-        before = getattr(self._loader, "_counter", None)
-        iter(self._loader)
-        after = getattr(self._loader, "_counter", None)
-        if self._active and before is not None and after is not None and after < before:
-            self._end(None)
-        if not self._active:
-            self._begin()
-        return self
-
-    def __next__(self) -> Any:
+    def _timed(self, call: Any, *args: Any, **kwargs: Any) -> Any:
+        """One batch from DALI: begins an epoch if none is running; StopIteration ends it."""
         if not self._active:
             self._begin()
         clock, cclock = time.perf_counter_ns, time.thread_time_ns
         c0 = cclock()
         t0 = clock()
         try:
-            batch = next(self._loader)
+            out = call(*args, **kwargs)
         except StopIteration:
             self._end(None)
             raise
-        except BaseException as exc:
-            self._end(exc)
-            raise
-        t1 = clock()
-        self._collector.on_dali_batch(t0, t1, _count(batch), cclock() - c0)
-        return batch
-
-    next = __next__
-
-    def reset(self) -> None:
-        self._end(None)
-        self._loader.reset()
-
-    def __len__(self) -> int:
-        return len(self._loader)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
-
-    def __enter__(self) -> WatchedIterator:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._end(None)
-        self._run = None
-        _ = self.run
-
-
-class WatchedPipeline:
-    """What ``ioprobe.watch`` returns for a DALI ``Pipeline``: ``run()`` is DALI's own (timed);
-    the record is ``.record``. One epoch runs from the first ``run()`` to ``reset()``, the end
-    of the ``with`` block or the first read of ``.record``."""
-
-    def __init__(self, pipe: Any) -> None:
-        self._loader = pipe
-        self._collector = DaliCollector([pipe], _info([pipe], "pipeline", {}), None)
-        self._record: RunRecord | None = None
-        self._active = False
-
-    @property
-    def record(self) -> RunRecord:
-        self._end(None)
-        if self._record is None:
-            self._record = finalize_watch(self._collector.stop())
-        return self._record
-
-    def _end(self, error: BaseException | None) -> None:
-        if self._active:
-            self._active = False
-            self._collector.end_epoch(error)
-            self._record = None
-
-    def run(self, *args: Any, **kwargs: Any) -> Any:
-        if not self._active:
-            self._record = None
-            self._active = True
-            self._collector.begin_epoch()
-        clock, cclock = time.perf_counter_ns, time.thread_time_ns
-        c0 = cclock()
-        t0 = clock()
-        try:
-            out = self._loader.run(*args, **kwargs)
         except BaseException as exc:
             self._end(exc)
             raise
@@ -551,12 +461,80 @@ class WatchedPipeline:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
 
-    def __enter__(self) -> WatchedPipeline:
-        return self
-
     def __exit__(self, *exc: object) -> None:
         self._end(None)
-        _ = self.record
+        self._record = None
+        self._finished()
+
+
+class WatchedIterator(_Watched):
+    """What ``ioprobe.watch`` returns for a DALI framework iterator; ``.run`` is the record."""
+
+    def __init__(self, it: Any) -> None:
+        pipes = list(getattr(it, "_pipes", None) or [])
+        if not pipes:
+            raise BadInputError(f"ioprobe.watch: {type(it).__qualname__} has no DALI pipelines")
+        policy = getattr(it, "_last_batch_policy", None)
+        extra = {
+            "iterator": type(it).__qualname__,
+            "size": str(getattr(it, "_size", "unknown")),
+            "reader_name": str(getattr(it, "_reader_name", None)),
+            "last_batch_policy": getattr(policy, "name", str(policy)),
+            "auto_reset": str(getattr(it, "_auto_reset", "unknown")),
+        }
+        size = getattr(it, "_size", -1)
+        n = size if isinstance(size, int) and size > 0 else None
+        super().__init__(it, DaliCollector(pipes, _info(pipes, "iterator", extra), n))
+
+    @property
+    def run(self) -> RunRecord:
+        """The record so far; complete once iteration has ended."""
+        return self._finished()
+
+    record = run
+
+    def __iter__(self) -> Iterator[Any]:
+        # DALI's own rule: iter() resets an iterator that next() was called on, and then a
+        # new epoch begins; otherwise iteration carries on in the current one
+        before = getattr(self._loader, "_counter", None)
+        iter(self._loader)
+        after = getattr(self._loader, "_counter", None)
+        if self._active and before is not None and after is not None and after < before:
+            self._end(None)
+        if not self._active:
+            self._begin()
+        return self
+
+    def __next__(self) -> Any:
+        return self._timed(next, self._loader)
+
+    next = __next__
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __enter__(self) -> WatchedIterator:
+        return self
+
+
+class WatchedPipeline(_Watched):
+    """What ``ioprobe.watch`` returns for a DALI ``Pipeline``: ``run()`` is DALI's own (timed);
+    the record is ``.record``. One epoch runs from the first ``run()`` to ``reset()``, the end
+    of the ``with`` block or the first read of ``.record``."""
+
+    def __init__(self, pipe: Any) -> None:
+        super().__init__(pipe, DaliCollector([pipe], _info([pipe], "pipeline", {}), None))
+
+    @property
+    def record(self) -> RunRecord:
+        self._end(None)
+        return self._finished()
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        return self._timed(self._loader.run, *args, **kwargs)
+
+    def __enter__(self) -> WatchedPipeline:
+        return self
 
 
 def watch(obj: Any) -> WatchedIterator | WatchedPipeline:

@@ -261,3 +261,15 @@ def test_report_cli_renders_a_saved_dali_record_with_its_operators(
     loaded = RunRecord.load(tmp_path / "run.json")
     assert loaded.dali is not None and loaded.dali.operators == it.run.dali.operators  # type: ignore[union-attr]
     assert loaded.dataset.files == 44 and loaded.dataset.target == str(jpegs)
+
+
+def test_legacy_executor_operators_by_type_and_memory_per_operator(jpegs: Path) -> None:
+    it = ioprobe.watch(iterator(jpegs, exec_dynamic=False, enable_memory_stats=True))
+    consume(it, 1)
+    d = it.run.dali
+    assert d is not None and d.pipeline["exec_dynamic"] == "False"
+    assert {"decoders.image", "Resize", "readers.file"} <= {o.name for o in d.operators}
+    # executor_statistics(): reserved bytes per output; decoded images outweigh resized ones
+    decoded = next(v for k, v in d.memory.items() if "Image" in k)
+    resized = next(v for k, v in d.memory.items() if k.endswith("Resize_1"))
+    assert decoded[0] > resized[0] > 0

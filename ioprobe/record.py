@@ -287,7 +287,7 @@ class WatchData:
 class DaliOperator:
     """One DALI operator over a watched run, from its NVTX ranges."""
 
-    name: str  # as DALI names its range: "decoders__Image", "Resize", "readers__File"
+    name: str  # its type as users write it: "decoders.image", "Resize", "readers.file"
     device: str  # cpu, mixed, gpu
     stage: StageName  # readers are storage, CPU operators cpu, mixed and GPU operators gpu
     calls: int  # iterations it ran in
@@ -310,8 +310,6 @@ class DaliData:
     threads: dict[str, float] = field(default_factory=dict)  # DALI thread -> CPU seconds
     worker_cpu_seconds: float = 0.0  # parallel external_source worker processes
     consumer_cpu_seconds: float = 0.0  # the consumer's thread inside next() / run()
-    read_chars: int = 0  # the process's read()/pread() bytes over the watched epochs
-    read_bytes: int = 0  # bytes it caused to be fetched from storage
     # Pipeline.executor_statistics(): operator -> reserved bytes per output (exec_dynamic=False)
     memory: dict[str, list[int]] = field(default_factory=dict)
 

@@ -129,7 +129,6 @@ def operators(ranges: dict[str, nvtx.RangeTotals], schemas: dict[str, str]) -> l
         device = m.group(1).lower()
         raw = m.group(2).strip()
         schema = schemas.get(raw) or re.sub(r"^__|_\d+$|_(CpuToCpu|CpuToGpu|GpuToGpu).*$", "", raw)
-        schema = re.sub(r"_\d+$", "", schema)
         name = _pretty(schema)
         low = schema.lower()
         stage: StageName = "cpu" if device == "cpu" else "gpu"
@@ -232,10 +231,10 @@ class DaliCollector(WatchCollector):
     """The watch collector for DALI: the consumer's side per batch, DALI's side per epoch."""
 
     def __init__(self, pipes: list[Any], info: dict[str, str], dataset_len: int | None) -> None:
-        bs = int(info["batch_size"]) * len(pipes) if info["batch_size"].isdigit() else None
-        super().__init__(info, bs, dataset_len)
+        # samples one pipeline iteration makes; a delivered batch has one per pipeline
+        self.iter_batch = _int(info["batch_size"]) or 1
+        super().__init__(info, self.iter_batch * len(pipes), dataset_len)
         self.pipes = pipes
-        self.iter_batch = int(info["batch_size"]) if info["batch_size"].isdigit() else 1
         self.schemas = _schemas(pipes)
         self.ranges: dict[str, nvtx.RangeTotals] = {}
         self.thread_ns: dict[str, int] = {}
@@ -243,7 +242,8 @@ class DaliCollector(WatchCollector):
         self.worker_cpu = 0.0
         self.rchar = self.rbytes = 0
         self._mark: tuple[Any, ...] | None = None
-        self.files: tuple[str, int, int, int] | None = None
+        self._files: tuple[str, int, int, int] | None = None
+        self._files_read = False
 
     def begin_epoch(self) -> None:
         super().begin_epoch()
@@ -285,8 +285,6 @@ class DaliCollector(WatchCollector):
             threads={k: v / 1e9 for k, v in sorted(self.thread_ns.items())},
             worker_cpu_seconds=self.worker_cpu,
             consumer_cpu_seconds=self.consumer_cpu_ns / 1e9,
-            read_chars=sum(e.read_chars for e in self.epochs),
-            read_bytes=sum(e.read_bytes for e in self.epochs),
             memory=self._memory(),
         )
         return data
@@ -304,13 +302,20 @@ class DaliCollector(WatchCollector):
                     out[str(op)] = [int(s) for s in sizes]
         return out
 
+    def files(self) -> tuple[str, int, int, int] | None:
+        """The readers' dataset, listed once: it does not change between reads of the record."""
+        if not self._files_read:
+            self._files = reader_files(self.pipes)
+            self._files_read = True
+        return self._files
+
     def stop(self) -> RunRecord:
         self.dali = self.dali_data()
-        self.files = reader_files(self.pipes)
         rec = super().stop()
         rec.dali = self.dali
-        if self.files is not None:
-            target, n, total, listed = self.files
+        files = self.files()
+        if files is not None:
+            target, n, total, listed = files
             ds = rec.dataset
             ds.target, ds.files = target, n
             ds.sample_bytes_mean = total / listed if listed else 0.0
@@ -353,8 +358,9 @@ class DaliCollector(WatchCollector):
             loader="dali",
             usable_cores=usable,
         )
-        if self.files is not None and self.files[3]:
-            mean_bytes = self.files[2] / self.files[3]
+        files = self.files()
+        if files is not None and files[3]:
+            mean_bytes = files[2] / files[3]  # the I/O counters miss mmap reads
         storage = StorageStage()
         if d.reads and d.read_seconds > 0:
             # one prefetch thread per reader fetches samples one after another

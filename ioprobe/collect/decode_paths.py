@@ -5,8 +5,8 @@ loader the CPU stage measures. Every path decodes the same encoded files, alread
 memory, to 224x224 RGB, so storage is excluded from each alike. The Pillow path is the CPU
 stage's best sweep level (measured once, not twice); the DALI paths run a pipeline
 ``external_source -> decoders.image -> resize`` with as many threads as the most worker
-processes Pillow's sweep ran (the usable cores), and their cost is the process's CPU time over the timed iterations divided by the
-images decoded, since DALI's own thread pool does the work.
+processes Pillow's sweep ran (the usable cores), and their cost is the process's CPU time over
+the timed iterations divided by the images decoded, since DALI's own thread pool does the work.
 
 DALI is imported inside the functions: the core never imports it at module level.
 """

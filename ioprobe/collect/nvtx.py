@@ -72,7 +72,12 @@ def arm() -> None:
         os.environ[ENV] = str(path)
 
 
+_lib: list[ctypes.CDLL] = []  # the loaded library, once found
+
+
 def _loaded() -> ctypes.CDLL | None:
+    if _lib:
+        return _lib[0]
     path = library_path()
     if path is None:
         return None
@@ -87,6 +92,7 @@ def _loaded() -> ctypes.CDLL | None:
     lib.ioprobe_nvtx_read.restype = None
     lib.ioprobe_nvtx_settle.restype = ctypes.c_uint64
     lib.ioprobe_nvtx_dropped.restype = ctypes.c_uint64
+    _lib.append(lib)
     return lib
 
 

@@ -15,9 +15,9 @@ except PackageNotFoundError:  # running from a source tree that was never instal
 
 from ioprobe.collect import nvtx as _nvtx
 from ioprobe.record import RunRecord
-from ioprobe.watcher import watch
+from ioprobe.watcher import to_device, watch
 
 # before any DALI pipeline exists: NVTX reads the variable at a library's first range
 _nvtx.arm()
 
-__all__ = ["RunRecord", "__version__", "watch"]
+__all__ = ["RunRecord", "__version__", "to_device", "watch"]

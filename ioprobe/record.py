@@ -158,6 +158,12 @@ class PcieStage:
     capacity_samples_per_s: float | None = None
     method: str = "not measured"
     bytes_per_sample: float | None = None  # what crosses the link per sample, when known
+    # measured host-to-device copies (ioprobe.to_device, watch(..., device=)): the rate over
+    # all of them, the share of bytes that came from pinned memory, and each kind's own rate
+    bytes_per_s: float | None = None
+    pinned_fraction: float | None = None
+    pinned_bytes_per_s: float | None = None
+    pageable_bytes_per_s: float | None = None
 
 
 @dataclass
@@ -232,6 +238,18 @@ class WatchEpoch:
     metered_open_seconds: float = 0.0  # opens alone: per-request latency
     main_cpu_seconds: float = 0.0  # the main process, all its threads
     error: str | None = None  # the exception that ended the epoch, if any
+    # On the device's own clock (CUDA events at step boundaries), first batch excluded: time
+    # from the end of a step's GPU work to the next batch's arrival (the GPU had nothing to
+    # do), and from each arrival to the next request (the step's work, copies excluded).
+    gpu_wait_seconds: float | None = None
+    gpu_step_seconds: float | None = None
+    # host-to-device copies through ioprobe.to_device; pinned: calls whose every byte came
+    # from page-locked memory (a call mixing both counts as pageable)
+    h2d_copies: int = 0
+    h2d_bytes: int = 0
+    h2d_seconds: float = 0.0
+    h2d_pinned_bytes: int = 0
+    h2d_pinned_seconds: float = 0.0
 
 
 @dataclass
@@ -281,6 +299,15 @@ class WatchData:
     sample_ms: Distribution = field(default_factory=Distribution)  # worker wall per sample
     storage_metered: bool = True
     tracks: list[Track] = field(default_factory=list)  # main first, then workers by index
+    device: str | None = None  # where watch(..., device=) moved the batches
+    # how the device-side figures were timed: "cuda events on cuda:0", or "host clock" for a
+    # device without CUDA events (copies only); None when nothing ran on a device
+    gpu_timing: str | None = None
+    gpu_step_ms: Distribution = field(default_factory=Distribution)  # per batch, device clock
+    # the device's timeline, placed on the host's from the epoch's first batch: per row a
+    # step's start and end, the wait before it and its copies (columns start, end, wait,
+    # copy, batches)
+    gpu_track: Track | None = None
 
 
 @dataclass

@@ -26,6 +26,7 @@ from ioprobe import __version__
 from ioprobe.analysis.model import cpu_context, loader_cores
 from ioprobe.collect import gpu_sampler
 from ioprobe.collect.dataset import density_class
+from ioprobe.collect.gpu_events import EventBackend, GpuTimeline
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
 from ioprobe.errors import BadInputError
 from ioprobe.record import (
@@ -44,6 +45,8 @@ from ioprobe.record import (
 )
 
 MAX_KEPT = 100_000  # values kept exactly per series before switching to a reservoir
+# collectors whose epoch is running, innermost last: where ioprobe.to_device reports copies
+_ACTIVE: list[WatchCollector] = []
 # A worker's index queue arrives over a pipe, and those read()s count in its rchar: a few
 # dozen bytes per sample. Less than this per sample is IPC, not the dataset reading.
 METERED_MIN_BYTES_PER_SAMPLE = 512
@@ -122,9 +125,14 @@ class WatchCollector:
     """Fills mutable buffers batch by batch; ``stop()`` returns the finished RunRecord."""
 
     def __init__(
-        self, loader_info: dict[str, str], batch_size: int | None, dataset_len: int | None
+        self,
+        loader_info: dict[str, str],
+        batch_size: int | None,
+        dataset_len: int | None,
+        device: str | None = None,
     ) -> None:
         self.info = loader_info
+        self.device = device
         self.batch_size = batch_size
         self.dataset_len = dataset_len
         try:
@@ -149,6 +157,10 @@ class WatchCollector:
         # share is measured over, in the sampler's clock, pick the samples that count
         self._gpu: gpu_sampler.GpuBusySampler | None = None
         self._gpu_spans: list[tuple[float, float]] = []
+        # the device's own timeline (CUDA events), once something runs on a device
+        self.timeline: GpuTimeline | None = None
+        self.gpu_step = Reservoir(MAX_KEPT, 1e-6)
+        self.timeline_error: str | None = None
         self.created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
     # -- hot path: one call per batch -------------------------------------------------------
@@ -158,6 +170,13 @@ class WatchCollector:
         self._prev_arrival = 0
         self._cpu_start = time.process_time()
         self._start_gpu_sampler()
+        _ACTIVE.append(self)
+
+    def use_device(self, backend: EventBackend | None) -> GpuTimeline | None:
+        """Begin the device timeline with ``backend``'s events, unless one runs already."""
+        if self.timeline is None and backend is not None:
+            self.timeline = GpuTimeline(backend, self.gpu_step)
+        return self.timeline
 
     def on_batch(self, t_request: int, t_arrival: int, stats: tuple[Any, ...]) -> None:
         worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns, mopen, t_done = stats
@@ -226,6 +245,10 @@ class WatchCollector:
         ep.main_cpu_seconds = time.process_time() - self._cpu_start
         if error is not None:
             ep.error = f"{type(error).__name__}: {error}"
+        if self in _ACTIVE:
+            _ACTIVE.remove(self)
+        if self.timeline is not None:
+            self._end_timeline(ep)
         gpu = self._gpu
         if ep.batches > 1 and gpu is not None and gpu.running:
             # first to last arrival, as in the stall share, moved from perf_counter to the
@@ -233,6 +256,24 @@ class WatchCollector:
             last = self._prev_arrival / 1e9 + gpu.clock() - time.perf_counter_ns() / 1e9
             self._gpu_spans.append((last - ep.seconds, last))
         self._cur = None
+
+    def _end_timeline(self, ep: WatchEpoch) -> None:
+        tl = self.timeline
+        assert tl is not None
+        try:
+            wait, busy, copy, copies, nbytes, pinned, pinned_ns = tl.end_epoch()
+        except Exception as exc:  # a device error surfaces here: keep the host's figures
+            self.timeline_error = f"{type(exc).__name__}: {exc}"
+            self.timeline = None
+            return
+        if tl.backend.on_device_clock and wait + busy > 0:
+            ep.gpu_wait_seconds = wait / 1e9
+            ep.gpu_step_seconds = busy / 1e9
+        ep.h2d_copies = copies
+        ep.h2d_bytes = nbytes
+        ep.h2d_seconds = copy / 1e9
+        ep.h2d_pinned_bytes = pinned
+        ep.h2d_pinned_seconds = pinned_ns / 1e9
 
     # -- once per epoch and after the run: GPU utilisation ---------------------------------
     def _start_gpu_sampler(self) -> None:
@@ -285,6 +326,20 @@ class WatchCollector:
         stages, notes = self._stages(usable, mean_bytes)
         stall = sum(e.stall_seconds for e in eps)
         idle = stall / wall if wall > 0 else None
+        idle_method = "wall clock: consumer time in next() / time between batch arrivals"
+        timing = self._timing()
+        on_device = [e for e in eps if e.gpu_wait_seconds is not None]
+        if on_device:
+            dwait = sum(e.gpu_wait_seconds or 0.0 for e in on_device)
+            dspan = dwait + sum((e.gpu_step_seconds or 0.0) + e.h2d_seconds for e in on_device)
+            if dspan > 0:
+                idle = dwait / dspan
+                idle_method = (
+                    f"{timing}: device time waiting for the next batch / device time from the "
+                    "first batch to the last"
+                )
+        if self.timeline_error:
+            notes.append(f"the device timeline stopped ({self.timeline_error}): host clock used")
         # without a GPU or NVML there is simply no value: normal, so nothing in the notes
         stages.gpu.busy_fraction, stages.gpu.busy_method = self._gpu_busy(idle)
         ds = DatasetProfile(
@@ -301,7 +356,7 @@ class WatchCollector:
             stages=stages,
             measured_samples_per_s=steady / steady_wall if steady_wall > 0 else None,
             gpu_idle_fraction=idle,
-            gpu_idle_method="wall clock: consumer time in next() / time between batch arrivals",
+            gpu_idle_method=idle_method,
             watch=WatchData(
                 loader=dict(self.info),
                 epochs=list(eps),
@@ -311,6 +366,10 @@ class WatchCollector:
                 sample_ms=self.sample.to_record(),
                 storage_metered=mean_bytes > 0,
                 tracks=self._tracks(),
+                device=self.device,
+                gpu_timing=timing,
+                gpu_step_ms=self.gpu_step.to_record(),
+                gpu_track=self._gpu_track(),
             ),
             notes=notes,
             created=self.created,
@@ -318,6 +377,20 @@ class WatchCollector:
             duration_s=time.perf_counter() - self._started,
         )
         return rec
+
+    def _timing(self) -> str | None:
+        tl = self.timeline
+        if tl is not None:
+            return tl.backend.name
+        return "stopped after a device error" if self.timeline_error else None
+
+    def _gpu_track(self) -> Track | None:
+        tl = self.timeline
+        if tl is None or not tl.backend.on_device_clock or not self._origin:
+            return None
+        return tl.series.to_record(
+            f"{self.device or 'GPU'} ({tl.backend.name})", None, self._origin
+        )
 
     def _tracks(self) -> list[Track]:
         if not self._origin:
@@ -404,7 +477,48 @@ class WatchCollector:
             )
         else:
             notes.append("only one batch per epoch: no step time to measure")
+        self._device_stages(stages, samples)
         return stages, notes
+
+    def _device_stages(self, stages: Stages, samples: int) -> None:
+        """The PCIe stage from timed copies, and the GPU stage from the device's own clock
+        where it has one: a step's device time, not the host's, which only launches it."""
+        eps = self.epochs
+        timing = self._timing()
+        moved = [e for e in eps if e.h2d_bytes]
+        if moved:
+            n = sum(e.samples for e in moved)
+            nbytes = sum(e.h2d_bytes for e in moved)
+            secs = sum(e.h2d_seconds for e in moved)
+            pinned = sum(e.h2d_pinned_bytes for e in moved)
+            pinned_s = sum(e.h2d_pinned_seconds for e in moved)
+            pageable_s = secs - pinned_s
+            stages.pcie = PcieStage(
+                capacity_samples_per_s=n / secs if secs > 0 else None,
+                method=f"{timing}, around ioprobe.to_device: {pinned / nbytes:.0%} of bytes pinned",
+                bytes_per_sample=nbytes / n if n else None,
+                bytes_per_s=nbytes / secs if secs > 0 else None,
+                pinned_fraction=pinned / nbytes,
+                pinned_bytes_per_s=pinned / pinned_s if pinned and pinned_s > 0 else None,
+                pageable_bytes_per_s=(
+                    (nbytes - pinned) / pageable_s if nbytes > pinned and pageable_s > 0 else None
+                ),
+            )
+        elif timing is not None and self.device is None:
+            stages.pcie.method = (
+                "not measured: batches were not moved through ioprobe.to_device or "
+                "watch(..., device=)"
+            )
+        steps = self.gpu_step.values
+        if len(steps) and self.timeline is not None and self.timeline.backend.on_device_clock:
+            median_step = statistics.median(steps) / 1e9
+            bs = self.batch_size or (samples / max(sum(e.batches for e in eps), 1))
+            stages.gpu = GpuStage(
+                capacity_samples_per_s=bs / median_step if median_step > 1e-6 else None,
+                method=f"{timing}: device time from a batch's arrival to the next request, copies excluded",
+                step_seconds=median_step,
+                batch_size=self.batch_size,
+            )
 
 
 def _steady(eps: list[WatchEpoch]) -> list[WatchEpoch]:
@@ -417,15 +531,21 @@ def _steady(eps: list[WatchEpoch]) -> list[WatchEpoch]:
 class Watched:
     """What ``ioprobe.watch`` returns: the loader, plus ``.run`` (a RunRecord)."""
 
-    def __init__(self, loader: Any, adapter: Any) -> None:
+    def __init__(self, loader: Any, adapter: Any, device: Any = None) -> None:
         self._loader = loader
         self._adapter = adapter
+        self._device = adapter.resolve_device(device) if device is not None else None
         self._inner = adapter.rebuild(loader)
         try:
             n: int | None = len(loader.dataset)
         except TypeError:
             n = None
-        self._collector = WatchCollector(adapter.describe(loader), loader.batch_size, n)
+        self._collector = WatchCollector(
+            adapter.describe(loader),
+            loader.batch_size,
+            n,
+            str(self._device) if self._device is not None else None,
+        )
         self._run: RunRecord | None = None
 
     @property
@@ -445,7 +565,9 @@ class Watched:
             self._collector.end_epoch(error)
             self._run = None
 
-        return self._adapter.iterate(self._inner, self._collector.on_batch, end)
+        # CUDA events when batches go to a CUDA device or the model is on one already
+        self._collector.use_device(self._adapter.event_backend(self._device))
+        return self._adapter.iterate(self._inner, self._collector, end, self._device)
 
     def __len__(self) -> int:
         return len(self._loader)
@@ -470,24 +592,47 @@ def finalize_watch(rec: RunRecord) -> RunRecord:
     return rec
 
 
-def watch(loader: Any) -> Any:
+def watch(loader: Any, device: Any = None) -> Any:
     """Wrap ``loader`` so that iterating it measures every stage: a PyTorch DataLoader, a DALI
     framework iterator (DALIGenericIterator, DALIClassificationIterator) or a DALI Pipeline
     driven with ``run()``. The wrapper behaves like what it wraps; ``.run`` (``.record`` for a
-    Pipeline, whose ``run()`` stays DALI's) is the RunRecord."""
+    Pipeline, whose ``run()`` stays DALI's) is the RunRecord.
+
+    ``device`` (DataLoader only), e.g. ``"cuda"``: yield each batch already moved there, its
+    host-to-device copy timed with CUDA events, as ``to_device`` does."""
     import sys
 
     if "torch" in sys.modules:
         from ioprobe.loaders import torch as adapter
 
         if adapter.is_torch_loader(loader):
-            return Watched(loader, adapter)
+            return Watched(loader, adapter, device)
     if "nvidia.dali" in sys.modules:
         from ioprobe.loaders import dali
 
         if dali.is_dali(loader):
+            if device is not None:
+                raise BadInputError(
+                    "ioprobe.watch: device= is for DataLoaders; a DALI pipeline places its "
+                    "outputs itself (device='gpu' or 'mixed' operators)"
+                )
             return dali.watch(loader)
     raise BadInputError(
         f"ioprobe.watch: cannot watch a {type(loader).__qualname__} (expected a torch "
         "DataLoader, a DALI iterator or a DALI Pipeline)"
     )
+
+
+def to_device(batch: Any, device: Any, non_blocking: bool | None = None) -> Any:
+    """``batch`` (a tensor, or mappings, tuples and lists of them) moved to ``device``, like
+    ``batch.to(device)``. Inside a watched loader's loop the copy is timed with CUDA events on
+    the current stream, its bytes counted as pinned or pageable, and the record gets a PCIe
+    stage. ``non_blocking`` defaults to True for tensors in pinned memory, False otherwise."""
+    from ioprobe.loaders import torch as adapter
+
+    dev = adapter.resolve_device(device)
+    timeline = None
+    if _ACTIVE:
+        col = _ACTIVE[-1]
+        timeline = col.timeline or col.use_device(adapter.event_backend(dev))
+    return adapter.move(batch, dev, non_blocking, timeline)

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 from array import array
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -27,6 +27,8 @@ from ioprobe.loaders import files as _files
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate, default_convert
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
+
+from ioprobe.errors import BadInputError
 
 # ----------------------------------------------------------------------------- worker side
 
@@ -279,23 +281,35 @@ def describe(loader: DataLoader[Any]) -> dict[str, str]:
 
 def iterate(
     inner: DataLoader[Any],
-    on_batch: Callable[[int, int, tuple[Any, ...]], None],
+    collector: Any,
     on_end: Callable[[BaseException | None], None],
+    device: torch.device | None = None,
 ) -> Iterator[Any]:
-    """Yield the user's batches; report (t_request, t_arrival, stats, samples) per batch."""
+    """Yield the user's batches (moved to ``device`` when given); report each batch's request
+    and arrival times and its worker's measurements to ``collector``, and mark the step
+    boundaries on its device timeline when it has one."""
     clock = time.perf_counter_ns
+    on_batch = collector.on_batch
     error: BaseException | None = None
     try:
         it = iter(inner)
         while True:
+            # read per batch: to_device may begin a timeline mid-epoch
+            tl = collector.timeline
+            if tl is not None:
+                tl.before_wait()
             t0 = clock()
             try:
                 item = next(it)
             except StopIteration:
                 return
             t1 = clock()
+            if tl is not None:
+                tl.after_wait(t1)
             batch = item.batch
             on_batch(t0, t1, item.stats)
+            if device is not None:
+                batch = move(batch, device, None, collector.timeline)
             yield batch
     except GeneratorExit:
         raise  # the consumer stopped early (break): not an error
@@ -304,6 +318,155 @@ def iterate(
         raise
     finally:
         on_end(error)
+
+
+# ----------------------------------------------------------------------------- devices
+
+
+class _TorchCopies:
+    """The copy itself, and whether its source is page-locked: the calls that need the
+    device's driver, kept with the events so that a simulated device can stand in for all."""
+
+    def copy(self, t: torch.Tensor, dev: torch.device, non_blocking: bool) -> torch.Tensor:
+        return t.to(dev, non_blocking=non_blocking)
+
+    def is_pinned(self, t: torch.Tensor) -> bool:
+        return bool(t.is_pinned())
+
+
+class CudaEvents(_TorchCopies):
+    """Timing events on a CUDA device's current stream (the default one unless the user
+    switched), stamped by the device itself."""
+
+    on_device_clock = True
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.name = f"cuda events on {device}"
+
+    def new_event(self) -> Any:
+        return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+
+    def record(self, ev: Any) -> None:
+        ev.record(torch.cuda.current_stream(self.device))
+
+    def done(self, ev: Any) -> bool:
+        return bool(ev.query())
+
+    def elapsed_ns(self, a: Any, b: Any) -> int:
+        return int(a.elapsed_time(b) * 1e6)  # milliseconds, resolution about 0.5 µs
+
+    def wait(self, ev: Any) -> None:
+        ev.synchronize()
+
+
+class HostClock(_TorchCopies):
+    """For devices without CUDA events: copies timed on the host around ``.to()``."""
+
+    on_device_clock = False
+    name = "host clock"
+
+    def new_event(self) -> list[int]:
+        return [0]
+
+    def record(self, ev: list[int]) -> None:
+        ev[0] = time.perf_counter_ns()
+
+    def done(self, ev: list[int]) -> bool:
+        return True
+
+    def elapsed_ns(self, a: list[int], b: list[int]) -> int:
+        return b[0] - a[0]
+
+    def wait(self, ev: list[int]) -> None:
+        return None
+
+
+_UNTIMED = HostClock()
+
+
+def resolve_device(device: Any) -> torch.device:
+    """``device`` as a torch.device with its index filled in; a clear error if it can't be
+    used here."""
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError) as exc:
+        raise BadInputError(f"ioprobe: {device!r} is not a torch device ({exc})") from None
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise BadInputError(
+                f"ioprobe: device {str(dev)!r} asked for, but this torch sees no CUDA device "
+                f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})"
+            )
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        elif dev.index >= torch.cuda.device_count():
+            raise BadInputError(
+                f"ioprobe: device {str(dev)!r} asked for, but there are only "
+                f"{torch.cuda.device_count()} CUDA devices"
+            )
+    return dev
+
+
+def event_backend(device: torch.device | None) -> Any:
+    """The events a timeline records with: CUDA events for a CUDA device, or for the current
+    device when CUDA is already in use (the model is on it); the host clock for other
+    devices; None when nothing runs on a device."""
+    if device is None:
+        if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]
+            return CudaEvents(torch.device("cuda", torch.cuda.current_device()))
+        return None
+    if device.type == "cuda":
+        return CudaEvents(device)
+    return HostClock()
+
+
+def move(batch: Any, device: torch.device, non_blocking: bool | None, timeline: Any) -> Any:
+    """``batch`` with every tensor in it on ``device``, its copies timed on ``timeline``.
+
+    Tensors are found as ``default_collate`` builds them: in mappings, named tuples, tuples
+    and lists; any other object with a ``.to`` method is moved by it (its bytes unknown).
+    A tensor in page-locked memory is copied with ``non_blocking=True`` unless told
+    otherwise: the copy engine then overlaps it with the host's work.
+    """
+    counts = [0, 0]  # bytes from host memory, of which pinned
+    if timeline is None:
+        return _move(batch, device, non_blocking, counts, _UNTIMED)
+    timeline.copy_start()
+    out = _move(batch, device, non_blocking, counts, timeline.backend)
+    timeline.copy_end(counts[0], counts[1])
+    return out
+
+
+def _move(obj: Any, dev: torch.device, nb: bool | None, counts: list[int], via: Any) -> Any:
+    if isinstance(obj, torch.Tensor):
+        if obj.device == dev:
+            return obj
+        pinned = False
+        if obj.device.type == "cpu":
+            n = obj.nbytes
+            counts[0] += n
+            pinned = via.is_pinned(obj)
+            if pinned:
+                counts[1] += n
+        return via.copy(obj, dev, pinned if nb is None else nb)
+    if isinstance(obj, str | bytes):
+        return obj
+    if isinstance(obj, Mapping):
+        moved = {k: _move(v, dev, nb, counts, via) for k, v in obj.items()}
+        try:
+            return type(obj)(moved)  # type: ignore[call-arg]
+        except TypeError:  # a mapping type that can't be built from a dict
+            return moved
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # named tuple
+        return type(obj)(*(_move(v, dev, nb, counts, via) for v in obj))
+    if isinstance(obj, list | tuple):
+        items = [_move(v, dev, nb, counts, via) for v in obj]
+        return items if isinstance(obj, list) else tuple(items)
+    to = getattr(obj, "to", None)
+    if callable(to):
+        return to(dev) if nb is None else to(dev, non_blocking=nb)
+    return obj
 
 
 def is_torch_loader(obj: object) -> bool:

@@ -444,28 +444,47 @@ def share_gpu_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
 def pin_memory_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     """Host-to-device copies limit the pipeline, or pageable copies were seen on a GPU host.
 
-    Pinned (page-locked) buffers let the copy engine DMA directly, typically about twice the
-    rate of pageable copies; the prediction doubles the PCIe stage's capacity.
+    Pinned (page-locked) buffers let the copy engine DMA directly instead of staging through
+    a bounce buffer, typically about twice the rate of pageable copies. Where the watched
+    copies included both kinds, their measured ratio is the factor; otherwise 2. Copies
+    measured as all pinned (or a loader with pin_memory=True and no measured copies) leave
+    nothing to gain.
     """
-    pcie = rec.stages.pcie.capacity_samples_per_s
-    pinned = rec.watch.loader.get("pin_memory") == "True" if rec.watch else False
+    pc = rec.stages.pcie
+    pcie = pc.capacity_samples_per_s
+    flag = rec.watch.loader.get("pin_memory") == "True" if rec.watch else False
+    pinned = pc.pinned_fraction >= 0.99 if pc.pinned_fraction is not None else flag
     if pcie is None or pinned:
         return []
     if f.bottleneck != "pcie" and not (rec.watch and rec.host.gpus):
         return []
+    factor, why = 2.0, "pinned copies run about 2x pageable ones"
+    if pc.pinned_bytes_per_s and pc.pageable_bytes_per_s:
+        factor = pc.pinned_bytes_per_s / pc.pageable_bytes_per_s
+        why = (
+            f"pinned copies ran {pc.pinned_bytes_per_s / 1e9:.1f} GB/s here, pageable ones "
+            f"{pc.pageable_bytes_per_s / 1e9:.1f} GB/s"
+        )
+    share = f"{1 - pc.pinned_fraction:.0%} of the bytes copied" if pc.pinned_fraction else "copies"
+    # only the pageable share speeds up
+    pageable = 1.0 - (pc.pinned_fraction or 0.0)
+    gain = 1.0 / (1.0 - pageable + pageable / factor) if factor > 0 else 1.0
     others = [v for k, v in f.capacities.items() if k != "pcie" and v]
-    pred = min([2.0 * pcie, *others])
+    pred = min([gain * pcie, *others])
     if not _gain(pred, f):
         return []
+    first = (
+        f"pin_memory=True is set, yet {share} came from pageable memory: pin what the "
+        "collate_fn returns (tensors, not other types), then"
+        if flag
+        else "Use pin_memory=True and"
+    )
     return [
         Recommendation(
             kind="pin_memory",
-            text=(
-                "Use pin_memory=True and .to(device, non_blocking=True): pinned copies run "
-                "about 2x pageable ones."
-            ),
+            text=f"{first} .to(device, non_blocking=True): {why}.",
             predicted_samples_per_s=pred,
-            evidence=f"PCIe delivers {pcie:,.0f} samples/s ({rec.stages.pcie.method})",
+            evidence=f"PCIe delivers {pcie:,.0f} samples/s ({pc.method})",
         )
     ]
 

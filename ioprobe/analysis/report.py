@@ -17,6 +17,7 @@ from ioprobe.record import (
     RunRecord,
     StageName,
     Track,
+    WatchData,
 )
 
 MAX_BATCH_POINTS = 400  # bars in the consumer timeline
@@ -57,7 +58,13 @@ def stage_detail(rec: RunRecord, name: str) -> str:
             f"{st.cpu.usable_cores} usable cores"
         )
     if name == "pcie":
-        return st.pcie.method
+        pc = st.pcie
+        if pc.bytes_per_s is None or pc.bytes_per_sample is None:
+            return pc.method
+        return (
+            f"{pc.bytes_per_sample / 1e3:,.1f} kB/sample at {_bytesrate(pc.bytes_per_s)}, "
+            f"{pc.pinned_fraction or 0:.0%} pinned ({pc.method.split(',')[0]})"
+        )
     gpu = st.gpu
     if gpu.method == "emulated" and gpu.step_seconds is not None:
         return f"emulated: {gpu.step_seconds * 1e3:g} ms per batch of {gpu.batch_size}"
@@ -394,6 +401,37 @@ def _dali_facts(rec: RunRecord) -> list[tuple[str, str]]:
     return out
 
 
+def _device_facts(w: WatchData) -> list[tuple[str, str]]:
+    """Copies and the host's view of the wait, where the device's own clock was used."""
+    out = []
+    eps = w.epochs
+    nbytes = sum(e.h2d_bytes for e in eps)
+    if nbytes:
+        pinned = sum(e.h2d_pinned_bytes for e in eps)
+        secs = sum(e.h2d_seconds for e in eps)
+        out.append(
+            (
+                "host-to-device",
+                f"{sum(e.h2d_copies for e in eps):,} copies, {nbytes / 1e6:,.1f} MB in "
+                f"{secs:.3f} s ({_bytesrate(nbytes / secs) if secs > 0 else 'n/a'}), "
+                f"{pinned / nbytes:.0%} from pinned memory",
+            )
+        )
+    timed = [e for e in eps if e.gpu_wait_seconds is not None]
+    if timed:
+        stall = sum(e.stall_seconds for e in timed)
+        wall = sum(e.seconds for e in timed)
+        if wall > 0:
+            out.append(
+                (
+                    "host stall",
+                    f"{stall / wall:.1%} of the time blocked in next() (host clock; the device "
+                    "clock above is the GPU's own)",
+                )
+            )
+    return out
+
+
 def measurements(rec: RunRecord) -> list[tuple[str, str]]:
     """The handful of numbers a reader checks first, as (label, value) pairs."""
     ds = rec.dataset
@@ -427,6 +465,7 @@ def measurements(rec: RunRecord) -> list[tuple[str, str]]:
             )
         )
     if w is not None:
+        out += _device_facts(w)
         batches = sum(e.batches for e in w.epochs)
         out.append(("batches", f"{batches:,} in {len(w.epochs)} epoch(s)"))
         if w.stall_ms.count:

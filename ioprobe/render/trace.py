@@ -5,6 +5,9 @@ One process, one thread track per timeline: the main process (waiting for each b
 training step between batches) and each loader worker (its batches, each split into time on
 reads and time on the CPU, both summed over the batch's samples). A probe without a pipeline
 run has no per-batch timeline: its measurement phases are laid end to end on one track.
+A watch that recorded CUDA events adds a second process, the device's current stream: per
+step, the idle wait for its batch, its host-to-device copies and its work, on the device's
+clock, placed on the host's at each epoch's first batch.
 Times are microseconds from the first batch request.
 """
 
@@ -17,6 +20,7 @@ from ioprobe.analysis.report import coarsen, tracks_of
 from ioprobe.record import RunRecord, Track
 
 PID = 1
+GPU_PID = 2  # the device's timeline (CUDA events), its own process in the viewer
 MAIN_TID = 0
 # slices per track: more than this and trace viewers crawl; longer tracks merge neighbours
 MAX_ROWS = 50_000
@@ -31,11 +35,13 @@ def _us(seconds: float) -> float:
     return round(seconds * 1e6, 3)
 
 
-def _slice(name: str, tid: int, ts: float, dur: float, **args: Any) -> dict[str, Any]:
+def _slice(
+    name: str, tid: int, ts: float, dur: float, pid: int = PID, **args: Any
+) -> dict[str, Any]:
     ev: dict[str, Any] = {
         "name": name,
         "ph": "X",
-        "pid": PID,
+        "pid": pid,
         "tid": tid,
         "ts": _us(ts),
         "dur": _us(max(dur, 0.0)),
@@ -114,6 +120,37 @@ def _worker_events(t: Track) -> list[dict[str, Any]]:
     return out
 
 
+def _gpu_events(t: Track) -> list[dict[str, Any]]:
+    """Per step on the device's clock: the wait for its batch, its copies, then its work."""
+    c = t.columns
+    out = []
+    first = 1
+    for i in range(len(c["start"])):
+        count = int(c["batches"][i])
+        start, end, wait, copy = c["start"][i], c["end"][i], c["wait"][i], c["copy"][i]
+        if count > 1:
+            out.append(
+                _slice(
+                    f"steps {first}-{first + count - 1}",
+                    MAIN_TID,
+                    start,
+                    end - start,
+                    GPU_PID,
+                    wait_ms=round(wait * 1e3, 3),
+                    copy_ms=round(copy * 1e3, 3),
+                    note="several batches per row in a long run: waits and copies summed",
+                )
+            )
+        else:
+            if wait > 0:
+                out.append(_slice("idle: waiting for data", MAIN_TID, start - wait, wait, GPU_PID))
+            if copy > 0:
+                out.append(_slice("host-to-device copy", MAIN_TID, start, copy, GPU_PID))
+            out.append(_slice(f"step {first}", MAIN_TID, start + copy, end - start - copy, GPU_PID))
+        first += count
+    return out
+
+
 def _phase_events(rec: RunRecord) -> list[dict[str, Any]]:
     out = []
     t = 0.0
@@ -187,7 +224,15 @@ def render_trace(rec: RunRecord) -> str:
             }
         )
         events = _phase_events(rec)
-    events.sort(key=lambda ev: (ev["tid"], ev["ts"], -ev["dur"]))
+    gpu = rec.watch.gpu_track if rec.watch is not None else None
+    if gpu is not None and gpu.columns.get("start"):
+        for name, args in (
+            ("process_name", {"name": f"device: {gpu.name} (placed at each epoch's first batch)"}),
+            ("thread_name", {"name": "current stream"}),
+        ):
+            meta.append({"name": name, "ph": "M", "pid": GPU_PID, "tid": MAIN_TID, "args": args})
+        events += _gpu_events(coarsen(gpu, MAX_ROWS))
+    events.sort(key=lambda ev: (ev["pid"], ev["tid"], ev["ts"], -ev["dur"]))
     doc = {
         "displayTimeUnit": "ms",
         "otherData": {

@@ -433,9 +433,9 @@ def _short(rec: RunRecord) -> RunRecord:
     if watch is not None:
         empty = {
             k: dataclasses.replace(getattr(watch, k), values=[])
-            for k in ("stall_ms", "step_ms", "sample_ms")
+            for k in ("stall_ms", "step_ms", "sample_ms", "gpu_step_ms")
         }
-        watch = dataclasses.replace(watch, tracks=[], **empty)
+        watch = dataclasses.replace(watch, tracks=[], gpu_track=None, **empty)
     if pipeline is not None:
         pipeline = dataclasses.replace(pipeline, tracks=[])
     return dataclasses.replace(rec, watch=watch, pipeline=pipeline)

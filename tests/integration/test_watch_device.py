@@ -8,6 +8,7 @@ tests/integration/test_watch_cuda.py runs the same paths on a real CUDA device.
 
 from __future__ import annotations
 
+import json
 import time
 from collections import namedtuple
 from typing import Any
@@ -244,3 +245,32 @@ def test_distributed_sampler_set_epoch_reshuffles_through_the_wrapper() -> None:
     assert orders[0] != orders[1]  # set_epoch really reshuffled
     assert all(sum(len(b) for b in o) == 20 for o in orders)  # this rank's half, each epoch
     assert len(watched.run.watch.epochs) == 2
+
+
+def test_the_trace_and_summary_show_the_device_timeline_and_copies(sim: SimStream) -> None:
+    from ioprobe.analysis.report import measurements
+    from ioprobe.render.trace import render_trace
+
+    loader = ioprobe.watch(
+        DataLoader(SleepDataset(96, 0.001, 4096), batch_size=8, num_workers=1), device="meta"
+    )
+    for _ in loader:
+        sim.launch(0.004)
+    rec = loader.run
+    assert rec.watch is not None
+    events = json.loads(render_trace(rec))["traceEvents"]
+    dev = [ev for ev in events if ev["pid"] == 2 and ev["ph"] == "X"]
+    steps = [ev for ev in dev if ev["name"].startswith("step ")]
+    idle = [ev for ev in dev if ev["name"] == "idle: waiting for data"]
+    copies = [ev for ev in dev if ev["name"] == "host-to-device copy"]
+    assert len(steps) == len(copies) == 12
+    ep = rec.watch.epochs[0]
+    assert sum(ev["dur"] for ev in idle) / 1e6 == pytest.approx(ep.gpu_wait_seconds, rel=1e-3)
+    assert sum(ev["dur"] for ev in copies) / 1e6 == pytest.approx(ep.h2d_seconds, rel=1e-3)
+    # each step starts where its copy ends, and the next wait where it ends
+    for c, s in zip(copies, steps, strict=True):
+        assert s["ts"] == pytest.approx(c["ts"] + c["dur"], abs=1.0)
+    facts = dict(measurements(rec))
+    assert facts["host-to-device"].startswith("12 copies, 1.6 MB")
+    assert "0% from pinned memory" in facts["host-to-device"]
+    assert "blocked in next()" in facts["host stall"]

@@ -36,10 +36,16 @@ class JpegDataset(Dataset[tuple[torch.Tensor, int]]):
 
 
 def main() -> None:
+    # on a GPU the batches are moved for you, their copies and the GPU's idle time timed
+    # with CUDA events; without one everything stays on the CPU
+    device = "cuda" if torch.cuda.is_available() else None
     model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 224 * 224, 10))
+    model.to(device or "cpu")
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    loader = DataLoader(JpegDataset(), batch_size=32, shuffle=True, num_workers=2)
-    loader = ioprobe.watch(loader)  # the one line
+    loader = DataLoader(
+        JpegDataset(), batch_size=32, shuffle=True, num_workers=2, pin_memory=device is not None
+    )
+    loader = ioprobe.watch(loader, device=device)  # the one line
     for _epoch in range(2):
         for x, y in loader:
             opt.zero_grad()

@@ -635,4 +635,7 @@ def to_device(batch: Any, device: Any, non_blocking: bool | None = None) -> Any:
     if _ACTIVE:
         col = _ACTIVE[-1]
         timeline = col.timeline or col.use_device(adapter.event_backend(dev))
+        # events on one CUDA device can't time a copy to another
+        if getattr(timeline.backend if timeline else None, "device", dev) != dev:
+            timeline = None
     return adapter.move(batch, dev, non_blocking, timeline)

@@ -465,22 +465,15 @@ class WatchCollector:
         else:
             storage.basis = "workers were never blocked on reads: storage is not limiting"
         stages.storage = storage
-        steps = self.step.values
-        if len(steps):
-            median_step = statistics.median(steps) / 1e9
-            bs = self.batch_size or (samples / max(sum(e.batches for e in eps), 1))
-            stages.gpu = GpuStage(
-                capacity_samples_per_s=bs / median_step if median_step > 1e-6 else None,
-                method="wall clock: consumer time between batches",
-                step_seconds=median_step,
-                batch_size=self.batch_size,
-            )
+        gpu = self.gpu_stage(self.step, "wall clock: consumer time between batches")
+        if gpu is not None:
+            stages.gpu = gpu
         else:
             notes.append("only one batch per epoch: no step time to measure")
-        self._device_stages(stages, samples)
+        self._device_stages(stages)
         return stages, notes
 
-    def _device_stages(self, stages: Stages, samples: int) -> None:
+    def _device_stages(self, stages: Stages) -> None:
         """The PCIe stage from timed copies, and the GPU stage from the device's own clock
         where it has one: a step's device time, not the host's, which only launches it."""
         eps = self.epochs
@@ -509,16 +502,27 @@ class WatchCollector:
                 "not measured: batches were not moved through ioprobe.to_device or "
                 "watch(..., device=)"
             )
-        steps = self.gpu_step.values
-        if len(steps) and self.timeline is not None and self.timeline.backend.on_device_clock:
-            median_step = statistics.median(steps) / 1e9
-            bs = self.batch_size or (samples / max(sum(e.batches for e in eps), 1))
-            stages.gpu = GpuStage(
-                capacity_samples_per_s=bs / median_step if median_step > 1e-6 else None,
-                method=f"{timing}: device time from a batch's arrival to the next request, copies excluded",
-                step_seconds=median_step,
-                batch_size=self.batch_size,
+        if self.timeline is not None and self.timeline.backend.on_device_clock:
+            gpu = self.gpu_stage(
+                self.gpu_step,
+                f"{timing}: device time from a batch's arrival to the next request, copies excluded",
             )
+            if gpu is not None:
+                stages.gpu = gpu
+
+    def gpu_stage(self, steps: Reservoir, method: str) -> GpuStage | None:
+        """Batch size ÷ the median of ``steps`` (ns per batch); None without any step."""
+        if not len(steps.values):
+            return None
+        median_step = statistics.median(steps.values) / 1e9
+        eps = self.epochs
+        bs = self.batch_size or (sum(e.samples for e in eps) / max(sum(e.batches for e in eps), 1))
+        return GpuStage(
+            capacity_samples_per_s=bs / median_step if median_step > 1e-6 else None,
+            method=method,
+            step_seconds=median_step,
+            batch_size=self.batch_size,
+        )
 
 
 def _steady(eps: list[WatchEpoch]) -> list[WatchEpoch]:
@@ -636,6 +640,6 @@ def to_device(batch: Any, device: Any, non_blocking: bool | None = None) -> Any:
         col = _ACTIVE[-1]
         timeline = col.timeline or col.use_device(adapter.event_backend(dev))
         # events on one CUDA device can't time a copy to another
-        if getattr(timeline.backend if timeline else None, "device", dev) != dev:
+        if timeline is not None and getattr(timeline.backend, "device", dev) != dev:
             timeline = None
     return adapter.move(batch, dev, non_blocking, timeline)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import re
-import statistics
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -31,7 +30,6 @@ from ioprobe.record import (
     CpuStage,
     DaliData,
     DaliOperator,
-    GpuStage,
     PcieStage,
     RunRecord,
     StageName,
@@ -374,20 +372,12 @@ class DaliCollector(WatchCollector):
         else:
             storage.basis = "not separated from CPU time: per-operator timing unavailable"
         stages.storage = storage
-        steps = self.step.values
-        if len(steps):
-            median_step = statistics.median(steps) / 1e9
-            bs = self.batch_size or samples / max(sum(e.batches for e in eps), 1)
+        gpu = self.gpu_stage(self.step, "wall clock: consumer time between batches")
+        if gpu is not None:
             gpu_ops = [o for o in d.operators if o.stage == "gpu" and o.calls]
-            stages.gpu = GpuStage(
-                capacity_samples_per_s=bs / median_step if median_step > 1e-6 else None,
-                method="wall clock: consumer time between batches",
-                step_seconds=median_step,
-                batch_size=self.batch_size,
-                preprocess_seconds=(
-                    sum(o.wall_seconds / o.calls for o in gpu_ops) if gpu_ops else None
-                ),
-            )
+            if gpu_ops:
+                gpu.preprocess_seconds = sum(o.wall_seconds / o.calls for o in gpu_ops)
+            stages.gpu = gpu
         else:
             notes.append("only one batch per epoch: no step time to measure")
         return stages, notes

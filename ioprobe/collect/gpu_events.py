@@ -89,6 +89,20 @@ class GpuTimeline:
         "wait_ns",
     )
 
+    # set by _reset, per epoch
+    _started: bool  # a first arrival was recorded: request events may follow
+    _zeroed: bool  # that arrival was resolved: the device timeline's zero
+    _row_start: int
+    _row_wait: int
+    _row_copy: int
+    wait_ns: int
+    busy_ns: int
+    copy_ns: int
+    pinned_ns: int
+    copies: int
+    copy_bytes: int
+    pinned_bytes: int
+
     def __init__(self, backend: EventBackend, steps: Sink, max_pending: int = MAX_PENDING) -> None:
         self.backend = backend
         self.steps = steps  # per-step device time, copies excluded (ns)
@@ -97,15 +111,9 @@ class GpuTimeline:
         self._free: list[Any] = []
         self._pending: deque[tuple[int, Any, int, int]] = deque()  # kind, event, bytes, pinned
         self._prev: tuple[int, Any, int, int] | None = None
-        self._started = False
-        self._zeroed = False
-        self._anchor = 0
-        self._cursor = 0  # device ns since the epoch's first arrival
-        self._row_start = -1
-        self._row_wait = 0
-        self._row_copy = 0
-        self.wait_ns = self.busy_ns = self.copy_ns = self.pinned_ns = 0
-        self.copies = self.copy_bytes = self.pinned_bytes = 0
+        self._anchor = 0  # host ns of the epoch's first arrival
+        self._cursor = 0  # device ns since then
+        self._reset()
 
     # -- hot path ---------------------------------------------------------------------------
     def _push(self, kind: int, nbytes: int = 0, pinned: int = 0) -> None:
@@ -147,11 +155,12 @@ class GpuTimeline:
         prev = self._prev
         self._prev = cur
         kind = cur[0]
-        d = 0
+        d, prev_kind = 0, -1
         if prev is not None:
             d = max(self.backend.elapsed_ns(prev[1], cur[1]), 0)
+            prev_kind = prev[0]
             self._free.append(prev[1])
-        if kind == ARRIVAL and self._row_start < 0 and not self._zeroed:
+        if kind == ARRIVAL and not self._zeroed:
             # the epoch's first batch: the timeline's zero. Copies made before it (a
             # timeline begun by to_device mid-epoch) count; the gap up to it does not.
             self._zeroed = True
@@ -159,12 +168,10 @@ class GpuTimeline:
             self._row_start = 0
             return
         self._cursor += d
-        if prev is None:
-            pass
-        elif prev[0] == REQUEST and kind == ARRIVAL:
+        if prev_kind == REQUEST and kind == ARRIVAL:
             self.wait_ns += d
             self._row_wait += d
-        elif prev[0] == COPY_START and kind == COPY_END:
+        elif prev_kind == COPY_START and kind == COPY_END:
             self.copy_ns += d
             self._row_copy += d
             self.copies += 1
@@ -211,10 +218,15 @@ class GpuTimeline:
             self.pinned_bytes,
             self.pinned_ns,
         )
+        self._reset()
+        return out
+
+    def _reset(self) -> None:
+        """Back to before an epoch's first event; the event pool and series stay."""
         self._prev = None
         self._started = self._zeroed = False
+        self._cursor = 0
         self._row_start = -1
         self._row_wait = self._row_copy = 0
         self.wait_ns = self.busy_ns = self.copy_ns = self.pinned_ns = 0
         self.copies = self.copy_bytes = self.pinned_bytes = 0
-        return out

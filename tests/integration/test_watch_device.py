@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import time
 from collections import namedtuple
+from contextlib import nullcontext
 from typing import Any
 
 import pytest
@@ -214,21 +215,13 @@ def test_pin_memory_loader_gives_the_same_batches() -> None:
             generator=torch.Generator().manual_seed(3),
         )
 
-    with pytest.warns(UserWarning) if not torch.cuda.is_available() else _nothing():
+    with pytest.warns(UserWarning) if not torch.cuda.is_available() else nullcontext():
         plain = batches_of(make())
     watched = ioprobe.watch(make())
-    with pytest.warns(UserWarning) if not torch.cuda.is_available() else _nothing():
+    with pytest.warns(UserWarning) if not torch.cuda.is_available() else nullcontext():
         got = batches_of(watched)
     assert got == plain
     assert watched.run.watch.loader["pin_memory"] == "True"
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def test_distributed_sampler_set_epoch_reshuffles_through_the_wrapper() -> None:

@@ -154,6 +154,49 @@ class CpuStage:
 
 
 @dataclass
+class PcieLink:
+    """The GPU's PCIe link as NVML reports it, and what it can carry per direction."""
+
+    gen_current: int | None = None
+    gen_max: int | None = None
+    width_current: int | None = None
+    width_max: int | None = None
+    # per direction, after line encoding (128b/130b from gen 3): the ceiling a copy can reach
+    theoretical_bytes_per_s: float | None = None  # at the current generation and width
+    max_bytes_per_s: float | None = None  # at the generation and width both ends support
+
+
+@dataclass
+class CopyPoint:
+    """One size of the host-to-device probe: a direction, a kind of host memory, a size."""
+
+    direction: Literal["h2d", "d2h"]
+    memory: Literal["pinned", "pageable"]
+    size_bytes: int
+    bytes_per_s: float  # median of the trials
+    trials: list[float] = field(default_factory=list)  # bytes/s of each trial
+
+
+@dataclass
+class DiskToGpu:
+    """Storage read into pinned buffers and copied to the device while the next read runs."""
+
+    bytes_per_s: float | None = None  # end to end, first read to last copy done
+    files: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    read_seconds: float = 0.0  # summed time in reads
+    copy_seconds: float = 0.0  # summed device time of the copies
+    buffer_bytes: int = 0
+    method: str = "not measured"
+    cache: str | None = None  # cold, warm: the state of the page cache when it ran
+    # GPUDirect Storage through kvikio (cuFile), when importable: its rate and whether it ran in
+    # compatibility mode (through a host bounce buffer, no direct path)
+    cufile_bytes_per_s: float | None = None
+    cufile: str | None = None
+
+
+@dataclass
 class PcieStage:
     capacity_samples_per_s: float | None = None
     method: str = "not measured"
@@ -164,6 +207,12 @@ class PcieStage:
     pinned_fraction: float | None = None
     pinned_bytes_per_s: float | None = None
     pageable_bytes_per_s: float | None = None
+    # the standalone host-to-device probe (ioprobe probe on a CUDA machine)
+    link: PcieLink | None = None
+    copies: list[CopyPoint] = field(default_factory=list)
+    # the best pinned host-to-device rate over the link's theoretical rate
+    efficiency: float | None = None
+    disk_to_gpu: DiskToGpu | None = None
 
 
 @dataclass
@@ -178,6 +227,25 @@ class GpuStage:
     busy_method: str | None = None
     # DALI's mixed and GPU operators per batch: preprocessing that shares the GPU with training
     preprocess_seconds: float | None = None
+
+
+@dataclass
+class GpuSeries:
+    """NVML readings over a run, sampled on a background thread, column by column.
+
+    ``t`` is seconds from the series' start on the host's monotonic clock (``t0_host`` places
+    it on the run's timeline). Every other column has one value per row, None where the device
+    or driver did not answer that reading. Rates: utilisation in percent, PCIe in bytes/s,
+    power in watts, clocks in MHz, memory in bytes.
+    """
+
+    device_index: int = 0
+    interval_s: float = 0.1
+    t0_host: float = 0.0  # seconds from the run's start when the series' t is 0
+    columns: dict[str, list[float | None]] = field(default_factory=dict)
+    poll_seconds: float | None = None  # median host time of one poll: the sampler's cost
+    rows_dropped: int = 0  # rows thinned away once the buffer filled
+    status: str = "not sampled"
 
 
 @dataclass
@@ -511,6 +579,7 @@ class RunRecord:
     whatif: WhatIfData | None = None
     sizing: SizeData | None = None
     gpus_supported: dict[str, int] | None = None  # size: GPUs per node kept at the target
+    gpu_series: GpuSeries | None = None  # NVML readings during the probe or the watched run
     notes: list[str] = field(default_factory=list)
     created: str = ""
     ioprobe_version: str = ""

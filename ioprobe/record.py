@@ -151,6 +151,9 @@ class CpuStage:
     sweep: list[CpuLevel] = field(default_factory=list)
     errors: int = 0
     decode_paths: list[DecodePath] = field(default_factory=list)  # probe --loader dali
+    # what one decoded sample holds (uint8 pixels, arrays): the bytes a loader would copy to
+    # the device; None where the decoder's output has no size (a custom callable's object)
+    output_bytes_per_sample: float | None = None
 
 
 @dataclass

@@ -17,6 +17,7 @@ from ioprobe.analysis.cache import steady_hit_rate
 from ioprobe.analysis.catalog import Catalog, load_catalog
 from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu, label, measured
 from ioprobe.analysis.model import PipelineFindings
+from ioprobe.analysis.pcie import degraded_link_rule, low_efficiency_rule, probe_pageable_rule
 from ioprobe.analysis.whatif import (
     Scenario,
     dataset_bytes,
@@ -454,7 +455,8 @@ def pin_memory_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]
     pcie = pc.capacity_samples_per_s
     flag = rec.watch.loader.get("pin_memory") == "True" if rec.watch else False
     pinned = pc.pinned_fraction >= 0.99 if pc.pinned_fraction is not None else flag
-    if pcie is None or pinned:
+    # a probe's capacity already assumes pinned copies: probe_pageable_rule speaks for it
+    if pcie is None or pinned or pc.copies:
         return []
     if f.bottleneck != "pcie" and not (rec.watch and rec.host.gpus):
         return []
@@ -517,6 +519,9 @@ RULES: tuple[Rule, ...] = (
     faster_storage_rule,
     prefetch_rule,
     pin_memory_rule,
+    probe_pageable_rule,
+    degraded_link_rule,
+    low_efficiency_rule,
     share_gpu_rule,
     balanced_rule,
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ioprobe.analysis.decode_paths import facts as decode_facts
+from ioprobe.analysis.pcie import CopyRow, copy_rows, link_facts, link_verdict
 from ioprobe.collect.timeline import MERGE_RULES
 from ioprobe.record import (
     STAGE_NAMES,
@@ -59,6 +60,13 @@ def stage_detail(rec: RunRecord, name: str) -> str:
         )
     if name == "pcie":
         pc = st.pcie
+        if pc.copies and pc.bytes_per_s is not None:
+            line = f"pinned {pc.bytes_per_s / 1e9:,.1f} GB/s"
+            if pc.pageable_bytes_per_s:
+                line += f", pageable {pc.pageable_bytes_per_s / 1e9:,.1f} GB/s"
+            if pc.bytes_per_sample:
+                line += f" per batch, {pc.bytes_per_sample / 1e3:,.1f} kB/sample"
+            return line
         if pc.bytes_per_s is None or pc.bytes_per_sample is None:
             return pc.method
         return (
@@ -172,6 +180,7 @@ class Findings:
     cpu_sweep: list[tuple[int, float]] = field(default_factory=list)  # (workers, samples/s)
     heatmap: Heatmap | None = None
     operators: list[OperatorRow] = field(default_factory=list)
+    copies: list[CopyRow] = field(default_factory=list)  # the host-to-device probe, by size
     notes: list[str] = field(default_factory=list)
 
 
@@ -180,6 +189,9 @@ def verdict(rec: RunRecord) -> str:
     the measured rate when there is one, and the GPU's waiting share."""
     if rec.kind == "size" and rec.sizing is not None and rec.sizing.cheapest is not None:
         return rec.sizing.cheapest.text
+    link_only = link_verdict(rec)
+    if link_only is not None:
+        return link_only
     line = (
         f"{rec.bottleneck}-bound: the pipeline can deliver "
         f"{rate(rec.predicted_samples_per_s)} samples/s"
@@ -446,7 +458,8 @@ def measurements(rec: RunRecord) -> list[tuple[str, str]]:
         )
     if rec.measured_samples_per_s is not None:
         out.append(("measured", f"{rate(rec.measured_samples_per_s)} samples/s"))
-    out.append(("model", f"{rate(rec.predicted_samples_per_s)} samples/s ({rec.bottleneck})"))
+    if any(rec.stages.capacities().values()):
+        out.append(("model", f"{rate(rec.predicted_samples_per_s)} samples/s ({rec.bottleneck})"))
     if rec.gpu_idle_fraction is not None:
         out.append(("GPU waiting", f"{rec.gpu_idle_fraction:.1%} ({rec.gpu_idle_method or ''})"))
     w = rec.watch
@@ -478,6 +491,7 @@ def measurements(rec: RunRecord) -> list[tuple[str, str]]:
                 )
             )
     out += decode_facts(rec)
+    out += link_facts(rec)
     p = rec.pipeline
     if p is not None:
         out.append(("pipeline run", _pipeline_line(p)))
@@ -598,5 +612,6 @@ def findings(rec: RunRecord) -> Findings:
         cpu_sweep=[(lv.workers, lv.samples_per_s) for lv in rec.stages.cpu.sweep],
         heatmap=heatmap(rec),
         operators=dali_operators(rec),
+        copies=copy_rows(rec),
         notes=list(rec.notes),
     )

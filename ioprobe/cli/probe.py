@@ -2,6 +2,10 @@
 
 TARGET is a local file, directory or glob, or an fsspec URL (s3://, http(s)://, memory://,
 file://). With no TARGET, ioprobe probes a built-in sample dataset of 2,000 JPEGs.
+
+On a machine with a CUDA device the probe also times host-to-device copies (64 KiB to 256 MiB,
+pinned and pageable, both directions) and reads the PCIe link from NVML; --pcie-only does
+that alone, with no dataset.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from ioprobe.analysis import finalize
 from ioprobe.cli._common import console, output_options, plan_outputs, write_outputs
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import make_reporter
+from ioprobe.errors import BadInputError
 from ioprobe.render.terminal import summary
 
 
@@ -57,6 +62,11 @@ from ioprobe.render.terminal import summary
     help="Emulate an accelerator that consumes R samples/s.",
 )
 @click.option("--gpus", type=int, default=1, show_default=True, help="GPUs the pipeline feeds.")
+@click.option(
+    "--pcie-only",
+    is_flag=True,
+    help="Only the host-to-device probe and the PCIe link (needs a CUDA device; no TARGET).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 def command(
     target: str | None,
@@ -69,6 +79,7 @@ def command(
     compute_ms_per_batch: float | None,
     gpu_samples_per_s: float | None,
     gpus: int,
+    pcie_only: bool,
     quiet: bool,
     html_path: str | None,
     md_path: str | None,
@@ -77,7 +88,9 @@ def command(
 ) -> None:
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
     reporter = make_reporter(quiet)
-    if target is None:
+    if pcie_only and target is not None:
+        raise BadInputError("--pcie-only takes no TARGET: it measures the link alone")
+    if target is None and not pcie_only:
         from ioprobe.collect.sample_data import ensure_sample
 
         reporter.phase("sample dataset")
@@ -85,7 +98,7 @@ def command(
         target = str(root)
     passes = ["cold", "warm"] if cold is None else (["cold"] if cold else ["warm"])
     opts = ProbeOptions(
-        target=target,
+        target=target or "",
         passes=passes,
         loader=loader,
         time_budget_s=time_budget,
@@ -94,6 +107,7 @@ def command(
         compute_ms_per_batch=compute_ms_per_batch,
         gpu_samples_per_s=gpu_samples_per_s,
         gpus=gpus,
+        pcie_only=pcie_only,
     )
     try:
         record = finalize(Probe(opts, reporter).run())

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from multiprocessing.pool import AsyncResult
 from typing import Any
 
-from ioprobe.collect.decode import Decoder, resolve
+from ioprobe.collect.decode import Decoder, output_nbytes, resolve
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.errors import BadInputError
 from ioprobe.record import CpuLevel, CpuStage
@@ -146,3 +146,22 @@ def load_payloads(
         out.append(data)
         total += len(data)
     return out
+
+
+def output_bytes(decoder_name: str, payloads: Sequence[bytes], n: int = 8) -> float | None:
+    """Mean bytes of a decoded sample over the first ``n`` payloads, decoded in this process.
+
+    The PCIe stage needs what a loader copies to the device, which for images is the decoded
+    pixels (224x224x3 = 150 kB), not the 50 kB JPEG. None when the decoder fails on these
+    payloads or its output has no size.
+    """
+    decode = resolve(decoder_name)
+    sizes = []
+    for data in payloads[:n]:
+        try:
+            size = output_nbytes(decode(data))
+        except Exception:  # the pool's sweep already counts decode errors
+            continue
+        if size is not None:
+            sizes.append(size)
+    return sum(sizes) / len(sizes) if sizes else None

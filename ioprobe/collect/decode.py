@@ -43,6 +43,31 @@ def decode_numpy(data: bytes) -> Any:
     return np.ascontiguousarray(loaded)
 
 
+def output_nbytes(obj: Any) -> int | None:
+    """Bytes a decoded sample occupies as a uint8 or numeric array: what crosses to the GPU.
+
+    A Pillow image counts one byte per band per pixel (``ToTensor``'s float would be four,
+    but a loader that copies floats can copy uint8 and convert on the device); arrays count
+    ``nbytes``; ``raw`` returns the file's length. None for anything else.
+    """
+    if isinstance(obj, bool):
+        return None
+    if isinstance(obj, int):
+        return obj
+    if isinstance(obj, bytes | bytearray | memoryview):
+        return len(obj)
+    nbytes = getattr(obj, "nbytes", None)
+    if isinstance(nbytes, int):
+        return nbytes
+    if hasattr(obj, "getbands") and hasattr(obj, "size"):
+        w, h = obj.size
+        return int(w * h * len(obj.getbands()))
+    if isinstance(obj, list | tuple) and obj:
+        parts = [output_nbytes(o) for o in obj]
+        return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
+    return None
+
+
 def choose(loader: str, formats: dict[str, int]) -> str:
     """Resolve ``auto`` from the dataset's dominant format; other names pass through."""
     if loader != "auto":

@@ -17,14 +17,18 @@ from ioprobe import __version__
 from ioprobe.collect import cpu as cpu_mod
 from ioprobe.collect import dataset as ds_mod
 from ioprobe.collect import decode_paths as paths_mod
+from ioprobe.collect import pcie as pcie_mod
 from ioprobe.collect import pipeline as pipe_mod
 from ioprobe.collect import storage as st_mod
+from ioprobe.collect.cuda_copy import Copier, open_copier
 from ioprobe.collect.decode import choose
 from ioprobe.collect.decode import resolve as resolve_decoder
 from ioprobe.collect.hostinfo import host_info
+from ioprobe.collect.pcie import LinkReader
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.errors import BadInputError, TargetError
 from ioprobe.record import (
+    DatasetProfile,
     GpuStage,
     HostInfo,
     PcieStage,
@@ -53,6 +57,10 @@ class ProbeOptions:
     gpus: int = 1
     seed: int = 0
     storage_options: dict[str, Any] = field(default_factory=dict)
+    pcie_only: bool = False  # the host-to-device probe alone: no dataset
+    # the CUDA seam (collect/cuda_copy.py) and the NVML link reader; None opens the real ones
+    copier: Copier | str | None = None
+    link_reader: LinkReader | None = None
 
     def validate(self) -> None:
         if self.time_budget_s <= 0:
@@ -87,11 +95,18 @@ class ProbeOptions:
 
 
 def _budget(
-    total: float, remote: bool, passes: list[str], emulated: bool, dali: bool = False
+    total: float,
+    remote: bool,
+    passes: list[str],
+    emulated: bool,
+    dali: bool = False,
+    device: bool = False,
 ) -> dict[str, float]:
     shares = {"cold": 0.35, "warm": 0.2, "cpu": 0.2, "pipeline": 0.25}
     if dali:
         shares["decode"] = 0.2  # DALI's paths, beside Pillow's in the cpu share
+    if device:
+        shares["pcie"] = 0.1  # the host-to-device probe: about 2 s on a healthy link
     if remote:
         shares["cold"] += shares.pop("warm")  # one pass: no page cache to compare with
     else:
@@ -169,6 +184,8 @@ class Probe:
         o = self.options
         rep = self.reporter
         started = time.perf_counter()
+        if o.pcie_only:
+            return self._pcie_only(started)
         rep.phase("listing")
         ds = ds_mod.resolve(o.target, seed=o.seed, storage_options=o.storage_options)
         prof = ds_mod.profile(
@@ -181,10 +198,10 @@ class Probe:
         host = self._host(ds)
         usable = host.usable_cores or os.cpu_count() or 1
         left = max(o.time_budget_s - (time.perf_counter() - started), 1.0)
-        budget = _budget(left, ds.remote, o.passes, o.emulated, dali)
-        stages = Stages(
-            storage=StorageStage(), pcie=PcieStage(method="not measured: no CUDA device")
+        budget = _budget(
+            left, ds.remote, o.passes, o.emulated, dali, not isinstance(self._copier(), str)
         )
+        stages = Stages(storage=StorageStage(), pcie=self._pcie_unmeasured())
 
         passes: list[str] = (
             ["cold"] if ds.remote else [p for p in ("cold", "warm") if p in o.passes]
@@ -230,7 +247,14 @@ class Probe:
             raise TargetError(f"{o.target}: cannot read samples for decoding: {exc}") from None
         stages.cpu = cpu_mod.measure_cpu(loader, payloads, usable, budget["cpu"], reporter=rep)
 
+        stages.cpu.output_bytes_per_sample = cpu_mod.output_bytes(loader, payloads)
         stages.gpu = self._gpu_stage()
+        if isinstance(self._copier(), str):
+            pass  # no device: the pcie stage keeps its reason
+        else:
+            per_sample = stages.cpu.output_bytes_per_sample or prof.sample_bytes_mean
+            basis = "decoded" if stages.cpu.output_bytes_per_sample else "file size"
+            stages.pcie = self._measure_pcie(budget["pcie"], per_sample, basis)
         if dali:
             rep.phase("decode paths")
             stages.cpu.decode_paths = paths_mod.measure_paths(
@@ -295,6 +319,61 @@ class Probe:
                 )
         record.duration_s = time.perf_counter() - started
         rep.close()
+        return record
+
+    def _copier(self) -> Copier | str:
+        """The CUDA seam, opened once per probe (a reason string where there is no GPU)."""
+        if self.options.copier is None:
+            self.options.copier = open_copier()
+        return self.options.copier
+
+    def _pcie_unmeasured(self) -> PcieStage:
+        c = self._copier()
+        return PcieStage(method=c if isinstance(c, str) else "not measured")
+
+    def _measure_pcie(self, budget_s: float, per_sample: float | None, basis: str) -> PcieStage:
+        """The host-to-device phase: copies by size, the link, and the stage's capacity at
+        the probe's batch of ``per_sample`` bytes."""
+        copier = self._copier()
+        assert not isinstance(copier, str)
+        self.reporter.phase(f"host-to-device ({copier.name})")
+        reader = self.options.link_reader or pcie_mod.nvml_link
+        points, link = pcie_mod.measure_copies(
+            copier, budget_s=budget_s, link_reader=reader, reporter=self.reporter
+        )
+        batch = self.options.batch_size or DEFAULT_BATCH
+        stage = pcie_mod.pcie_stage(points, link, per_sample, batch, basis)
+        if stage.pinned_bytes_per_s is not None:
+            self.reporter.result(
+                f"pinned {stage.pinned_bytes_per_s / 1e9:.1f} GB/s, pageable "
+                f"{(stage.pageable_bytes_per_s or 0) / 1e9:.1f} GB/s per batch of {batch}"
+            )
+        return stage
+
+    def _pcie_only(self, started: float) -> RunRecord:
+        """``probe --pcie-only``: the host and the link, no dataset."""
+        o = self.options
+        host = host_info(None)
+        copier = self._copier()
+        if isinstance(copier, str):
+            raise BadInputError(
+                f"--pcie-only needs a CUDA device: {copier.removeprefix('not measured: ')}"
+            )
+        stage = self._measure_pcie(min(o.time_budget_s, 30.0), None, "none")
+        record = RunRecord(
+            kind="probe",
+            host=host,
+            dataset=DatasetProfile(target=""),
+            stages=Stages(pcie=stage),
+            settings=ProbeSettings(
+                loader="none", passes=[], time_budget_s=o.time_budget_s, batch_size=o.batch_size
+            ),
+            created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            ioprobe_version=__version__,
+            notes=[*self.notes, "--pcie-only: the link alone; no dataset, so no stage capacities"],
+        )
+        record.duration_s = time.perf_counter() - started
+        self.reporter.close()
         return record
 
     def _host(self, ds: ds_mod.Dataset) -> HostInfo:

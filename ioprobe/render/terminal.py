@@ -8,6 +8,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ioprobe.analysis.pcie import CopyRow, copy_rows
 from ioprobe.analysis.report import (
     advice,
     dali_operators,
@@ -45,6 +46,8 @@ def summary(rec: RunRecord) -> RenderableType:
         f" ({ds.density} density{', ' + fmt if fmt else ''})",
     )
     caps = rec.stages.capacities()
+    if not any(caps.values()):
+        return _link_only(rec)
     top = max((v for v in caps.values() if v), default=1.0)
     table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
     table.add_column("stage")
@@ -90,16 +93,12 @@ def summary(rec: RunRecord) -> RenderableType:
                 f"{r.cpu_share:.0%}",
             )
         parts += [Text(""), t]
+    copies = copy_table(copy_rows(rec))
+    if copies is not None:
+        parts += [Text(""), copies]
     parts += recommendations(rec, "What to change")
     # the header already names the dataset and its size
-    facts = [(k, v) for k, v in measurements(rec) if k not in ("dataset", "size")]
-    if facts:
-        grid = Table.grid(padding=(0, 2))
-        grid.add_column(style="bold", no_wrap=True)
-        grid.add_column(overflow="fold")
-        for k, v in facts:
-            grid.add_row(k, Text(v))
-        parts += [Text(""), Text("Key measurements", style="bold"), grid]
+    parts += _facts([(k, v) for k, v in measurements(rec) if k not in ("dataset", "size")])
     skipped = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(ds.skipped.items()))
     notes = list(rec.notes)
     if skipped:
@@ -108,6 +107,61 @@ def summary(rec: RunRecord) -> RenderableType:
         notes.append("sizes estimated from a random sample of the listing")
     for n in notes:
         parts.append(Text(f"note: {n}", style="dim"))
+    return Group(*parts)
+
+
+def _facts(facts: list[tuple[str, str]]) -> list[RenderableType]:
+    if not facts:
+        return []
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for k, v in facts:
+        grid.add_row(k, Text(v))
+    return [Text(""), Text("Key measurements", style="bold"), grid]
+
+
+def _gbps(x: float | None) -> str:
+    return "-" if x is None else f"{x / 1e9:,.1f}"
+
+
+def _size(n: int) -> str:
+    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def copy_table(rows: list[CopyRow]) -> Table | None:
+    """The host-to-device probe's rates by copy size, GB/s."""
+    if not rows:
+        return None
+    t = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
+    for col in ("copy size", "H2D pinned", "H2D pageable", "D2H pinned", "D2H pageable"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(
+            _size(r.size_bytes),
+            _gbps(r.h2d_pinned),
+            _gbps(r.h2d_pageable),
+            _gbps(r.d2h_pinned),
+            _gbps(r.d2h_pageable),
+        )
+    t.caption = "GB/s, median of 3 trials, CUDA events on a dedicated stream"
+    return t
+
+
+def _link_only(rec: RunRecord) -> RenderableType:
+    """``probe --pcie-only``: the GPU, its link and the copy rates; there is no pipeline."""
+    gpu = rec.host.gpus[0].name if rec.host.gpus else "GPU"
+    parts: list[RenderableType] = [
+        Text.assemble(("ioprobe probe --pcie-only", "bold"), "  ", (gpu, "cyan")),
+        Text(""),
+        Text(verdict(rec), style="bold"),
+    ]
+    table = copy_table(copy_rows(rec))
+    if table is not None:
+        parts += [Text(""), table]
+    parts += recommendations(rec, "What to check")
+    parts += _facts([(k, v) for k, v in measurements(rec) if k != "dataset"])
+    parts += [Text(f"note: {n}", style="dim") for n in rec.notes]
     return Group(*parts)
 
 

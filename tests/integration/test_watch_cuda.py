@@ -19,6 +19,7 @@ from tests.fixtures.datasets import SleepDataset
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
 

@@ -123,8 +123,14 @@ def test_a_slow_pageable_link_is_the_bottleneck_and_pinning_is_recommended(
     assert not [r for r in pinned.recommendations if r.kind == "pin_memory"]
 
 
-def test_to_device_in_the_loop_records_every_call_on_the_host_clock() -> None:
-    # a device without CUDA events: the real host-clock path, no simulation at all
+def test_to_device_in_the_loop_records_every_call_on_the_host_clock(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a device without CUDA events: the real host-clock path, no simulation at all. On a GPU
+    # machine an earlier test has initialised CUDA in this process, and a timeline would then
+    # take the current CUDA device's events (and leave a copy to "meta" untimed); this test is
+    # about a process that never touched CUDA.
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: False)
     loader = ioprobe.watch(DataLoader(SleepDataset(64, 0.0, 1024), batch_size=8, num_workers=0))
     for x in loader:
         moved = ioprobe.to_device({"x": x, "y": x[:, 0]}, "meta")

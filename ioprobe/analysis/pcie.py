@@ -1,0 +1,229 @@
+"""What the host-to-device probe found: the link, copies by size, and the advice they support.
+
+Pure functions over a record's ``stages.pcie``: the probe measured copies by size and read
+the link from NVML (``collect/pcie.py``); here those become a table of rates, the link's
+efficiency, and two rules whose premises are checked against the record: a link trained
+below what the GPU and slot support, and pageable copies that would cap the pipeline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ioprobe.analysis.model import PipelineFindings
+from ioprobe.record import CopyPoint, PcieLink, Recommendation, RunRecord
+
+# Below this share of the link's theoretical rate, pinned copies point at something other
+# than the link itself (an IOMMU, a PCIe switch shared with other devices, a NUMA hop).
+LOW_EFFICIENCY = 0.6
+
+
+@dataclass(frozen=True)
+class CopyRow:
+    """One copy size: bytes/s by direction and host memory (None where not measured)."""
+
+    size_bytes: int
+    h2d_pinned: float | None
+    h2d_pageable: float | None
+    d2h_pinned: float | None
+    d2h_pageable: float | None
+
+
+def copy_rows(rec: RunRecord) -> list[CopyRow]:
+    """The probe's copies as one row per size, smallest first."""
+    by: dict[tuple[int, str, str], float] = {
+        (p.size_bytes, p.direction, p.memory): p.bytes_per_s for p in rec.stages.pcie.copies
+    }
+    sizes = sorted({p.size_bytes for p in rec.stages.pcie.copies})
+    return [
+        CopyRow(
+            size_bytes=s,
+            h2d_pinned=by.get((s, "h2d", "pinned")),
+            h2d_pageable=by.get((s, "h2d", "pageable")),
+            d2h_pinned=by.get((s, "d2h", "pinned")),
+            d2h_pageable=by.get((s, "d2h", "pageable")),
+        )
+        for s in sizes
+    ]
+
+
+def peak(copies: list[CopyPoint], direction: str, memory: str) -> float | None:
+    rates = [c.bytes_per_s for c in copies if c.direction == direction and c.memory == memory]
+    return max(rates) if rates else None
+
+
+def degraded(link: PcieLink | None) -> bool:
+    """The link runs at a lower generation or width than the GPU in this slot supports.
+
+    The probe reads the link while copies run (an idle GPU lowers its link's generation to
+    save power), so "current" here is the link under load.
+    """
+    if link is None:
+        return False
+    gen = link.gen_current is not None and link.gen_max is not None
+    width = link.width_current is not None and link.width_max is not None
+    return (gen and link.gen_current < link.gen_max) or (  # type: ignore[operator]
+        width and link.width_current < link.width_max  # type: ignore[operator]
+    )
+
+
+def link_label(link: PcieLink) -> str:
+    def one(gen: int | None, width: int | None) -> str:
+        return f"gen {gen or '?'} x{width or '?'}"
+
+    text = one(link.gen_current, link.width_current)
+    if degraded(link):
+        text += f" (supports {one(link.gen_max, link.width_max)})"
+    return text
+
+
+def link_facts(rec: RunRecord) -> list[tuple[str, str]]:
+    """Key measurements of the host-to-device probe, as (label, value) pairs."""
+    pc = rec.stages.pcie
+    out: list[tuple[str, str]] = []
+    if pc.link is not None:
+        value = link_label(pc.link)
+        if pc.link.theoretical_bytes_per_s:
+            value += f", {pc.link.theoretical_bytes_per_s / 1e9:.1f} GB/s per direction"
+        out.append(("PCIe link", value))
+    if not pc.copies:
+        return out
+    parts = []
+    for direction, name in (("h2d", "host→device"), ("d2h", "device→host")):
+        pinned, pageable = (
+            peak(pc.copies, direction, "pinned"),
+            peak(pc.copies, direction, "pageable"),
+        )
+        if pinned is None:
+            continue
+        line = f"{name} pinned {pinned / 1e9:.1f} GB/s"
+        if pageable:
+            line += f", pageable {pageable / 1e9:.1f} GB/s"
+        parts.append(line)
+    if pc.efficiency is not None:
+        parts.append(f"pinned peak {pc.efficiency:.0%} of the link")
+    out.append(("copies", "; ".join(parts)))
+    return out
+
+
+def link_verdict(rec: RunRecord) -> str | None:
+    """The verdict of a probe with no pipeline (``--pcie-only``); None for any other record."""
+    pc = rec.stages.pcie
+    if any(rec.stages.capacities().values()) or not pc.copies:
+        return None
+    pinned = peak(pc.copies, "h2d", "pinned") or 0.0
+    line = f"host-to-device: pinned copies reach {pinned / 1e9:.1f} GB/s"
+    if pc.link is not None:
+        line += f" on a {link_label(pc.link)} link"
+    if pc.efficiency is not None:
+        line += f" ({pc.efficiency:.0%} of its rate)"
+    return line
+
+
+def degraded_link_rule(rec: RunRecord, f: PipelineFindings | None) -> list[Recommendation]:
+    """The link trained below the generation or width this GPU and slot support.
+
+    A GPU in a x16 slot that trained to x8, or a gen 5 GPU running gen 3, has half or less of
+    its copy rate: a reseated card, a riser, a BIOS setting or a bifurcated slot is the usual
+    cause. The gain is the ratio of the two theoretical rates, applied to the pcie stage; when
+    another stage limits, the run gains nothing today and the advice says so.
+    """
+    pc = rec.stages.pcie
+    link = pc.link
+    if link is None or not degraded(link):
+        return []
+    ratio = (
+        link.max_bytes_per_s / link.theoretical_bytes_per_s
+        if link.max_bytes_per_s and link.theoretical_bytes_per_s
+        else None
+    )
+    text = (
+        f"The GPU's PCIe link runs at {link_label(link)} under load: check the card is seated in "
+        "a full-width slot, the riser, and the BIOS's link speed setting"
+    )
+    pred: float | None = None
+    cap = pc.capacity_samples_per_s
+    if f is not None and cap and ratio:
+        others = [v for k, v in f.capacities.items() if k != "pcie" and v]
+        pred = min([cap * ratio, *others])
+        if f.bottleneck == "pcie":
+            text += f"; restoring it lifts the pcie stage {ratio:.1f}x."
+        else:
+            text += f"; it does not limit this run ({f.bottleneck} does), but caps the copies at 1/{ratio:.1f} of their rate."
+            pred = None
+    else:
+        text += "."
+    evidence = f"NVML, read during a copy burst; pinned copies {pc.efficiency or 0:.0%} of the link"
+    return [
+        Recommendation(kind="pcie_link", text=text, predicted_samples_per_s=pred, evidence=evidence)
+    ]
+
+
+def probe_pageable_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """A probe's pcie capacity assumes pinned copies: say what pageable ones would cost.
+
+    The probe measured both kinds at the batch's size. When copying from pageable memory
+    would make the link the stage that limits (its capacity below today's predicted rate),
+    pinning is not a detail: the advice gives the measured ratio and the rate pageable
+    copies would hold the pipeline to. When pageable copies would still keep up, nothing.
+    """
+    pc = rec.stages.pcie
+    if not pc.copies or not pc.bytes_per_sample:
+        return []
+    pinned, pageable = pc.pinned_bytes_per_s, pc.pageable_bytes_per_s
+    if not pinned or not pageable or pageable >= pinned:
+        return []
+    capped = pageable / pc.bytes_per_sample
+    if capped >= f.predicted_samples_per_s:
+        return []
+    return [
+        Recommendation(
+            kind="pin_memory",
+            text=(
+                f"Copy from pinned memory (DataLoader(pin_memory=True), .to(device, "
+                f"non_blocking=True)): at this batch size pinned copies ran "
+                f"{pinned / 1e9:.1f} GB/s and pageable ones {pageable / 1e9:.1f} GB/s "
+                f"({pinned / pageable:.1f}x); from pageable memory the link would cap the "
+                f"pipeline at {capped:,.0f} samples/s."
+            ),
+            predicted_samples_per_s=f.predicted_samples_per_s,
+            evidence=f"host-to-device probe ({pc.method})",
+        )
+    ]
+
+
+def low_efficiency_rule(rec: RunRecord, f: PipelineFindings | None) -> list[Recommendation]:
+    """Pinned copies reach well under the link's rate although the link trained fully.
+
+    A healthy link carries 80-90% of its theoretical rate in large pinned copies. Far less
+    with a full-speed link points past the link: an IOMMU in translated mode, a PCIe switch
+    shared with NICs or NVMe drives, or the process running on the other CPU socket.
+    """
+    pc = rec.stages.pcie
+    if pc.efficiency is None or pc.efficiency >= LOW_EFFICIENCY or degraded(pc.link):
+        return []
+    return [
+        Recommendation(
+            kind="pcie_efficiency",
+            text=(
+                f"Pinned copies reach only {pc.efficiency:.0%} of the link's rate on a fully "
+                "trained link: check the IOMMU mode (iommu=pt), what else shares the PCIe "
+                "switch, and that the job runs on the GPU's NUMA node (nvidia-smi topo -m)."
+            ),
+            predicted_samples_per_s=None,
+            evidence="host-to-device probe, largest pinned copies",
+        )
+    ]
+
+
+__all__ = [
+    "CopyRow",
+    "copy_rows",
+    "degraded",
+    "degraded_link_rule",
+    "link_facts",
+    "link_label",
+    "link_verdict",
+    "low_efficiency_rule",
+    "probe_pageable_rule",
+]

@@ -1,0 +1,103 @@
+"""The host-to-device probe on a real CUDA device, against a bare torch copy timed alike.
+
+The truth is measured in the same test: a plain ``dst.copy_(src, non_blocking=True)`` loop
+between two CUDA events on a fresh stream, with none of ioprobe's code. ioprobe's figures at
+the same sizes must agree within 10%; the link must be what NVML reports; the CLI's
+``--pcie-only`` must produce a record that says all of it.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from ioprobe.collect import pcie
+from ioprobe.collect.cuda_copy import TorchCopier, open_copier
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+MIB = 1 << 20
+SIZES = (MIB, 16 * MIB, 256 * MIB)
+
+
+def bare_rate(size: int, pinned: bool, direction: str) -> float:
+    """Median of 5 trials of a plain torch copy loop timed with CUDA events: the truth."""
+    host = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
+    host.fill_(1)
+    dev = torch.empty(size, dtype=torch.uint8, device="cuda")
+    stream = torch.cuda.Stream()
+    reps = max(1, (64 * MIB) // size)
+    src, dst = (host, dev) if direction == "h2d" else (dev, host)
+    rates = []
+    for trial in range(6):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(stream):
+            a.record(stream)
+            for _ in range(reps):
+                dst.copy_(src, non_blocking=True)
+            b.record(stream)
+        b.synchronize()
+        if trial:  # the first is a warm-up
+            rates.append(size * reps / (a.elapsed_time(b) / 1e3))
+    return statistics.median(rates)
+
+
+def test_ioprobe_copy_rates_match_a_bare_torch_copy_within_10_percent() -> None:
+    copier = open_copier()
+    assert isinstance(copier, TorchCopier)
+    points, _ = pcie.measure_copies(copier, sizes=SIZES, budget_s=60)
+    report = []
+    for p in points:
+        truth = bare_rate(p.size_bytes, p.memory == "pinned", p.direction)
+        report.append((p.size_bytes >> 20, p.direction, p.memory, p.bytes_per_s / 1e9, truth / 1e9))
+        if p.direction == "h2d":
+            assert p.bytes_per_s == pytest.approx(truth, rel=0.10), report[-1]
+    print(
+        "\n".join(
+            f"{s} MiB {d} {m}: ioprobe {a:.2f} GB/s, bare {b:.2f} GB/s" for s, d, m, a, b in report
+        )
+    )
+    pinned = max(p.bytes_per_s for p in points if p.memory == "pinned" and p.direction == "h2d")
+    pageable = max(p.bytes_per_s for p in points if p.memory == "pageable" and p.direction == "h2d")
+    assert pinned > pageable  # the reason pin_memory exists
+
+
+def test_the_link_is_read_under_load_and_pinned_copies_reach_most_of_it() -> None:
+    copier = open_copier()
+    assert isinstance(copier, TorchCopier)
+    points, link = pcie.measure_copies(
+        copier, sizes=(256 * MIB,), budget_s=30, link_reader=pcie.nvml_link
+    )
+    assert link is not None and link.gen_current and link.width_current
+    assert link.theoretical_bytes_per_s
+    stage = pcie.pcie_stage(points, link, 150_528.0, 32, "decoded")
+    assert stage.efficiency is not None
+    # no copy beats the wire; a healthy link carries well over half of it
+    assert 0.5 < stage.efficiency < 1.0, (link, stage.efficiency)
+
+
+def test_cli_pcie_only_writes_a_record_with_the_link_and_copies(tmp_path: Path) -> None:
+    out = tmp_path / "pcie.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "ioprobe", "probe", "--pcie-only", "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr
+    data = json.loads(out.read_text())
+    pc = data["stages"]["pcie"]
+    assert len(pc["copies"]) == len(pcie.SIZES) * 4
+    assert pc["link"]["gen_current"] >= 1
+    assert pc["efficiency"] > 0.5
+    assert data["host"]["gpus"], "the host's GPU list"

@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 PIP_QUIET := 2>&1 | { grep -v -e 'is ignored: it is neither a file nor a directory' || true; }
 
-.PHONY: demo test lint typecheck unit clean bench chromium
+.PHONY: demo test lint typecheck unit clean bench chromium gpu-check gpu-wheels
 
 $(STAMP): pyproject.toml setup.py csrc/nvtx_inject.c Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,8 +42,23 @@ chromium:
 test: lint typecheck chromium
 	$(BIN)/python -m pytest -q
 
+# On a GPU machine whose Python already has a CUDA build of torch (and maybe no index): install
+# ioprobe beside that torch without touching it, run every test marked gpu and the GPU
+# benchmarks, and write one Markdown file. Missing packages come from the wheels in WHEELS,
+# which `make gpu-wheels GPU_PY=3.12` fetches where an index is reachable.
+GPU_PYTHON ?= python3
+WHEELS ?= .whl
+GPU_REPORT ?= gpu-check.md
+GPU_PY ?= 3.12
+
+gpu-check:
+	$(GPU_PYTHON) tests/gpu_check.py --wheels $(WHEELS) --report $(GPU_REPORT)
+
+gpu-wheels:
+	$(PYTHON) tests/gpu_check.py --download $(WHEELS) --python-version $(GPU_PY)
+
 bench: $(STAMP)
 	$(BIN)/python tests/benchmarks/bench_storage.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) .venv-gpu build *.egg-info

@@ -9,7 +9,6 @@ the same sizes must agree within 10%; the link must be what NVML reports; the CL
 from __future__ import annotations
 
 import json
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ import torch
 
 from ioprobe.collect import pcie
 from ioprobe.collect.cuda_copy import TorchCopier, open_copier
+from tests.fixtures.bare_copy import bare_rate
 
 pytestmark = [
     pytest.mark.slow,
@@ -28,28 +28,6 @@ pytestmark = [
 
 MIB = 1 << 20
 SIZES = (MIB, 16 * MIB, 256 * MIB)
-
-
-def bare_rate(size: int, pinned: bool, direction: str) -> float:
-    """Median of 5 trials of a plain torch copy loop timed with CUDA events: the truth."""
-    host = torch.empty(size, dtype=torch.uint8, pin_memory=pinned)
-    host.fill_(1)
-    dev = torch.empty(size, dtype=torch.uint8, device="cuda")
-    stream = torch.cuda.Stream()
-    reps = max(1, (64 * MIB) // size)
-    src, dst = (host, dev) if direction == "h2d" else (dev, host)
-    rates = []
-    for trial in range(6):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        with torch.cuda.stream(stream):
-            a.record(stream)
-            for _ in range(reps):
-                dst.copy_(src, non_blocking=True)
-            b.record(stream)
-        b.synchronize()
-        if trial:  # the first is a warm-up
-            rates.append(size * reps / (a.elapsed_time(b) / 1e3))
-    return statistics.median(rates)
 
 
 def test_ioprobe_copy_rates_match_a_bare_torch_copy_within_10_percent() -> None:

@@ -1,0 +1,259 @@
+"""The GPU side's figures on a real CUDA device, as Markdown, each beside its own truth.
+
+  python tests/benchmarks/gpu_bench.py [--quick]
+
+Sections: the device and driver; host-to-device and device-to-host copies by size, pinned and
+pageable, ioprobe's probe against a bare torch copy timed with CUDA events in the same run;
+the disk-to-GPU path beside the storage pass on the same files; GPU idle of a watched loop
+from CUDA events, from NVML and from the host clock against a host-timed truth; the CUDA
+events' cost per batch in the watch loop; DALI's mixed decoder against Pillow and DALI on the
+CPU where DALI is installed. Run by ``make gpu-check``; needs a CUDA device.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import torch
+from torch.utils.data import DataLoader
+
+import ioprobe
+from ioprobe.collect import pcie
+from ioprobe.collect.cuda_copy import TorchCopier, open_copier
+from tests.fixtures.bare_copy import bare_rate
+from tests.fixtures.datasets import SleepDataset
+
+MIB = 1 << 20
+Section = Callable[[bool], list[str]]
+
+
+def device_section(quick: bool) -> list[str]:
+    """The device, driver, CUDA and torch versions, and the link NVML reports under load."""
+    lines = ["## Device", ""]
+    idx = torch.cuda.current_device()
+    props = torch.cuda.get_device_properties(idx)
+    driver = "unknown"
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        driver = str(pynvml.nvmlSystemGetDriverVersion())
+        pynvml.nvmlShutdown()
+    except Exception as exc:
+        driver = f"NVML unavailable ({exc})"
+    lines += [
+        f"- device: {props.name}, {props.total_memory / 2**30:.1f} GiB, "
+        f"{props.multi_processor_count} SMs",
+        f"- driver {driver}; torch {torch.__version__}, CUDA {torch.version.cuda}; "
+        f"Python {sys.version.split()[0]}; {os.cpu_count()} CPUs",
+    ]
+    return [*lines, ""]
+
+
+def copies_section(quick: bool) -> list[str]:
+    """ioprobe's copy rates against a bare torch copy loop, same sizes, same run."""
+    copier = open_copier()
+    assert isinstance(copier, TorchCopier), copier
+    sizes = (MIB, 256 * MIB) if quick else pcie.SIZES
+    t0 = time.perf_counter()
+    points, link = pcie.measure_copies(copier, sizes=sizes, budget_s=60, link_reader=pcie.nvml_link)
+    took = time.perf_counter() - t0
+    lines = ["## Host-to-device and device-to-host copies", ""]
+    if link is not None:
+        lines.append(
+            f"Link under load: gen {link.gen_current} x{link.width_current} (supports gen "
+            f"{link.gen_max} x{link.width_max}), "
+            f"{(link.theoretical_bytes_per_s or 0) / 1e9:.1f} GB/s per direction. "
+            f"The probe took {took:.1f} s."
+        )
+        lines.append("")
+    lines += [
+        "| size | direction | memory | ioprobe GB/s | bare torch GB/s | ratio |",
+        "|---:|---|---|---:|---:|---:|",
+    ]
+    for p in points:
+        truth = bare_rate(p.size_bytes, p.memory == "pinned", p.direction)
+        lines.append(
+            f"| {_size(p.size_bytes)} | {p.direction} | {p.memory} | "
+            f"{p.bytes_per_s / 1e9:.2f} | {truth / 1e9:.2f} | {p.bytes_per_s / truth:.3f} |"
+        )
+    top = max(p.bytes_per_s for p in points if p.direction == "h2d" and p.memory == "pinned")
+    if link is not None and link.theoretical_bytes_per_s:
+        lines.append("")
+        lines.append(
+            f"Pinned host-to-device peak: {top / 1e9:.1f} GB/s, "
+            f"{top / link.theoretical_bytes_per_s:.0%} of the link."
+        )
+    return [*lines, ""]
+
+
+def _size(n: int) -> str:
+    return f"{n // MIB} MiB" if n >= MIB else f"{n >> 10} KiB"
+
+
+def _spin_cycles_per_s() -> float:
+    cycles = 50_000_000
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    torch.cuda._sleep(cycles)
+    torch.cuda.synchronize()
+    return cycles / (time.perf_counter() - t0)
+
+
+def idle_section(quick: bool) -> list[str]:
+    """GPU idle of a watched loop: CUDA events, NVML and the host clock against the truth.
+
+    One worker makes a batch of 8 in about 28 ms; each step queues a 20 ms kernel and returns
+    at once, so the host sees itself blocked in ``next()`` almost all the time while the GPU
+    is busy most of it. The truth is 1 - (kernel time / batch period), both host-timed.
+    """
+    kernel = 0.020
+    cycles = int(kernel * _spin_cycles_per_s())
+    # the kernel's real duration, host-timed on an idle device
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(5):
+        torch.cuda._sleep(cycles)
+    torch.cuda.synchronize()
+    kernel_real = (time.perf_counter() - t0) / 5
+    lines = [
+        "## GPU idle of a watched loop",
+        "",
+        "| batch period ms | truth idle | CUDA events | NVML (1 - SM util) | host clock (stall share) |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for _ in range(1 if quick else 3):
+        loader = ioprobe.watch(
+            DataLoader(SleepDataset(480, 0.003, 65536), batch_size=8, num_workers=1),
+            device="cuda",
+        )
+        n, start = 0, 0.0
+        for _batch in loader:
+            torch.cuda._sleep(cycles)
+            n += 1
+            if n == 1:
+                start = time.perf_counter()
+        torch.cuda.synchronize()
+        period = (time.perf_counter() - start) / (n - 1)
+        rec = loader.run
+        assert rec.watch is not None
+        ep = rec.watch.epochs[0]
+        nvml = "-"
+        series = rec.gpu_series
+        if series is not None:
+            util = [u for u in series.columns.get("sm_util", []) if u is not None]
+            if util:
+                nvml = f"{1 - statistics.mean(util) / 100:.3f}"
+        events = "-" if rec.gpu_idle_fraction is None else f"{rec.gpu_idle_fraction:.3f}"
+        lines.append(
+            f"| {period * 1e3:.1f} | {max(0.0, 1 - kernel_real / period):.3f} | {events} | "
+            f"{nvml} | {ep.stall_seconds / ep.seconds:.3f} |"
+        )
+    return [*lines, ""]
+
+
+def event_cost_section(quick: bool) -> list[str]:
+    """The device timeline's per-batch cost with real CUDA events vs the host clock."""
+    from ioprobe.loaders.torch import CudaEvents, HostClock
+
+    from tests.benchmarks.bench_watch import device_timeline_cost_us
+
+    dev = torch.device("cuda", torch.cuda.current_device())
+    reps = 3 if quick else 5
+    cuda = statistics.median(device_timeline_cost_us(CudaEvents(dev)) for _ in range(reps))
+    host = statistics.median(device_timeline_cost_us(HostClock()) for _ in range(reps))
+    return [
+        "## CUDA events' cost in the watch loop",
+        "",
+        f"Per batch (two step-boundary events and a copy's pair, recorded, polled, resolved; "
+        f"median of {reps} runs of 20,000 batches): **{cuda:.1f} µs** with CUDA events, "
+        f"{host:.1f} µs with the host clock standing in.",
+        "",
+    ]
+
+
+def dali_section(quick: bool) -> list[str]:
+    """DALI's mixed decoder against Pillow and DALI on the CPU: ``ioprobe probe --loader dali``
+    on the built-in sample, as a user runs it."""
+    try:
+        import nvidia.dali  # noqa: F401
+    except ImportError as exc:
+        return ["## DALI decode paths", "", f"Not measured: DALI is not installed ({exc}).", ""]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "dali.json"
+        budget = "20" if quick else "40"
+        cmd = [sys.executable, "-m", "ioprobe", "probe", "--loader", "dali", "-q"]
+        r = subprocess.run(
+            [*cmd, "--time-budget", budget, "--json", str(out)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        if r.returncode != 0:
+            raise RuntimeError(f"probe --loader dali exited {r.returncode}: {r.stderr[-500:]}")
+        data = json.loads(out.read_text())
+    lines = [
+        "## DALI decode paths",
+        "",
+        f"`ioprobe probe --loader dali --time-budget {budget}` on the built-in sample (2,000 JPEGs).",
+        "",
+        "| path | images/s | CPU ms/image | threads | error |",
+        "|---|---:|---:|---:|---|",
+    ]
+    for p in data["stages"]["cpu"]["decode_paths"]:
+        lines.append(
+            f"| {p['path']} | {p['samples_per_s'] or 0:,.0f} | "
+            f"{(p['cpu_seconds_per_sample'] or 0) * 1e3:.2f} | {p['threads']} | "
+            f"{p['error'] or ''} |"
+        )
+    return [*lines, ""]
+
+
+SECTIONS: list[Section] = [
+    device_section,
+    copies_section,
+    idle_section,
+    event_cost_section,
+    dali_section,
+]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
+    ap.add_argument("--out", help="also write the Markdown here")
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("gpu_bench: no CUDA device", file=sys.stderr)
+        return 2
+    out: list[str] = []
+    failed = 0
+    for section in SECTIONS:
+        t0 = time.perf_counter()
+        try:
+            lines = section(args.quick)
+        except Exception as exc:  # one broken section must not hide the others' figures
+            failed += 1
+            lines = [f"## {section.__name__}", "", f"FAILED: {type(exc).__name__}: {exc}", ""]
+        lines.append(f"_({section.__name__}: {time.perf_counter() - t0:.1f} s)_")
+        lines.append("")
+        print("\n".join(lines), flush=True)
+        out += lines
+    if args.out:
+        Path(args.out).write_text("\n".join(out) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -228,7 +228,8 @@ def report(
     passed = sum(1 for r in rows if r[1] == "passed")
     bad = [r for r in rows if r[1] in ("FAILED", "ERROR")]
     skipped = [r for r in rows if r[1] == "skipped"]
-    ok = bool(rows) and not bad and not skipped and bench_ok
+    # a skip is an optional package missing here (DALI, kvikio): reported, not a failure
+    ok = passed > 0 and not bad and bench_ok
     lines = [
         "# ioprobe gpu-check",
         "",

@@ -41,6 +41,7 @@ def pillow_ms_per_image(root: Path) -> float:
     return (time.thread_time() - t0) / len(blobs) * 1e3
 
 
+@pytest.mark.gpu  # on a GPU it measures DALI's mixed decoder too
 def test_probe_measures_pillow_and_dali_on_the_same_images(jpegs: Path, tmp_path: Path) -> None:
     pytest.importorskip("nvidia.dali")
     rec = probe_json(tmp_path, str(jpegs), "--loader", "dali", "--time-budget", "10")
@@ -49,7 +50,12 @@ def test_probe_measures_pillow_and_dali_on_the_same_images(jpegs: Path, tmp_path
     paths = {p["path"]: p for p in cpu["decode_paths"]}
     assert list(paths) == ["pillow", "dali-cpu", "dali-gpu"]
     pillow, dali, gpu = paths["pillow"], paths["dali-cpu"], paths["dali-gpu"]
-    assert "no CUDA GPU" in gpu["error"] and gpu["samples_per_s"] is None
+    if _cuda():
+        # a GPU: DALI's mixed decoder is measured beside the CPU paths
+        assert gpu["error"] is None and gpu["samples_per_s"] > 0, gpu
+        assert gpu["files"] == FILES
+    else:
+        assert "no CUDA GPU" in gpu["error"] and gpu["samples_per_s"] is None
 
     cores = len(os.sched_getaffinity(0))
     for p in (pillow, dali):
@@ -104,3 +110,11 @@ def test_dali_loader_without_dali_names_the_extra(jpegs: Path, tmp_path: Path) -
     env = {"PYTHONPATH": f"{tmp_path / 'fake'}{os.pathsep}{REPO}"}
     proc = run_cli("probe", str(jpegs), "--loader", "dali", "--time-budget", "3", env=env)
     assert_one_line_error(proc, "--loader dali needs NVIDIA DALI", "ioprobe[dali]")
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())

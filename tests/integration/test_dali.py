@@ -10,15 +10,28 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import nvtx
 import pytest
+
+# make gpu-check runs where DALI may not be installed: a skip, not a collection error
+pytest.importorskip("nvidia.dali")
+
+import nvtx
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy
-from nvidia.dali.plugin.pytorch import DALIClassificationIterator, DALIGenericIterator
+from nvidia.dali.plugin.pytorch import (
+    DALIClassificationIterator,
+    DALIGenericIterator,
+)
 
 import ioprobe
 from ioprobe.collect import nvtx as nvtx_mod
 from ioprobe.record import RunRecord
-from tests.fixtures.dali_pipes import BurningSource, burn, decode_resize, external, make_jpegs
+from tests.fixtures.dali_pipes import (
+    BurningSource,
+    burn,
+    decode_resize,
+    external,
+    make_jpegs,
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -273,3 +286,26 @@ def test_legacy_executor_operators_by_type_and_memory_per_operator(jpegs: Path) 
     decoded = next(v for k, v in d.memory.items() if "Image" in k)
     resized = next(v for k, v in d.memory.items() if k.endswith("Resize_1"))
     assert decoded[0] > resized[0] > 0
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda(), reason="needs a CUDA device")
+def test_mixed_decoder_ranges_are_timed_as_gpu_preprocessing(jpegs: Path) -> None:
+    pipe = decode_resize(str(jpegs), batch_size=BATCH, num_threads=2, device_id=0, decoder="mixed")
+    it = ioprobe.watch(DALIGenericIterator(pipe, ["image", "label"], reader_name="Reader"))
+    batches = consume(it, 2)
+    assert sum(len(b) for b in batches) == 2 * -(-44 // BATCH)
+    rec = it.run
+    assert rec.dali is not None
+    mixed = [op for op in rec.dali.operators if op.device == "mixed"]
+    assert mixed and all(op.calls > 0 for op in mixed), rec.dali.operators
+    assert any(op.stage == "gpu" for op in mixed)
+    assert rec.stages.gpu.preprocess_seconds is not None and rec.stages.gpu.preprocess_seconds > 0

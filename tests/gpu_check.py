@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import platform
 import shutil
@@ -129,22 +130,18 @@ def install(py: Path, wheels: Path | None) -> list[str]:
                     "reachable, bring .whl along, and pass WHEELS=.whl"
                 )
         else:
-            have = {w.name.split("-")[0].lower().replace("_", "-") for w in wheels.glob("*.whl")}
-            for group, required in ((need, True), (optional, False)):
-                todo = [d for d in group if d.replace("_", "-") in have]
-                if not todo:
-                    continue
+            have = {_dist(w) for w in wheels.glob("*.whl")}
+            todo = [d for d in need if _norm(d) in have]
+            if todo:
                 r = run(
                     [str(py), "-m", "pip", "install", *offline, "--find-links", str(wheels), *todo]
                 )
-                if r.returncode != 0 and required:
+                if r.returncode != 0:
                     raise CheckError(
                         f"installing {', '.join(todo)} from {wheels} failed: {r.stderr.strip()[-400:]}"
                     )
-                if r.returncode != 0:
-                    notes.append(
-                        f"optional {', '.join(todo)} did not install: {r.stderr.strip()[-200:]}"
-                    )
+            if optional:
+                notes += _install_optional(py, wheels, offline)
         still = missing(py, NEEDED)
         if still:
             raise CheckError(f"still missing after installing from {wheels}: {', '.join(still)}")
@@ -167,6 +164,29 @@ def install(py: Path, wheels: Path | None) -> list[str]:
     if r.returncode != 0:
         raise CheckError(f"installing ioprobe failed: {r.stderr.strip()[-400:]}")
     return notes
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def _dist(wheel: Path) -> str:
+    return _norm(wheel.name.split("-")[0])
+
+
+def _install_optional(py: Path, wheels: Path, offline: list[str]) -> list[str]:
+    """Every carried wheel whose distribution is not installed yet, without dependency
+    resolution: DALI's metadata asks for codec extras (JPEG 2000, TIFF) that its JPEG paths
+    do not load, and a resolver would refuse the set for their absence."""
+    r = run([str(py), "-m", "pip", "list", "--format=json", "--disable-pip-version-check"])
+    installed = {_norm(p["name"]) for p in json.loads(r.stdout or "[]")}
+    extra = sorted(str(w) for w in wheels.glob("*.whl") if _dist(w) not in installed)
+    if not extra:
+        return []
+    r = run([str(py), "-m", "pip", "install", *offline, "--no-deps", *extra])
+    if r.returncode != 0:
+        return [f"optional wheels did not install: {r.stderr.strip()[-300:]}"]
+    return [f"installed from {wheels}: {', '.join(Path(w).name.split('-')[0] for w in extra)}"]
 
 
 def run_tests(py: Path, xml_path: Path) -> tuple[list[tuple[str, str, float, str]], str]:

@@ -219,6 +219,22 @@ class PcieStage:
 
 
 @dataclass
+class GpuAlone:
+    """The training step on its own: its batch already on the device, no data to wait for."""
+
+    samples_per_s: float | None = None
+    step_seconds: float | None = None
+    steps: int = 0
+    batch_size: int = 0
+    timing: str = ""  # "cuda events on cuda:0", "host clock"
+    # the share of the GPU those steps filled, and how it was read (GPM: the share of SMs
+    # busy; NVML utilisation: the share of time a kernel ran, which overstates a small model)
+    sm_active: float | None = None
+    sm_method: str | None = None
+    note: str | None = None  # why SM activity is missing
+
+
+@dataclass
 class GpuStage:
     capacity_samples_per_s: float | None = None
     method: str = "not measured"  # emulated, cuda-events, wall-clock
@@ -230,6 +246,7 @@ class GpuStage:
     busy_method: str | None = None
     # DALI's mixed and GPU operators per batch: preprocessing that shares the GPU with training
     preprocess_seconds: float | None = None
+    alone: GpuAlone | None = None  # ioprobe.gpu_alone / Watched.measure_gpu_alone
 
 
 @dataclass

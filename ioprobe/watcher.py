@@ -20,6 +20,7 @@ import time
 import weakref
 from array import array
 from bisect import bisect_left, bisect_right
+from collections.abc import Callable
 from typing import Any
 
 from ioprobe import __version__
@@ -33,6 +34,7 @@ from ioprobe.record import (
     CpuStage,
     DatasetProfile,
     Distribution,
+    GpuAlone,
     GpuStage,
     PcieStage,
     RunRecord,
@@ -157,6 +159,7 @@ class WatchCollector:
         # share is measured over, in the sampler's clock, pick the samples that count
         self._gpu: gpu_sampler.GpuBusySampler | None = None
         self._gpu_spans: list[tuple[float, float]] = []
+        self.alone: GpuAlone | None = None  # Watched.measure_gpu_alone
         # the device's own timeline (CUDA events), once something runs on a device
         self.timeline: GpuTimeline | None = None
         self.gpu_step = Reservoir(MAX_KEPT, 1e-6)
@@ -342,6 +345,12 @@ class WatchCollector:
             notes.append(f"the device timeline stopped ({self.timeline_error}): host clock used")
         # without a GPU or NVML there is simply no value: normal, so nothing in the notes
         stages.gpu.busy_fraction, stages.gpu.busy_method = self._gpu_busy(idle)
+        if self.alone is not None:
+            stages.gpu.alone = self.alone
+            if self.alone.sm_active is not None:
+                # SM activity with the data on the device beats utilisation under stalls
+                stages.gpu.busy_fraction = self.alone.sm_active
+                stages.gpu.busy_method = f"{self.alone.sm_method}, data-free steps"
         ds = DatasetProfile(
             target=self.info.get("dataset", "dataset"),
             files=self.dataset_len if self.dataset_len is not None else samples,
@@ -560,6 +569,21 @@ class Watched:
         return self._run
 
     record = run
+
+    def measure_gpu_alone(
+        self, step: Callable[[Any], object], batch: Any, seconds: float = 1.0
+    ) -> GpuAlone:
+        """Time ``step(batch)`` with the batch already on the loader's device (see
+        ``ioprobe.gpu_alone``) and keep it in this run's record: the GPU stage gets the
+        data-free step rate and the share of the GPU a step fills, which the advice on
+        sharing the GPU (MPS, MIG) needs."""
+        gpu_alone = getattr(self._adapter, "gpu_alone", None)
+        if gpu_alone is None:
+            raise BadInputError("measure_gpu_alone: only for torch DataLoaders")
+        alone: GpuAlone = gpu_alone(step, batch, self._device, seconds)
+        self._collector.alone = alone
+        self._run = None
+        return alone
 
     def __iter__(self) -> Any:
         self._run = None

@@ -29,6 +29,7 @@ from torch.utils.data._utils.collate import default_collate, default_convert
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
 from ioprobe.errors import BadInputError
+from ioprobe.record import GpuAlone
 
 # ----------------------------------------------------------------------------- worker side
 
@@ -467,6 +468,52 @@ def _move(obj: Any, dev: torch.device, nb: bool | None, counts: list[int], via: 
     if callable(to):
         return to(dev) if nb is None else to(dev, non_blocking=nb)
     return obj
+
+
+def _first_dim(obj: Any) -> int | None:
+    """The batch size: the leading dimension of the first tensor found, as collate builds it."""
+    if isinstance(obj, torch.Tensor):
+        return int(obj.shape[0]) if obj.dim() else 1
+    items = (
+        obj.values() if isinstance(obj, Mapping) else obj if isinstance(obj, list | tuple) else ()
+    )
+    for v in items:
+        n = _first_dim(v)
+        if n is not None:
+            return n
+    return None
+
+
+def gpu_alone(
+    step: Callable[[Any], object],
+    batch: Any,
+    device: Any = None,
+    seconds: float = 1.0,
+    batch_size: int | None = None,
+) -> GpuAlone:
+    """``step(batch)`` repeated with ``batch`` already on ``device`` (the current CUDA device
+    by default, else the CPU): the step rate with no data to wait for, and how much of the
+    GPU it fills. ``step`` runs about ``seconds`` plus 3 warm-up calls: pass one that leaves
+    the model as it was (a forward pass, or a step on a copy) where that matters."""
+    from ioprobe.collect.gpu_alone import measure_alone
+
+    if device is None:
+        device = f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+    dev = resolve_device(device)
+    on = move(batch, dev, None, None)
+    size = batch_size or _first_dim(on)
+    if not size:
+        raise BadInputError("ioprobe.gpu_alone: no tensor in the batch; pass batch_size=")
+    if seconds <= 0:
+        raise BadInputError("ioprobe.gpu_alone: seconds must be positive")
+    return measure_alone(step, on, size, event_backend(dev), sm_activity(dev), seconds)
+
+
+def sm_activity(dev: torch.device) -> Any:
+    """The SM activity reader for ``dev`` (collect/gpu_alone.py), or why there is none."""
+    from ioprobe.collect.gpu_alone import open_activity
+
+    return open_activity(dev.index or 0) if dev.type == "cuda" else "not a CUDA device"
 
 
 def is_torch_loader(obj: object) -> bool:

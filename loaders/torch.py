@@ -344,12 +344,26 @@ class CudaEvents(_TorchCopies):
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self.name = f"cuda events on {device}"
+        self._index = device.index if device.index is not None else torch.cuda.current_device()
+        self._stream_id: Any = None
+        self._stream: Any = None
+        # torch.cuda.current_stream builds a new Stream object per call (about 3 µs on an
+        # H100 host, the largest share of an event's cost): look up only the current
+        # stream's id, and build the object again only when the user switched streams
+        self._current = getattr(torch._C, "_cuda_getCurrentStream", None)
 
     def new_event(self) -> Any:
         return torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
 
     def record(self, ev: Any) -> None:
-        ev.record(torch.cuda.current_stream(self.device))
+        if self._current is None:
+            ev.record(torch.cuda.current_stream(self.device))
+            return
+        sid = self._current(self._index)
+        if sid != self._stream_id:
+            self._stream_id = sid
+            self._stream = torch.cuda.current_stream(self.device)
+        ev.record(self._stream)
 
     def done(self, ev: Any) -> bool:
         return bool(ev.query())

@@ -385,6 +385,8 @@ class WatchCollector:
             ioprobe_version=__version__,
             duration_s=time.perf_counter() - self._started,
         )
+        if self._gpu is not None and self._origin:
+            rec.gpu_series = gpu_sampler.series_record(self._gpu, self._origin / 1e9)
         return rec
 
     def _timing(self) -> str | None:

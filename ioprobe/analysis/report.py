@@ -7,6 +7,7 @@ totals still match the record's.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from ioprobe.analysis.decode_paths import facts as decode_facts
@@ -150,6 +151,85 @@ class OperatorRow:
 
 
 @dataclass
+class SeriesView:
+    """The NVML series reduced for a page: at most ``MAX_SERIES_POINTS`` bins, each the mean
+    of its rows (None where no row in the bin answered that reading)."""
+
+    t: list[float]
+    sm_util: list[float | None]
+    mem_util: list[float | None]
+    pcie_rx_gbps: list[float | None]
+    pcie_tx_gbps: list[float | None]
+    power_w: list[float | None]
+    interval_s: float
+    rows: int
+
+
+MAX_SERIES_POINTS = 400
+
+
+def _binned(values: list[float | None], edges: list[int], scale: float) -> list[float | None]:
+    out: list[float | None] = []
+    for a, b in itertools.pairwise(edges):
+        got = [v for v in values[a:b] if v is not None]
+        out.append(sum(got) / len(got) * scale if got else None)
+    return out
+
+
+def gpu_series_view(rec: RunRecord, points: int = MAX_SERIES_POINTS) -> SeriesView | None:
+    """The record's NVML series in at most ``points`` bins of consecutive rows, for charts."""
+    s = rec.gpu_series
+    if s is None or not s.columns.get("t"):
+        return None
+    cols = s.columns
+    n = len(cols["t"])
+    bins = min(points, n)
+    edges = [round(i * n / bins) for i in range(bins + 1)]
+    empty: list[float | None] = [None] * n
+
+    def col(name: str, scale: float = 1.0) -> list[float | None]:
+        return _binned(cols.get(name, empty), edges, scale)
+
+    t = [v if v is not None else 0.0 for v in _binned(cols["t"], edges, 1.0)]
+    return SeriesView(
+        t=t,
+        sm_util=col("sm_util"),
+        mem_util=col("mem_util"),
+        pcie_rx_gbps=col("pcie_rx_bytes_per_s", 1e-9),
+        pcie_tx_gbps=col("pcie_tx_bytes_per_s", 1e-9),
+        power_w=col("power_w"),
+        interval_s=s.interval_s,
+        rows=n,
+    )
+
+
+def _mean(values: list[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return sum(got) / len(got) if got else None
+
+
+def series_facts(rec: RunRecord) -> list[tuple[str, str]]:
+    """One key-measurements line for the NVML series: means and peaks, rate and cost."""
+    s = rec.gpu_series
+    if s is None or not s.columns.get("t"):
+        return []
+    cols = s.columns
+    parts = []
+    sm = _mean(cols.get("sm_util", []))
+    if sm is not None:
+        parts.append(f"SM busy {sm:.0f}% mean")
+    rx = [v for v in cols.get("pcie_rx_bytes_per_s", []) if v is not None]
+    if rx:
+        parts.append(f"PCIe to GPU {max(rx) / 1e9:.1f} GB/s peak")
+    power = _mean(cols.get("power_w", []))
+    if power is not None:
+        parts.append(f"{power:.0f} W mean")
+    rate_hz = f"{1 / s.interval_s:.3g} Hz, {len(cols['t']):,} rows"
+    cost = f", {s.poll_seconds * 1e3:.2f} ms per poll" if s.poll_seconds is not None else ""
+    return [("NVML", "; ".join(parts) + f" ({rate_hz}{cost})")]
+
+
+@dataclass
 class Advice:
     """A ranked recommendation with its gain over today's rate."""
 
@@ -181,6 +261,7 @@ class Findings:
     heatmap: Heatmap | None = None
     operators: list[OperatorRow] = field(default_factory=list)
     copies: list[CopyRow] = field(default_factory=list)  # the host-to-device probe, by size
+    gpu_series: SeriesView | None = None  # NVML over the run, reduced
     notes: list[str] = field(default_factory=list)
 
 
@@ -492,6 +573,7 @@ def measurements(rec: RunRecord) -> list[tuple[str, str]]:
             )
     out += decode_facts(rec)
     out += link_facts(rec)
+    out += series_facts(rec)
     p = rec.pipeline
     if p is not None:
         out.append(("pipeline run", _pipeline_line(p)))
@@ -613,5 +695,6 @@ def findings(rec: RunRecord) -> Findings:
         heatmap=heatmap(rec),
         operators=dali_operators(rec),
         copies=copy_rows(rec),
+        gpu_series=gpu_series_view(rec),
         notes=list(rec.notes),
     )

@@ -21,6 +21,8 @@ from array import array
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ioprobe.record import GpuSeries
+
 MAX_SAMPLES = 100_000  # 2.8 hours at 10 Hz before the buffer starts thinning itself
 MIN_SAMPLES = 5  # fewer than this is one or two NVML sample periods: not an average
 MAX_IDLE_FRACTION = 0.95  # above this the compute share is too small to divide by
@@ -99,6 +101,109 @@ class SampleBuffer:
         return self.times[: self.n], self.values[: self.n]
 
 
+SERIES_COLUMNS = (
+    "sm_util",
+    "mem_util",
+    "pcie_rx_bytes_per_s",
+    "pcie_tx_bytes_per_s",
+    "power_w",
+    "sm_clock_mhz",
+    "mem_used_bytes",
+)
+# a reading that never answered in this many polls is not asked again (MIG slices, vGPUs
+# and older boards answer "Not Supported" to some of these every time)
+MAX_READING_FAILS = 5
+MAX_COSTS = 4096  # polls whose cost is kept for the median
+
+
+class SeriesBuffer:
+    """Rows of NVML readings (a timestamp and one float per column, NaN where the reading
+    did not answer) in preallocated arrays, thinned like ``SampleBuffer`` once full."""
+
+    __slots__ = ("capacity", "columns", "n", "seen", "stride", "times")
+
+    def __init__(self, capacity: int = MAX_SAMPLES, width: int = len(SERIES_COLUMNS)) -> None:
+        self.capacity = max(2, capacity + capacity % 2)
+        self.times = array("d", bytes(8 * self.capacity))
+        self.columns = [array("d", bytes(8 * self.capacity)) for _ in range(width)]
+        self.n = 0
+        self.seen = 0
+        self.stride = 1
+
+    def add(self, t: float, row: Sequence[float]) -> None:
+        i = self.seen
+        self.seen += 1
+        if i % self.stride:
+            return
+        if self.n == self.capacity:
+            half = self.capacity // 2
+            self.times[:half] = self.times[0 : self.capacity : 2]
+            for col in self.columns:
+                col[:half] = col[0 : self.capacity : 2]
+            self.n = half
+            self.stride *= 2
+        self.times[self.n] = t
+        for col, value in zip(self.columns, row, strict=True):
+            col[self.n] = value
+        self.n += 1
+
+    @property
+    def dropped(self) -> int:
+        """Rows offered but not kept: the price of a bounded buffer on a long run."""
+        return self.seen - self.n
+
+
+class SeriesReader:
+    """One row of NVML readings for one device, reading by reading, each allowed to fail.
+
+    Utilisation comes from the sampler's own ``nvmlDeviceGetUtilizationRates`` answer (one
+    call gives both the SM and the memory figure). PCIe throughput is NVML's KB/s over its
+    own 20 ms window, converted to bytes/s; RX is what the GPU receives (host to device).
+    """
+
+    def __init__(self, nvml: Any) -> None:
+        self.nvml = nvml
+        self.fails = [0] * len(SERIES_COLUMNS)
+        self.answered = [False] * len(SERIES_COLUMNS)
+        self.costs = array("d")
+        self._rx = getattr(nvml, "NVML_PCIE_UTIL_RX_BYTES", 1)
+        self._tx = getattr(nvml, "NVML_PCIE_UTIL_TX_BYTES", 0)
+        self._sm_clock = getattr(nvml, "NVML_CLOCK_SM", 1)
+
+    def _value(self, k: int, handle: Any, util: Any) -> float:
+        nvml = self.nvml
+        if k == 0:
+            return float(util.gpu)
+        if k == 1:
+            return float(util.memory)
+        if k == 2:
+            return float(nvml.nvmlDeviceGetPcieThroughput(handle, self._rx)) * 1024.0
+        if k == 3:
+            return float(nvml.nvmlDeviceGetPcieThroughput(handle, self._tx)) * 1024.0
+        if k == 4:
+            return float(nvml.nvmlDeviceGetPowerUsage(handle)) / 1000.0
+        if k == 5:
+            return float(nvml.nvmlDeviceGetClockInfo(handle, self._sm_clock))
+        return float(nvml.nvmlDeviceGetMemoryInfo(handle).used)
+
+    def read(self, handle: Any, util: Any) -> list[float]:
+        row = []
+        for k in range(len(SERIES_COLUMNS)):
+            if not self.answered[k] and self.fails[k] >= MAX_READING_FAILS:
+                row.append(math.nan)
+                continue
+            try:
+                if util is None and k < 2:
+                    raise LookupError("no utilisation this poll")
+                row.append(self._value(k, handle, util))
+                self.answered[k] = True
+                self.fails[k] = 0
+            except Exception:  # NotSupported, a driver hiccup: this reading only
+                row.append(math.nan)
+                self.fails[k] += 1
+        return row
+
+
 def visible_indices(count: int, env: str | None) -> list[int]:
     """The NVML device indices this process can use, from ``CUDA_VISIBLE_DEVICES``.
 
@@ -174,8 +279,16 @@ class GpuBusySampler:
         interval_s: float = 0.1,
         clock: Callable[[], float] = time.monotonic,
         capacity: int = MAX_SAMPLES,
+        series: bool = True,
     ) -> None:
         self.nvml = nvml
+        # the full NVML series (SM and memory utilisation, PCIe, power, clock, memory) of
+        # the first visible GPU, the one a single-GPU job uses; the busy figure still
+        # averages every visible GPU
+        self.want_series = series
+        self._series: SeriesBuffer | None = None
+        self._reader: SeriesReader | None = None
+        self.thread_cpu_s = 0.0  # the sampler thread's own CPU time, read as it exits
         self.interval_s = interval_s
         self.clock = clock
         self.capacity = capacity
@@ -232,6 +345,9 @@ class GpuBusySampler:
             return self._give_up("none: no visible GPU")
         if self._buffer is None:
             self._buffer = SampleBuffer(self.capacity)
+        if self.want_series and self._series is None:
+            self._series = SeriesBuffer(self.capacity)
+            self._reader = SeriesReader(nvml)
         self._stop_event = threading.Event()
         self._thread = threading.Thread(
             target=self._poll,
@@ -273,29 +389,70 @@ class GpuBusySampler:
         buffer: SampleBuffer,
     ) -> None:
         failed = 0
-        while not stop.wait(self.interval_s):
-            total = 0.0
-            answered = 0
-            with _nvml_lock:
-                for handle in handles:
-                    # anything a binding may raise: a traceback from this thread would land
-                    # in the middle of the user's training output
-                    try:
-                        total += float(nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
-                        answered += 1
-                    except Exception:
-                        pass
-            if not answered:
-                failed += 1
-                if failed >= MAX_FAILED_POLLS:
-                    self.status = "none: NVML gives no utilisation for these GPUs"
-                    return
-                continue
-            failed = 0
-            if stop.is_set():
-                return  # stop() may already be reading the buffer
-            with self._buffer_lock:
-                buffer.add(self.clock(), total / answered)
+        series, reader = self._series, self._reader
+        try:
+            while not stop.wait(self.interval_s):
+                began = time.perf_counter()
+                total = 0.0
+                answered = 0
+                first: Any = None
+                row: list[float] | None = None
+                with _nvml_lock:
+                    for i, handle in enumerate(handles):
+                        # anything a binding may raise: a traceback from this thread would
+                        # land in the middle of the user's training output
+                        try:
+                            util = nvml.nvmlDeviceGetUtilizationRates(handle)
+                            total += float(util.gpu)
+                            answered += 1
+                            if i == 0:
+                                first = util
+                        except Exception:
+                            pass
+                    if reader is not None:
+                        row = reader.read(handles[0], first)
+                if reader is not None and len(reader.costs) < MAX_COSTS:
+                    reader.costs.append(time.perf_counter() - began)
+                if not answered:
+                    failed += 1
+                    if failed >= MAX_FAILED_POLLS:
+                        self.status = "none: NVML gives no utilisation for these GPUs"
+                        return
+                    continue
+                failed = 0
+                if stop.is_set():
+                    return  # stop() may already be reading the buffer
+                with self._buffer_lock:
+                    t = self.clock()
+                    buffer.add(t, total / answered)
+                    if series is not None and row is not None:
+                        series.add(t, row)
+        finally:
+            self.thread_cpu_s = time.thread_time()
+
+    def series_columns(self, origin: float) -> tuple[dict[str, list[float | None]], int]:
+        """The NVML series as record columns, ``t`` in seconds from ``origin`` (a ``clock``
+        time), None where a reading did not answer; and the rows dropped by thinning.
+        Readings that never answered are left out."""
+        with self._buffer_lock:
+            buf, reader = self._series, self._reader
+            if buf is None or reader is None or buf.n == 0:
+                return {}, 0
+            n = buf.n
+            out: dict[str, list[float | None]] = {
+                "t": [round(x - origin, 6) for x in buf.times[:n]]
+            }
+            for name, col, ok in zip(SERIES_COLUMNS, buf.columns, reader.answered, strict=True):
+                if ok:
+                    out[name] = [None if math.isnan(v) else v for v in col[:n]]
+            return out, buf.dropped
+
+    def poll_seconds(self) -> float | None:
+        """The median host time of one poll, NVML calls included: the sampler's cost."""
+        reader = self._reader
+        if reader is None or not reader.costs:
+            return None
+        return float(sorted(reader.costs)[len(reader.costs) // 2])
 
     def _give_up(self, reason: str) -> bool:
         self._unavailable = True
@@ -309,6 +466,25 @@ class GpuBusySampler:
             nvml.nvmlShutdown()
 
 
+def series_record(sampler: GpuBusySampler, origin: float) -> GpuSeries | None:
+    """The sampler's NVML series for the record, times from ``origin`` (the run's start on
+    ``time.perf_counter``'s clock); None when nothing was sampled (no GPU, no NVML)."""
+    offset = sampler.clock() - time.perf_counter()  # the same instant on both clocks
+    columns, dropped = sampler.series_columns(origin + offset)
+    if not columns:
+        return None
+    index = sampler.devices[0] if sampler.devices else 0
+    return GpuSeries(
+        device_index=index,
+        interval_s=sampler.interval_s,
+        t0_host=0.0,
+        columns=columns,
+        poll_seconds=sampler.poll_seconds(),
+        rows_dropped=dropped,
+        status=f"nvml: GPU {index} at {1 / sampler.interval_s:.3g} Hz",
+    )
+
+
 def new_sampler() -> GpuBusySampler:
     """The sampler ``ioprobe.watch`` uses: real NVML, 10 Hz. Tests replace this function."""
     return GpuBusySampler()
@@ -319,4 +495,14 @@ def _reason(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-__all__ = ["GpuBusySampler", "SampleBuffer", "busy_fraction", "new_sampler", "visible_indices"]
+__all__ = [
+    "SERIES_COLUMNS",
+    "GpuBusySampler",
+    "SampleBuffer",
+    "SeriesBuffer",
+    "SeriesReader",
+    "busy_fraction",
+    "new_sampler",
+    "series_record",
+    "visible_indices",
+]

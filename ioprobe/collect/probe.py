@@ -17,6 +17,7 @@ from ioprobe import __version__
 from ioprobe.collect import cpu as cpu_mod
 from ioprobe.collect import dataset as ds_mod
 from ioprobe.collect import decode_paths as paths_mod
+from ioprobe.collect import gpu_sampler
 from ioprobe.collect import pcie as pcie_mod
 from ioprobe.collect import pipeline as pipe_mod
 from ioprobe.collect import storage as st_mod
@@ -181,11 +182,21 @@ class Probe:
         self.notes: list[str] = []
 
     def run(self) -> RunRecord:
+        """Every phase, with NVML sampled in the background throughout where there is a GPU."""
+        o = self.options
+        started = time.perf_counter()
+        sampler = gpu_sampler.new_sampler()
+        sampler.start()  # no GPU or NVML: False, and the record simply has no series
+        try:
+            record = self._pcie_only(started) if o.pcie_only else self._run(started)
+        finally:
+            sampler.stop()
+        record.gpu_series = gpu_sampler.series_record(sampler, started)
+        return record
+
+    def _run(self, started: float) -> RunRecord:
         o = self.options
         rep = self.reporter
-        started = time.perf_counter()
-        if o.pcie_only:
-            return self._pcie_only(started)
         rep.phase("listing")
         ds = ds_mod.resolve(o.target, seed=o.seed, storage_options=o.storage_options)
         prof = ds_mod.profile(

@@ -16,11 +16,13 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ioprobe.analysis.pcie import CopyRow
 from ioprobe.analysis.report import (
     ConsumerPoint,
     Findings,
     Heatmap,
     OperatorRow,
+    SeriesView,
     StageBar,
     SweepLine,
     Throughput,
@@ -28,6 +30,7 @@ from ioprobe.analysis.report import (
 )
 from ioprobe.record import RunRecord, to_plain
 from ioprobe.render.host import host_facts
+from ioprobe.render.units import gbps, size_label
 
 W = 760  # chart width in CSS pixels
 PALETTE = (
@@ -426,6 +429,54 @@ def _recs(f: Findings) -> str:
     return f'<ol id="recommendations" class="recs">{"".join(items)}</ol>'
 
 
+def series_section(v: SeriesView | None) -> str:
+    """NVML over the run: utilisation (SM, memory) and PCIe throughput on their own axes."""
+    if v is None:
+        return ""
+    util = line_chart(
+        v.t, [("SM", v.sm_util), ("memory", v.mem_util)], "seconds since the start", "utilisation %"
+    )
+    parts = ["<h2>GPU over time (NVML)</h2>", util]
+    if any(x is not None for x in v.pcie_rx_gbps + v.pcie_tx_gbps):
+        parts.append(
+            line_chart(
+                v.t,
+                [("host to device", v.pcie_rx_gbps), ("device to host", v.pcie_tx_gbps)],
+                "seconds since the start",
+                "PCIe GB/s",
+            )
+        )
+    binned = f", {len(v.t)} bins of consecutive readings" if len(v.t) < v.rows else ""
+    parts.append(
+        f'<p class="note">{v.rows:,} readings every {v.interval_s * 1e3:g} ms{binned}. '
+        "Utilisation is the share of time a kernel was running, not the share of SMs.</p>"
+    )
+    return "".join(parts)
+
+
+def copies_table(rows: Sequence[CopyRow]) -> str:
+    """The host-to-device probe's rates by copy size."""
+    if not rows:
+        return ""
+
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in ("copy size", "H2D pinned", "H2D pageable", "D2H pinned", "D2H pageable")
+    )
+    body = "".join(
+        f"<tr><td>{size_label(r.size_bytes)}</td><td>{gbps(r.h2d_pinned)}</td>"
+        f"<td>{gbps(r.h2d_pageable)}</td><td>{gbps(r.d2h_pinned)}</td>"
+        f"<td>{gbps(r.d2h_pageable)}</td></tr>"
+        for r in rows
+    )
+    return (
+        "<h2>Host-to-device copies (GB/s)</h2>"
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        '<p class="note">Median of 3 trials per size, timed with CUDA events on a stream of '
+        "the probe's own.</p>"
+    )
+
+
 def _short(rec: RunRecord) -> RunRecord:
     """The record less its long series: those are in the findings, reduced, and the full
     record is the JSON file."""
@@ -438,7 +489,7 @@ def _short(rec: RunRecord) -> RunRecord:
         watch = dataclasses.replace(watch, tracks=[], gpu_track=None, **empty)
     if pipeline is not None:
         pipeline = dataclasses.replace(pipeline, tracks=[])
-    return dataclasses.replace(rec, watch=watch, pipeline=pipeline)
+    return dataclasses.replace(rec, watch=watch, pipeline=pipeline, gpu_series=None)
 
 
 def _blob(rec: RunRecord, f: Findings) -> str:
@@ -484,6 +535,7 @@ def render_html(rec: RunRecord, f: Findings) -> str:
         sections += ["<h2>DALI operators</h2>", operators_table(f.operators)]
     if f.measurements:
         sections += [f"<h2>{e(f.measurements_title)}</h2>", _kv_table(f.measurements)]
+    sections += [x for x in (copies_table(f.copies), series_section(f.gpu_series)) if x]
     if f.kind in ("watch", "probe"):
         sections += [
             "<h2>Consumer timeline</h2>",

@@ -11,6 +11,7 @@ import html
 import re
 
 from ioprobe.analysis.report import Findings, rate
+from ioprobe.render.units import gbps, size_label
 
 # data never starts a line here, so only the characters that act mid-line need escaping
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
@@ -65,6 +66,15 @@ def render_markdown(f: Findings) -> str:
             f"| {md(r.name)} | {r.device} | {r.stage} | {r.cpu_ms:,.2f} | {r.wall_ms:,.2f} | "
             f"{r.cpu_share:.0%} |"
             for r in f.operators
+        ]
+        lines.append("")
+    if f.copies:
+        lines += ["| copy size | H2D pinned GB/s | H2D pageable | D2H pinned | D2H pageable |"]
+        lines += ["|--:|--:|--:|--:|--:|"]
+        lines += [
+            f"| {size_label(r.size_bytes)} | {gbps(r.h2d_pinned)} | {gbps(r.h2d_pageable)} | "
+            f"{gbps(r.d2h_pinned)} | {gbps(r.d2h_pageable)} |"
+            for r in f.copies
         ]
         lines.append("")
     if f.measurements:

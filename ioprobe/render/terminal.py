@@ -18,6 +18,7 @@ from ioprobe.analysis.report import (
     verdict,
 )
 from ioprobe.record import STAGE_NAMES, RunRecord
+from ioprobe.render.units import gbps, size_label
 
 __all__ = ["rate", "recommendations", "summary", "verdict"]
 
@@ -121,14 +122,6 @@ def _facts(facts: list[tuple[str, str]]) -> list[RenderableType]:
     return [Text(""), Text("Key measurements", style="bold"), grid]
 
 
-def _gbps(x: float | None) -> str:
-    return "-" if x is None else f"{x / 1e9:,.1f}"
-
-
-def _size(n: int) -> str:
-    return f"{n >> 20} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
-
-
 def copy_table(rows: list[CopyRow]) -> Table | None:
     """The host-to-device probe's rates by copy size, GB/s."""
     if not rows:
@@ -138,11 +131,11 @@ def copy_table(rows: list[CopyRow]) -> Table | None:
         t.add_column(col, justify="right")
     for r in rows:
         t.add_row(
-            _size(r.size_bytes),
-            _gbps(r.h2d_pinned),
-            _gbps(r.h2d_pageable),
-            _gbps(r.d2h_pinned),
-            _gbps(r.d2h_pageable),
+            size_label(r.size_bytes),
+            gbps(r.h2d_pinned),
+            gbps(r.h2d_pageable),
+            gbps(r.d2h_pinned),
+            gbps(r.d2h_pageable),
         )
     t.caption = "GB/s, median of 3 trials, CUDA events on a dedicated stream"
     return t

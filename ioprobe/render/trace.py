@@ -7,7 +7,8 @@ reads and time on the CPU, both summed over the batch's samples). A probe withou
 run has no per-batch timeline: its measurement phases are laid end to end on one track.
 A watch that recorded CUDA events adds a second process, the device's current stream: per
 step, the idle wait for its batch, its host-to-device copies and its work, on the device's
-clock, placed on the host's at each epoch's first batch.
+clock, placed on the host's at each epoch's first batch. Where NVML was sampled, a third
+process holds its readings as counter tracks (utilisation, PCIe, power, clock, memory).
 Times are microseconds from the first batch request.
 """
 
@@ -17,7 +18,7 @@ import json
 from typing import Any
 
 from ioprobe.analysis.report import coarsen, tracks_of
-from ioprobe.record import RunRecord, Track
+from ioprobe.record import GpuSeries, RunRecord, Track
 
 PID = 1
 GPU_PID = 2  # the device's timeline (CUDA events), its own process in the viewer
@@ -184,6 +185,48 @@ def _phase_events(rec: RunRecord) -> list[dict[str, Any]]:
     return out
 
 
+NVML_PID = 3  # the NVML series, counter tracks of their own process
+# counter track -> (series column, label in the viewer, scale from the record's unit)
+COUNTERS: tuple[tuple[str, tuple[tuple[str, str, float], ...]], ...] = (
+    ("GPU utilisation %", (("sm_util", "SM", 1.0), ("mem_util", "memory", 1.0))),
+    (
+        "PCIe GB/s",
+        (
+            ("pcie_rx_bytes_per_s", "host to device (RX)", 1e-9),
+            ("pcie_tx_bytes_per_s", "device to host (TX)", 1e-9),
+        ),
+    ),
+    ("power W", (("power_w", "power", 1.0),)),
+    ("SM clock MHz", (("sm_clock_mhz", "SM clock", 1.0),)),
+    ("GPU memory GiB", (("mem_used_bytes", "used", 1 / 2**30),)),
+)
+
+
+def _counter_events(series: GpuSeries) -> list[dict[str, Any]]:
+    """NVML readings as counter events ("ph": "C"), one track per kind of reading; a row
+    where a reading did not answer leaves that value out of its event."""
+    cols = series.columns
+    times = cols.get("t", [])
+    out: list[dict[str, Any]] = []
+    for name, parts in COUNTERS:
+        present = [(col, label, k) for col, label, k in parts if col in cols]
+        if not present:
+            continue
+        for i, t in enumerate(times):
+            if t is None:
+                continue
+            args = {
+                label: round(v * k, 4)
+                for col, label, k in present
+                if (v := cols[col][i]) is not None
+            }
+            if args:
+                out.append(
+                    {"name": name, "ph": "C", "pid": NVML_PID, "tid": 0, "ts": _us(t), "args": args}
+                )
+    return out
+
+
 def render_trace(rec: RunRecord) -> str:
     """The trace file's text: ``{"traceEvents": [...]}``, keys sorted."""
     tracks = tracks_of(rec)
@@ -232,7 +275,14 @@ def render_trace(rec: RunRecord) -> str:
         ):
             meta.append({"name": name, "ph": "M", "pid": GPU_PID, "tid": MAIN_TID, "args": args})
         events += _gpu_events(coarsen(gpu, MAX_ROWS))
-    events.sort(key=lambda ev: (ev["pid"], ev["tid"], ev["ts"], -ev["dur"]))
+    series = rec.gpu_series
+    if series is not None and series.columns.get("t"):
+        name = f"NVML: GPU {series.device_index}, every {series.interval_s * 1e3:g} ms"
+        meta.append(
+            {"name": "process_name", "ph": "M", "pid": NVML_PID, "tid": 0, "args": {"name": name}}
+        )
+        events += _counter_events(series)
+    events.sort(key=lambda ev: (ev["pid"], ev["tid"], ev["ts"], -ev.get("dur", 0.0)))
     doc = {
         "displayTimeUnit": "ms",
         "otherData": {

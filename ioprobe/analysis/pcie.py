@@ -106,6 +106,25 @@ def link_facts(rec: RunRecord) -> list[tuple[str, str]]:
     return out
 
 
+def disk_to_gpu_facts(rec: RunRecord) -> list[tuple[str, str]]:
+    """The disk-to-GPU path beside the stages it joins: its end-to-end rate, the storage
+    pass's rate on its own, and what cuFile did where kvikio was there."""
+    path = rec.stages.pcie.disk_to_gpu
+    if path is None:
+        return []
+    if path.bytes_per_s is None:
+        return [("disk→GPU", path.method)]
+    line = f"{path.bytes_per_s / 1e9:,.2f} GB/s end to end ({path.cache}, {path.method})"
+    storage = rec.stages.storage.read_bytes_per_s
+    if storage:
+        line += f"; storage alone {storage / 1e9:,.2f} GB/s"
+    if path.cufile_bytes_per_s is not None:
+        line += f"; cuFile {path.cufile_bytes_per_s / 1e9:,.2f} GB/s ({path.cufile})"
+    elif path.cufile:
+        line += f"; cuFile: {path.cufile}"
+    return [("disk→GPU", line)]
+
+
 def link_verdict(rec: RunRecord) -> str | None:
     """The verdict of a probe with no pipeline (``--pcie-only``); None for any other record."""
     pc = rec.stages.pcie
@@ -221,6 +240,7 @@ __all__ = [
     "copy_rows",
     "degraded",
     "degraded_link_rule",
+    "disk_to_gpu_facts",
     "link_facts",
     "link_label",
     "link_verdict",

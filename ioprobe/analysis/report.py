@@ -11,7 +11,13 @@ import itertools
 from dataclasses import dataclass, field
 
 from ioprobe.analysis.decode_paths import facts as decode_facts
-from ioprobe.analysis.pcie import CopyRow, copy_rows, link_facts, link_verdict
+from ioprobe.analysis.pcie import (
+    CopyRow,
+    copy_rows,
+    disk_to_gpu_facts,
+    link_facts,
+    link_verdict,
+)
 from ioprobe.collect.timeline import MERGE_RULES
 from ioprobe.record import (
     STAGE_NAMES,
@@ -573,6 +579,7 @@ def measurements(rec: RunRecord) -> list[tuple[str, str]]:
             )
     out += decode_facts(rec)
     out += link_facts(rec)
+    out += disk_to_gpu_facts(rec)
     out += series_facts(rec)
     p = rec.pipeline
     if p is not None:

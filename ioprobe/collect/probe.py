@@ -17,6 +17,7 @@ from ioprobe import __version__
 from ioprobe.collect import cpu as cpu_mod
 from ioprobe.collect import dataset as ds_mod
 from ioprobe.collect import decode_paths as paths_mod
+from ioprobe.collect import disk_to_gpu as d2g_mod
 from ioprobe.collect import gpu_sampler
 from ioprobe.collect import pcie as pcie_mod
 from ioprobe.collect import pipeline as pipe_mod
@@ -30,6 +31,7 @@ from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.errors import BadInputError, TargetError
 from ioprobe.record import (
     DatasetProfile,
+    DiskToGpu,
     GpuStage,
     HostInfo,
     PcieStage,
@@ -108,6 +110,8 @@ def _budget(
         shares["decode"] = 0.2  # DALI's paths, beside Pillow's in the cpu share
     if device:
         shares["pcie"] = 0.1  # the host-to-device probe: about 2 s on a healthy link
+        if not remote:
+            shares["disk_to_gpu"] = 0.1  # storage into pinned buffers and on to the device
     if remote:
         shares["cold"] += shares.pop("warm")  # one pass: no page cache to compare with
     else:
@@ -229,6 +233,8 @@ class Probe:
                 raise TargetError(f"{o.target}: {exc}") from None
             setattr(stages.storage, p, result)
         self._storage_capacity(stages.storage, prof.sample_bytes_mean)
+        if "disk_to_gpu" in budget:
+            stages.pcie.disk_to_gpu = self._disk_to_gpu(ds, budget["disk_to_gpu"], passes)
 
         # --loader dali: the CPU stage and the end-to-end run decode with Pillow, and the
         # DALI paths are measured beside it
@@ -265,7 +271,9 @@ class Probe:
         else:
             per_sample = stages.cpu.output_bytes_per_sample or prof.sample_bytes_mean
             basis = "decoded" if stages.cpu.output_bytes_per_sample else "file size"
+            path = stages.pcie.disk_to_gpu
             stages.pcie = self._measure_pcie(budget["pcie"], per_sample, basis)
+            stages.pcie.disk_to_gpu = path
         if dali:
             rep.phase("decode paths")
             stages.cpu.decode_paths = paths_mod.measure_paths(
@@ -337,6 +345,28 @@ class Probe:
         if self.options.copier is None:
             self.options.copier = open_copier()
         return self.options.copier
+
+    def _disk_to_gpu(self, ds: ds_mod.Dataset, budget_s: float, passes: list[str]) -> DiskToGpu:
+        """The disk-to-GPU path on a selection of the dataset, cold where the probe reads
+        cold, and cuFile beside it where kvikio is installed."""
+        copier = self._copier()
+        assert not isinstance(copier, str)
+        self.reporter.phase("disk to GPU")
+        selection = st_mod.select_entries(ds.entries, d2g_mod.MAX_BYTES, self.options.seed + 2)
+        try:
+            path = d2g_mod.measure_path(
+                copier, selection, budget_s * 0.7, "cold" in passes, reporter=self.reporter
+            )
+        except OSError as exc:
+            raise TargetError(f"{self.options.target}: {exc}") from None
+        path.cufile_bytes_per_s, path.cufile = d2g_mod.kvikio_read(
+            copier, selection, budget_s * 0.3
+        )
+        if path.bytes_per_s is not None:
+            self.reporter.result(
+                f"{path.bytes_per_s / 1e6:,.1f} MB/s end to end ({path.cache}, {path.method})"
+            )
+        return path
 
     def _pcie_unmeasured(self) -> PcieStage:
         c = self._copier()

@@ -390,9 +390,15 @@ class GpuBusySampler:
     ) -> None:
         failed = 0
         series, reader = self._series, self._reader
+        # polls on a fixed schedule: a poll takes tens of ms (NVML's PCIe throughput call
+        # measures over 20 ms each), and waiting a full interval after it would lower the rate
+        next_at = time.perf_counter() + self.interval_s
         try:
-            while not stop.wait(self.interval_s):
+            while not stop.wait(max(next_at - time.perf_counter(), 0.0)):
+                next_at += self.interval_s
                 began = time.perf_counter()
+                if began > next_at:
+                    next_at = began + self.interval_s  # fell behind: no burst to catch up
                 total = 0.0
                 answered = 0
                 first: Any = None

@@ -212,10 +212,11 @@ class Probe:
         rep.result(f"{prof.files} files, {prof.bytes / 1e6:.1f} MB, {prof.density} density")
         host = self._host(ds)
         usable = host.usable_cores or os.cpu_count() or 1
+        # CUDA starts here where there is a device (a second or more): before the split, so
+        # the phases share what is left after it
+        device = not isinstance(self._copier(), str)
         left = max(o.time_budget_s - (time.perf_counter() - started), 1.0)
-        budget = _budget(
-            left, ds.remote, o.passes, o.emulated, dali, not isinstance(self._copier(), str)
-        )
+        budget = _budget(left, ds.remote, o.passes, o.emulated, dali, device)
         stages = Stages(storage=StorageStage(), pcie=self._pcie_unmeasured())
 
         passes: list[str] = (

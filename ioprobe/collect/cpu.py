@@ -83,7 +83,9 @@ def measure_cpu(
     levels = list(levels or levels_for(usable_cores))
     ctx = mp.get_context("spawn")
     stage = CpuStage(loader=decoder_name, usable_cores=usable_cores)
-    per_level = max(budget_s / len(levels), 0.5)
+    # a floor keeps a level long enough to decode a few dozen images per worker; on a host
+    # of many cores a small budget is still spread over five or more levels
+    per_level = max(budget_s / len(levels), 0.3)
     with ctx.Pool(max(levels), initializer=_init, initargs=(decoder_name, payloads)) as pool:
         pool.map(_ready, range(max(levels)), chunksize=1)
         batch = 1

@@ -48,13 +48,17 @@ def test_the_path_delivers_every_byte_no_faster_than_its_slower_half(tmp_path: P
     host_sum = sum(
         int(np.frombuffer(Path(e.path).read_bytes(), np.uint8).sum(dtype=np.int64)) for e in entries
     )
-    # the read half alone, warm, single-threaded as the path reads
+    # the read half alone, warm, single-threaded as the path reads: the best of three
+    # passes (the first after writing can still meet writeback)
     buf = bytearray(4 * MIB)
-    t0 = time.perf_counter()
-    for e in entries:
-        with open(e.path, "rb", buffering=0) as fh:
-            fh.readinto(buf)
-    read_rate = 256 * MIB / (time.perf_counter() - t0)
+    rates = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for e in entries:
+            with open(e.path, "rb", buffering=0) as fh:
+                fh.readinto(buf)
+        rates.append(256 * MIB / (time.perf_counter() - t0))
+    read_rate = max(rates)
     copy_rate = bare_rate(d2g.BUFFER, True, "h2d")
     copier = open_copier()
     assert isinstance(copier, TorchCopier)

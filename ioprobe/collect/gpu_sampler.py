@@ -62,6 +62,15 @@ os.register_at_fork(
 )
 
 
+def _halve(times: array[float], columns: Sequence[array[float]], capacity: int) -> int:
+    """Keep every other row of a full buffer in its first half; the rows now in use."""
+    half = capacity // 2
+    times[:half] = times[0:capacity:2]
+    for col in columns:
+        col[:half] = col[0:capacity:2]
+    return half
+
+
 class SampleBuffer:
     """(timestamp, value) pairs in two preallocated arrays of ``capacity`` slots.
 
@@ -87,10 +96,7 @@ class SampleBuffer:
         if i % self.stride:
             return
         if self.n == self.capacity:
-            half = self.capacity // 2
-            self.times[:half] = self.times[0 : self.capacity : 2]
-            self.values[:half] = self.values[0 : self.capacity : 2]
-            self.n = half
+            self.n = _halve(self.times, [self.values], self.capacity)
             self.stride *= 2
         self.times[self.n] = t
         self.values[self.n] = value
@@ -136,11 +142,7 @@ class SeriesBuffer:
         if i % self.stride:
             return
         if self.n == self.capacity:
-            half = self.capacity // 2
-            self.times[:half] = self.times[0 : self.capacity : 2]
-            for col in self.columns:
-                col[:half] = col[0 : self.capacity : 2]
-            self.n = half
+            self.n = _halve(self.times, self.columns, self.capacity)
             self.stride *= 2
         self.times[self.n] = t
         for col, value in zip(self.columns, row, strict=True):

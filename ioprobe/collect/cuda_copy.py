@@ -10,6 +10,8 @@ Torch is imported only by ``open_copier``: the core of ioprobe never imports it.
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 Direction = Literal["h2d", "d2h"]
@@ -83,11 +85,23 @@ class TorchCopier:
         return float(begin.elapsed_time(end)) / 1e3
 
 
+def _gpu_device_nodes() -> bool:
+    """Whether this Linux host shows an NVIDIA device node (or WSL2's GPU node) at all; on
+    other systems, assume it may and let torch decide."""
+    if not sys.platform.startswith("linux"):
+        return True
+    dev = Path("/dev")
+    return any(dev.glob("nvidia[0-9]*")) or (dev / "dxg").exists()
+
+
 def open_copier(index: int | None = None) -> Copier | str:
     """A copier on CUDA device ``index`` (the current device when None), or why there is none.
 
     "No GPU" is a normal answer on a CPU machine, so it is returned as a reason, not raised.
     """
+    if not _gpu_device_nodes():
+        # importing torch to learn that there is no GPU costs 1-2 s of every probe
+        return "not measured: no CUDA device"
     try:
         import torch
     except ImportError:

@@ -51,6 +51,11 @@ def main() -> None:
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
             opt.step()
+    if device is not None:
+        # how much of the GPU a step fills with its data already there: a forward pass on
+        # the last batch, so the model is left as trained (feeds the MPS/MIG advice)
+        with torch.no_grad():
+            loader.measure_gpu_alone(model, x)
     loader.run.save("watch_run.json")
     from rich.console import Console
 

@@ -217,8 +217,10 @@ def _mean(values: list[float | None]) -> float | None:
 def series_facts(rec: RunRecord) -> list[tuple[str, str]]:
     """One key-measurements line for the NVML series: means and peaks, rate and cost."""
     s = rec.gpu_series
-    if s is None or not s.columns.get("t"):
+    if s is None:
         return []
+    if not s.columns.get("t"):
+        return [("NVML", s.status)]  # sampled, nothing came: say why
     cols = s.columns
     parts = []
     sm = _mean(cols.get("sm_util", []))
@@ -231,7 +233,10 @@ def series_facts(rec: RunRecord) -> list[tuple[str, str]]:
     if power is not None:
         parts.append(f"{power:.0f} W mean")
     rate_hz = f"{1 / s.interval_s:.3g} Hz, {len(cols['t']):,} rows"
-    cost = f", {s.poll_seconds * 1e3:.2f} ms per poll" if s.poll_seconds is not None else ""
+    cost = ""
+    if s.poll_seconds is not None:  # µs for a stand-in or a fast driver, ms for a real GPU
+        p = s.poll_seconds
+        cost = f", {p * 1e6:.0f} µs per poll" if p < 1e-3 else f", {p * 1e3:.1f} ms per poll"
     return [("NVML", "; ".join(parts) + f" ({rate_hz}{cost})")]
 
 

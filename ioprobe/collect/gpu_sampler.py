@@ -421,7 +421,10 @@ class GpuBusySampler:
                         row = reader.read(handles[0], first)
                 if reader is not None and len(reader.costs) < MAX_COSTS:
                     reader.costs.append(time.perf_counter() - began)
-                if not answered:
+                # a MIG-mode or virtual GPU may refuse utilisation yet give power, clocks,
+                # memory and PCIe: the series goes on without the busy figure
+                has_row = row is not None and not all(map(math.isnan, row))
+                if not answered and not has_row:
                     failed += 1
                     if failed >= MAX_FAILED_POLLS:
                         self.status = "none: NVML gives no utilisation for these GPUs"
@@ -432,8 +435,9 @@ class GpuBusySampler:
                     return  # stop() may already be reading the buffer
                 with self._buffer_lock:
                     t = self.clock()
-                    buffer.add(t, total / answered)
-                    if series is not None and row is not None:
+                    if answered:
+                        buffer.add(t, total / answered)
+                    if series is not None and row is not None and has_row:
                         series.add(t, row)
         finally:
             self.thread_cpu_s = time.thread_time()
@@ -454,6 +458,13 @@ class GpuBusySampler:
                 if ok:
                     out[name] = [None if math.isnan(v) else v for v in col[:n]]
             return out, buf.dropped
+
+    def unanswered(self) -> list[str]:
+        """The series' readings the device never gave (left out of the columns)."""
+        reader = self._reader
+        if reader is None:
+            return []
+        return [n for n, ok in zip(SERIES_COLUMNS, reader.answered, strict=True) if not ok]
 
     def poll_seconds(self) -> float | None:
         """The median host time of one poll, NVML calls included: the sampler's cost."""
@@ -476,12 +487,27 @@ class GpuBusySampler:
 
 def series_record(sampler: GpuBusySampler, origin: float) -> GpuSeries | None:
     """The sampler's NVML series for the record, times from ``origin`` (the run's start on
-    ``time.perf_counter``'s clock); None when nothing was sampled (no GPU, no NVML)."""
+    ``time.perf_counter``'s clock).
+
+    None where no series was attempted: no nvidia-ml-py, no driver, no visible GPU, or a
+    sampler made without one. Where a GPU was sampled but gave no row (a run shorter than one
+    poll, a device that refused every reading) the series is there with no columns and its
+    ``status`` says why, so a report can tell "not sampled" from "sampled, nothing came".
+    """
+    if not sampler.want_series or sampler.gpus == 0:
+        return None
     offset = sampler.clock() - time.perf_counter()  # the same instant on both clocks
     columns, dropped = sampler.series_columns(origin + offset)
-    if not columns:
-        return None
     index = sampler.devices[0] if sampler.devices else 0
+    rate = f"{1 / sampler.interval_s:.3g} Hz"
+    if not columns:
+        why = sampler.status if sampler.status.startswith("none: ") else "no reading in the run"
+        status = f"nvml: GPU {index} at {rate}, nothing recorded ({why.removeprefix('none: ')})"
+    else:
+        refused = sampler.unanswered()
+        status = f"nvml: GPU {index} at {rate}" + (
+            f"; not given by this device: {', '.join(refused)}" if refused else ""
+        )
     return GpuSeries(
         device_index=index,
         interval_s=sampler.interval_s,
@@ -489,13 +515,32 @@ def series_record(sampler: GpuBusySampler, origin: float) -> GpuSeries | None:
         columns=columns,
         poll_seconds=sampler.poll_seconds(),
         rows_dropped=dropped,
-        status=f"nvml: GPU {index} at {1 / sampler.interval_s:.3g} Hz",
+        status=status,
     )
 
 
+RATE_ENV = "IOPROBE_NVML_HZ"  # the series' rate, 10 to 20 polls a second
+DEFAULT_HZ, MIN_HZ, MAX_HZ = 10.0, 10.0, 20.0
+
+
+def interval_from_env(value: str | None) -> float:
+    """Seconds between polls for a rate given as text (``IOPROBE_NVML_HZ``), clamped to
+    ``MIN_HZ``..``MAX_HZ``; unset or unreadable is ``DEFAULT_HZ``. Below 10 Hz the series
+    misses the short stalls it is for; above 20 Hz a poll (tens of ms on a GPU, two PCIe
+    throughput reads of 20 ms each) would no longer fit in its interval."""
+    try:
+        hz = float(value) if value and value.strip() else DEFAULT_HZ
+    except ValueError:
+        hz = DEFAULT_HZ
+    if not math.isfinite(hz):
+        hz = DEFAULT_HZ
+    return 1.0 / min(max(hz, MIN_HZ), MAX_HZ)
+
+
 def new_sampler() -> GpuBusySampler:
-    """The sampler ``ioprobe.watch`` uses: real NVML, 10 Hz. Tests replace this function."""
-    return GpuBusySampler()
+    """The sampler ``ioprobe.watch`` and the probe use: real NVML, 10 Hz unless
+    ``IOPROBE_NVML_HZ`` says otherwise. Tests replace this function."""
+    return GpuBusySampler(interval_s=interval_from_env(os.environ.get(RATE_ENV)))
 
 
 def _reason(exc: BaseException) -> str:
@@ -510,6 +555,7 @@ __all__ = [
     "SeriesBuffer",
     "SeriesReader",
     "busy_fraction",
+    "interval_from_env",
     "new_sampler",
     "series_record",
     "visible_indices",

@@ -433,10 +433,16 @@ def series_section(v: SeriesView | None) -> str:
     """NVML over the run: utilisation (SM, memory) and PCIe throughput on their own axes."""
     if v is None:
         return ""
-    util = line_chart(
-        v.t, [("SM", v.sm_util), ("memory", v.mem_util)], "seconds since the start", "utilisation %"
-    )
-    parts = ["<h2>GPU over time (NVML)</h2>", util]
+    parts = ["<h2>GPU over time (NVML)</h2>", '<div id="gpu-series">']
+    if any(x is not None for x in v.sm_util + v.mem_util):  # MIG mode gives no utilisation
+        parts.append(
+            line_chart(
+                v.t,
+                [("SM", v.sm_util), ("memory", v.mem_util)],
+                "seconds since the start",
+                "utilisation %",
+            )
+        )
     if any(x is not None for x in v.pcie_rx_gbps + v.pcie_tx_gbps):
         parts.append(
             line_chart(
@@ -446,10 +452,12 @@ def series_section(v: SeriesView | None) -> str:
                 "PCIe GB/s",
             )
         )
+    if any(x is not None for x in v.power_w):
+        parts.append(line_chart(v.t, [("power", v.power_w)], "seconds since the start", "W"))
     binned = f", {len(v.t)} bins of consecutive readings" if len(v.t) < v.rows else ""
     parts.append(
         f'<p class="note">{v.rows:,} readings every {v.interval_s * 1e3:g} ms{binned}. '
-        "Utilisation is the share of time a kernel was running, not the share of SMs.</p>"
+        "Utilisation is the share of time a kernel was running, not the share of SMs.</p></div>"
     )
     return "".join(parts)
 

@@ -7,7 +7,6 @@ import itertools
 import json
 import math
 import time
-import types
 from pathlib import Path
 from typing import Any
 
@@ -27,56 +26,7 @@ from ioprobe.collect.gpu_sampler import (
 from ioprobe.record import RunRecord
 from ioprobe.render.trace import render_trace
 from tests.fixtures.datasets import SleepDataset
-
-
-class NotSupported(Exception):
-    pass
-
-
-class ScriptedNvml:
-    """One GPU whose readings are whatever the attributes hold; a name in ``refuse`` raises
-    NotSupported every time, as MIG slices and virtual GPUs do for some readings."""
-
-    NVMLError = NotSupported
-    NVML_PCIE_UTIL_TX_BYTES = 0
-    NVML_PCIE_UTIL_RX_BYTES = 1
-    NVML_CLOCK_SM = 1
-
-    def __init__(self, refuse: tuple[str, ...] = ()) -> None:
-        self.refuse = refuse
-        self.sm, self.mem = 63.0, 21.0
-        self.rx_kb, self.tx_kb = 2_000_000, 500
-        self.mw, self.mhz, self.used = 310_500, 1980, 5 << 30
-
-    def _check(self, name: str) -> None:
-        if name in self.refuse:
-            raise NotSupported(name)
-
-    def nvmlInit(self) -> None: ...
-    def nvmlShutdown(self) -> None: ...
-    def nvmlDeviceGetCount(self) -> int:
-        return 1
-
-    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
-        return i
-
-    def nvmlDeviceGetUtilizationRates(self, h: int) -> Any:
-        return types.SimpleNamespace(gpu=self.sm, memory=self.mem)
-
-    def nvmlDeviceGetPcieThroughput(self, h: int, counter: int) -> int:
-        self._check("pcie")
-        return self.rx_kb if counter == self.NVML_PCIE_UTIL_RX_BYTES else self.tx_kb
-
-    def nvmlDeviceGetPowerUsage(self, h: int) -> int:
-        self._check("power")
-        return self.mw
-
-    def nvmlDeviceGetClockInfo(self, h: int, clock: int) -> int:
-        assert clock == self.NVML_CLOCK_SM
-        return self.mhz
-
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
-        return types.SimpleNamespace(used=self.used)
+from tests.fixtures.scripted_nvml import NotSupported, ScriptedNvml
 
 
 def sampled(nvml: ScriptedNvml, seconds: float = 0.15, **kw: Any) -> GpuBusySampler:
@@ -242,3 +192,93 @@ def test_a_long_series_is_binned_to_at_most_400_points_with_means() -> None:
     assert all(v is not None and 0.0 <= v <= 100.0 for v in view.sm_util)
     assert sum(v or 0.0 for v in view.sm_util) / 400 == pytest.approx(50.0, abs=1.0)
     assert view.pcie_rx_gbps == [None] * 400  # not sampled: no line, not zeros
+
+
+# -- devices that give part of the series, or none of it ------------------------------------
+
+
+def _sampler_threads() -> list[str]:
+    import threading
+
+    return [t.name for t in threading.enumerate() if t.name == "ioprobe-gpu-sampler"]
+
+
+def test_a_gpu_that_refuses_utilisation_keeps_its_other_readings_and_the_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a MIG-mode GPU: no utilisation, but power, clocks, memory and PCIe answer
+    monkeypatch.setattr(gpu_sampler, "MAX_FAILED_POLLS", 3)
+    s = GpuBusySampler(ScriptedNvml(refuse=("util",)), interval_s=0.002)
+    assert s.start()
+    time.sleep(0.1)  # about 50 polls: far past MAX_FAILED_POLLS
+    assert s.running and _sampler_threads()  # the thread did not give up
+    s.stop()
+    cols, _ = s.series_columns(0.0)
+    assert "sm_util" not in cols and "mem_util" not in cols
+    assert set(cols["power_w"]) == {310.5} and set(cols["sm_clock_mhz"]) == {1980.0}
+    assert len(s.samples()[0]) == 0  # no busy figure without utilisation
+    rec = series_record(s, 0.0)
+    assert rec is not None
+    assert rec.status.endswith("not given by this device: sm_util, mem_util")
+
+
+def test_a_gpu_that_gives_nothing_records_an_empty_series_that_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ioprobe.analysis.report import gpu_series_view, series_facts
+    from ioprobe.record import DatasetProfile, HostInfo
+
+    monkeypatch.setattr(gpu_sampler, "MAX_FAILED_POLLS", 3)
+    everything = ("util", "pcie", "power", "clock", "memory")
+    s = GpuBusySampler(ScriptedNvml(refuse=everything), interval_s=0.002)
+    assert s.start()
+    deadline = time.monotonic() + 5
+    while _sampler_threads() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert not _sampler_threads()  # gave up: polling on would only spin
+    s.stop()
+    series = series_record(s, 0.0)
+    assert series is not None and series.columns == {}
+    assert series.status == (
+        "nvml: GPU 0 at 500 Hz, nothing recorded (NVML gives no utilisation for these GPUs)"
+    )
+    rec = RunRecord(kind="watch", host=HostInfo(), dataset=DatasetProfile(target="x"))
+    rec.gpu_series = series
+    assert series_facts(rec) == [("NVML", series.status)]
+    assert gpu_series_view(rec) is None
+    assert not [e for e in json.loads(render_trace(rec))["traceEvents"] if e["ph"] == "C"]
+
+
+def test_the_rate_is_10_hz_unless_set_and_stays_within_10_to_20_hz(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ioprobe.collect.gpu_sampler import interval_from_env
+
+    assert interval_from_env(None) == pytest.approx(0.1)
+    assert interval_from_env("") == pytest.approx(0.1)
+    assert interval_from_env("15") == pytest.approx(1 / 15)
+    assert interval_from_env("100") == pytest.approx(0.05)  # clamped to 20 Hz
+    assert interval_from_env("1") == pytest.approx(0.1)  # clamped to 10 Hz
+    assert interval_from_env("fast") == pytest.approx(0.1)
+    assert interval_from_env("nan") == pytest.approx(0.1)
+    monkeypatch.setenv(gpu_sampler.RATE_ENV, "20")
+    assert gpu_sampler.new_sampler().interval_s == pytest.approx(0.05)
+
+
+def test_a_probe_samples_throughout_with_the_stand_in_and_stops_the_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ioprobe.collect.probe import Probe, ProbeOptions
+
+    nvml = ScriptedNvml()
+    monkeypatch.setattr(gpu_sampler, "new_sampler", lambda: GpuBusySampler(nvml, interval_s=0.01))
+    started = time.perf_counter()
+    rec = Probe(ProbeOptions(target=str(Path(__file__)), loader="raw", time_budget_s=2)).run()
+    took = time.perf_counter() - started
+    assert not _sampler_threads() and nvml.init_calls == nvml.shutdown_calls == 1
+    series = rec.gpu_series
+    assert series is not None and series.status == "nvml: GPU 0 at 100 Hz"
+    t = series.columns["t"]
+    assert set(series.columns["pcie_rx_bytes_per_s"]) == {2_000_000 * 1024.0}
+    # from the probe's first phase to its last: the whole probe, not a part of it
+    assert 0 <= t[0] < 0.5 and took - 0.5 < t[-1] <= took

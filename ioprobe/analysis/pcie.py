@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ioprobe.analysis.model import PipelineFindings
+from ioprobe.capacity import single_thread_rate
 from ioprobe.record import CopyPoint, PcieLink, Recommendation, RunRecord
 
 # Below this share of the link's theoretical rate, pinned copies point at something other
@@ -106,6 +107,18 @@ def link_facts(rec: RunRecord) -> list[tuple[str, str]]:
     return out
 
 
+def _storage_beside(rec: RunRecord, cold: bool) -> str | None:
+    """The storage pass's rate to set beside the path: one thread, as the path reads, in the
+    same page-cache state where that pass ran; the best rate where no one-thread level is."""
+    st = rec.stages.storage
+    one = single_thread_rate(st, cold)
+    if one is not None:
+        return f"{one[0] / 1e9:,.2f} GB/s ({one[1]}, 1 thread as the path reads)"
+    if st.read_bytes_per_s:
+        return f"{st.read_bytes_per_s / 1e9:,.2f} GB/s"
+    return None
+
+
 def disk_to_gpu_facts(rec: RunRecord) -> list[tuple[str, str]]:
     """The disk-to-GPU path beside the stages it joins: its end-to-end rate, the storage
     pass's rate on its own, and what cuFile did where kvikio was there."""
@@ -115,9 +128,9 @@ def disk_to_gpu_facts(rec: RunRecord) -> list[tuple[str, str]]:
     if path.bytes_per_s is None:
         return [("disk→GPU", path.method)]
     line = f"{path.bytes_per_s / 1e9:,.2f} GB/s end to end ({path.cache}, {path.method})"
-    storage = rec.stages.storage.read_bytes_per_s
+    storage = _storage_beside(rec, path.cache == "cold")
     if storage:
-        line += f"; storage alone {storage / 1e9:,.2f} GB/s"
+        line += f"; storage alone {storage}"
     if path.cufile_bytes_per_s is not None:
         line += f"; cuFile {path.cufile_bytes_per_s / 1e9:,.2f} GB/s ({path.cufile})"
     elif path.cufile:

@@ -234,8 +234,8 @@ class Probe:
                 raise TargetError(f"{o.target}: {exc}") from None
             setattr(stages.storage, p, result)
         self._storage_capacity(stages.storage, prof.sample_bytes_mean)
-        if "disk_to_gpu" in budget:
-            stages.pcie.disk_to_gpu = self._disk_to_gpu(ds, budget["disk_to_gpu"], passes)
+        if device:
+            stages.pcie.disk_to_gpu = self._disk_to_gpu(ds, budget, passes, stages.storage)
 
         # --loader dali: the CPU stage and the end-to-end run decode with Pillow, and the
         # DALI paths are measured beside it
@@ -347,25 +347,36 @@ class Probe:
             self.options.copier = open_copier()
         return self.options.copier
 
-    def _disk_to_gpu(self, ds: ds_mod.Dataset, budget_s: float, passes: list[str]) -> DiskToGpu:
-        """The disk-to-GPU path on a selection of the dataset, cold where the probe reads
-        cold, and cuFile beside it where kvikio is installed."""
+    def _disk_to_gpu(
+        self, ds: ds_mod.Dataset, budget: dict[str, float], passes: list[str], st: StorageStage
+    ) -> DiskToGpu:
+        """The disk-to-GPU path, cold where the probe reads cold, with cuFile beside it where
+        kvikio is installed (collect/disk_to_gpu.py); a remote target says why it has none."""
         copier = self._copier()
         assert not isinstance(copier, str)
         self.reporter.phase("disk to GPU")
-        selection = st_mod.select_entries(ds.entries, d2g_mod.MAX_BYTES, self.options.seed + 2)
-        try:
-            path = d2g_mod.measure_path(
-                copier, selection, budget_s * 0.7, "cold" in passes, reporter=self.reporter
-            )
-        except OSError as exc:
-            raise TargetError(f"{self.options.target}: {exc}") from None
-        path.cufile_bytes_per_s, path.cufile = d2g_mod.kvikio_read(
-            copier, selection, budget_s * 0.3
+        cold = "cold" in passes
+        path = d2g_mod.run_path(
+            copier,
+            ds.entries,
+            remote=ds.remote,
+            budget_s=budget.get("disk_to_gpu", 0.0),
+            cold=cold,
+            storage=st,
+            seed=self.options.seed + 2,
+            reporter=self.reporter,
         )
-        if path.bytes_per_s is not None:
+        if path.bytes_per_s is None:
+            self.reporter.result(path.method)
+        else:
+            cufile = (
+                f"cuFile {path.cufile_bytes_per_s / 1e6:,.1f} MB/s"
+                if path.cufile_bytes_per_s
+                else f"cuFile: {path.cufile}"
+            )
             self.reporter.result(
-                f"{path.bytes_per_s / 1e6:,.1f} MB/s end to end ({path.cache}, {path.method})"
+                f"{path.bytes_per_s / 1e6:,.1f} MB/s end to end ({path.cache}, {path.method}); "
+                + cufile
             )
         return path
 

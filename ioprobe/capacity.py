@@ -3,7 +3,9 @@ analysis (a ground-floor module: it imports only the record)."""
 
 from __future__ import annotations
 
-from ioprobe.record import StorageStage
+from collections.abc import Sequence
+
+from ioprobe.record import CopyPoint, StorageStage
 
 
 def single_thread_rate(storage: StorageStage, cold: bool) -> tuple[float, str] | None:
@@ -18,4 +20,11 @@ def single_thread_rate(storage: StorageStage, cold: bool) -> tuple[float, str] |
     return None
 
 
-__all__ = ["single_thread_rate"]
+def peak_copy_rate(copies: Sequence[CopyPoint], direction: str, memory: str) -> float | None:
+    """The fastest measured copy of one direction and kind of host memory, over all sizes:
+    what the link carries at best (the probe's efficiency, the reports' headline rate)."""
+    rates = [c.bytes_per_s for c in copies if c.direction == direction and c.memory == memory]
+    return max(rates) if rates else None
+
+
+__all__ = ["peak_copy_rate", "single_thread_rate"]

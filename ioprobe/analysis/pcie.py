@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ioprobe.analysis.model import PipelineFindings
-from ioprobe.capacity import single_thread_rate
-from ioprobe.record import CopyPoint, PcieLink, Recommendation, RunRecord
+from ioprobe.capacity import peak_copy_rate, single_thread_rate
+from ioprobe.record import PcieLink, Recommendation, RunRecord
 
 # Below this share of the link's theoretical rate, pinned copies point at something other
 # than the link itself (an IOMMU, a PCIe switch shared with other devices, a NUMA hop).
@@ -46,11 +46,6 @@ def copy_rows(rec: RunRecord) -> list[CopyRow]:
         )
         for s in sizes
     ]
-
-
-def peak(copies: list[CopyPoint], direction: str, memory: str) -> float | None:
-    rates = [c.bytes_per_s for c in copies if c.direction == direction and c.memory == memory]
-    return max(rates) if rates else None
 
 
 def degraded(link: PcieLink | None) -> bool:
@@ -92,8 +87,8 @@ def link_facts(rec: RunRecord) -> list[tuple[str, str]]:
     parts = []
     for direction, name in (("h2d", "host→device"), ("d2h", "device→host")):
         pinned, pageable = (
-            peak(pc.copies, direction, "pinned"),
-            peak(pc.copies, direction, "pageable"),
+            peak_copy_rate(pc.copies, direction, "pinned"),
+            peak_copy_rate(pc.copies, direction, "pageable"),
         )
         if pinned is None:
             continue
@@ -143,7 +138,7 @@ def link_verdict(rec: RunRecord) -> str | None:
     pc = rec.stages.pcie
     if any(rec.stages.capacities().values()) or not pc.copies:
         return None
-    pinned = peak(pc.copies, "h2d", "pinned") or 0.0
+    pinned = peak_copy_rate(pc.copies, "h2d", "pinned") or 0.0
     line = f"host-to-device: pinned copies reach {pinned / 1e9:.1f} GB/s"
     if pc.link is not None:
         line += f" on a {link_label(pc.link)} link"

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ioprobe.capacity import peak_copy_rate
 from ioprobe.collect.cuda_copy import Copier, Direction
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.record import CopyPoint, PcieLink, PcieStage
@@ -228,7 +229,7 @@ def pcie_stage(
     advice. ``basis`` says whether ``per_sample`` is the decoded size or the file size.
     """
     stage = PcieStage(method="not measured: no copies completed", link=link, copies=list(points))
-    top = best(points, "h2d", "pinned")
+    top = peak_copy_rate(points, "h2d", "pinned")
     if link is not None and link.theoretical_bytes_per_s and top:
         stage.efficiency = top / link.theoretical_bytes_per_s
     if not points:
@@ -248,14 +249,8 @@ def pcie_stage(
     return stage
 
 
-def best(points: Sequence[CopyPoint], direction: Direction, memory: str) -> float | None:
-    rates = [p.bytes_per_s for p in points if p.direction == direction and p.memory == memory]
-    return max(rates) if rates else None
-
-
 __all__ = [
     "SIZES",
-    "best",
     "link_rate",
     "make_link",
     "measure_copies",

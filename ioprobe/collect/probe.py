@@ -234,8 +234,7 @@ class Probe:
                 raise TargetError(f"{o.target}: {exc}") from None
             setattr(stages.storage, p, result)
         self._storage_capacity(stages.storage, prof.sample_bytes_mean)
-        if device:
-            stages.pcie.disk_to_gpu = self._disk_to_gpu(ds, budget, passes, stages.storage)
+        path = self._disk_to_gpu(ds, budget, passes, stages.storage) if device else None
 
         # --loader dali: the CPU stage and the end-to-end run decode with Pillow, and the
         # DALI paths are measured beside it
@@ -267,12 +266,9 @@ class Probe:
 
         stages.cpu.output_bytes_per_sample = cpu_mod.output_bytes(loader, payloads)
         stages.gpu = self._gpu_stage()
-        if isinstance(self._copier(), str):
-            pass  # no device: the pcie stage keeps its reason
-        else:
+        if device:  # without one the pcie stage keeps its reason
             per_sample = stages.cpu.output_bytes_per_sample or prof.sample_bytes_mean
             basis = "decoded" if stages.cpu.output_bytes_per_sample else "file size"
-            path = stages.pcie.disk_to_gpu
             stages.pcie = self._measure_pcie(budget["pcie"], per_sample, basis)
             stages.pcie.disk_to_gpu = path
         if dali:

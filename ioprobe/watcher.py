@@ -168,12 +168,21 @@ class WatchCollector:
 
     # -- hot path: one call per batch -------------------------------------------------------
     def begin_epoch(self) -> None:
+        if self._cur is not None:
+            # a new pass began before the last one ended: Lightning asks for the next
+            # epoch's iterator after taking len(loader) batches, and drops the old one later
+            self.end_epoch(None)
         self._cur = WatchEpoch(index=len(self.epochs))
         self.epochs.append(self._cur)
         self._prev_arrival = 0
         self._cpu_start = time.process_time()
         self._start_gpu_sampler()
         _ACTIVE.append(self)
+
+    @property
+    def current(self) -> WatchEpoch | None:
+        """The epoch being iterated, None between passes."""
+        return self._cur
 
     def use_device(self, backend: EventBackend | None) -> GpuTimeline | None:
         """Begin the device timeline with ``backend``'s events, unless one runs already."""
@@ -590,9 +599,12 @@ class Watched:
     def __iter__(self) -> Any:
         self._run = None
         self._collector.begin_epoch()
+        epoch = self._collector.current
 
         def end(error: BaseException | None) -> None:
-            self._collector.end_epoch(error)
+            # an iterator closed after a newer one began must not end the newer one's epoch
+            if self._collector.current is epoch:
+                self._collector.end_epoch(error)
             self._run = None
 
         # CUDA events when batches go to a CUDA device or the model is on one already

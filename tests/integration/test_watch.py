@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import time
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from tests.fixtures.datasets import (
     HttpDataset,
     MeteredHttpDataset,
     RangeIterable,
+    SleepDataset,
 )
 from tests.servers import ThrottledHTTPServer, make_files
 
@@ -190,3 +192,29 @@ def test_memory_stays_bounded_past_the_exact_limit(monkeypatch: pytest.MonkeyPat
 def test_watching_something_else_is_a_clear_error() -> None:
     with pytest.raises(BadInputError, match="cannot watch a list"):
         ioprobe.watch([1, 2, 3])
+
+
+def test_a_new_pass_begun_before_the_last_iterator_is_dropped_ends_the_old_epoch_only() -> None:
+    # Lightning's fit loop takes len(loader) batches without reaching StopIteration, asks for
+    # the next epoch's iterator, and the old one is closed later: the late close must not end
+    # the new epoch, and the watched loader must hand out the same batches as the plain one
+    def loader() -> DataLoader[torch.Tensor]:
+        return DataLoader(SleepDataset(48, 0.0, 16), batch_size=8, num_workers=1)
+
+    plain = loader()
+    expected = [b.clone() for _ in range(2) for b in plain]
+    watched = ioprobe.watch(loader())
+    got = []
+    first = iter(watched)
+    for _ in range(len(watched)):
+        got.append(next(first))
+    second = iter(watched)
+    del first
+    gc.collect()  # the old generator closes now, after the new pass began
+    got += [b.clone() for b in second]
+    assert len(got) == len(expected) and all(
+        torch.equal(a, b) for a, b in zip(got, expected, strict=True)
+    )
+    rec = watched.run
+    assert [e.batches for e in rec.watch.epochs] == [6, 6]
+    assert all(e.error is None for e in rec.watch.epochs)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
 import time
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -99,7 +98,7 @@ class UtilActivity:
 
 def open_activity(cuda_index: int, nvml: Any = None) -> SmActivity | str:
     """The best SM activity reader for CUDA device ``cuda_index``, or why there is none."""
-    from ioprobe.collect.gpu_sampler import visible_indices
+    from ioprobe.collect.gpu_sampler import cuda_handle
 
     try:
         if nvml is None:
@@ -108,10 +107,9 @@ def open_activity(cuda_index: int, nvml: Any = None) -> SmActivity | str:
     except Exception as exc:
         return f"no NVML ({type(exc).__name__})"
     try:
-        indices = visible_indices(nvml.nvmlDeviceGetCount(), os.environ.get("CUDA_VISIBLE_DEVICES"))
-        if cuda_index >= len(indices):
+        handle = cuda_handle(nvml, cuda_index)
+        if handle is None:
             return "the CUDA device has no NVML counterpart"
-        handle = nvml.nvmlDeviceGetHandleByIndex(indices[cuda_index])
     except Exception as exc:
         return f"NVML could not open the device ({type(exc).__name__})"
     try:

@@ -232,6 +232,16 @@ def visible_indices(count: int, env: str | None) -> list[int]:
     return chosen
 
 
+def cuda_handle(nvml: Any, cuda_index: int) -> Any | None:
+    """NVML's handle for the GPU that CUDA calls ``cuda_index`` (through
+    ``CUDA_VISIBLE_DEVICES``), or None when that device is not visible. NVML must be
+    initialised; its errors propagate."""
+    indices = visible_indices(nvml.nvmlDeviceGetCount(), os.environ.get("CUDA_VISIBLE_DEVICES"))
+    if cuda_index >= len(indices):
+        return None
+    return nvml.nvmlDeviceGetHandleByIndex(indices[cuda_index])
+
+
 def busy_fraction(
     utilization_percent: Sequence[float], idle_fraction: float | None
 ) -> float | None:
@@ -555,6 +565,7 @@ __all__ = [
     "SeriesBuffer",
     "SeriesReader",
     "busy_fraction",
+    "cuda_handle",
     "interval_from_env",
     "new_sampler",
     "series_record",

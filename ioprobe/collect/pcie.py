@@ -18,7 +18,6 @@ import contextlib
 import importlib
 import itertools
 import math
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -84,7 +83,7 @@ def nvml_link(cuda_index: int, nvml: Any = None) -> PcieLink | None:
     (``nvmlDeviceGetMaxPcieLinkGeneration`` is bounded by the system's side), so current
     below max means the link trained down, not that the slot is older than the GPU.
     """
-    from ioprobe.collect.gpu_sampler import visible_indices
+    from ioprobe.collect.gpu_sampler import cuda_handle
 
     try:
         if nvml is None:
@@ -93,10 +92,9 @@ def nvml_link(cuda_index: int, nvml: Any = None) -> PcieLink | None:
     except Exception:
         return None
     try:
-        indices = visible_indices(nvml.nvmlDeviceGetCount(), os.environ.get("CUDA_VISIBLE_DEVICES"))
-        if cuda_index >= len(indices):
+        h = cuda_handle(nvml, cuda_index)
+        if h is None:
             return None
-        h = nvml.nvmlDeviceGetHandleByIndex(indices[cuda_index])
         return make_link(
             _try(nvml.nvmlDeviceGetCurrPcieLinkGeneration, h),
             _try(nvml.nvmlDeviceGetMaxPcieLinkGeneration, h),

@@ -372,29 +372,11 @@ def alone_section(quick: bool) -> list[str]:
 
 
 def sampler_section(quick: bool) -> list[str]:
-    """The NVML sampler's own cost at 10 Hz: the median poll (every reading of the series)
-    and its thread's CPU share, while the GPU is idle."""
-    from ioprobe.collect.gpu_sampler import GpuBusySampler, series_record
+    """The NVML sampler's own cost at 10 Hz (tests/benchmarks/bench_nvml_sampler.py)."""
+    from tests.benchmarks.bench_nvml_sampler import measure
 
-    seconds = 3.0 if quick else 10.0
-    sampler = GpuBusySampler(interval_s=0.1)
-    t0 = time.perf_counter()
-    if not sampler.start():
-        return ["## NVML sampler cost", "", f"Not measured: {sampler.status}.", ""]
-    time.sleep(seconds)
-    sampler.stop()
-    wall = time.perf_counter() - t0
-    series = series_record(sampler, t0)
-    poll = sampler.poll_seconds() or 0.0
-    rows = len(series.columns["t"]) if series is not None else 0
-    readings = ", ".join(k for k in (series.columns if series else {}) if k != "t")
-    return [
-        "## NVML sampler cost",
-        "",
-        f"{rows} polls in {wall:.1f} s at 10 Hz; median poll {poll * 1e3:.2f} ms (readings: "
-        f"{readings}); the sampler thread used {sampler.thread_cpu_s / wall:.2%} of one core.",
-        "",
-    ]
+    lines = measure(3.0 if quick else 10.0, 10.0)
+    return ["## NVML sampler cost", "", *(f"- {line}" for line in lines), ""]
 
 
 SECTIONS: list[Section] = [

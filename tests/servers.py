@@ -209,6 +209,9 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
         self._bytes_sent = 0
         self._requests = 0
         self._connections_accepted = 0
+        # the schedule's first payload slot and the end of its last one (monotonic seconds)
+        self._first_slot: float | None = None
+        self._last_slot_end = 0.0
         self._conn_lock = threading.Lock()
         self._connections: set[socket.socket] = set()
         self._thread: threading.Thread | None = None
@@ -233,6 +236,18 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
             return self._requests
 
     @property
+    def achieved_rate(self) -> float | None:
+        """Payload bytes over the span from the first chunk's slot to the end of the last one:
+        the rate the server really delivered. A host too busy to run the server's threads on
+        time (a loaded CI machine) delivers less than ``rate_bytes_per_s``; tests whose truth
+        is the server's rate compare with this."""
+        with self._schedule_lock:
+            first, last = self._first_slot, self._last_slot_end
+        if first is None or last <= first:
+            return None
+        return self.bytes_sent / (last - first)
+
+    @property
     def connections(self) -> int:
         """TCP connections accepted so far; with keep-alive this stays below ``requests``."""
         with self._stats_lock:
@@ -243,6 +258,9 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
             self._bytes_sent = 0
             self._requests = 0
             self._connections_accepted = 0
+        with self._schedule_lock:
+            self._first_slot = None
+            self._last_slot_end = 0.0
 
     def start(self) -> Self:
         if self._thread is not None:
@@ -334,6 +352,9 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
                 start = max(now, self._next_free)
             end = start + nbytes / rate
             self._next_free = end
+            if self._first_slot is None:
+                self._first_slot = start
+            self._last_slot_end = end
         delay = end - time.monotonic()
         if delay > 0:
             time.sleep(delay)

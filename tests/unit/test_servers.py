@@ -231,6 +231,22 @@ def test_stop_closes_idle_keep_alive_connections(tree: Path) -> None:
         s.close()
 
 
+def test_achieved_rate_is_the_throttle_when_the_host_keeps_up(tmp_path: Path) -> None:
+    make_files(tmp_path, count=2, size=200_000)
+    with ThrottledHTTPServer(tmp_path, rate_bytes_per_s=1_000_000) as srv:
+        assert srv.achieved_rate is None  # nothing sent yet
+        t0 = time.monotonic()
+        for name in ("p0/f00000.bin", "p0/f00001.bin"):
+            requests.get(srv.url + name, timeout=10).raise_for_status()
+        wall = time.monotonic() - t0
+        achieved = srv.achieved_rate
+    assert achieved is not None
+    # 400 kB at 1 MB/s: 0.4 s of slots; the span can only exceed them, never undercut them
+    assert achieved <= 1_000_000 * 1.02
+    assert achieved == pytest.approx(400_000 / wall, rel=0.25)
+    assert achieved > 0.7 * 1_000_000
+
+
 def test_rejects_nonpositive_rate(tree: Path) -> None:
     with pytest.raises(ValueError):
         ThrottledHTTPServer(tree, rate_bytes_per_s=0)

@@ -22,8 +22,8 @@ demo: $(STAMP)
 	$(BIN)/ioprobe probe --time-budget 40
 
 lint: $(STAMP)
-	$(BIN)/ruff check ioprobe loaders tests examples
-	$(BIN)/ruff format --check ioprobe loaders tests examples
+	$(BIN)/ruff check ioprobe tests examples
+	$(BIN)/ruff format --check ioprobe tests examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -5,8 +5,9 @@ Run it as is (a CPU pipeline, no GPU needed):
     python examples/watch_dali.py [IMAGE_FOLDER]
 
 IMAGE_FOLDER holds one sub-folder per class, as fn.readers.file expects; without it the example
-uses ioprobe's built-in sample of JPEGs. Import ioprobe before building any pipeline: DALI
-reports its operators through NVTX, and reads where to send them at its first call.
+uses ioprobe's built-in sample of JPEGs. Call ioprobe.time_dali_operators() before building
+any pipeline: DALI reports its operators through NVTX, and reads where to send them at its
+first call (``ioprobe run -- python train.py`` does this for you).
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from nvidia.dali import fn, pipeline_def
 from nvidia.dali.plugin.base_iterator import LastBatchPolicy
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 
-import ioprobe  # before any pipeline is built: see the docstring
-from ioprobe.render.terminal import summary
+import ioprobe
+from ioprobe.analysis.report import findings
+from ioprobe.render.terminal import render
+
+ioprobe.time_dali_operators()  # before any pipeline is built: see the docstring
 
 
 @pipeline_def(batch_size=32, num_threads=2, device_id=None)  # on a GPU: device_id=0
@@ -55,9 +59,7 @@ def main() -> None:
         print(f"epoch {epoch}: done")
     loader.run.save("dali_run.json")
 
-    from rich.console import Console
-
-    Console().print(summary(loader.run))
+    print(render(loader.run, findings(loader.run)), end="")
     print("record: dali_run.json (ioprobe report dali_run.json --html dali.html)")
 
 

@@ -13,7 +13,8 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 
 import ioprobe
-from ioprobe.render.terminal import summary
+from ioprobe.analysis.report import findings
+from ioprobe.render.terminal import render
 
 
 class JpegDataset(Dataset[tuple[torch.Tensor, int]]):
@@ -57,9 +58,7 @@ def main() -> None:
         with torch.no_grad():
             loader.measure_gpu_alone(model, x)
     loader.run.save("watch_run.json")
-    from rich.console import Console
-
-    Console().print(summary(loader.run))
+    print(render(loader.run, findings(loader.run)), end="")
     print("record written to watch_run.json; re-render it with: ioprobe report watch_run.json")
 
 

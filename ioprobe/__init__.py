@@ -1,34 +1,94 @@
 """ioprobe: why is my GPU waiting, and what would stop it?
 
-The core package never imports torch or DALI at module level; the adapters in
-``ioprobe.loaders`` import them when they are used.
+The Python entry point. ``watch`` wraps a DataLoader or a DALI iterator or pipeline and
+measures it while it trains; ``to_device`` moves a batch to the GPU (timed inside a watched
+loop); ``gpu_alone`` times the training step with no data to wait for;
+``time_dali_operators`` turns on DALI's per-operator timing for pipelines built afterwards.
+
+Importing ioprobe does nothing else: no framework is imported and the environment is left
+alone. Each function imports what it needs when it is called.
 """
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = version("ioprobe")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+# The subpackage ioprobe.watch is bound here first so that the function below keeps the
+# name: importing a submodule later (ioprobe.watch.torch) would otherwise rebind
+# ioprobe.watch to the subpackage, and ioprobe.watch(loader) would stop working.
+from ioprobe import watch as _watch_package  # noqa: F401
+from ioprobe._version import __version__
 
-from ioprobe.collect import nvtx as _nvtx
-from ioprobe.record import GpuAlone, RunRecord
-from ioprobe.watcher import to_device, watch
+if TYPE_CHECKING:
+    from ioprobe.record import GpuAlone, RunRecord
 
-# before any DALI pipeline exists: NVTX reads the variable at a library's first range
-_nvtx.arm()
+
+def watch(loader: Any, device: Any = None) -> Any:
+    """Wrap ``loader`` so that iterating it measures every stage: a PyTorch DataLoader, a DALI
+    framework iterator (DALIGenericIterator, DALIClassificationIterator) or a DALI Pipeline
+    driven with ``run()``. The wrapper behaves like what it wraps; ``.run`` (``.record`` for a
+    Pipeline, whose ``run()`` stays DALI's) is the RunRecord, with its verdict.
+
+    ``device`` (DataLoader only), e.g. ``"cuda"``: yield each batch already moved there, its
+    host-to-device copy timed with CUDA events, as ``to_device`` does."""
+    from ioprobe.watch.api import watch as _watch
+
+    return _watch(loader, device, _judge)
+
+
+def _judge(rec: RunRecord) -> RunRecord:
+    """A watched run's verdict and advice, with the storage catalog (the shipped classes and
+    $IOPROBE_CATALOG) loaded here, at the edge."""
+    from ioprobe.analysis import finalize_watch
+    from ioprobe.analysis.catalog import try_load_catalog
+
+    return finalize_watch(rec, try_load_catalog())
+
+
+def to_device(batch: Any, device: Any, non_blocking: bool | None = None) -> Any:
+    """``batch`` (a tensor, or mappings, tuples and lists of them) moved to ``device``, like
+    ``batch.to(device)``. Inside a watched loader's loop the copy is timed with CUDA events on
+    the current stream, its bytes counted as pinned or pageable, and the record gets a PCIe
+    stage. ``non_blocking`` defaults to True for tensors in pinned memory, False otherwise."""
+    from ioprobe.watch.api import to_device as _to_device
+
+    return _to_device(batch, device, non_blocking)
 
 
 def gpu_alone(step: Any, batch: Any, device: Any = None, seconds: float = 1.0) -> GpuAlone:
     """The training step's rate with its batch already on the device, and the share of the
-    GPU it fills (see ``ioprobe.loaders.torch.gpu_alone``)."""
-    from ioprobe.loaders.torch import gpu_alone as _gpu_alone
+    GPU it fills (see ``ioprobe.watch.torch.gpu_alone``)."""
+    from ioprobe.watch.api import gpu_alone as _gpu_alone
 
-    alone: GpuAlone = _gpu_alone(step, batch, device, seconds)
-    return alone
+    return _gpu_alone(step, batch, device, seconds)
 
 
-__all__ = ["GpuAlone", "RunRecord", "__version__", "gpu_alone", "to_device", "watch"]
+def time_dali_operators() -> str | None:
+    """Time every DALI operator of the pipelines built from now on, through DALI's NVTX
+    ranges: call it before building the first pipeline (NVTX settles where its ranges go at
+    a process's first range). Child processes inherit it. None when it is on; otherwise why
+    it can't be (the injection library was not built, ``IOPROBE_NVTX=0``, another tool such
+    as Nsight Systems owns NVTX)."""
+    from ioprobe.collect import nvtx
+
+    return nvtx.arm()
+
+
+def __getattr__(name: str) -> Any:
+    # the record's classes, imported on first use: ``import ioprobe`` stays free of them
+    if name in ("RunRecord", "GpuAlone"):
+        from ioprobe import record
+
+        return getattr(record, name)
+    raise AttributeError(f"module 'ioprobe' has no attribute {name!r}")
+
+
+__all__ = [
+    "GpuAlone",
+    "RunRecord",
+    "__version__",
+    "gpu_alone",
+    "time_dali_operators",
+    "to_device",
+    "watch",
+]

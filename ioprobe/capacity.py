@@ -1,11 +1,168 @@
-"""Rules that read a rate off a stage's measurements, shared by the collectors and the
-analysis (a ground-floor module: it imports only the record)."""
+"""The rules that turn measurements into stage capacities: one place, used by the probe, the
+watch collectors and the what-if alike, so a capacity is computed by the same rule when it is
+measured and when it is predicted. A ground-floor module: it imports only the record.
+
+Each rule is a small pure function of numbers a collector measured (CPU seconds per sample,
+seconds blocked per sample, a read rate, a step time) and the resources it ran with (cores,
+workers, GPUs). ``ioprobe.analysis.scenario`` re-runs the same rules with the resources changed.
+"""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from ioprobe.record import CopyPoint, StorageStage
+from ioprobe.record import CopyPoint, LoaderSettings, StorageStage, SweepPoint, WatchEpoch
+
+# -- dataset density: bytes per sample, which decides what limits storage -----------------
+
+# Bytes per sample that separate density classes. Below 256 KiB a sample costs more in
+# per-request latency than in transfer on every storage class (a 128 KiB read is ~20 us of
+# NVMe bandwidth but ~80 us of NVMe latency), so throughput is IOPS-bound; above 8 MiB a
+# sample is a long sequential transfer (3D volumes, video clips) and bandwidth decides.
+DENSITY_LOW_MAX = 256 * 1024
+DENSITY_HIGH_MIN = 8 * 1024 * 1024
+
+
+def density_class(mean_bytes: float) -> str:
+    """``low``, ``medium`` or ``high``: the mean sample size against the thresholds above."""
+    if mean_bytes < DENSITY_LOW_MAX:
+        return "low"
+    if mean_bytes < DENSITY_HIGH_MIN:
+        return "medium"
+    return "high"
+
+
+# -- cpu -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CpuContext:
+    """What else competed for the CPU while a loader ran."""
+
+    loop_cores: float  # cores the training loop (main process) used
+    contention: float  # other runnable threads on the host, on average (0: none seen)
+    share: float  # of the time the workers were runnable, the share they ran
+
+
+def cpu_context(epochs: Sequence[WatchEpoch], workers: int, usable: float) -> CpuContext:
+    """Infer the host's other load from how long the workers waited for a core.
+
+    Linux's scheduler shares cores fairly among runnable threads: with ``N`` cores and ``R``
+    runnable threads each runs ``min(1, N / R)`` of the time. The workers' run-queue wait
+    (``/proc/thread-self/schedstat``) against their CPU time gives that share ``s``; with our
+    own ``k`` runnable threads (busy workers and the training loop), ``R = N / s`` and the
+    rest, ``N / s - k``, is someone else's. A share above 0.95 is read as no contention: with
+    a free core the wait says nothing about how much else is running.
+    """
+    wall = sum(e.seconds for e in epochs)
+    # with no workers the main process loaded too: its CPU is not the training loop's alone
+    loop = sum(e.main_cpu_seconds for e in epochs) / wall if wall > 0 and workers > 0 else 0.0
+    cpu = sum(e.sample_cpu_seconds + e.collate_seconds for e in epochs)
+    runq = sum(e.runqueue_seconds for e in epochs)
+    share = cpu / (cpu + runq) if cpu + runq > 0 else 1.0
+    mine = max(workers, 1) + loop
+    other = max(usable / share - mine, 0.0) if 0.0 < share < 0.95 else 0.0
+    return CpuContext(loop_cores=loop, contention=other, share=share)
+
+
+def loader_cores(lanes: float, usable: float, ctx: CpuContext, workers: int) -> float:
+    """Cores a loader with ``lanes`` busy workers gets on ``usable`` cores.
+
+    Without contention: one core per worker, up to the usable cores less the training
+    loop's. With no workers, each process loads on its main thread between training steps,
+    so its one core is shared with its loop. With other runnable threads, each of ours gets
+    the fair share ``N / (others + ours)`` of a core (see ``cpu_context``).
+    """
+    loop = ctx.loop_cores
+    if workers > 0:
+        alone = min(lanes, max(usable - loop, 0.5))
+    else:
+        # every process's core is shared with its loop, and all of them with the host's
+        alone = min(max(lanes - loop, 0.5 * lanes), max(usable - loop, 0.5))
+    if ctx.contention <= 0:
+        return alone
+    return min(alone, lanes * min(1.0, usable / (ctx.contention + lanes + loop)))
+
+
+def watch_cores(
+    settings: LoaderSettings,
+    epochs: Sequence[WatchEpoch],
+    recorded_usable: float,
+    *,
+    workers: int | None = None,
+    gpus: int = 1,
+    usable: float | None = None,
+) -> float:
+    """The cores a watched loader's CPU work gets: as recorded, or with ``workers`` per GPU
+    process, ``gpus`` processes and ``usable`` cores instead.
+
+    A DataLoader's workers get ``loader_cores``, with the host's other load inferred from the
+    recorded run (``cpu_context``) and one training loop per GPU process. A DALI pipeline's
+    thread pool runs on at most the usable cores; DALI's executor and its consumer are
+    already in the measured CPU per sample, so no training loop is taken off.
+    """
+    w = settings.workers if workers is None else workers
+    cores = recorded_usable if usable is None else usable
+    lanes = max(w, 1) * gpus
+    if settings.framework == "dali":
+        return float(min(lanes, cores))
+    ctx = cpu_context(epochs, settings.workers, recorded_usable)
+    per_gpu_loop = CpuContext(ctx.loop_cores * gpus, ctx.contention, ctx.share)
+    return loader_cores(lanes, cores, per_gpu_loop, w)
+
+
+def cpu_capacity(cores: float, cpu_seconds_per_sample: float) -> float | None:
+    """Samples/s that ``cores`` sustain at ``cpu_seconds_per_sample``: CPU work divides
+    evenly over cores, so capacity is linear in them (None when nothing was measured)."""
+    return cores / cpu_seconds_per_sample if cpu_seconds_per_sample > 0 else None
+
+
+def dali_cpu_capacity(
+    samples_per_iteration: int,
+    cpu_op_wall_per_iteration: float,
+    cores: float,
+    cpu_seconds_per_sample: float,
+) -> float | None:
+    """A DALI pipeline's CPU capacity: the lesser of what its CPU operators' wall time per
+    iteration allows (they run one after another within an iteration) and what its CPU
+    time per sample allows on ``cores``."""
+    by_wall = (
+        samples_per_iteration / cpu_op_wall_per_iteration if cpu_op_wall_per_iteration > 0 else None
+    )
+    by_cores = cpu_capacity(cores, cpu_seconds_per_sample)
+    if by_wall is None or by_cores is None:
+        return by_wall if by_cores is None else by_cores
+    return min(by_wall, by_cores)
+
+
+def sweep_rate(points: list[tuple[float, float]], x: float, extrapolate: bool) -> float:
+    """A measured scaling curve read at ``x``: piecewise-linear through (0, 0) and
+    ``points``; beyond the last point either its per-unit rate continues (``extrapolate``,
+    CPU workers) or the curve stays flat (storage saturates)."""
+    pts = sorted([(0.0, 0.0), *points])
+    for (x0, y0), (x1, y1) in itertools.pairwise(pts):
+        if x <= x1:
+            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
+    xl, yl = pts[-1]
+    if extrapolate and xl > 0:
+        return yl * x / xl
+    return max(y for _, y in pts)
+
+
+# -- storage -------------------------------------------------------------------------------
+
+
+def storage_from_lanes(lanes: float, seconds_per_sample: float) -> float:
+    """Samples/s from ``lanes`` readers that each spend ``seconds_per_sample`` on storage
+    per sample (timed reads, or time blocked): the readers overlap, so they add up."""
+    return lanes / seconds_per_sample
+
+
+def storage_from_rate(read_bytes_per_s: float, sample_bytes: float) -> float:
+    """Samples/s a measured read rate delivers at ``sample_bytes`` per sample."""
+    return read_bytes_per_s / max(sample_bytes, 1.0)
 
 
 def single_thread_rate(storage: StorageStage, cold: bool) -> tuple[float, str] | None:
@@ -20,6 +177,34 @@ def single_thread_rate(storage: StorageStage, cold: bool) -> tuple[float, str] |
     return None
 
 
+def sweep_points(sweep: Sequence[SweepPoint]) -> list[tuple[float, float]]:
+    """A storage pass's (reads in flight, bytes/s) curve, the levels that moved bytes."""
+    return [(float(s.concurrency), s.read_bytes_per_s) for s in sweep if s.read_bytes_per_s]
+
+
+# -- gpu -----------------------------------------------------------------------------------
+
+
+def gpu_from_step(batch_size: float, step_seconds: float) -> float | None:
+    """Samples/s of a consumer that takes ``step_seconds`` per batch; None for a step too
+    short to time (below a microsecond)."""
+    return batch_size / step_seconds if step_seconds > 1e-6 else None
+
+
+def gpu_emulated(batch_size: int, step_seconds: float, gpus: int) -> float | None:
+    """An emulated accelerator computing ``step_seconds`` per batch on each of ``gpus``."""
+    return batch_size / step_seconds * gpus if step_seconds > 0 else None
+
+
+def shared_gpu(gpu_capacity: float, decode_capacity: float) -> float:
+    """The GPU's capacity when it also decodes: training and decode share the device, so
+    their times per sample add."""
+    return 1.0 / (1.0 / gpu_capacity + 1.0 / decode_capacity)
+
+
+# -- pcie ----------------------------------------------------------------------------------
+
+
 def peak_copy_rate(copies: Sequence[CopyPoint], direction: str, memory: str) -> float | None:
     """The fastest measured copy of one direction and kind of host memory, over all sizes:
     what the link carries at best (the probe's efficiency, the reports' headline rate)."""
@@ -27,4 +212,23 @@ def peak_copy_rate(copies: Sequence[CopyPoint], direction: str, memory: str) -> 
     return max(rates) if rates else None
 
 
-__all__ = ["peak_copy_rate", "single_thread_rate"]
+__all__ = [
+    "DENSITY_HIGH_MIN",
+    "DENSITY_LOW_MAX",
+    "CpuContext",
+    "cpu_capacity",
+    "cpu_context",
+    "dali_cpu_capacity",
+    "density_class",
+    "gpu_emulated",
+    "gpu_from_step",
+    "loader_cores",
+    "peak_copy_rate",
+    "shared_gpu",
+    "single_thread_rate",
+    "storage_from_lanes",
+    "storage_from_rate",
+    "sweep_points",
+    "sweep_rate",
+    "watch_cores",
+]

@@ -359,6 +359,32 @@ class Distribution:
     values: list[float] = field(default_factory=list)
 
 
+# How each column of a Track is written and merged: (name, merge, scale). "first"/"last"
+# columns are times, kept as the first or the last batch's of a merged row and written
+# relative to the run's origin; "sum" columns add up. Scale turns the collectors' integer
+# nanoseconds into seconds.
+ColumnSpec = tuple[tuple[str, str, float], ...]
+MAIN_COLUMNS: ColumnSpec = (
+    ("start", "first", 1e-9),
+    ("end", "last", 1e-9),
+    ("stall", "sum", 1e-9),
+    ("batches", "sum", 1.0),
+    ("samples", "sum", 1.0),
+    ("epoch", "first", 1.0),
+)
+WORKER_COLUMNS: ColumnSpec = (
+    ("start", "first", 1e-9),
+    ("end", "last", 1e-9),
+    ("batches", "sum", 1.0),
+    ("samples", "sum", 1.0),
+    ("wall", "sum", 1e-9),
+    ("cpu", "sum", 1e-9),
+    ("read", "sum", 1e-9),
+)
+# column name -> how neighbouring rows merge, for whatever coarsens a recorded track
+MERGE_RULES = {name: merge for name, merge, _ in MAIN_COLUMNS + WORKER_COLUMNS}
+
+
 @dataclass
 class Track:
     """One timeline of a watched run, column by column (a row per batch, or per
@@ -378,8 +404,51 @@ class Track:
 
 
 @dataclass
+class LoaderSettings:
+    """A watched loader's settings, typed: parsed once where the loader is described, and
+    read by every rule that needs them (the stage capacities, the what-if, the advice)."""
+
+    framework: str = "torch"  # torch, dali
+    dataset: str = "dataset"  # the dataset's class name, or what a DALI pipeline reads
+    # samples loaded at once: a DataLoader's num_workers (0: the main process loads), a DALI
+    # pipeline's num_threads (its thread pool plays the workers' part)
+    workers: int = 0
+    batch_size: int | None = None
+    iterable: bool = False  # an IterableDataset: a stream, read in the same order each epoch
+    sampler: str | None = None  # the sampler's class name
+    pin_memory: bool = False
+    prefetch_factor: int | None = None
+    persistent_workers: bool = False
+
+    @classmethod
+    def parse(cls, loader: dict[str, str]) -> LoaderSettings:
+        """From a loader's description as records before typed settings held it: strings
+        such as ``{"num_workers": "8", "pin_memory": "True"}``; what does not parse keeps
+        its default."""
+
+        def num(key: str) -> int | None:
+            try:
+                return int(loader[key])
+            except (KeyError, ValueError):
+                return None
+
+        return cls(
+            framework=loader.get("framework", "torch"),
+            dataset=loader.get("dataset", "dataset"),
+            workers=max(num("num_workers") or 0, 0),
+            batch_size=num("batch_size"),
+            iterable=loader.get("iterable") == "True",
+            sampler=loader.get("sampler"),
+            pin_memory=loader.get("pin_memory") == "True",
+            prefetch_factor=num("prefetch_factor"),
+            persistent_workers=loader.get("persistent_workers") == "True",
+        )
+
+
+@dataclass
 class WatchData:
-    loader: dict[str, str] = field(default_factory=dict)  # num_workers, batch_size, ...
+    loader: dict[str, str] = field(default_factory=dict)  # as described, for reports
+    settings: LoaderSettings = field(default_factory=LoaderSettings)
     epochs: list[WatchEpoch] = field(default_factory=list)
     workers: list[WorkerStats] = field(default_factory=list)
     stall_ms: Distribution = field(default_factory=Distribution)  # per batch
@@ -396,6 +465,12 @@ class WatchData:
     # step's start and end, the wait before it and its copies (columns start, end, wait,
     # copy, batches)
     gpu_track: Track | None = None
+
+    def __post_init__(self) -> None:
+        # described but not typed (a record from before settings were typed, or one built
+        # by hand): the description is the only source, so the settings come from it
+        if self.loader and self.settings == LoaderSettings():
+            self.settings = LoaderSettings.parse(self.loader)
 
 
 @dataclass
@@ -768,8 +843,11 @@ def _json_type(value: Any) -> str:
 
 
 __all__ = [
+    "MAIN_COLUMNS",
+    "MERGE_RULES",
     "SCHEMA",
     "STAGE_NAMES",
+    "WORKER_COLUMNS",
     "CacheOrder",
     "Change",
     "Cheapest",
@@ -782,6 +860,7 @@ __all__ = [
     "GpuInfo",
     "GpuStage",
     "HostInfo",
+    "LoaderSettings",
     "PcieStage",
     "PipelineRun",
     "ProbeSettings",

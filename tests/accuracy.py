@@ -19,7 +19,7 @@ from pathlib import Path
 from torch.utils.data import DataLoader
 
 import ioprobe
-from ioprobe.analysis.whatif import evaluate
+from ioprobe.analysis.scenario import evaluate
 from ioprobe.record import Change, RunRecord
 from tests.fixtures.datasets import BurnDataset, MeteredHttpDataset
 from tests.servers import ThrottledHTTPServer, make_files

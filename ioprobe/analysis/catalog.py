@@ -80,13 +80,19 @@ def _shipped() -> Catalog:
     return parse_catalog(text, "ioprobe/data/storage_catalog.toml")
 
 
+def shipped_catalog() -> Catalog:
+    """The classes ioprobe ships (cheapest tier first): the catalog when the user gave none."""
+    return dict(_shipped())
+
+
 def load_catalog(user_file: str | None = None) -> Catalog:
-    """The shipped classes, then the user's file (``--catalog`` or $IOPROBE_CATALOG) on top.
+    """The shipped classes, then the user's file (``--catalog`` or $IOPROBE_CATALOG) on top:
+    read at the edges (the CLI, ``ioprobe.watch``), which pass it to the analysis.
 
     A user class with a new name is appended (after the shipped ones, so "cheapest first"
     ordering still starts with the shipped tiers); one with a shipped name replaces it in place.
     """
-    catalog = dict(_shipped())
+    catalog = shipped_catalog()
     path = user_file or os.environ.get(CATALOG_ENV) or None
     if path:
         try:
@@ -96,6 +102,16 @@ def load_catalog(user_file: str | None = None) -> Catalog:
             raise BadInputError(f"catalog {path}: cannot read ({exc.strerror or exc})") from None
         catalog.update(parse_catalog(user_text, path))
     return catalog
+
+
+def try_load_catalog(user_file: str | None = None) -> Catalog:
+    """``load_catalog`` for advice that must not fail on it: a broken user catalog gives no
+    storage classes at all (no class-based advice) rather than an error; ``whatif --storage``
+    and ``size`` name the problem when the user asks for a class."""
+    try:
+        return load_catalog(user_file)
+    except BadInputError:
+        return {}
 
 
 _QUANTITY = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([kKMGT]i?)?B?\s*$")

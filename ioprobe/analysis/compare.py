@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ioprobe.analysis.whatif import recorded_cores, recorded_gpus, recorded_workers
+from ioprobe.analysis.scenario import recorded_cores, recorded_gpus, recorded_workers
 from ioprobe.errors import BadInputError
 from ioprobe.record import STAGE_NAMES, Recommendation, RunRecord, StageName
 

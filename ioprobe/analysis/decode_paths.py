@@ -49,31 +49,4 @@ def current_path(rec: RunRecord) -> str | None:
     return _LOADER_PATH.get(rec.stages.cpu.loader or "")
 
 
-def facts(rec: RunRecord) -> list[tuple[str, str]]:
-    """Key-measurement lines comparing the measured decode paths, as (label, value) pairs:
-    one per path, rates relative to Pillow's, and the path the CPU stage uses."""
-    paths = rec.stages.cpu.decode_paths
-    if not paths:
-        return []
-    base = measured(rec, "pillow")
-    out: list[tuple[str, str]] = []
-    for p in paths:
-        key = f"decode {p.path}"
-        if p.error is not None or not p.samples_per_s:
-            out.append((key, f"not measured: {p.error or 'no images decoded'}"))
-            continue
-        text = f"{p.samples_per_s:,.0f} images/s"
-        if base is not None and p is not base and base.samples_per_s:
-            text += f" ({p.samples_per_s / base.samples_per_s:.2f}x Pillow)"
-        if p.cpu_seconds_per_sample is not None:
-            text += f", {p.cpu_seconds_per_sample * 1e3:.2f} ms CPU/image"
-        unit = "worker" if p.path == "pillow" else "thread"
-        text += f", {p.threads} {unit}{'s' if p.threads != 1 else ''}, {p.files} files"
-        out.append((key, text))
-    cur = current_path(rec)
-    if cur is not None:
-        out.append(("decode in use", f"{label(cur)}: the CPU stage's capacity is its rate"))
-    return out
-
-
-__all__ = ["LABELS", "current_path", "decodes_on_gpu", "facts", "label", "measured"]
+__all__ = ["LABELS", "current_path", "decodes_on_gpu", "label", "measured"]

@@ -11,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ioprobe.analysis.model import PipelineFindings
-from ioprobe.capacity import peak_copy_rate, single_thread_rate
 from ioprobe.record import PcieLink, Recommendation, RunRecord
 
 # Below this share of the link's theoretical rate, pinned copies point at something other
@@ -71,80 +70,6 @@ def link_label(link: PcieLink) -> str:
     if degraded(link):
         text += f" (supports {one(link.gen_max, link.width_max)})"
     return text
-
-
-def link_facts(rec: RunRecord) -> list[tuple[str, str]]:
-    """Key measurements of the host-to-device probe, as (label, value) pairs."""
-    pc = rec.stages.pcie
-    out: list[tuple[str, str]] = []
-    if pc.link is not None:
-        value = link_label(pc.link)
-        if pc.link.theoretical_bytes_per_s:
-            value += f", {pc.link.theoretical_bytes_per_s / 1e9:.1f} GB/s per direction"
-        out.append(("PCIe link", value))
-    if not pc.copies:
-        return out
-    parts = []
-    for direction, name in (("h2d", "host→device"), ("d2h", "device→host")):
-        pinned, pageable = (
-            peak_copy_rate(pc.copies, direction, "pinned"),
-            peak_copy_rate(pc.copies, direction, "pageable"),
-        )
-        if pinned is None:
-            continue
-        line = f"{name} pinned {pinned / 1e9:.1f} GB/s"
-        if pageable:
-            line += f", pageable {pageable / 1e9:.1f} GB/s"
-        parts.append(line)
-    if pc.efficiency is not None:
-        parts.append(f"pinned peak {pc.efficiency:.0%} of the link")
-    out.append(("copies", "; ".join(parts)))
-    return out
-
-
-def _storage_beside(rec: RunRecord, cold: bool) -> str | None:
-    """The storage pass's rate to set beside the path: one thread, as the path reads, in the
-    same page-cache state where that pass ran; the best rate where no one-thread level is."""
-    st = rec.stages.storage
-    one = single_thread_rate(st, cold)
-    if one is not None:
-        return f"{one[0] / 1e9:,.2f} GB/s ({one[1]}, 1 thread as the path reads)"
-    if st.read_bytes_per_s:
-        return f"{st.read_bytes_per_s / 1e9:,.2f} GB/s"
-    return None
-
-
-def disk_to_gpu_facts(rec: RunRecord) -> list[tuple[str, str]]:
-    """The disk-to-GPU path beside the stages it joins: its end-to-end rate, the storage
-    pass's rate on its own, and what cuFile did where kvikio was there."""
-    path = rec.stages.pcie.disk_to_gpu
-    if path is None:
-        return []
-    if path.bytes_per_s is None:
-        return [("disk→GPU", path.method)]
-    line = f"{path.bytes_per_s / 1e9:,.2f} GB/s end to end ({path.cache}, {path.method})"
-    storage = _storage_beside(rec, path.cache == "cold")
-    if storage:
-        line += f"; storage alone {storage}"
-    if path.cufile_bytes_per_s is not None:
-        line += f"; cuFile {path.cufile_bytes_per_s / 1e9:,.2f} GB/s ({path.cufile})"
-    elif path.cufile:
-        line += f"; cuFile: {path.cufile}"
-    return [("disk→GPU", line)]
-
-
-def link_verdict(rec: RunRecord) -> str | None:
-    """The verdict of a probe with no pipeline (``--pcie-only``); None for any other record."""
-    pc = rec.stages.pcie
-    if any(rec.stages.capacities().values()) or not pc.copies:
-        return None
-    pinned = peak_copy_rate(pc.copies, "h2d", "pinned") or 0.0
-    line = f"host-to-device: pinned copies reach {pinned / 1e9:.1f} GB/s"
-    if pc.link is not None:
-        line += f" on a {link_label(pc.link)} link"
-    if pc.efficiency is not None:
-        line += f" ({pc.efficiency:.0%} of its rate)"
-    return line
 
 
 def degraded_link_rule(rec: RunRecord, f: PipelineFindings | None) -> list[Recommendation]:
@@ -248,10 +173,7 @@ __all__ = [
     "copy_rows",
     "degraded",
     "degraded_link_rule",
-    "disk_to_gpu_facts",
-    "link_facts",
     "link_label",
-    "link_verdict",
     "low_efficiency_rule",
     "probe_pageable_rule",
 ]

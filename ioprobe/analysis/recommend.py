@@ -9,16 +9,17 @@ measures the prediction's error. ``recommend`` runs every rule and ranks by pred
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Callable
 
 from ioprobe.analysis.cache import steady_hit_rate
-from ioprobe.analysis.catalog import Catalog, load_catalog
+from ioprobe.analysis.catalog import Catalog, shipped_catalog
 from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu, label, measured
 from ioprobe.analysis.model import PipelineFindings
 from ioprobe.analysis.pcie import degraded_link_rule, low_efficiency_rule, probe_pageable_rule
-from ioprobe.analysis.whatif import (
+from ioprobe.analysis.scenario import (
     Scenario,
     dataset_bytes,
     evaluate,
@@ -70,13 +71,6 @@ def _if_gain(
     ]
 
 
-def _catalog() -> Catalog | None:
-    try:
-        return load_catalog()
-    except BadInputError:
-        return None  # a broken user catalog must not break every report; whatif/size say why
-
-
 def workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     """Raise ``num_workers`` to the smallest count that reaches the best predicted rate.
 
@@ -98,7 +92,7 @@ def workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     assert p is not None
     cpu = rec.stages.cpu
     # DALI's thread pool is what stands for the workers there (loaders/dali.py)
-    dali = rec.watch.loader.get("framework") == "dali"
+    dali = rec.watch.settings.framework == "dali"
     who = "threads" if dali else "workers"
     why = (
         f"each sample costs {cpu.cpu_seconds_per_sample * 1e3:.1f} ms of CPU and "
@@ -269,7 +263,7 @@ def cache_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     )
 
 
-def shard_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def shard_rule(rec: RunRecord, f: PipelineFindings, catalog: Catalog) -> list[Recommendation]:
     """Storage-bound on small files: pack them into shards so reads stream.
 
     With shards of 100 MB or more each request is large, so per-file latency and IOPS stop
@@ -278,7 +272,6 @@ def shard_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     """
     if f.bottleneck != "storage" or rec.dataset.density != "low":
         return []
-    catalog = _catalog()
     cls = _current_class(rec, catalog) if catalog else None
     pred = None
     if cls is not None:
@@ -325,13 +318,12 @@ def _current_class(rec: RunRecord, catalog: Catalog) -> StorageClassInfo | None:
     return catalog.get(name) if name else None
 
 
-def faster_storage_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def faster_storage_rule(
+    rec: RunRecord, f: PipelineFindings, catalog: Catalog
+) -> list[Recommendation]:
     """Storage-bound: the cheapest catalog class that lifts storage off the critical path,
     and how many GPUs it would carry at 90%."""
-    if f.bottleneck != "storage" or rec.dataset.sample_bytes_mean <= 0:
-        return []
-    catalog = _catalog()
-    if not catalog:
+    if f.bottleneck != "storage" or rec.dataset.sample_bytes_mean <= 0 or not catalog:
         return []
     others = [v for k, v in f.capacities.items() if k != "storage" and v]
     goal = min(others) if others else None
@@ -393,10 +385,7 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     if p95 <= max(3 * p50, 1.0) or step <= 0:
         return []
     workers = recorded_workers(rec)
-    try:
-        current = int(w.loader.get("prefetch_factor", "2"))
-    except ValueError:
-        current = 2
+    current = w.settings.prefetch_factor or 2  # torch's default
     depth = math.ceil(p95 / step)
     factor = max(current + 1, current + math.ceil(depth / workers))
     pred = f.predicted_samples_per_s
@@ -460,7 +449,7 @@ def pin_memory_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]
     """
     pc = rec.stages.pcie
     pcie = pc.capacity_samples_per_s
-    flag = rec.watch.loader.get("pin_memory") == "True" if rec.watch else False
+    flag = rec.watch.settings.pin_memory if rec.watch else False
     pinned = pc.pinned_fraction >= 0.99 if pc.pinned_fraction is not None else flag
     # a probe's capacity already assumes pinned copies: probe_pageable_rule speaks for it
     if pcie is None or pinned or pc.copies:
@@ -516,31 +505,38 @@ def balanced_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     ]
 
 
-RULES: tuple[Rule, ...] = (
-    workers_rule,
-    cores_rule,
-    decode_path_rule,
-    gpu_decode_rule,
-    cache_rule,
-    shard_rule,
-    faster_storage_rule,
-    prefetch_rule,
-    pin_memory_rule,
-    probe_pageable_rule,
-    degraded_link_rule,
-    low_efficiency_rule,
-    share_gpu_rule,
-    balanced_rule,
-)
+def rules(catalog: Catalog) -> tuple[Rule, ...]:
+    """Every rule, in the order ties are listed; the storage rules compare against
+    ``catalog``."""
+    return (
+        workers_rule,
+        cores_rule,
+        decode_path_rule,
+        gpu_decode_rule,
+        cache_rule,
+        functools.partial(shard_rule, catalog=catalog),
+        functools.partial(faster_storage_rule, catalog=catalog),
+        prefetch_rule,
+        pin_memory_rule,
+        probe_pageable_rule,
+        degraded_link_rule,
+        low_efficiency_rule,
+        share_gpu_rule,
+        balanced_rule,
+    )
 
 
-def recommend(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def recommend(
+    rec: RunRecord, f: PipelineFindings, catalog: Catalog | None = None
+) -> list[Recommendation]:
     """Every rule's advice, best predicted rate first; advice without a prediction goes last.
 
     A record that is a what-if is judged as the changed pipeline, so its advice is what to do
-    next; a GPU-bound result with nothing to gain elsewhere says so, once.
+    next; a GPU-bound result with nothing to gain elsewhere says so, once. ``catalog``: the
+    storage classes to suggest (the shipped ones unless the caller loaded a user's file).
     """
-    out = [r for rule in RULES for r in rule(rec, f)]
+    cat = shipped_catalog() if catalog is None else catalog
+    out = [r for rule in rules(cat) for r in rule(rec, f)]
     if not out:
         out = [
             Recommendation(

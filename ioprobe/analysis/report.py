@@ -10,87 +10,28 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
-from ioprobe.analysis.decode_paths import facts as decode_facts
-from ioprobe.analysis.pcie import (
-    CopyRow,
-    copy_rows,
-    disk_to_gpu_facts,
-    link_facts,
-    link_verdict,
-)
-from ioprobe.collect.timeline import MERGE_RULES
+from ioprobe.analysis.pcie import CopyRow, copy_rows
 from ioprobe.record import (
+    MERGE_RULES,
     STAGE_NAMES,
-    PipelineRun,
     RunRecord,
+    SizeRow,
     StageName,
     Track,
-    WatchData,
 )
 
 MAX_BATCH_POINTS = 400  # bars in the consumer timeline
+# slices per track in a trace: more than this and trace viewers crawl; a longer track merges
+# neighbours
+MAX_TRACE_ROWS = 50_000
 MAX_TIME_BINS = 120  # points per worker throughput line
 MAX_WORKER_LINES = 16
-
-
-def rate(x: float | None) -> str:
-    """Samples per second as people read them: thousands separated, one decimal below 100."""
-    if x is None:
-        return "-"
-    return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
-
-
-def _bytesrate(x: float | None) -> str:
-    return "-" if x is None else f"{x / 1e6:,.1f} MB/s"
-
-
-def stage_detail(rec: RunRecord, name: str) -> str:
-    """What a stage's capacity was measured from, in a line."""
-    st = rec.stages
-    if name == "storage":
-        parts = []
-        for p in (st.storage.cold, st.storage.warm):
-            if p is not None and p.read_bytes_per_s is not None:
-                label = "remote" if rec.dataset.remote else p.cache
-                parts.append(
-                    f"{label} {_bytesrate(p.read_bytes_per_s)} @ {p.best_concurrency} threads, "
-                    f"p99 {p.latency_p99_ms or 0:.1f} ms"
-                )
-        return "; ".join(parts) or st.storage.basis or "not measured"
-    if name == "cpu":
-        if st.cpu.cpu_seconds_per_sample is None:
-            return "not measured"
-        loader = f" ({st.cpu.loader})" if st.cpu.loader else ""
-        return (
-            f"{st.cpu.cpu_seconds_per_sample * 1e3:.2f} ms CPU/sample{loader}, "
-            f"{st.cpu.usable_cores} usable cores"
-        )
-    if name == "pcie":
-        pc = st.pcie
-        if pc.copies and pc.bytes_per_s is not None:
-            line = f"pinned {pc.bytes_per_s / 1e9:,.1f} GB/s"
-            if pc.pageable_bytes_per_s:
-                line += f", pageable {pc.pageable_bytes_per_s / 1e9:,.1f} GB/s"
-            if pc.bytes_per_sample:
-                line += f" per batch, {pc.bytes_per_sample / 1e3:,.1f} kB/sample"
-            return line
-        if pc.bytes_per_s is None or pc.bytes_per_sample is None:
-            return pc.method
-        return (
-            f"{pc.bytes_per_sample / 1e3:,.1f} kB/sample at {_bytesrate(pc.bytes_per_s)}, "
-            f"{pc.pinned_fraction or 0:.0%} pinned ({pc.method.split(',')[0]})"
-        )
-    gpu = st.gpu
-    if gpu.method == "emulated" and gpu.step_seconds is not None:
-        return f"emulated: {gpu.step_seconds * 1e3:g} ms per batch of {gpu.batch_size}"
-    return gpu.method
 
 
 @dataclass
 class StageBar:
     stage: StageName
     capacity: float | None
-    detail: str
     limiting: bool
 
 
@@ -209,37 +150,6 @@ def gpu_series_view(rec: RunRecord, points: int = MAX_SERIES_POINTS) -> SeriesVi
     )
 
 
-def _mean(values: list[float | None]) -> float | None:
-    got = [v for v in values if v is not None]
-    return sum(got) / len(got) if got else None
-
-
-def series_facts(rec: RunRecord) -> list[tuple[str, str]]:
-    """One key-measurements line for the NVML series: means and peaks, rate and cost."""
-    s = rec.gpu_series
-    if s is None:
-        return []
-    if not s.columns.get("t"):
-        return [("NVML", s.status)]  # sampled, nothing came: say why
-    cols = s.columns
-    parts = []
-    sm = _mean(cols.get("sm_util", []))
-    if sm is not None:
-        parts.append(f"SM busy {sm:.0f}% mean")
-    rx = [v for v in cols.get("pcie_rx_bytes_per_s", []) if v is not None]
-    if rx:
-        parts.append(f"PCIe to GPU {max(rx) / 1e9:.1f} GB/s peak")
-    power = _mean(cols.get("power_w", []))
-    if power is not None:
-        parts.append(f"{power:.0f} W mean")
-    rate_hz = f"{1 / s.interval_s:.3g} Hz, {len(cols['t']):,} rows"
-    cost = ""
-    if s.poll_seconds is not None:  # µs for a stand-in or a fast driver, ms for a real GPU
-        p = s.poll_seconds
-        cost = f", {p * 1e6:.0f} µs per poll" if p < 1e-3 else f", {p * 1e3:.1f} ms per poll"
-    return [("NVML", "; ".join(parts) + f" ({rate_hz}{cost})")]
-
-
 @dataclass
 class Advice:
     """A ranked recommendation with its gain over today's rate."""
@@ -253,17 +163,14 @@ class Advice:
 
 @dataclass
 class Findings:
-    """Everything a report draws, from one record."""
+    """Everything a report draws from one record, as numbers and structures; the renderers
+    put them in words (``ioprobe.render.facts``) and pictures."""
 
-    title: str
     kind: str
-    verdict: str
     delivered: float | None  # measured when there is a measurement, else the model's rate
     delivered_label: str
     stages: list[StageBar] = field(default_factory=list)
     recommendations: list[Advice] = field(default_factory=list)
-    measurements: list[tuple[str, str]] = field(default_factory=list)
-    measurements_title: str = "Key measurements"
     consumer: list[ConsumerPoint] = field(default_factory=list)
     consumer_batches: int = 0
     throughput: Throughput | None = None
@@ -273,26 +180,12 @@ class Findings:
     operators: list[OperatorRow] = field(default_factory=list)
     copies: list[CopyRow] = field(default_factory=list)  # the host-to-device probe, by size
     gpu_series: SeriesView | None = None  # NVML over the run, reduced
+    cache_gap: SizeRow | None = None  # a sizing's row where a cache helps most
     notes: list[str] = field(default_factory=list)
-
-
-def verdict(rec: RunRecord) -> str:
-    """The one line that answers "what limits me": the binding stage, the rate it allows,
-    the measured rate when there is one, and the GPU's waiting share."""
-    if rec.kind == "size" and rec.sizing is not None and rec.sizing.cheapest is not None:
-        return rec.sizing.cheapest.text
-    link_only = link_verdict(rec)
-    if link_only is not None:
-        return link_only
-    line = (
-        f"{rec.bottleneck}-bound: the pipeline can deliver "
-        f"{rate(rec.predicted_samples_per_s)} samples/s"
-    )
-    if rec.measured_samples_per_s is not None:
-        line += f" (measured {rate(rec.measured_samples_per_s)})"
-    if rec.gpu_idle_fraction is not None:
-        line += f"; the GPU waits {rec.gpu_idle_fraction:.0%} of the time"
-    return line
+    # the record's timelines at most MAX_TRACE_ROWS rows each (the trace lays them out): the
+    # host's (main process first, then workers) and the device's stream
+    timeline: list[Track] = field(default_factory=list)
+    device_timeline: Track | None = None
 
 
 def tracks_of(rec: RunRecord) -> list[Track]:
@@ -306,7 +199,7 @@ def tracks_of(rec: RunRecord) -> list[Track]:
 
 def coarsen(track: Track, max_rows: int) -> Track:
     """``track`` with neighbouring rows merged until at most ``max_rows`` remain, by the
-    rules the collector itself merges a long run with (``ioprobe.collect.timeline``)."""
+    rules the collector itself merges a long run with (``record.MERGE_RULES``)."""
     cols = track.columns
     n = len(cols.get("start", []))
     if n <= max_rows:
@@ -436,17 +329,35 @@ def heatmap(rec: RunRecord) -> Heatmap | None:
 
 
 def stage_bars(rec: RunRecord) -> list[StageBar]:
-    """Each stage's capacity in samples/s with a line on what it was measured from."""
+    """Each stage's capacity in samples/s, and whether it limits the pipeline."""
     caps = rec.stages.capacities()
     return [
-        StageBar(
-            stage=s,
-            capacity=caps[s],
-            detail=stage_detail(rec, s),
-            limiting=s == rec.bottleneck and caps[s] is not None,
-        )
+        StageBar(stage=s, capacity=caps[s], limiting=s == rec.bottleneck and caps[s] is not None)
         for s in STAGE_NAMES
     ]
+
+
+def cache_gap(rec: RunRecord) -> SizeRow | None:
+    """The sizing row where a cache helps most: storage binds below the target, nothing else
+    would (the CPU keeps up), and the GPU count is the largest such; the cheapest cache among
+    ties."""
+    sz = rec.sizing
+    if sz is None:
+        return None
+    target = sz.inputs.target_utilization
+    rows = [
+        r
+        for r in sz.rows
+        if r.bottleneck == "storage"
+        and r.gpu_utilization < target
+        and r.cache_bytes_static
+        and r.cache_bytes_lru
+        and (r.cpu_samples_per_s is None or r.cpu_samples_per_s >= target * r.gpu_samples_per_s)
+    ]
+    if not rows:
+        return None
+    top = max(r.gpus for r in rows)
+    return min((r for r in rows if r.gpus == top), key=lambda r: r.cache_bytes_static or 0.0)
 
 
 def dali_operators(rec: RunRecord) -> list[OperatorRow]:
@@ -471,186 +382,6 @@ def dali_operators(rec: RunRecord) -> list[OperatorRow]:
     ]
 
 
-def _dali_facts(rec: RunRecord) -> list[tuple[str, str]]:
-    d = rec.dali
-    if d is None:
-        return []
-    p = d.pipeline
-    out = [
-        (
-            "DALI pipeline",
-            ", ".join(
-                f"{k}={p[k]}"
-                for k in ("batch_size", "num_threads", "prefetch_queue_depth", "exec_dynamic")
-                if k in p
-            ),
-        ),
-        (
-            "operator timing",
-            "NVTX ranges (ioprobe's injection library)"
-            if d.timing == "nvtx"
-            else f"DALI threads' CPU time only: {d.timing_note}",
-        ),
-        ("DALI threads' CPU", f"{sum(d.threads.values()):,.2f} s in {len(d.threads)} threads"),
-    ]
-    if d.reads:
-        out.append(("reader fetches", f"{d.reads:,}, {d.read_seconds / d.reads * 1e3:.3f} ms each"))
-    if d.consumer_cpu_seconds:
-        out.append(("consumer CPU in next()", f"{d.consumer_cpu_seconds:,.2f} s"))
-    if d.worker_cpu_seconds:
-        out.append(("external_source workers' CPU", f"{d.worker_cpu_seconds:,.2f} s"))
-    pre = rec.stages.gpu.preprocess_seconds
-    if pre is not None:
-        out.append(("GPU preprocessing", f"{pre * 1e3:.2f} ms per batch (mixed and GPU operators)"))
-    return out
-
-
-def _device_facts(w: WatchData) -> list[tuple[str, str]]:
-    """Copies and the host's view of the wait, where the device's own clock was used."""
-    out = []
-    eps = w.epochs
-    nbytes = sum(e.h2d_bytes for e in eps)
-    if nbytes:
-        pinned = sum(e.h2d_pinned_bytes for e in eps)
-        secs = sum(e.h2d_seconds for e in eps)
-        out.append(
-            (
-                "host-to-device",
-                f"{sum(e.h2d_copies for e in eps):,} copies, {nbytes / 1e6:,.1f} MB in "
-                f"{secs:.3f} s ({_bytesrate(nbytes / secs) if secs > 0 else 'n/a'}), "
-                f"{pinned / nbytes:.0%} from pinned memory",
-            )
-        )
-    timed = [e for e in eps if e.gpu_wait_seconds is not None]
-    if timed:
-        stall = sum(e.stall_seconds for e in timed)
-        wall = sum(e.seconds for e in timed)
-        if wall > 0:
-            out.append(
-                (
-                    "host stall",
-                    f"{stall / wall:.1%} of the time blocked in next() (host clock; the device "
-                    "clock above is the GPU's own)",
-                )
-            )
-    return out
-
-
-def measurements(rec: RunRecord) -> list[tuple[str, str]]:
-    """The handful of numbers a reader checks first, as (label, value) pairs."""
-    ds = rec.dataset
-    out = [("dataset", ds.target)]
-    if ds.files:
-        out.append(
-            (
-                "size",
-                f"{ds.files:,} samples, {ds.bytes / 1e6:,.1f} MB, mean "
-                f"{ds.sample_bytes_mean / 1e3:,.1f} kB ({ds.density} density)",
-            )
-        )
-    if rec.measured_samples_per_s is not None:
-        out.append(("measured", f"{rate(rec.measured_samples_per_s)} samples/s"))
-    if any(rec.stages.capacities().values()):
-        out.append(("model", f"{rate(rec.predicted_samples_per_s)} samples/s ({rec.bottleneck})"))
-    if rec.gpu_idle_fraction is not None:
-        out.append(("GPU waiting", f"{rec.gpu_idle_fraction:.1%} ({rec.gpu_idle_method or ''})"))
-    w = rec.watch
-    if w is not None and rec.dali is not None:
-        out += _dali_facts(rec)
-    elif w is not None:
-        loader = w.loader
-        out.append(
-            (
-                "loader",
-                ", ".join(
-                    f"{k}={loader[k]}"
-                    for k in ("num_workers", "batch_size", "pin_memory", "prefetch_factor")
-                    if k in loader
-                ),
-            )
-        )
-    if w is not None:
-        out += _device_facts(w)
-        batches = sum(e.batches for e in w.epochs)
-        out.append(("batches", f"{batches:,} in {len(w.epochs)} epoch(s)"))
-        if w.stall_ms.count:
-            vals = sorted(w.stall_ms.values)
-            out.append(
-                (
-                    "stall per batch",
-                    f"median {vals[len(vals) // 2]:.2f} ms, p95 "
-                    f"{vals[min(len(vals) - 1, int(0.95 * len(vals)))]:.2f} ms",
-                )
-            )
-    out += decode_facts(rec)
-    out += link_facts(rec)
-    out += disk_to_gpu_facts(rec)
-    out += series_facts(rec)
-    p = rec.pipeline
-    if p is not None:
-        out.append(("pipeline run", _pipeline_line(p)))
-    if rec.stages.gpu.busy_fraction is not None:
-        out.append(
-            ("GPU busy", f"{rec.stages.gpu.busy_fraction:.0%} ({rec.stages.gpu.busy_method})")
-        )
-    if rec.duration_s is not None:
-        out.append(("took", f"{rec.duration_s:,.1f} s"))
-    return out
-
-
-def whatif_facts(rec: RunRecord) -> list[tuple[str, str]]:
-    """A what-if's change, its starting point and each stage it moved, with the reason."""
-    from ioprobe.analysis.whatif import describe
-
-    w = rec.whatif
-    if w is None:
-        return []
-    was = w.base_measured_samples_per_s or w.base_predicted_samples_per_s
-    out = [
-        (
-            "change",
-            "  ".join(f"--{k.replace('_', '-')} {v}" for k, v in describe(w.change).items()),
-        ),
-        (
-            "was",
-            f"{w.base_bottleneck}-bound at {rate(was)} samples/s "
-            + ("(measured)" if w.base_measured_samples_per_s else "(predicted)"),
-        ),
-    ]
-    for d in w.deltas:
-        out.append((d.stage, f"{rate(d.before)} -> {rate(d.after)} samples/s: {d.why}"))
-    out += [("assumes", a) for a in w.assumptions]
-    return out
-
-
-def size_facts(rec: RunRecord) -> list[tuple[str, str]]:
-    """The numbers a sizing was computed from, and where each came from."""
-    sz = rec.sizing
-    if sz is None:
-        return []
-    i = sz.inputs
-    out = [
-        ("sample size", f"{i.sample_bytes / 1e3:,.1f} kB"),
-        ("one GPU consumes", f"{rate(i.gpu_samples_per_s)} samples/s"),
-        ("nodes", str(i.nodes)),
-        ("target", f"{i.target_utilization:.0%} GPU utilisation"),
-    ]
-    if i.cpu_seconds_per_sample is not None:
-        out.append(("CPU per sample", f"{i.cpu_seconds_per_sample * 1e3:.2f} ms"))
-    if i.cores is not None:
-        out.append(("cores per node", f"{i.cores:g}"))
-    out += [(f"source: {k}", v) for k, v in sorted(i.sources.items())]
-    out += [("assumes", a) for a in sz.assumptions]
-    return out
-
-
-def _pipeline_line(p: PipelineRun) -> str:
-    return (
-        f"{p.workers} workers, batch {p.batch_size}, {p.compute_seconds_per_batch * 1e3:g} ms "
-        f"compute: {rate(p.samples_per_s)} samples/s, GPU idle {p.gpu_idle_fraction:.0%}"
-    )
-
-
 def advice(rec: RunRecord) -> list[Advice]:
     """The recommendations in rank order, each with predicted / today's rate (the measured
     rate where the run measured one, else the model's)."""
@@ -670,12 +401,6 @@ def advice(rec: RunRecord) -> list[Advice]:
     return out
 
 
-def title(rec: RunRecord) -> str:
-    return (
-        f"ioprobe {rec.kind}: {rec.dataset.target}" if rec.dataset.target else f"ioprobe {rec.kind}"
-    )
-
-
 def findings(rec: RunRecord) -> Findings:
     """All of a report's content for ``rec``."""
     tracks = tracks_of(rec)
@@ -686,19 +411,11 @@ def findings(rec: RunRecord) -> Findings:
     if delivered is None:
         delivered, label = (rec.predicted_samples_per_s or None), "predicted"
     return Findings(
-        title=title(rec),
         kind=rec.kind,
-        verdict=verdict(rec),
         delivered=delivered,
         delivered_label=label,
         stages=stage_bars(rec) if rec.kind != "size" else [],
         recommendations=advice(rec),
-        measurements=(
-            size_facts(rec) if rec.kind == "size" else whatif_facts(rec) + measurements(rec)
-        ),
-        measurements_title={"size": "Inputs", "whatif": "The change"}.get(
-            rec.kind, "Key measurements"
-        ),
         consumer=consumer,
         consumer_batches=batches,
         throughput=worker_throughput(tracks),
@@ -708,5 +425,15 @@ def findings(rec: RunRecord) -> Findings:
         operators=dali_operators(rec),
         copies=copy_rows(rec),
         gpu_series=gpu_series_view(rec),
+        cache_gap=cache_gap(rec),
         notes=list(rec.notes),
+        timeline=[coarsen(t, MAX_TRACE_ROWS) for t in tracks],
+        device_timeline=_device_timeline(rec),
     )
+
+
+def _device_timeline(rec: RunRecord) -> Track | None:
+    gpu = rec.watch.gpu_track if rec.watch is not None else None
+    if gpu is None or not gpu.columns.get("start"):
+        return None
+    return coarsen(gpu, MAX_TRACE_ROWS)

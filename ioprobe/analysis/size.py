@@ -12,7 +12,7 @@ import math
 from ioprobe.analysis.cache import cache_for_hit_rate
 from ioprobe.analysis.catalog import read_rate
 from ioprobe.analysis.model import PipelineFindings, pipeline_model
-from ioprobe.collect.dataset import density_class
+from ioprobe.capacity import density_class
 from ioprobe.errors import BadInputError
 from ioprobe.record import (
     Cheapest,
@@ -268,7 +268,9 @@ def _cheapest(
     if beyond.bottleneck == "cpu" and beyond.cores_needed:
         why += f" ({most + 1} GPUs need {math.ceil(beyond.cores_needed)} cores per node)"
     elif beyond.bottleneck == "storage" and beyond.cache_bytes_static:
-        why += f" (or add a {gb_or_mb(beyond.cache_bytes_static)} pinned cache per node)"
+        n = beyond.cache_bytes_static
+        cache = f"{n / 1e9:,.0f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
+        why += f" (or add a {cache} pinned cache per node)"
     return Cheapest(
         storage=best.name,
         gpus=most,
@@ -280,11 +282,6 @@ def _cheapest(
             f"most any class here keeps; {why}."
         ),
     )
-
-
-def gb_or_mb(n: float) -> str:
-    """A cache size as people write it: whole GB, or MB below one GB."""
-    return f"{n / 1e9:,.0f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
 
 
 def _check(inp: SizeInputs, classes: list[StorageClassInfo], gpu_counts: list[int]) -> None:
@@ -304,7 +301,6 @@ def _check(inp: SizeInputs, classes: list[StorageClassInfo], gpu_counts: list[in
 
 __all__ = [
     "DEFAULT_GPU_COUNTS",
-    "gb_or_mb",
     "gpus_supported",
     "size",
     "stages_for",

@@ -6,12 +6,16 @@ and printed as one line on stderr with exit code 2; nothing the user did produce
 
 from __future__ import annotations
 
+import ast
 import sys
 from importlib import import_module
+from importlib.util import find_spec
+from pathlib import Path
 
 import click
+from click.utils import make_default_short_help
 
-from ioprobe import __version__
+from ioprobe._version import __version__
 from ioprobe.errors import Interrupted, IoprobeError
 
 # name -> module under ioprobe.cli; each module exposes a click command named `command`.
@@ -26,11 +30,33 @@ SUBCOMMANDS = {
 }
 
 
+def module_help(name: str) -> str:
+    """A subcommand's help text, its module's docstring, read from the source without
+    running the module: ``ioprobe --help`` lists every subcommand and imports none."""
+    module = f"ioprobe.cli.{SUBCOMMANDS[name]}"
+    spec = find_spec(module)
+    if spec is not None and spec.origin and spec.origin.endswith(".py"):
+        try:
+            tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError):
+            pass
+        else:
+            return ast.get_docstring(tree) or ""
+    return import_module(module).command.help or ""  # an install without sources
+
+
 class _LazyGroup(click.Group):
     """Imports a subcommand's module only when it runs, so `ioprobe env` stays fast."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        rows = [(n, make_default_short_help(module_help(n), limit).strip()) for n in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module = SUBCOMMANDS.get(cmd_name)

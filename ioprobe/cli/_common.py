@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from importlib import import_module
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
 from rich.console import Console
 
+from ioprobe.analysis.report import findings
 from ioprobe.errors import BadInputError, RecordError
 from ioprobe.record import STAGE_NAMES, RunRecord, atomic_write
 
@@ -146,31 +148,35 @@ def write_text(path: str, text: str, flag: str) -> None:
         raise BadInputError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
 
 
+# format -> (the renderer module, the flag that asks for it); every renderer has the shape
+# render(record, findings) -> str
+RENDERERS = {
+    "html": ("ioprobe.render.html", "--html"),
+    "md": ("ioprobe.render.markdown", "--md"),
+    "trace": ("ioprobe.render.trace", "--trace"),
+}
+
+
 def write_outputs(rec: RunRecord, plan: dict[str, list[str]]) -> bool:
     """Render each planned format once and write it; True when one of them went to stdout."""
-    from ioprobe.analysis.report import findings
-
     for path in plan["json"]:
         write_record(rec, path)
-    f = findings(rec) if plan["html"] or plan["md"] else None
-    if plan["html"]:
-        from ioprobe.render.html import render_html
-
-        assert f is not None
-        page = render_html(rec, f)
-        for path in plan["html"]:
-            write_text(path, page, "--html")
-    if plan["md"]:
-        from ioprobe.render.markdown import render_markdown
-
-        assert f is not None
-        text = render_markdown(f)
-        for path in plan["md"]:
-            write_text(path, text, "--md")
-    if plan["trace"]:
-        from ioprobe.render.trace import render_trace
-
-        trace = render_trace(rec)
-        for path in plan["trace"]:
-            write_text(path, trace, "--trace")
+    wanted = [fmt for fmt in RENDERERS if plan[fmt]]
+    f = findings(rec) if wanted else None
+    for fmt in wanted:
+        module, flag = RENDERERS[fmt]
+        text = import_module(module).render(rec, f)
+        for path in plan[fmt]:
+            write_text(path, text, flag)
     return any(p == "-" for paths in plan.values() for p in paths)
+
+
+def show(rec: RunRecord, *, err: bool = False) -> None:
+    """The record's terminal view on stdout (stderr with ``err``): as wide as the terminal,
+    in colour where it is one."""
+    from ioprobe.render import terminal
+
+    out = Console(highlight=False, stderr=err)
+    text = terminal.render(rec, findings(rec), width=out.width, color=out.is_terminal)
+    out.file.write(text)
+    out.file.flush()

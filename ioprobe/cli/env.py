@@ -1,8 +1,9 @@
-"""``ioprobe env``: the machine a probe would run on, without measuring anything.
+"""Show this machine: CPU, memory, the storage holding PATH (default: the current
+directory) and GPUs, without measuring anything.
 
 It answers the first questions about a slow input pipeline in under a second: how many cores
 this process may use, how much memory is free, what kind of device holds the data, and which
-GPUs are present with what PCIe link. ``--json`` keeps the same facts for a bug report or for
+GPUs are present with what PCIe link. --json keeps the same facts for a bug report or for
 comparing two machines.
 """
 
@@ -24,7 +25,7 @@ from ioprobe.render.host import render_host
 ENV_SCHEMA = "ioprobe.env/1"
 
 
-@click.command(name="env")
+@click.command(name="env", help=__doc__)
 @click.argument("path", required=False, default=".", metavar="[PATH]")
 @click.option(
     "--json",
@@ -34,8 +35,6 @@ ENV_SCHEMA = "ioprobe.env/1"
     help="Also write the facts as JSON to FILE ('-' for stdout, which replaces the table).",
 )
 def command(path: str, json_file: str | None) -> None:
-    """Show this machine: CPU, memory, the storage holding PATH (default: the current
-    directory) and GPUs."""
     host = host_info(path)
     document: dict[str, Any] = {"schema": ENV_SCHEMA, "host": to_plain(host)}
     text = json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n"

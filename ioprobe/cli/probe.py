@@ -13,11 +13,11 @@ from __future__ import annotations
 import click
 
 from ioprobe.analysis import finalize
-from ioprobe.cli._common import console, output_options, plan_outputs, write_outputs
+from ioprobe.analysis.catalog import try_load_catalog
+from ioprobe.cli._common import output_options, plan_outputs, show, write_outputs
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import make_reporter
 from ioprobe.errors import BadInputError
-from ioprobe.render.terminal import summary
 
 
 @click.command(help=__doc__)
@@ -110,8 +110,8 @@ def command(
         pcie_only=pcie_only,
     )
     try:
-        record = finalize(Probe(opts, reporter).run())
+        record = finalize(Probe(opts, reporter).run(), try_load_catalog())
     finally:
         reporter.close()
     if not write_outputs(record, plan):
-        console().print(summary(record))
+        show(record)

@@ -5,22 +5,9 @@ Chrome trace."""
 from __future__ import annotations
 
 import click
-from rich.console import RenderableType
 
-from ioprobe.cli._common import console, output_options, plan_outputs, write_outputs
+from ioprobe.cli._common import output_options, plan_outputs, show, write_outputs
 from ioprobe.record import RunRecord
-from ioprobe.render.sizing import render_size
-from ioprobe.render.terminal import summary
-from ioprobe.render.whatif import render_whatif
-
-
-def render(record: RunRecord) -> RenderableType:
-    """The terminal view that fits the record's kind."""
-    if record.kind == "size" and record.sizing is not None:
-        return render_size(record)
-    if record.kind == "whatif" and record.whatif is not None:
-        return render_whatif(record)
-    return summary(record)
 
 
 @click.command(help=__doc__)
@@ -37,4 +24,4 @@ def command(
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
     record = RunRecord.load(run_file)
     if not write_outputs(record, plan):
-        console().print(render(record))
+        show(record)

@@ -20,10 +20,12 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from ioprobe.cli._common import EXTENSIONS, output_options, plan_outputs, write_outputs
+from ioprobe.analysis import finalize_watch
+from ioprobe.analysis.catalog import try_load_catalog
+from ioprobe.cli._common import EXTENSIONS, output_options, plan_outputs, show, write_outputs
+from ioprobe.collect import nvtx
 from ioprobe.errors import BadInputError
 from ioprobe.record import RunRecord
-from ioprobe.render.terminal import summary
 
 SITECUSTOMIZE = """\
 # Written by `ioprobe run`; removed when the run ends.
@@ -31,7 +33,7 @@ import os as _os
 import sys as _sys
 
 try:
-    from ioprobe import _run_hook
+    from ioprobe.watch import run_hook as _run_hook
 
     _run_hook.install()
 except Exception as _exc:  # ioprobe missing from this interpreter: run unwatched
@@ -76,13 +78,16 @@ def command(
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hook), env.get("PYTHONPATH")) if p)
         env["IOPROBE_RUN_DIR"] = str(records)
+        # DALI's per-operator timing, set before the script builds a pipeline
+        env.update(nvtx.injection_env())
         # Ctrl-C reaches the script too (same process group): let it decide, then report
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
             code = subprocess.call(list(cmd), env=env)
         finally:
             signal.signal(signal.SIGINT, previous)
-        runs = [RunRecord.load(p) for p in sorted(records.glob("*.json"))]
+        catalog = try_load_catalog()
+        runs = [finalize_watch(RunRecord.load(p), catalog) for p in sorted(records.glob("*.json"))]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     runs.sort(key=lambda r: -sum(e.samples for e in (r.watch.epochs if r.watch else [])))
@@ -92,7 +97,7 @@ def command(
     for i, rec in enumerate(runs, 1):
         if len(runs) > 1:
             err.print(f"\n[bold]loader {i} of {len(runs)}[/bold]")
-        err.print(summary(rec))
+        show(rec, err=True)
     for i, rec in enumerate(runs, 1):
         write_outputs(
             rec, plan if i == 1 else {f: [_nth(p, i) for p in ps] for f, ps in plan.items()}

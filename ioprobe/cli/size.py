@@ -17,12 +17,11 @@ from __future__ import annotations
 import click
 
 from ioprobe.analysis.catalog import load_catalog, parse_bytes, parse_rate, resolve_storage
+from ioprobe.analysis.scenario import recorded_gpus
 from ioprobe.analysis.size import DEFAULT_GPU_COUNTS, size
-from ioprobe.analysis.whatif import recorded_gpus
-from ioprobe.cli._common import catalog_option, console, json_option, load_analysable, write_record
+from ioprobe.cli._common import catalog_option, json_option, load_analysable, show, write_record
 from ioprobe.errors import BadInputError
 from ioprobe.record import RunRecord, SizeInputs
-from ioprobe.render.sizing import render_size
 
 
 def _int_list(text: str) -> list[int]:
@@ -137,7 +136,7 @@ def command(
     if json_path:
         write_record(rec, json_path)
     if json_path != "-":
-        console().print(render_size(rec))
+        show(rec)
 
 
 def _inputs(

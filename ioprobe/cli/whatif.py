@@ -12,12 +12,12 @@ from typing import cast
 
 import click
 
-from ioprobe.analysis.catalog import load_catalog, resolve_storage
-from ioprobe.analysis.whatif import parse_pcie, whatif
-from ioprobe.cli._common import catalog_option, console, json_option, load_analysable, write_record
+from ioprobe.analysis.catalog import load_catalog, resolve_storage, try_load_catalog
+from ioprobe.analysis.scenario import parse_pcie
+from ioprobe.analysis.whatif import whatif
+from ioprobe.cli._common import catalog_option, json_option, load_analysable, show, write_record
 from ioprobe.errors import BadInputError
 from ioprobe.record import CacheOrder, Change
-from ioprobe.render.whatif import render_whatif
 
 
 @click.command(help=__doc__)
@@ -62,7 +62,10 @@ def command(
 ) -> None:
     if pcie is not None:
         parse_pcie(pcie)  # a typo fails before the record is read
-    storage_class = resolve_storage(storage, load_catalog(catalog_path)) if storage else None
+    # a class asked for must come from a catalog that loads; otherwise the catalog only
+    # feeds the advice, which a broken file must not stop
+    catalog = load_catalog(catalog_path) if storage else try_load_catalog(catalog_path)
+    storage_class = resolve_storage(storage, catalog) if storage else None
     change = Change(
         workers=workers,
         cores=cores,
@@ -80,8 +83,8 @@ def command(
             "--cache-gb, --pcie, --gpu-decode, --decode"
         )
     rec = load_analysable(run_file)
-    out = whatif(rec, change)
+    out = whatif(rec, change, catalog)
     if json_path:
         write_record(out, json_path)
     if json_path != "-":
-        console().print(render_whatif(out))
+        show(out)

@@ -20,15 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from ioprobe.capacity import density_class
 from ioprobe.errors import TargetError
 from ioprobe.record import DatasetProfile
-
-# Bytes per sample that separate density classes. Below 256 KiB a sample costs more in
-# per-request latency than in transfer on every storage class (a 128 KiB read is ~20 us of
-# NVMe bandwidth but ~80 us of NVMe latency), so throughput is IOPS-bound; above 8 MiB a
-# sample is a long sequential transfer (3D volumes, video clips) and bandwidth decides.
-DENSITY_LOW_MAX = 256 * 1024
-DENSITY_HIGH_MIN = 8 * 1024 * 1024
 
 STAT_SAMPLE = 20_000  # files stat-ed at most; beyond, sizes are a random sample
 MAX_LISTED = 2_000_000  # names walked at most, so listing alone can't eat the time budget
@@ -341,14 +335,6 @@ def detect_format(name: str, head: bytes) -> str:
         return "npz" if name.endswith(".npz") else "zip"
     ext = os.path.splitext(name)[1].lower()
     return _EXT_FORMAT.get(ext, ext.lstrip(".") or "unknown")
-
-
-def density_class(mean_bytes: float) -> str:
-    if mean_bytes < DENSITY_LOW_MAX:
-        return "low"
-    if mean_bytes < DENSITY_HIGH_MIN:
-        return "medium"
-    return "high"
 
 
 def _percentile(sorted_values: list[int], q: float) -> int:

@@ -1,14 +1,16 @@
 """Per-range timing from ioprobe's NVTX injection library (``csrc/nvtx_inject.c``).
 
 Libraries built with NVTX v3 (NVIDIA DALI among them) load the library named by
-``NVTX_INJECTION64_PATH`` on their first NVTX call. ``arm()`` points that variable at ours when
-ioprobe is imported, so a pipeline built afterwards reports every range it opens: per name, the
-calls, wall time, CPU time of the opening thread, and for DALI operators the pool threads' CPU
-time while the operator ran. ``snapshot()`` reads the running totals; a collector diffs two.
+``NVTX_INJECTION64_PATH`` on their first NVTX call. ``arm()`` points that variable at ours, so a
+pipeline built afterwards reports every range it opens: per name, the calls, wall time, CPU
+time of the opening thread, and for DALI operators the pool threads' CPU time while the
+operator ran. ``snapshot()`` reads the running totals; a collector diffs two. Arming is asked
+for, never done on import: ``ioprobe.time_dali_operators()`` in a user's process, ``ioprobe
+run`` in its child's environment, ``probe --loader dali`` before it builds its pipelines.
 
 Nothing here imports DALI. When the library was not built (no C compiler or NVTX headers at
-install), or another tool (Nsight Systems) owns the variable, or DALI started before ioprobe was
-imported, ``status()`` says which, and collectors fall back to per-thread CPU time.
+install), or another tool (Nsight Systems) owns the variable, or DALI made its first NVTX call
+before the arming, ``status()`` says which, and collectors fall back to per-thread CPU time.
 """
 
 from __future__ import annotations
@@ -56,20 +58,30 @@ def library_path() -> Path | None:
     return found[0] if found else None
 
 
-def arm() -> None:
-    """Point NVTX at the injection library for this process (and its children), unless the
-    user disabled it, another tool already owns the variable, or the library was not built.
-    Cheap and idempotent: called on ``import ioprobe``."""
-    if os.environ.get(DISABLE_ENV) == "0" or os.environ.get(ENV):
-        return
+def _dali_installed() -> bool:
     try:
-        if importlib.util.find_spec("nvidia.dali") is None:
-            return  # nothing of ours would use it
+        return importlib.util.find_spec("nvidia.dali") is not None
     except (ImportError, ValueError):
-        return
+        return False
+
+
+def injection_env() -> dict[str, str]:
+    """The variable that arms NVTX for a process about to start (``ioprobe run``'s child):
+    empty when the user disabled it, another tool owns it, DALI is not installed (nothing
+    would use it) or the library was not built."""
+    if os.environ.get(DISABLE_ENV) == "0" or os.environ.get(ENV) or not _dali_installed():
+        return {}
     path = library_path()
-    if path is not None:
-        os.environ[ENV] = str(path)
+    return {ENV: str(path)} if path is not None else {}
+
+
+def arm() -> str | None:
+    """Point NVTX at the injection library for this process and its children; idempotent.
+    None when ranges will be captured, otherwise why not (in words for the record)."""
+    if not _dali_installed():
+        return "NVIDIA DALI cannot be imported here: there are no operators to time"
+    os.environ.update(injection_env())
+    return _unarmed()
 
 
 _lib: list[ctypes.CDLL] = []  # the loaded library, once found
@@ -96,8 +108,8 @@ def _loaded() -> ctypes.CDLL | None:
     return lib
 
 
-def status() -> str | None:
-    """None when ranges are being captured; otherwise why not, in words for the record."""
+def _unarmed() -> str | None:
+    """Why this process's NVTX ranges won't reach ioprobe, before any range ran."""
     if os.environ.get(DISABLE_ENV) == "0":
         return f"{DISABLE_ENV}=0: per-operator timing turned off"
     path = library_path()
@@ -107,13 +119,27 @@ def status() -> str | None:
             "headers): per-operator timing is unavailable"
         )
     owner = os.environ.get(ENV)
-    if owner and Path(owner).resolve() != path:
+    if not owner:
+        return (
+            "NVTX was not pointed at ioprobe: call ioprobe.time_dali_operators() before "
+            "building the pipeline for per-operator timing (ioprobe run does it for you)"
+        )
+    if Path(owner).resolve() != path:
         return f"{ENV} names another tool ({owner}): per-operator timing is off"
+    return None
+
+
+def status() -> str | None:
+    """None when ranges are being captured; otherwise why not, in words for the record."""
+    why = _unarmed()
+    if why is not None:
+        return why
     lib = _loaded()
     if lib is None or lib.ioprobe_nvtx_inits() == 0:
         return (
-            "no NVTX range reached ioprobe: DALI made its first NVTX call before ioprobe was "
-            "imported; import ioprobe before building the pipeline for per-operator timing"
+            "no NVTX range reached ioprobe: DALI made its first NVTX call before "
+            "ioprobe.time_dali_operators() was called; call it before building the pipeline "
+            "for per-operator timing"
         )
     return None
 

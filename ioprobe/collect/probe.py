@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ioprobe import __version__
+from ioprobe._version import __version__
 from ioprobe.collect import cpu as cpu_mod
 from ioprobe.collect import dataset as ds_mod
 from ioprobe.collect import decode_paths as paths_mod

@@ -8,30 +8,10 @@ from __future__ import annotations
 
 from array import array
 
-from ioprobe.record import Track
+from ioprobe.record import MAIN_COLUMNS, WORKER_COLUMNS, ColumnSpec, Track
 
-# (name, merge, scale): "first"/"last" columns are times, kept as the first batch's or the
-# last's in a row and written out relative to the watch's origin; "sum" columns add up.
-ColumnSpec = tuple[tuple[str, str, float], ...]
-MAIN_COLUMNS: ColumnSpec = (
-    ("start", "first", 1e-9),
-    ("end", "last", 1e-9),
-    ("stall", "sum", 1e-9),
-    ("batches", "sum", 1.0),
-    ("samples", "sum", 1.0),
-    ("epoch", "first", 1.0),
-)
-WORKER_COLUMNS: ColumnSpec = (
-    ("start", "first", 1e-9),
-    ("end", "last", 1e-9),
-    ("batches", "sum", 1.0),
-    ("samples", "sum", 1.0),
-    ("wall", "sum", 1e-9),
-    ("cpu", "sum", 1e-9),
-    ("read", "sum", 1e-9),
-)
-# column name -> how neighbouring rows merge, for anything that coarsens a recorded track
-MERGE_RULES = {name: merge for name, merge, _ in MAIN_COLUMNS + WORKER_COLUMNS}
+__all__ = ["MAIN_COLUMNS", "MAIN_ROWS", "WORKER_COLUMNS", "WORKER_ROWS", "Series"]
+
 MAIN_ROWS = 32_768  # rows kept on the main track; a longer run merges neighbours
 WORKER_ROWS = 4_096  # per worker track
 

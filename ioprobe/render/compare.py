@@ -7,25 +7,17 @@ from rich.table import Table
 from rich.text import Text
 
 from ioprobe.analysis.compare import Comparison
-from ioprobe.analysis.report import rate
+from ioprobe.render.format import percent, rate, ratio
 from ioprobe.render.markdown import md
-
-
-def _x(r: float | None) -> str:
-    return "-" if r is None else f"{r:.2f}x"
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.0%}"
 
 
 def headline(c: Comparison) -> str:
     line = (
         f"{c.basis} rate {rate(c.rate_before)} -> {rate(c.rate_after)} samples/s "
-        f"({_x(c.rate_ratio)}); bottleneck {c.bottleneck_before} -> {c.bottleneck_after}"
+        f"({ratio(c.rate_ratio)}); bottleneck {c.bottleneck_before} -> {c.bottleneck_after}"
     )
     if c.idle_before is not None and c.idle_after is not None:
-        line += f"; GPU waiting {_pct(c.idle_before)} -> {_pct(c.idle_after)}"
+        line += f"; GPU waiting {percent(c.idle_before)} -> {percent(c.idle_after)}"
     return line
 
 
@@ -35,8 +27,8 @@ def prediction_line(c: Comparison) -> str | None:
         return None
     return (
         f"Applied '{a.kind}' ({a.how}): predicted {rate(a.predicted_samples_per_s)} samples/s "
-        f"({_x(a.predicted_gain)}), measured {rate(a.measured_samples_per_s)} "
-        f"({_x(a.measured_gain)}): prediction error {a.error:+.1%}"
+        f"({ratio(a.predicted_gain)}), measured {rate(a.measured_samples_per_s)} "
+        f"({ratio(a.measured_gain)}): prediction error {a.error:+.1%}"
     )
 
 
@@ -58,7 +50,7 @@ def render_compare(c: Comparison) -> RenderableType:
     table.add_column("after", justify="right")
     table.add_column("change", justify="right")
     for s in c.stages:
-        table.add_row(s.stage, rate(s.before), rate(s.after), _x(s.ratio))
+        table.add_row(s.stage, rate(s.before), rate(s.after), ratio(s.ratio))
     parts += [Text(""), table]
     if c.config:
         cfg = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
@@ -85,7 +77,7 @@ def compare_markdown(c: Comparison) -> str:
         lines += [md(pred), ""]
     lines += ["| stage | before | after | change |", "|---|--:|--:|--:|"]
     lines += [
-        f"| {s.stage} | {rate(s.before)} | {rate(s.after)} | {_x(s.ratio)} |" for s in c.stages
+        f"| {s.stage} | {rate(s.before)} | {rate(s.after)} | {ratio(s.ratio)} |" for s in c.stages
     ]
     lines.append("")
     if c.config:

@@ -13,6 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ioprobe.record import FilesystemInfo, GpuInfo, HostInfo
+from ioprobe.render.format import binary_bytes
 
 _CLASS_WORDS = {
     "nvme": "NVMe SSD",
@@ -53,20 +54,6 @@ def render_host(host: HostInfo) -> RenderableType:
     return Panel(grid, title="host", title_align="left", expand=False)
 
 
-def format_bytes(n: int | float | None) -> str:
-    """Binary units, three significant digits: ``31.4 GiB``."""
-    if n is None:
-        return "unknown"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(value) < 1024 or unit == "TiB":
-            if unit == "B":
-                return f"{int(value)} B"
-            return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
-
-
 def _cores(host: HostInfo) -> str:
     parts = [
         f"{_num(host.logical_cores)} logical",
@@ -78,8 +65,8 @@ def _cores(host: HostInfo) -> str:
 
 def _memory(host: HostInfo) -> str:
     return (
-        f"{format_bytes(host.memory_bytes)} total, "
-        f"{format_bytes(host.memory_available_bytes)} available"
+        f"{binary_bytes(host.memory_bytes)} total, "
+        f"{binary_bytes(host.memory_available_bytes)} available"
     )
 
 
@@ -99,7 +86,7 @@ def _storage(fs: FilesystemInfo) -> str:
 
 
 def _gpu(gpu: GpuInfo) -> str:
-    parts = [gpu.name, format_bytes(gpu.memory_bytes)]
+    parts = [gpu.name, binary_bytes(gpu.memory_bytes)]
     if any(
         v is not None
         for v in (
@@ -120,4 +107,4 @@ def _num(value: int | None) -> str:
     return "?" if value is None else str(value)
 
 
-__all__ = ["format_bytes", "host_facts", "render_host"]
+__all__ = ["host_facts", "render_host"]

@@ -23,14 +23,13 @@ from ioprobe.analysis.report import (
     Heatmap,
     OperatorRow,
     SeriesView,
-    StageBar,
     SweepLine,
     Throughput,
-    rate,
 )
 from ioprobe.record import RunRecord, to_plain
+from ioprobe.render.facts import facts_title, key_facts, stage_detail, title, verdict
+from ioprobe.render.format import gbps, rate, size_label
 from ioprobe.render.host import host_facts
-from ioprobe.render.units import gbps, size_label
 
 W = 760  # chart width in CSS pixels
 PALETTE = (
@@ -115,9 +114,10 @@ def _num(x: float) -> str:
 # --- charts ---------------------------------------------------------------------------------
 
 
-def stage_chart(stages: Sequence[StageBar], delivered: float | None, label: str) -> str:
+def stage_chart(rec: RunRecord, f: Findings) -> str:
     """A bar per stage (its capacity) and a vertical line at the delivered rate; log scale
     when capacities span more than 20x, because they often differ by orders of magnitude."""
+    stages, delivered, label = f.stages, f.delivered, f.delivered_label
     vals = [b.capacity for b in stages if b.capacity]
     if delivered:
         vals.append(delivered)
@@ -162,7 +162,7 @@ def stage_chart(stages: Sequence[StageBar], delivered: float | None, label: str)
             body.append(
                 f'<rect x="{left}" y="{y + 3}" width="{_n(max(x(b.capacity) - left, 1))}" '
                 f'height="20" fill="{colour}"><title>{e(b.stage)}: {e(rate(b.capacity))} '
-                f"samples/s; {e(b.detail)}</title></rect>"
+                f"samples/s; {e(stage_detail(rec, b.stage))}</title></rect>"
                 f'<text x="{_n(x(b.capacity) + 6)}" y="{y + 17}">{e(rate(b.capacity))}</text>'
             )
         else:
@@ -501,7 +501,20 @@ def _short(rec: RunRecord) -> RunRecord:
 
 
 def _blob(rec: RunRecord, f: Findings) -> str:
-    data: dict[str, Any] = {"findings": to_plain(f), "record": to_plain(_short(rec))}
+    """The findings (with the page's sentences, less the full-resolution timelines the trace
+    takes) and the short record, as one JSON text safe inside a script element."""
+    shown = dataclasses.replace(f, timeline=[], device_timeline=None)
+    plain = to_plain(shown)
+    del plain["timeline"], plain["device_timeline"]
+    findings = {
+        **plain,
+        "title": title(rec),
+        "verdict": verdict(rec),
+        "measurements": [list(kv) for kv in key_facts(rec)],
+        "measurements_title": facts_title(rec),
+        "stages": [{**to_plain(b), "detail": stage_detail(rec, b.stage)} for b in shown.stages],
+    }
+    data: dict[str, Any] = {"findings": findings, "record": to_plain(_short(rec))}
     text = json.dumps(data, sort_keys=True, separators=(",", ":"), allow_nan=False)
     return (
         text.replace("&", "\\u0026")
@@ -512,11 +525,11 @@ def _blob(rec: RunRecord, f: Findings) -> str:
     )
 
 
-def render_html(rec: RunRecord, f: Findings) -> str:
+def render(rec: RunRecord, f: Findings) -> str:
     """The whole page as one string."""
     ok = f.kind == "size" or not f.recommendations
     sections = [
-        f"<h1>{e(f.title)}</h1>",
+        f"<h1>{e(title(rec))}</h1>",
         '<div class="meta">'
         + " · ".join(
             e(x)
@@ -529,20 +542,21 @@ def render_html(rec: RunRecord, f: Findings) -> str:
             if x
         )
         + "</div>",
-        f'<div id="verdict" class="verdict{" ok" if ok else ""}">{e(f.verdict)}</div>',
+        f'<div id="verdict" class="verdict{" ok" if ok else ""}">{e(verdict(rec))}</div>',
     ]
     if f.kind != "size":
         sections += ["<h2>What to change</h2>", _recs(f)]
         sections += [
             "<h2>Stage capacities</h2>",
-            stage_chart(f.stages, f.delivered, f.delivered_label),
+            stage_chart(rec, f),
         ]
     else:
         sections += ["<h2>GPU utilisation by storage and GPU count</h2>", heatmap_table(f.heatmap)]
     if f.operators:
         sections += ["<h2>DALI operators</h2>", operators_table(f.operators)]
-    if f.measurements:
-        sections += [f"<h2>{e(f.measurements_title)}</h2>", _kv_table(f.measurements)]
+    measured = key_facts(rec)
+    if measured:
+        sections += [f"<h2>{e(facts_title(rec))}</h2>", _kv_table(measured)]
     sections += [x for x in (copies_table(f.copies), series_section(f.gpu_series)) if x]
     if f.kind in ("watch", "probe"):
         sections += [
@@ -578,7 +592,7 @@ def render_html(rec: RunRecord, f: Findings) -> str:
         # no request may leave the page: forbid every fetch, allow the inline style only
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'; img-src data:\">"
-        f"<title>{e(f.verdict)}</title><style>{CSS}</style></head><body><main>"
+        f"<title>{e(verdict(rec))}</title><style>{CSS}</style></head><body><main>"
         + "\n".join(sections)
         + f'</main><script type="application/json" id="ioprobe-data">{_blob(rec, f)}</script>'
         "</body></html>\n"

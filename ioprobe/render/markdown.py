@@ -10,8 +10,10 @@ from __future__ import annotations
 import html
 import re
 
-from ioprobe.analysis.report import Findings, rate
-from ioprobe.render.units import gbps, size_label
+from ioprobe.analysis.report import Findings
+from ioprobe.record import RunRecord
+from ioprobe.render.facts import facts_title, key_facts, stage_detail, title, verdict
+from ioprobe.render.format import gbps, rate, size_label
 
 # data never starts a line here, so only the characters that act mid-line need escaping
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
@@ -24,13 +26,13 @@ def md(value: object) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text)
 
 
-def render_markdown(f: Findings) -> str:
-    lines = [f"### {md(f.title)}", "", f"**{md(f.verdict)}**", ""]
+def render(rec: RunRecord, f: Findings) -> str:
+    lines = [f"### {md(title(rec))}", "", f"**{md(verdict(rec))}**", ""]
     if f.stages:
         lines += ["| stage | samples/s | measured from |", "|---|--:|---|"]
         for b in f.stages:
             name = f"**{b.stage}** ◀" if b.limiting else b.stage
-            lines.append(f"| {name} | {rate(b.capacity)} | {md(b.detail)} |")
+            lines.append(f"| {name} | {rate(b.capacity)} | {md(stage_detail(rec, b.stage))} |")
         lines.append("")
     if f.kind != "size":
         if f.recommendations:
@@ -77,10 +79,11 @@ def render_markdown(f: Findings) -> str:
             for r in f.copies
         ]
         lines.append("")
-    if f.measurements:
-        lines += [f"<details><summary>{md(f.measurements_title)}</summary>", ""]
+    measured = key_facts(rec)
+    if measured:
+        lines += [f"<details><summary>{md(facts_title(rec))}</summary>", ""]
         lines += ["| | |", "|---|---|"]
-        lines += [f"| {md(k)} | {md(v)} |" for k, v in f.measurements]
+        lines += [f"| {md(k)} | {md(v)} |" for k, v in measured]
         lines += ["", "</details>", ""]
     for n in f.notes:
         lines.append(f"> note: {md(n)}")

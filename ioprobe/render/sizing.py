@@ -8,9 +8,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ioprobe.analysis.size import gb_or_mb
-from ioprobe.record import RunRecord, SizeRow
-from ioprobe.render.terminal import rate
+from ioprobe.analysis.report import Findings
+from ioprobe.record import RunRecord
+from ioprobe.render.format import cache_size, rate, sample_size
 
 _INITIAL = {"storage": "S", "cpu": "C", "pcie": "P", "gpu": "G"}
 
@@ -23,33 +23,7 @@ def _cell(util: float, binding: str, target: float) -> Text:
     return Text(f"{math.floor(util * 100 + 1e-9)}%{tag}", style=style)
 
 
-def _size(n: float) -> str:
-    if n >= 1e6:
-        return f"{n / 1e6:,.1f} MB"
-    return f"{n / 1e3:,.0f} kB"
-
-
-def _cache_gap(rec: RunRecord) -> SizeRow | None:
-    """The row where a cache helps most: storage binds below the target, nothing else would
-    (CPU keeps up), and the GPU count is the largest such; the cheapest cache among ties."""
-    sz = rec.sizing
-    assert sz is not None
-    target = sz.inputs.target_utilization
-    rows = [
-        r
-        for r in sz.rows
-        if r.bottleneck == "storage"
-        and r.gpu_utilization < target
-        and r.cache_bytes_static
-        and (r.cpu_samples_per_s is None or r.cpu_samples_per_s >= target * r.gpu_samples_per_s)
-    ]
-    if not rows:
-        return None
-    top = max(r.gpus for r in rows)
-    return min((r for r in rows if r.gpus == top), key=lambda r: r.cache_bytes_static or 0.0)
-
-
-def render_size(rec: RunRecord) -> RenderableType:
+def view(rec: RunRecord, f: Findings) -> RenderableType:
     sz = rec.sizing
     if sz is None:
         raise ValueError("not a size record")
@@ -59,7 +33,7 @@ def render_size(rec: RunRecord) -> RenderableType:
         ("ioprobe size", "bold"),
         "  ",
         (rec.dataset.target, "cyan"),
-        f"  {_size(inp.sample_bytes)}/sample, "
+        f"  {sample_size(inp.sample_bytes)}/sample, "
         f"{rate(inp.gpu_samples_per_s)} samples/s per GPU"
         + (
             f", {inp.cpu_seconds_per_sample * 1e3:.2f} ms CPU/sample"
@@ -108,14 +82,14 @@ def render_size(rec: RunRecord) -> RenderableType:
                 f"{top} GPUs per node need about {math.ceil(row.cores_needed)} cores of loader workers per node."
             )
         )
-    gap = _cache_gap(rec)
+    gap = f.cache_gap
     if gap is not None:
         assert gap.cache_bytes_static is not None and gap.cache_bytes_lru is not None
         parts.append(
             Text(
                 f"A cache makes {gap.storage} keep {gap.gpus} GPUs per node busy: "
-                f"{gb_or_mb(gap.cache_bytes_static)} as a pinned subset per node (an LRU page cache "
-                f"under shuffling needs {gb_or_mb(gap.cache_bytes_lru)})."
+                f"{cache_size(gap.cache_bytes_static)} as a pinned subset per node (an LRU page cache "
+                f"under shuffling needs {cache_size(gap.cache_bytes_lru)})."
             )
         )
     parts.append(Text(""))
@@ -124,3 +98,6 @@ def render_size(rec: RunRecord) -> RenderableType:
     if srcs:
         parts.append(Text(f"from the run: {srcs}", style="dim"))
     return Group(*parts)
+
+
+__all__ = ["view"]

@@ -17,14 +17,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ioprobe.analysis.report import coarsen, tracks_of
+from ioprobe.analysis.report import Findings
 from ioprobe.record import GpuSeries, RunRecord, Track
 
 PID = 1
 GPU_PID = 2  # the device's timeline (CUDA events), its own process in the viewer
 MAIN_TID = 0
-# slices per track: more than this and trace viewers crawl; longer tracks merge neighbours
-MAX_ROWS = 50_000
 
 
 def _tid(t: Track) -> int:
@@ -227,9 +225,9 @@ def _counter_events(series: GpuSeries) -> list[dict[str, Any]]:
     return out
 
 
-def render_trace(rec: RunRecord) -> str:
+def render(rec: RunRecord, f: Findings) -> str:
     """The trace file's text: ``{"traceEvents": [...]}``, keys sorted."""
-    tracks = tracks_of(rec)
+    tracks = f.timeline
     meta: list[dict[str, Any]] = [
         {
             "name": "process_name",
@@ -241,7 +239,7 @@ def render_trace(rec: RunRecord) -> str:
     ]
     events: list[dict[str, Any]] = []
     if tracks:
-        for t in (coarsen(t, MAX_ROWS) for t in tracks):
+        for t in tracks:
             tid = _tid(t)
             meta.append(
                 {"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": t.name}}
@@ -267,14 +265,14 @@ def render_trace(rec: RunRecord) -> str:
             }
         )
         events = _phase_events(rec)
-    gpu = rec.watch.gpu_track if rec.watch is not None else None
-    if gpu is not None and gpu.columns.get("start"):
+    gpu = f.device_timeline
+    if gpu is not None:
         for name, args in (
             ("process_name", {"name": f"device: {gpu.name} (placed at each epoch's first batch)"}),
             ("thread_name", {"name": "current stream"}),
         ):
             meta.append({"name": name, "ph": "M", "pid": GPU_PID, "tid": MAIN_TID, "args": args})
-        events += _gpu_events(coarsen(gpu, MAX_ROWS))
+        events += _gpu_events(gpu)
     series = rec.gpu_series
     if series is not None and series.columns.get("t"):
         name = f"NVML: GPU {series.device_index}, every {series.interval_s * 1e3:g} ms"

@@ -6,16 +6,39 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ioprobe.analysis.whatif import describe
+from ioprobe.analysis.report import Findings
 from ioprobe.record import STAGE_NAMES, RunRecord
-from ioprobe.render.terminal import rate, recommendations, verdict
+from ioprobe.render.facts import verdict, was_line
+from ioprobe.render.format import change_flags, rate, ratio
+from ioprobe.render.widgets import recommendations
 
 
-def render_whatif(rec: RunRecord) -> RenderableType:
+def view(rec: RunRecord, f: Findings) -> RenderableType:
     w = rec.whatif
     if w is None:
         raise ValueError("not a what-if record")
-    changes = "  ".join(f"--{k.replace('_', '-')} {v}" for k, v in describe(w.change).items())
+    was = w.base_measured_samples_per_s or w.base_predicted_samples_per_s
+    gain = rec.predicted_samples_per_s / was if was else None
+    parts: list[RenderableType] = [
+        Text.assemble(("ioprobe whatif", "bold"), "  ", (rec.dataset.target, "cyan")),
+        Text(f"change: {change_flags(w.change)}"),
+        Text(""),
+        Text(f"was {was_line(rec)}"),
+        Text(verdict(rec) + (f"  ({gain:.2f}x)" if gain else ""), style="bold"),
+        Text(""),
+        _stages(rec),
+    ]
+    parts += recommendations(f, "Then")
+    if w.assumptions:
+        parts.append(Text(""))
+        parts += [Text(f"assumes: {a}", style="dim") for a in w.assumptions]
+    return Group(*parts)
+
+
+def _stages(rec: RunRecord) -> Table:
+    """Each stage's capacity before and after, and why it moved."""
+    w = rec.whatif
+    assert w is not None
     before = w.base_stages.capacities()
     after = rec.stages.capacities()
     table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
@@ -27,35 +50,15 @@ def render_whatif(rec: RunRecord) -> RenderableType:
     why = {d.stage: d.why for d in w.deltas}
     for name in STAGE_NAMES:
         b, a = before[name], after[name]
-        ratio = f"{a / b:.2f}x" if a and b else ""
-        style = "bold red" if name == rec.bottleneck else ""
+        limiting = name == rec.bottleneck
         table.add_row(
-            Text(name + (" ◀" if name == rec.bottleneck else ""), style=style),
+            Text(name + (" ◀" if limiting else ""), style="bold red" if limiting else ""),
             rate(b),
             rate(a),
-            ratio,
+            ratio(a / b) if a and b else "",
             why.get(name, ""),
         )
-    was = w.base_measured_samples_per_s or w.base_predicted_samples_per_s
-    gain = rec.predicted_samples_per_s / was if was else None
-    head = Text.assemble(("ioprobe whatif", "bold"), "  ", (rec.dataset.target, "cyan"))
-    parts: list[RenderableType] = [
-        head,
-        Text(f"change: {changes}"),
-        Text(""),
-        Text(
-            f"was {w.base_bottleneck}-bound at {rate(was)} samples/s"
-            + (" (measured)" if w.base_measured_samples_per_s else " (predicted)")
-        ),
-        Text(
-            verdict(rec) + (f"  ({gain:.2f}x)" if gain else ""),
-            style="bold",
-        ),
-        Text(""),
-        table,
-    ]
-    parts += recommendations(rec, "Then")
-    if w.assumptions:
-        parts.append(Text(""))
-        parts += [Text(f"assumes: {a}", style="dim") for a in w.assumptions]
-    return Group(*parts)
+    return table
+
+
+__all__ = ["view"]

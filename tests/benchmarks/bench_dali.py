@@ -24,6 +24,7 @@ import json, sys, time
 watched = sys.argv[1] == "watched"
 if watched:
     import ioprobe
+    ioprobe.time_dali_operators()
 from nvidia.dali import fn, pipeline_def
 from nvidia.dali.plugin.pytorch import DALIGenericIterator
 

@@ -19,12 +19,13 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch
-from ioprobe.loaders.torch import CudaEvents, HostClock
 from torch.utils.data import DataLoader
 
 import ioprobe
 from ioprobe.collect.gpu_events import GpuTimeline
-from ioprobe.watcher import MAX_KEPT, Reservoir, WatchCollector
+from ioprobe.record import LoaderSettings
+from ioprobe.watch.collector import MAX_KEPT, BatchStats, Reservoir, WatchCollector
+from ioprobe.watch.torch import CudaEvents, DataLoaderAdapter, HostClock
 from tests.fixtures.datasets import BurnDataset
 
 
@@ -57,14 +58,14 @@ def main_process_cost_us() -> tuple[float, float]:
     """The collector's own per-batch work in the main process, timed in isolation: while
     every value is still kept, and deep into a long run (3.2M samples seen), where the
     reservoir replaces about one value per batch."""
-    c = WatchCollector({"num_workers": "2"}, 32, None)
+    c = WatchCollector(DataLoaderAdapter(LoaderSettings(workers=2), {"num_workers": "2"}), 32, None)
     c.begin_epoch()
     wall = bytes(8 * 32)
 
     def timed(start: int, batches: int) -> float:
         t0 = time.perf_counter()
         for i in range(start, start + batches):
-            stats = (i % 2, wall, wall, 1000, 4096, 0, 10, 0, 0, 0, i * 1000 + 5)
+            stats = BatchStats(i % 2, wall, wall, 1000, 4096, 0, 10, 0, 0, 0, i * 1000 + 5)
             c.on_batch(i * 1000, i * 1000 + 10, stats)
         return (time.perf_counter() - t0) / batches * 1e6
 

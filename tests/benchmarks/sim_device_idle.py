@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ioprobe.loaders import torch as adapter
 from torch.utils.data import DataLoader
 
 import ioprobe
+from ioprobe.watch import torch as adapter
 from tests.fixtures.datasets import SleepDataset
 from tests.fixtures.sim_device import SimStream
 

@@ -33,6 +33,9 @@ from tests.fixtures.dali_pipes import (
     make_jpegs,
 )
 
+# per-operator timing is asked for before the first pipeline of this process is built
+ioprobe.time_dali_operators()
+
 pytestmark = [
     pytest.mark.slow,
     # size= without reader_name is what an external_source pipeline has to use

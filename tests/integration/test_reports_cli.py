@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ioprobe.analysis.report import verdict
 from ioprobe.record import RunRecord
+from ioprobe.render.facts import verdict
 from tests.browser import chromium_path, non_blank_fraction, open_page
 from tests.integration.cli import assert_one_line_error, run_cli
 

@@ -11,9 +11,9 @@ import torch
 from torch.utils.data import DataLoader
 
 import ioprobe
-from ioprobe import watcher as watch_mod
 from ioprobe.errors import BadInputError
 from ioprobe.record import RunRecord
+from ioprobe.watch import collector as watch_mod
 from tests.fixtures.datasets import (
     BurnDataset,
     FailingDataset,

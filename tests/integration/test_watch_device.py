@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 import torch
-from ioprobe.loaders import torch as adapter
 from torch.utils.data import DataLoader, DistributedSampler
 
 import ioprobe
 from ioprobe.errors import BadInputError
+from ioprobe.watch import torch as adapter
 from tests.fixtures.datasets import BurnDataset, SleepDataset
 from tests.fixtures.sim_device import SimStream
 
@@ -249,8 +249,9 @@ def test_distributed_sampler_set_epoch_reshuffles_through_the_wrapper() -> None:
 
 
 def test_the_trace_and_summary_show_the_device_timeline_and_copies(sim: SimStream) -> None:
-    from ioprobe.analysis.report import measurements
-    from ioprobe.render.trace import render_trace
+    from ioprobe.analysis.report import findings
+    from ioprobe.render.facts import measurements
+    from ioprobe.render.trace import render as render_trace
 
     loader = ioprobe.watch(
         DataLoader(SleepDataset(96, 0.001, 4096), batch_size=8, num_workers=1), device="meta"
@@ -259,7 +260,7 @@ def test_the_trace_and_summary_show_the_device_timeline_and_copies(sim: SimStrea
         sim.launch(0.004)
     rec = loader.run
     assert rec.watch is not None
-    events = json.loads(render_trace(rec))["traceEvents"]
+    events = json.loads(render_trace(rec, findings(rec)))["traceEvents"]
     dev = [ev for ev in events if ev["pid"] == 2 and ev["ph"] == "X"]
     steps = [ev for ev in dev if ev["name"].startswith("step ")]
     idle = [ev for ev in dev if ev["name"] == "idle: waiting for data"]

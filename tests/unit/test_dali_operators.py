@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from ioprobe.loaders.dali import operators
 
 from ioprobe.analysis.report import dali_operators, findings
 from ioprobe.collect.nvtx import RangeTotals, diff
 from ioprobe.record import DaliData, DaliOperator, DatasetProfile, HostInfo, RunRecord
-from ioprobe.render.markdown import render_markdown
+from ioprobe.render.markdown import render as render_markdown
+from ioprobe.watch.dali import operators
 
 MS = 1_000_000
 
@@ -85,6 +85,7 @@ def test_operator_rows_are_per_batch_with_shares_of_all_operator_cpu() -> None:
 
 
 def test_markdown_operator_table_escapes_names() -> None:
-    text = render_markdown(findings(_record()))
+    rec = _record()
+    text = render_markdown(rec, findings(rec))
     assert "| Resize | cpu | cpu | 150.00 | 50.00 | 60% |" in text
     assert "readers\\|file" in text  # a pipe in a name does not split the table

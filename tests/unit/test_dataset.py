@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from ioprobe import capacity
 from ioprobe.collect import dataset as ds
 from ioprobe.errors import TargetError
 
@@ -106,10 +107,10 @@ def test_format_comes_from_magic_bytes_before_extension(name: str, head: bytes, 
 
 
 def test_density_thresholds() -> None:
-    assert ds.density_class(110_000) == "low"
-    assert ds.density_class(ds.DENSITY_LOW_MAX) == "medium"
-    assert ds.density_class(ds.DENSITY_HIGH_MIN - 1) == "medium"
-    assert ds.density_class(50 << 20) == "high"
+    assert capacity.density_class(110_000) == "low"
+    assert capacity.density_class(capacity.DENSITY_LOW_MAX) == "medium"
+    assert capacity.density_class(capacity.DENSITY_HIGH_MIN - 1) == "medium"
+    assert capacity.density_class(50 << 20) == "high"
 
 
 def test_profile_reports_size_percentiles_and_formats(tmp_path: Path) -> None:

@@ -11,13 +11,13 @@ import pytest
 from PIL import Image
 
 from ioprobe.analysis import finalize
-from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu, facts
-from ioprobe.analysis.whatif import (
+from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu
+from ioprobe.analysis.scenario import (
     GPU_DECODE_CPU_FRACTION,
     GPU_DECODE_IMAGES_PER_S,
     evaluate,
-    whatif,
 )
+from ioprobe.analysis.whatif import whatif
 from ioprobe.collect.decode_paths import NO_GPU, measure_dali, measure_paths, one_line, pillow_path
 from ioprobe.collect.probe import use_fastest_path
 from ioprobe.errors import BadInputError
@@ -29,9 +29,11 @@ from ioprobe.record import (
     DecodePath,
     GpuInfo,
     GpuStage,
+    LoaderSettings,
     RunRecord,
     Stages,
 )
+from ioprobe.render.facts import decode_facts as facts
 from tests.unit.test_recommend import kinds, rec_of
 from tests.unit.test_whatif import probe_record, watch_record
 
@@ -174,6 +176,7 @@ def dali_watch(decoder_device: str) -> RunRecord:
     rec = watch_record(cpu_s=0.01, workers=2, storage=None, gpu=2000.0, cores=8)
     assert rec.watch is not None
     rec.watch.loader.update(framework="dali", num_threads="2", num_workers="2")
+    rec.watch.settings = LoaderSettings.parse(rec.watch.loader)
     rec.dataset.formats = {"jpeg": 64}
     rec.dali = DaliData(
         operators=[

@@ -17,16 +17,17 @@ import pytest
 from rich.console import Console
 
 from ioprobe.analysis import finalize
-from ioprobe.analysis.report import findings, measurements
+from ioprobe.analysis.report import findings
 from ioprobe.collect import disk_to_gpu as d2g
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.pcie import make_link
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.storage import plan_items
 from ioprobe.record import RunRecord
-from ioprobe.render.html import render_html
-from ioprobe.render.markdown import render_markdown
-from ioprobe.render.terminal import summary
+from ioprobe.render.facts import measurements
+from ioprobe.render.html import render as render_html
+from ioprobe.render.markdown import render as render_markdown
+from ioprobe.render.terminal import view
 from tests.fixtures.sim_copier import HostBuf, SimCopier
 
 MIB = 1 << 20
@@ -271,9 +272,9 @@ def test_the_probe_runs_the_path_and_reports_it_beside_the_stages(
     assert "cuFile" in line and "kvikio" in line
     # beside the stages in all three reports
     out = io.StringIO()
-    Console(file=out, width=200, color_system=None).print(summary(rec))
+    Console(file=out, width=200, color_system=None).print(view(rec, findings(rec)))
     assert f"disk→GPU {line}" in " ".join(out.getvalue().split())
-    assert f"| disk→GPU | {line} |" in render_markdown(findings(rec))
+    assert f"| disk→GPU | {line} |" in render_markdown(rec, findings(rec))
     assert "disk→GPU" in render_html(rec, findings(rec))
     rec.save(tmp_path / "run.json")
     assert RunRecord.load(tmp_path / "run.json").stages.pcie.disk_to_gpu == path

@@ -13,12 +13,12 @@ from typing import Any
 
 import pytest
 import torch
-from ioprobe.loaders import torch as adapter
 from torch.utils.data import DataLoader
 
 import ioprobe
 from ioprobe.collect import gpu_alone as ga
 from ioprobe.errors import BadInputError
+from ioprobe.watch import torch as adapter
 from tests.fixtures.datasets import SleepDataset
 
 

@@ -12,7 +12,8 @@ import pytest
 from ioprobe.collect.hostinfo import device_class, filesystem_info, gpu_info, host_info
 from ioprobe.errors import BadInputError
 from ioprobe.record import HostInfo
-from ioprobe.render.host import format_bytes, render_host
+from ioprobe.render.format import binary_bytes as format_bytes
+from ioprobe.render.host import render_host
 
 
 def _write(path: Path, text: str) -> None:

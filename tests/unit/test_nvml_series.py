@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import ioprobe
+from ioprobe.analysis.report import findings
 from ioprobe.collect import gpu_sampler
 from ioprobe.collect.gpu_sampler import (
     SERIES_COLUMNS,
@@ -24,7 +25,7 @@ from ioprobe.collect.gpu_sampler import (
     series_record,
 )
 from ioprobe.record import RunRecord
-from ioprobe.render.trace import render_trace
+from ioprobe.render.trace import render as render_trace
 from tests.fixtures.datasets import SleepDataset
 from tests.fixtures.scripted_nvml import NotSupported, ScriptedNvml
 
@@ -134,7 +135,7 @@ def test_a_watched_run_records_the_series_and_it_round_trips(
 
 def test_the_trace_has_a_counter_track_per_reading(monkeypatch: pytest.MonkeyPatch) -> None:
     rec = _watch_with(monkeypatch, ScriptedNvml(refuse=("power",)))
-    events = json.loads(render_trace(rec))["traceEvents"]
+    events = json.loads(render_trace(rec, findings(rec)))["traceEvents"]
     counters = [e for e in events if e["ph"] == "C"]
     names = {e["name"] for e in counters}
     assert {"GPU utilisation %", "PCIe GB/s", "SM clock MHz", "GPU memory GiB"} <= names
@@ -159,8 +160,7 @@ def test_the_page_charts_the_series_and_its_blob_carries_only_the_reduced_view(
 ) -> None:
     import re
 
-    from ioprobe.analysis.report import findings
-    from ioprobe.render.html import render_html
+    from ioprobe.render.html import render as render_html
 
     rec = _watch_with(monkeypatch, ScriptedNvml())
     page = render_html(rec, findings(rec))
@@ -225,8 +225,9 @@ def test_a_gpu_that_refuses_utilisation_keeps_its_other_readings_and_the_thread(
 def test_a_gpu_that_gives_nothing_records_an_empty_series_that_says_why(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from ioprobe.analysis.report import gpu_series_view, series_facts
+    from ioprobe.analysis.report import gpu_series_view
     from ioprobe.record import DatasetProfile, HostInfo
+    from ioprobe.render.facts import series_facts
 
     monkeypatch.setattr(gpu_sampler, "MAX_FAILED_POLLS", 3)
     everything = ("util", "pcie", "power", "clock", "memory")
@@ -246,7 +247,9 @@ def test_a_gpu_that_gives_nothing_records_an_empty_series_that_says_why(
     rec.gpu_series = series
     assert series_facts(rec) == [("NVML", series.status)]
     assert gpu_series_view(rec) is None
-    assert not [e for e in json.loads(render_trace(rec))["traceEvents"] if e["ph"] == "C"]
+    assert not [
+        e for e in json.loads(render_trace(rec, findings(rec)))["traceEvents"] if e["ph"] == "C"
+    ]
 
 
 def test_the_rate_is_10_hz_unless_set_and_stays_within_10_to_20_hz(

@@ -28,13 +28,14 @@ from ioprobe.analysis.pcie import (
     low_efficiency_rule,
     probe_pageable_rule,
 )
+from ioprobe.analysis.report import findings
 from ioprobe.collect import pcie
 from ioprobe.collect.cpu import output_bytes
 from ioprobe.collect.cuda_copy import open_copier
 from ioprobe.collect.decode import decode_image, output_nbytes
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.record import CopyPoint, PcieLink, RunRecord
-from ioprobe.render.terminal import summary
+from ioprobe.render.terminal import view
 from tests.fixtures.sim_copier import SimCopier
 
 MIB = 1 << 20
@@ -274,7 +275,7 @@ def _render(rec: RunRecord) -> str:
     from rich.console import Console
 
     console = Console(width=120, record=True, file=io.StringIO())
-    console.print(summary(rec))
+    console.print(view(rec, findings(rec)))
     return console.export_text()
 
 

@@ -7,7 +7,7 @@ import pytest
 
 from ioprobe.analysis import finalize
 from ioprobe.analysis.catalog import load_catalog
-from ioprobe.analysis.whatif import evaluate
+from ioprobe.analysis.scenario import evaluate
 from ioprobe.record import Change, Distribution, FilesystemInfo, PcieStage, RunRecord
 from tests.unit.test_whatif import probe_record, watch_record
 

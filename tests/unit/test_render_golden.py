@@ -18,11 +18,9 @@ from ioprobe.analysis.catalog import load_catalog, resolve_storage
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.size import size
 from ioprobe.analysis.whatif import whatif
-from ioprobe.record import Change, SizeInputs
-from ioprobe.render.markdown import render_markdown
-from ioprobe.render.sizing import render_size
-from ioprobe.render.terminal import summary
-from ioprobe.render.whatif import render_whatif
+from ioprobe.record import Change, RunRecord, SizeInputs
+from ioprobe.render.markdown import render as render_markdown
+from ioprobe.render.terminal import view
 from tests.unit.test_whatif import watch_record
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -32,6 +30,10 @@ def text(renderable: RenderableType, width: int = 100) -> str:
     out = io.StringIO()
     Console(file=out, width=width, color_system=None, force_terminal=False).print(renderable)
     return out.getvalue()
+
+
+def shown(rec: RunRecord) -> RenderableType:
+    return view(rec, findings(rec))
 
 
 def check(name: str, got: str) -> None:
@@ -56,19 +58,19 @@ def test_size_table_golden() -> None:
         cat["nvme-gen4"],
         cat["nfs-10gbe"],
     ]
-    check("size.txt", text(render_size(size(inp, classes, [1, 2, 4, 8, 16, 32]))))
+    check("size.txt", text(shown(size(inp, classes, [1, 2, 4, 8, 16, 32]))))
 
 
 def test_watch_summary_and_whatif_golden() -> None:
     rec = finalize(watch_record(cpu_s=0.01, workers=1, storage=900.0, gpu=350.0, cores=8))
     rec.dataset.target = "train/"
-    check("watch.txt", text(summary(rec)))
-    check("whatif.txt", text(render_whatif(whatif(rec, Change(workers=4)))))
-    check("watch.md", render_markdown(findings(rec)))
+    check("watch.txt", text(shown(rec)))
+    check("whatif.txt", text(shown(whatif(rec, Change(workers=4)))))
+    check("watch.md", render_markdown(rec, findings(rec)))
 
 
 @pytest.mark.parametrize("width", [60, 200])
 def test_renderers_fit_any_width(width: int) -> None:
     rec = finalize(watch_record())
-    for r in (summary(rec), render_whatif(whatif(rec, Change(workers=3)))):
+    for r in (shown(rec), shown(whatif(rec, Change(workers=3)))):
         assert all(len(line) <= width for line in text(r, width).splitlines())

@@ -14,11 +14,14 @@ import pytest
 from ioprobe.analysis import finalize
 from ioprobe.analysis.report import coarsen, consumer_points, findings, worker_throughput
 from ioprobe.collect.timeline import MAIN_COLUMNS, Series
-from ioprobe.record import RunRecord, Track
-from ioprobe.render.html import render_html
-from ioprobe.render.markdown import md, render_markdown
-from ioprobe.render.trace import render_trace
-from ioprobe.watcher import WatchCollector
+from ioprobe.record import LoaderSettings, RunRecord, Track
+from ioprobe.render.facts import verdict
+from ioprobe.render.html import render as render_html
+from ioprobe.render.markdown import md
+from ioprobe.render.markdown import render as render_markdown
+from ioprobe.render.trace import render as render_trace
+from ioprobe.watch.collector import BatchStats, WatchCollector
+from ioprobe.watch.torch import DataLoaderAdapter
 
 MS = 1_000_000  # ns
 XSS = "<img src=x onerror=alert(1)>"
@@ -35,10 +38,9 @@ def synthetic_watch(
 ) -> RunRecord:
     """A watched run on a fake clock: batch i is requested at i x (stall + step), arrives
     ``stall_ms`` later, and was made by worker i mod ``workers`` just before it arrived."""
+    loader = {"num_workers": str(workers), "batch_size": str(batch_size), "dataset": target}
     c = WatchCollector(
-        {"num_workers": str(workers), "batch_size": str(batch_size), "dataset": target},
-        batch_size,
-        batches * batch_size,
+        DataLoaderAdapter(LoaderSettings.parse(loader), loader), batch_size, batches * batch_size
     )
     c.begin_epoch()
     period = int((stall_ms + step_ms) * MS)
@@ -49,7 +51,7 @@ def synthetic_watch(
     for i in range(batches):
         req = t0 + i * period
         arr = req + int(stall_ms * MS)
-        stats = (i % workers, walls, cpus, 0, 0, 0, 0, 0, 0, 0, arr - 1000)
+        stats = BatchStats(i % workers, walls, cpus, 0, 0, 0, 0, 0, 0, 0, arr - 1000)
         c.on_batch(req, arr, stats)
     c.end_epoch(None)
     return finalize(c.stop())
@@ -133,7 +135,7 @@ def _trace_events(text: str) -> list[dict[str, object]]:
 
 def test_trace_has_a_track_per_worker_and_the_main_process_waits_and_steps() -> None:
     rec = synthetic_watch(batches=300, workers=3, stall_ms=2.0, step_ms=5.0)
-    events = _trace_events(render_trace(rec))
+    events = _trace_events(render_trace(rec, findings(rec)))
     names = {ev["tid"]: ev["args"]["name"] for ev in events if ev["name"] == "thread_name"}  # type: ignore[index]
     assert names == {0: "main process", 2: "worker 0", 3: "worker 1", 4: "worker 2"}
     waits = [ev for ev in events if ev["tid"] == 0 and str(ev["name"]).startswith("wait")]
@@ -151,7 +153,8 @@ def test_trace_has_a_track_per_worker_and_the_main_process_waits_and_steps() -> 
 def test_trace_of_a_probe_without_a_pipeline_lays_its_phases_end_to_end() -> None:
     from tests.unit.test_whatif import probe_record
 
-    events = _trace_events(render_trace(finalize(probe_record())))
+    rec = finalize(probe_record())
+    events = _trace_events(render_trace(rec, findings(rec)))
     slices = [ev for ev in events if ev["ph"] == "X"]
     assert [ev["name"] for ev in slices][:2] == [
         "storage cold: 1 threads",
@@ -182,13 +185,13 @@ def test_html_escapes_every_data_string_and_its_json_blob() -> None:
     assert "<" not in blob.group(1)
     data = json.loads(blob.group(1))
     assert data["record"]["dataset"]["target"] == XSS
-    assert data["findings"]["verdict"] == findings(rec).verdict
+    assert data["findings"]["verdict"] == verdict(rec)
     assert page.count("<script") == 1  # the data blob, nothing else
 
 
 def test_markdown_escapes_data_strings() -> None:
     rec = _hostile()
-    text = render_markdown(findings(rec))
+    text = render_markdown(rec, findings(rec))
     assert XSS not in text and "<b>" not in text and "</script>" not in text
     assert "&lt;img src=x onerror=alert(1)&gt;" in text
     assert md("a|b") == "a\\|b"  # a pipe cannot split a table cell
@@ -199,7 +202,7 @@ def test_html_is_byte_identical_for_the_same_record(tmp_path: Path) -> None:
     rec.save(tmp_path / "r.json")
     again = RunRecord.load(tmp_path / "r.json")
     assert render_html(rec, findings(rec)) == render_html(again, findings(again))
-    assert render_trace(rec) == render_trace(again)
+    assert render_trace(rec, findings(rec)) == render_trace(again, findings(again))
 
 
 def test_a_million_batch_record_renders_in_seconds_and_the_page_stays_small() -> None:
@@ -221,8 +224,8 @@ def test_a_million_batch_record_renders_in_seconds_and_the_page_stays_small() ->
     t0 = time.perf_counter()
     f = findings(rec)
     page = render_html(rec, f)
-    render_markdown(f)
-    trace = render_trace(rec)
+    render_markdown(rec, f)
+    trace = render_trace(rec, f)
     took = time.perf_counter() - t0
     assert took < 10, f"rendering took {took:.1f} s"
     assert len(page.encode()) < 5 * 2**20

@@ -11,15 +11,15 @@ from hypothesis import strategies as st
 
 from ioprobe.analysis.cache import cache_for_hit_rate, lru_hit_rate, steady_hit_rate
 from ioprobe.analysis.catalog import load_catalog, read_rate, resolve_storage
-from ioprobe.analysis.whatif import (
+from ioprobe.analysis.scenario import (
     GPU_DECODE_CPU_FRACTION,
     GPU_DECODE_IMAGES_PER_S,
     PCIE_EFFICIENCY,
     evaluate,
     parse_pcie,
     resources,
-    whatif,
 )
+from ioprobe.analysis.whatif import whatif
 from ioprobe.errors import BadInputError
 from ioprobe.record import (
     Change,
@@ -182,10 +182,10 @@ def test_cache_mixes_cached_and_uncached_reads_by_the_hit_rate() -> None:
     # a watched loader with shuffle=False reads sequentially: an LRU smaller than the data thrashes
     seq = watch_record(storage=1000.0)
     assert seq.watch is not None
-    seq.watch.loader["sampler"] = "SequentialSampler"
+    seq.watch.settings.sampler = "SequentialSampler"
     thrash = evaluate(seq, Change(cache_bytes=0.9e9)).stages.storage.capacity_samples_per_s
     assert thrash == pytest.approx(1000.0)
-    seq.watch.loader["sampler"] = "RandomSampler"
+    seq.watch.settings.sampler = "RandomSampler"
     helped = evaluate(seq, Change(cache_bytes=0.9e9)).stages.storage.capacity_samples_per_s
     assert helped is not None and helped > 1000.0
     fits = evaluate(rec, Change(cache_bytes=2e9))

@@ -2,7 +2,8 @@
 
 Patches ``DataLoader.__iter__`` as soon as torch's dataloader module is imported (never
 importing torch itself), so every loader the unchanged script iterates is watched. At exit,
-each process that iterated a loader writes one record per loader into ``IOPROBE_RUN_DIR``.
+each process that iterated a loader writes one record per loader into ``IOPROBE_RUN_DIR``,
+as measured: ``ioprobe run`` judges them in its own process.
 """
 
 from __future__ import annotations
@@ -48,10 +49,9 @@ def _patch(module: ModuleType) -> None:
             return original(self)  # the sibling loader ioprobe iterates on the user's behalf
         watched = by_loader.get(self)
         if watched is None:
-            from ioprobe.loaders import torch as adapter
-            from ioprobe.watcher import Watched
+            from ioprobe.watch.torch import Watched
 
-            watched = by_loader[self] = Watched(self, adapter)
+            watched = by_loader[self] = Watched(self)
             _watchers.append(watched)
         return iter(watched)
 

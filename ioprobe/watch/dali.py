@@ -1,12 +1,12 @@
 """Watch NVIDIA DALI: its PyTorch iterators and plain pipelines, operator by operator.
 
-``ioprobe.watch(it)`` wraps a ``DALIGenericIterator`` / ``DALIClassificationIterator`` (or any
+``watch(it)`` wraps a ``DALIGenericIterator`` / ``DALIClassificationIterator`` (or any
 iterator over DALI pipelines built on DALI's base iterator) or a ``Pipeline`` driven with
 ``run()``. The wrapper returns DALI's own batches untouched; ``reset()``, ``size``, ``len()``
 and last-batch policies are DALI's. Per batch it takes two clock readings and the consumer
 thread's CPU clock around ``next()`` / ``run()``, nothing else.
 
-Per epoch (never per batch) it reads:
+Per epoch (never per batch) the ``DaliAdapter`` reads:
 - the NVTX ranges DALI opens around every operator, its readers' per-sample fetches and its
   executor, captured by ioprobe's injection library (``ioprobe.collect.nvtx``): wall time, and
   CPU time of the executor thread plus DALI's thread pool while each operator ran;
@@ -23,20 +23,21 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from ioprobe import capacity
 from ioprobe.collect import nvtx
-from ioprobe.collect.dataset import density_class
+from ioprobe.collect.procfs import read_io
 from ioprobe.errors import BadInputError
 from ioprobe.record import (
-    CpuStage,
     DaliData,
     DaliOperator,
-    PcieStage,
+    LoaderSettings,
     RunRecord,
     StageName,
     Stages,
-    StorageStage,
+    WatchEpoch,
 )
-from ioprobe.watcher import WatchCollector, finalize_watch
+from ioprobe.watch.collector import Finish, WatchCollector
+from ioprobe.watch.stages import Measured, dali_stages
 
 # DALI names its threads "[DALI][TP0]<pipeline>", "[DALI][WT]CPU executor", "[DALI] Executor"
 # and its readers' "PrefetchWorker"; the kernel keeps the first 15 bytes
@@ -45,7 +46,7 @@ _OP_RANGE = re.compile(r"^\[DALI\]\[(CPU|Mixed|GPU) op\] (?:(?:Run|Setup) )?(.+)
 READ_RANGE = "[DALI][Loader] ReadOne"
 
 
-def is_dali(obj: object) -> bool:
+def accepts(obj: object) -> bool:
     """A DALI pipeline or an iterator over DALI pipelines (checked without importing DALI)."""
     return any(cls.__module__.startswith("nvidia.dali") for cls in type(obj).__mro__)
 
@@ -68,20 +69,6 @@ def _threads() -> dict[str, int]:
         except (OSError, ValueError, IndexError):
             continue  # the thread ended while we looked
     return out
-
-
-def _io() -> tuple[int, int]:
-    rchar = rbytes = 0
-    try:
-        with open("/proc/self/io", "rb") as f:
-            for line in f:
-                if line.startswith(b"rchar:"):
-                    rchar = int(line.split()[1])
-                elif line.startswith(b"read_bytes:"):
-                    rbytes = int(line.split()[1])
-    except OSError:
-        pass
-    return rchar, rbytes
 
 
 def _children_cpu() -> float:
@@ -198,7 +185,31 @@ def _walk_classes(root: str) -> list[str]:
     return out
 
 
-def _info(pipes: list[Any], wrapper: str, extra: dict[str, str]) -> dict[str, str]:
+def _count(batch: Any) -> int:
+    """Samples in one delivered batch: the first output of each pipeline's part."""
+    parts = batch if isinstance(batch, list) else [batch]
+    n = 0
+    for part in parts:
+        first = next(iter(part.values())) if isinstance(part, dict) else part
+        if isinstance(first, tuple | list):
+            first = first[0]
+        try:
+            n += len(first)
+        except TypeError:
+            shape = getattr(first, "shape", None)
+            n += int(shape[0]) if shape else 1
+    return n
+
+
+def _int(text: Any) -> int | None:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _describe(pipes: list[Any], wrapper: str, extra: dict[str, str]) -> dict[str, str]:
+    """The pipeline's settings as DALI holds them, for reports."""
     p = pipes[0]
 
     def get(name: str) -> str:
@@ -225,56 +236,67 @@ def _info(pipes: list[Any], wrapper: str, extra: dict[str, str]) -> dict[str, st
     return info
 
 
-class DaliCollector(WatchCollector):
-    """The watch collector for DALI: the consumer's side per batch, DALI's side per epoch."""
+class DaliAdapter:
+    """The collector's view of DALI pipelines: per epoch it diffs the NVTX ranges, DALI's
+    threads' CPU time, the I/O counters and the external_source workers' CPU; its stages
+    come from ``ioprobe.watch.stages.dali_stages``."""
 
-    def __init__(self, pipes: list[Any], info: dict[str, str], dataset_len: int | None) -> None:
-        # samples one pipeline iteration makes; a delivered batch has one per pipeline
-        self.iter_batch = _int(info["batch_size"]) or 1
-        super().__init__(info, self.iter_batch * len(pipes), dataset_len)
+    def __init__(self, pipes: list[Any], description: dict[str, str]) -> None:
         self.pipes = pipes
+        self._description = description
+        # samples one pipeline iteration makes; a delivered batch has one per pipeline
+        self.iter_batch = _int(description.get("batch_size")) or 1
+        self._settings = LoaderSettings(
+            framework="dali",
+            dataset=description.get("dataset", "DALI pipeline"),
+            workers=_int(description.get("num_threads")) or 1,
+            batch_size=self.iter_batch * len(pipes),
+        )
         self.schemas = _schemas(pipes)
         self.ranges: dict[str, nvtx.RangeTotals] = {}
         self.thread_ns: dict[str, int] = {}
         self.consumer_cpu_ns = 0
         self.worker_cpu = 0.0
-        self.rchar = self.rbytes = 0
         self._mark: tuple[Any, ...] | None = None
         self._files: tuple[str, int, int, int] | None = None
         self._files_read = False
 
+    @property
+    def settings(self) -> LoaderSettings:
+        return self._settings
+
+    @property
+    def description(self) -> dict[str, str]:
+        return self._description
+
     def begin_epoch(self) -> None:
-        super().begin_epoch()
-        self._mark = (nvtx.snapshot(), _threads(), _io(), _children_cpu())
+        self._mark = (nvtx.snapshot(), _threads(), read_io(), _children_cpu())
 
-    def on_dali_batch(self, t_request: int, t_arrival: int, n: int, cpu_ns: int) -> None:
-        self.on_delivery(t_request, t_arrival, n)
-        self.consumer_cpu_ns += cpu_ns
+    def end_epoch(self, epoch: WatchEpoch) -> None:
+        if self._mark is None:
+            return
+        ranges0, threads0, io0, kids0 = self._mark
+        self._mark = None
+        ranges1 = nvtx.snapshot()
+        if ranges0 is not None and ranges1 is not None:
+            for k, d in nvtx.diff(ranges1, ranges0).items():
+                old = self.ranges.get(k)
+                self.ranges[k] = d if old is None else old + d
+        for k, ns in _threads().items():
+            self.thread_ns[k] = self.thread_ns.get(k, 0) + ns - threads0.get(k, 0)
+        rchar, rbytes = read_io()
+        epoch.read_chars += rchar - io0[0]
+        epoch.read_bytes += rbytes - io0[1]
+        self.worker_cpu += max(_children_cpu() - kids0, 0.0)
 
-    def end_epoch(self, error: BaseException | None) -> None:
-        ep = self._cur
-        if ep is not None and self._mark is not None:
-            ranges0, threads0, io0, kids0 = self._mark
-            self._mark = None
-            ranges1 = nvtx.snapshot()
-            if ranges0 is not None and ranges1 is not None:
-                for k, d in nvtx.diff(ranges1, ranges0).items():
-                    old = self.ranges.get(k)
-                    self.ranges[k] = d if old is None else old + d
-            for k, ns in _threads().items():
-                self.thread_ns[k] = self.thread_ns.get(k, 0) + ns - threads0.get(k, 0)
-            rchar, rbytes = _io()
-            ep.read_chars += rchar - io0[0]
-            ep.read_bytes += rbytes - io0[1]
-            self.worker_cpu += max(_children_cpu() - kids0, 0.0)
-        super().end_epoch(error)
-
-    # -- after the run -------------------------------------------------------------------
-    def dali_data(self) -> DaliData:
+    def data(self) -> DaliData:
+        """What the pipelines did besides delivering batches, over the epochs so far."""
         ops = operators(self.ranges, self.schemas)
         reads = self.ranges.get(READ_RANGE)
-        data = DaliData(
-            pipeline={k: v for k, v in self.info.items() if k not in ("framework", "dataset")},
+        return DaliData(
+            pipeline={
+                k: v for k, v in self._description.items() if k not in ("framework", "dataset")
+            },
             timing="nvtx" if ops else "thread cpu",
             timing_note=None if ops else (nvtx.status() or "no DALI operator ranges were seen"),
             operators=ops,
@@ -285,7 +307,6 @@ class DaliCollector(WatchCollector):
             consumer_cpu_seconds=self.consumer_cpu_ns / 1e9,
             memory=self._memory(),
         )
-        return data
 
     def _memory(self) -> dict[str, list[int]]:
         out: dict[str, list[int]] = {}
@@ -307,117 +328,41 @@ class DaliCollector(WatchCollector):
             self._files_read = True
         return self._files
 
-    def stop(self) -> RunRecord:
-        self.dali = self.dali_data()
-        rec = super().stop()
-        rec.dali = self.dali
+    def _reader_bytes(self) -> float | None:
         files = self.files()
-        if files is not None:
-            target, n, total, listed = files
-            ds = rec.dataset
-            ds.target, ds.files = target, n
-            ds.sample_bytes_mean = total / listed if listed else 0.0
-            ds.bytes = round(ds.sample_bytes_mean * n)
-            ds.sizes_estimated = listed < n
-            ds.density = density_class(ds.sample_bytes_mean)
-        return rec
+        return files[2] / files[3] if files is not None and files[3] else None
 
-    def _stages(self, usable: int, mean_bytes: float) -> tuple[Stages, list[str]]:
-        d = self.dali
-        notes: list[str] = []
-        eps = self.epochs
-        samples = sum(e.samples for e in eps)
-        stages = Stages(pcie=PcieStage(method="not measured: DALI copies batches itself"))
-        if not samples:
-            return stages, ["no batch was delivered"]
-        if d.timing_note:
-            notes.append(d.timing_note)
-        threads = _int(self.info.get("num_threads")) or 1
-        lanes = min(threads, usable)
-        outside = (d.consumer_cpu_seconds + d.worker_cpu_seconds) / samples
-        cpu_ops = [o for o in d.operators if o.stage == "cpu" and o.calls]
-        if d.operators:
-            # per iteration, then per sample: the pipeline runs ahead of the consumer, so
-            # operators ran for a few more iterations than were delivered
-            per_iter_cpu = sum(o.cpu_seconds / o.calls for o in d.operators if o.calls)
-            cpu_per_sample = per_iter_cpu / self.iter_batch + outside
-            per_iter_wall = sum(o.wall_seconds / o.calls for o in cpu_ops)
-            cap: float | None = self.iter_batch / per_iter_wall if per_iter_wall > 0 else None
-            if cpu_per_sample > 0:
-                by_cores = lanes / cpu_per_sample
-                cap = by_cores if cap is None else min(cap, by_cores)
-        else:
-            dali_cpu = sum(d.threads.values())
-            cpu_per_sample = dali_cpu / samples + outside
-            cap = lanes / cpu_per_sample if cpu_per_sample > 0 else None
-        stages.cpu = CpuStage(
-            capacity_samples_per_s=cap,
-            cpu_seconds_per_sample=cpu_per_sample,
-            loader="dali",
-            usable_cores=usable,
-        )
+    def stages(self, m: Measured) -> tuple[Stages, list[str]]:
+        return dali_stages(m, self.data(), self.iter_batch, self._reader_bytes())
+
+    def complete(self, record: RunRecord) -> None:
+        record.dali = self.data()
         files = self.files()
-        if files is not None and files[3]:
-            mean_bytes = files[2] / files[3]  # the I/O counters miss mmap reads
-        storage = StorageStage()
-        if d.reads and d.read_seconds > 0:
-            # one prefetch thread per reader fetches samples one after another
-            storage.capacity_samples_per_s = d.reads / d.read_seconds
-            storage.read_bytes_per_s = (
-                storage.capacity_samples_per_s * mean_bytes if mean_bytes else None
-            )
-            storage.basis = "DALI readers' per-sample fetches (NVTX), one prefetch thread each"
-        elif d.operators:
-            storage.basis = "no DALI file reader: samples come from external_source"
-        else:
-            storage.basis = "not separated from CPU time: per-operator timing unavailable"
-        stages.storage = storage
-        gpu = self.gpu_stage(self.step, "wall clock: consumer time between batches")
-        if gpu is not None:
-            gpu_ops = [o for o in d.operators if o.stage == "gpu" and o.calls]
-            if gpu_ops:
-                gpu.preprocess_seconds = sum(o.wall_seconds / o.calls for o in gpu_ops)
-            stages.gpu = gpu
-        else:
-            notes.append("only one batch per epoch: no step time to measure")
-        return stages, notes
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def _count(batch: Any) -> int:
-    """Samples in one delivered batch: the first output of each pipeline's part."""
-    parts = batch if isinstance(batch, list) else [batch]
-    n = 0
-    for part in parts:
-        first = next(iter(part.values())) if isinstance(part, dict) else part
-        if isinstance(first, tuple | list):
-            first = first[0]
-        try:
-            n += len(first)
-        except TypeError:
-            shape = getattr(first, "shape", None)
-            n += int(shape[0]) if shape else 1
-    return n
+        if files is None:
+            return
+        target, n, total, listed = files
+        ds = record.dataset
+        ds.target, ds.files = target, n
+        ds.sample_bytes_mean = total / listed if listed else 0.0
+        ds.bytes = round(ds.sample_bytes_mean * n)
+        ds.sizes_estimated = listed < n
+        ds.density = capacity.density_class(ds.sample_bytes_mean)
 
 
 class _Watched:
     """What the two DALI wrappers share: epochs, the timed call, and passing through."""
 
-    def __init__(self, loader: Any, collector: DaliCollector) -> None:
+    def __init__(self, loader: Any, adapter: DaliAdapter, n: int | None, finish: Finish) -> None:
         self._loader = loader
-        self._collector = collector
+        self._adapter = adapter
+        self._collector = WatchCollector(adapter, adapter.settings.batch_size, n)
+        self._finish = finish
         self._record: RunRecord | None = None
         self._active = False
 
     def _finished(self) -> RunRecord:
         if self._record is None:
-            self._record = finalize_watch(self._collector.stop())
+            self._record = self._finish(self._collector.stop())
         return self._record
 
     def _begin(self) -> None:
@@ -447,7 +392,8 @@ class _Watched:
             self._end(exc)
             raise
         t1 = clock()
-        self._collector.on_dali_batch(t0, t1, _count(out), cclock() - c0)
+        self._collector.on_delivery(t0, t1, _count(out))
+        self._adapter.consumer_cpu_ns += cclock() - c0
         return out
 
     def reset(self) -> None:
@@ -466,7 +412,7 @@ class _Watched:
 class WatchedIterator(_Watched):
     """What ``ioprobe.watch`` returns for a DALI framework iterator; ``.run`` is the record."""
 
-    def __init__(self, it: Any) -> None:
+    def __init__(self, it: Any, finish: Finish) -> None:
         pipes = list(getattr(it, "_pipes", None) or [])
         if not pipes:
             raise BadInputError(f"ioprobe.watch: {type(it).__qualname__} has no DALI pipelines")
@@ -480,7 +426,7 @@ class WatchedIterator(_Watched):
         }
         size = getattr(it, "_size", -1)
         n = size if isinstance(size, int) and size > 0 else None
-        super().__init__(it, DaliCollector(pipes, _info(pipes, "iterator", extra), n))
+        super().__init__(it, DaliAdapter(pipes, _describe(pipes, "iterator", extra)), n, finish)
 
     @property
     def run(self) -> RunRecord:
@@ -518,8 +464,8 @@ class WatchedPipeline(_Watched):
     the record is ``.record``. One epoch runs from the first ``run()`` to ``reset()``, the end
     of the ``with`` block or the first read of ``.record``."""
 
-    def __init__(self, pipe: Any) -> None:
-        super().__init__(pipe, DaliCollector([pipe], _info([pipe], "pipeline", {}), None))
+    def __init__(self, pipe: Any, finish: Finish) -> None:
+        super().__init__(pipe, DaliAdapter([pipe], _describe([pipe], "pipeline", {})), None, finish)
 
     @property
     def record(self) -> RunRecord:
@@ -533,13 +479,20 @@ class WatchedPipeline(_Watched):
         return self
 
 
-def watch(obj: Any) -> WatchedIterator | WatchedPipeline:
+def wrap(obj: Any, device: Any, finish: Finish) -> WatchedIterator | WatchedPipeline:
+    """The wrapper for a DALI ``Pipeline`` or framework iterator."""
     from nvidia.dali.pipeline import Pipeline
 
+    if device is not None:
+        raise BadInputError(
+            "ioprobe.watch: device= is for DataLoaders; a DALI pipeline places its "
+            "outputs itself (device='gpu' or 'mixed' operators)"
+        )
+
     if isinstance(obj, Pipeline):
-        return WatchedPipeline(obj)
+        return WatchedPipeline(obj, finish)
     if hasattr(obj, "_pipes"):
-        return WatchedIterator(obj)
+        return WatchedIterator(obj, finish)
     raise BadInputError(
         f"ioprobe.watch: cannot watch a {type(obj).__qualname__} (expected a DALI Pipeline or "
         "a DALI framework iterator such as DALIGenericIterator)"

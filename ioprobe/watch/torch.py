@@ -7,7 +7,8 @@
   appended to two preallocated-growth arrays (no lock, no syscall beyond the two clocks);
 - the collate wrapper runs once per batch in the same worker: it times collate, reads the
   worker's I/O and scheduler counters (one ``pread`` each on descriptors kept open), and sends
-  the batch's measurements back *with the batch*, so measurement costs no extra IPC.
+  the batch's measurements back *with the batch* (a ``BatchStats``), so measuring costs no
+  extra IPC.
 
 The main process times ``next()`` (the data stall) and the gap between batches (the step).
 The user's loader object is never modified.
@@ -23,16 +24,21 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
-from ioprobe.loaders import files as _files
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 from torch.utils.data._utils.collate import default_collate, default_convert
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
+from ioprobe.collect.procfs import IO, parse_io, parse_runqueue_ns
 from ioprobe.errors import BadInputError
-from ioprobe.record import GpuAlone
+from ioprobe.loaders import files as _files
+from ioprobe.record import GpuAlone, LoaderSettings, RunRecord, Stages, WatchEpoch
+from ioprobe.watch.collector import BatchStats, Finish, WatchCollector, unjudged
+from ioprobe.watch.stages import Measured, loader_stages
 
 # ----------------------------------------------------------------------------- worker side
 
+# Each worker process's own buffers. A forked worker inherits the parent's: the fork hook
+# empties them (and reopens /proc descriptors, which still name the parent) in the child.
 _wall = array("q")
 _cpu = array("q")
 _proc_fds: dict[str, int] = {}
@@ -41,7 +47,6 @@ _own = [0]  # bytes this module read from /proc: they count in rchar but are not
 
 
 def _after_fork() -> None:
-    # an inherited /proc/self descriptor still names the parent: reopen in the child
     global _last
     _proc_fds.clear()
     _own[0] = 0
@@ -71,26 +76,11 @@ def _read_proc(name: str) -> bytes:
     return data
 
 
-def _io_counters() -> tuple[int, int]:
-    rchar = rbytes = 0
-    own = _own[0]  # the value read excludes the read that returns it, includes earlier ones
-    for line in _read_proc("/proc/self/io").splitlines():
-        if line.startswith(b"rchar:"):
-            rchar = int(line.split()[1]) - own
-        elif line.startswith(b"read_bytes:"):
-            rbytes = int(line.split()[1])
-    return rchar, rbytes
-
-
-def _runqueue_ns() -> int:
-    # /proc/thread-self/schedstat: run time, run-queue wait, timeslices (ns, ns, count)
-    parts = _read_proc("/proc/thread-self/schedstat").split()
-    return int(parts[1]) if len(parts) > 1 else 0
-
-
 def _counters() -> list[int]:
-    rchar, rbytes = _io_counters()
-    return [rchar, rbytes, _runqueue_ns()]
+    own = _own[0]  # the value read excludes the read that returns it, includes earlier ones
+    rchar, rbytes = parse_io(_read_proc(IO))
+    runq = parse_runqueue_ns(_read_proc("/proc/thread-self/schedstat"))
+    return [rchar - own if rchar else 0, rbytes, runq]
 
 
 def _baseline() -> None:
@@ -175,7 +165,7 @@ class Stamped:
 
     __slots__ = ("batch", "stats")
 
-    def __init__(self, batch: Any, stats: tuple[Any, ...]) -> None:
+    def __init__(self, batch: Any, stats: BatchStats) -> None:
         self.batch = batch
         self.stats = stats
 
@@ -194,7 +184,6 @@ class TimedCollate:
         w0 = time.perf_counter_ns()
         out = self.inner(samples)
         done = time.perf_counter_ns()
-        collate = done - w0
         info = get_worker_info()
         wall = _wall.tobytes()
         cpu = _cpu.tobytes()
@@ -205,20 +194,18 @@ class TimedCollate:
         prev = _last or now
         _last = now
         metered_bytes, metered_ns, metered_open_ns = _files.take()
-        stats = (
-            -1 if info is None else info.id,
-            wall,
-            cpu,
-            collate,
-            now[0] - prev[0],
-            now[1] - prev[1],
-            now[2] - prev[2],
-            metered_bytes,
-            metered_ns,
-            metered_open_ns,
-            # perf_counter is CLOCK_MONOTONIC, one clock for every process on the host, so
-            # the main process can place this worker's batch on its own timeline
-            done,
+        stats = BatchStats(
+            worker=-1 if info is None else info.id,
+            wall=wall,
+            cpu=cpu,
+            collate_ns=done - w0,
+            read_chars=now[0] - prev[0],
+            read_bytes=now[1] - prev[1],
+            runqueue_ns=now[2] - prev[2],
+            metered_bytes=metered_bytes,
+            metered_ns=metered_ns,
+            metered_open_ns=metered_open_ns,
+            done_ns=done,
         )
         return Stamped(out, stats)
 
@@ -227,6 +214,8 @@ class TimedCollate:
 
 
 def rebuild(loader: DataLoader[Any]) -> DataLoader[Any]:
+    """A sibling of ``loader`` over the timed dataset and collate, with every setting the
+    user gave it (the same sampler object, so the same order)."""
     ds = loader.dataset
     if isinstance(ds, IterableDataset):
         wrapped: Any = TimedIterable(ds)
@@ -264,6 +253,7 @@ def rebuild(loader: DataLoader[Any]) -> DataLoader[Any]:
 
 
 def describe(loader: DataLoader[Any]) -> dict[str, str]:
+    """The loader's settings as the user wrote them, for reports."""
     ctx = loader.multiprocessing_context
     method = ctx.get_start_method() if ctx is not None else torch.multiprocessing.get_start_method()
     return {
@@ -280,9 +270,58 @@ def describe(loader: DataLoader[Any]) -> dict[str, str]:
     }
 
 
+def settings(loader: DataLoader[Any]) -> LoaderSettings:
+    """The loader's settings, typed, read off the loader itself."""
+    return LoaderSettings(
+        framework="torch",
+        dataset=type(loader.dataset).__qualname__,
+        workers=loader.num_workers,
+        batch_size=loader.batch_size,
+        iterable=isinstance(loader.dataset, IterableDataset),
+        sampler=type(loader.sampler).__qualname__,
+        pin_memory=loader.pin_memory,
+        prefetch_factor=loader.prefetch_factor,
+        persistent_workers=loader.persistent_workers,
+    )
+
+
+class DataLoaderAdapter:
+    """The collector's view of a DataLoader: its workers report each sample's times with the
+    batch, so every stage comes from ``ioprobe.watch.stages.loader_stages`` and nothing is
+    measured per epoch."""
+
+    def __init__(self, settings: LoaderSettings, description: dict[str, str]) -> None:
+        self._settings = settings
+        self._description = description
+
+    @classmethod
+    def of(cls, loader: DataLoader[Any]) -> DataLoaderAdapter:
+        return cls(settings(loader), describe(loader))
+
+    @property
+    def settings(self) -> LoaderSettings:
+        return self._settings
+
+    @property
+    def description(self) -> dict[str, str]:
+        return self._description
+
+    def begin_epoch(self) -> None:
+        return None
+
+    def end_epoch(self, epoch: WatchEpoch) -> None:
+        return None
+
+    def stages(self, m: Measured) -> tuple[Stages, list[str]]:
+        return loader_stages(m)
+
+    def complete(self, record: RunRecord) -> None:
+        return None
+
+
 def iterate(
     inner: DataLoader[Any],
-    collector: Any,
+    collector: WatchCollector,
     on_end: Callable[[BaseException | None], None],
     device: torch.device | None = None,
 ) -> Iterator[Any]:
@@ -530,5 +569,82 @@ def sm_activity(dev: torch.device) -> Any:
     return open_activity(dev.index or 0) if dev.type == "cuda" else "not a CUDA device"
 
 
-def is_torch_loader(obj: object) -> bool:
+# ----------------------------------------------------------------------------- the wrapper
+
+
+class Watched:
+    """What ``ioprobe.watch`` returns for a DataLoader: the loader, plus ``.run`` (a RunRecord)."""
+
+    def __init__(self, loader: Any, device: Any = None, finish: Finish = unjudged) -> None:
+        self._loader = loader
+        self._finish = finish
+        self._device = resolve_device(device) if device is not None else None
+        self._inner = rebuild(loader)
+        try:
+            n: int | None = len(loader.dataset)
+        except TypeError:
+            n = None
+        self._collector = WatchCollector(
+            DataLoaderAdapter.of(loader),
+            loader.batch_size,
+            n,
+            str(self._device) if self._device is not None else None,
+        )
+        self._run: RunRecord | None = None
+
+    @property
+    def run(self) -> RunRecord:
+        """The record so far; complete once iteration has ended."""
+        if self._run is None:
+            self._run = self._finish(self._collector.stop())
+        return self._run
+
+    record = run
+
+    def measure_gpu_alone(
+        self, step: Callable[[Any], object], batch: Any, seconds: float = 1.0
+    ) -> GpuAlone:
+        """Time ``step(batch)`` with the batch already on the loader's device (see
+        ``ioprobe.gpu_alone``) and keep it in this run's record: the GPU stage gets the
+        data-free step rate and the share of the GPU a step fills, which the advice on
+        sharing the GPU (MPS, MIG) needs."""
+        alone = gpu_alone(step, batch, self._device, seconds)
+        self._collector.alone = alone
+        self._run = None
+        return alone
+
+    def __iter__(self) -> Iterator[Any]:
+        self._run = None
+        self._collector.begin_epoch()
+        epoch = self._collector.current
+
+        def end(error: BaseException | None) -> None:
+            # an iterator closed after a newer one began must not end the newer one's epoch
+            if self._collector.current is epoch:
+                self._collector.end_epoch(error)
+            self._run = None
+
+        # CUDA events when batches go to a CUDA device or the model is on one already
+        self._collector.use_device(event_backend(self._device))
+        return iterate(self._inner, self._collector, end, self._device)
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def __enter__(self) -> Watched:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._run = None
+        _ = self.run
+
+
+def accepts(obj: object) -> bool:
     return "torch" in sys.modules and isinstance(obj, DataLoader)
+
+
+def wrap(loader: DataLoader[Any], device: Any, finish: Finish) -> Watched:
+    return Watched(loader, device, finish)

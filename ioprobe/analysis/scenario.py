@@ -1,0 +1,554 @@
+"""A record's stages under a change: the pipeline model re-run with some resources changed.
+
+``evaluate(rec, change)`` recomputes each stage's capacity from what the record measured (CPU
+seconds per sample, the storage sweep, the consumer's step time) under the new resources, one
+function per stage, and runs the pipeline model on the result. The recommendation rules use
+``evaluate``, so every predicted gain in a report is a what-if the user can re-run and check
+(``ioprobe.analysis.whatif`` makes the record of one).
+
+Each capacity is scaled as a ratio to the recorded one, ``cap_new = cap_old * f(new) / f(old)``,
+where ``f`` is the rule in ``ioprobe.capacity`` the collector used: an empty change reproduces
+the record exactly, and only the scaling law is assumed.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+import re
+
+from ioprobe import capacity
+from ioprobe.analysis.cache import steady_hit_rate
+from ioprobe.analysis.catalog import read_rate
+from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu, label, measured
+from ioprobe.analysis.model import PipelineFindings, pipeline_model
+from ioprobe.errors import BadInputError
+from ioprobe.record import (
+    STAGE_NAMES,
+    CacheOrder,
+    Change,
+    CpuStage,
+    GpuStage,
+    PcieStage,
+    RunRecord,
+    StageDelta,
+    StageName,
+    Stages,
+    StorageStage,
+)
+
+# PCIe payload rate per lane and direction, after line coding (128b/130b from Gen3 on; Gen6
+# is FLIT-mode PAM4): GT/s * coding / 8 bits.
+PCIE_LANE_BYTES_PER_S = {1: 0.25e9, 2: 0.5e9, 3: 0.985e9, 4: 1.969e9, 5: 3.938e9, 6: 7.563e9}
+# Share of that a large pinned cudaMemcpy reaches once TLP headers and flow control are paid;
+# host-to-device copies on Gen4 x16 typically measure 24-26 GB/s of 31.5.
+PCIE_EFFICIENCY = 0.8
+# Images/s one GPU's nvJPEG decoder (DALI's "mixed" device) sustains on ImageNet-sized JPEGs,
+# used until the record has DALI's own measurement. An assumption, see docs/methodology.md.
+GPU_DECODE_IMAGES_PER_S = 3000.0
+# Share of the CPU time per image left on the CPU when decode moves to the GPU: file reads,
+# JPEG header parsing and, on GPUs without a hardware decoder, part of Huffman decoding.
+GPU_DECODE_CPU_FRACTION = 0.25
+
+_PCIE = re.compile(r"^gen([1-6])\s*x\s*(1|2|4|8|16)$", re.IGNORECASE)
+
+
+def parse_pcie(text: str) -> float:
+    """``gen4x16`` to the link's usable host-to-device bytes/s."""
+    m = _PCIE.match(text.strip())
+    if not m:
+        raise BadInputError(
+            f"--pcie {text!r}: expected genG xW, e.g. gen4x16 (G 1-6, W 1, 2, 4, 8 or 16)"
+        )
+    return PCIE_LANE_BYTES_PER_S[int(m.group(1))] * int(m.group(2)) * PCIE_EFFICIENCY
+
+
+@dataclasses.dataclass(frozen=True)
+class Scenario:
+    """A record's stages under a change, and what the model makes of them."""
+
+    stages: Stages
+    findings: PipelineFindings
+    deltas: tuple[StageDelta, ...]
+    assumptions: tuple[str, ...]
+
+    @property
+    def predicted_samples_per_s(self) -> float:
+        return self.findings.predicted_samples_per_s
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """What a pipeline runs with: loader workers per GPU process (0: loading in the main
+    process), GPU processes, and the cores the loaders may use."""
+
+    workers: int
+    gpus: int
+    cores: float
+
+
+@dataclasses.dataclass(frozen=True)
+class Decode:
+    """What a change of decode path does to the CPU and GPU stages."""
+
+    cpu_scale: float = 1.0  # the recorded CPU capacity over the new one, at equal cores
+    cost_scale: float = 1.0  # the new CPU time per sample over the recorded one
+    gpu_rate: float | None = None  # one GPU's images/s, when decode moves to the GPU
+    loader: str | None = None  # the CPU stage's decode path afterwards, when it changes
+    assumptions: tuple[str, ...] = ()
+
+
+def split_base(rec: RunRecord) -> tuple[RunRecord, Change]:
+    """The measured record a what-if started from, and the change already applied to it."""
+    if rec.whatif is None:
+        return rec, Change()
+    w = rec.whatif
+    base = dataclasses.replace(
+        rec,
+        kind=w.base_kind,
+        stages=w.base_stages,
+        bottleneck=w.base_bottleneck,
+        predicted_samples_per_s=w.base_predicted_samples_per_s,
+        measured_samples_per_s=w.base_measured_samples_per_s,
+        gpu_idle_fraction=w.base_gpu_idle_fraction,
+        whatif=None,
+    )
+    return base, w.change
+
+
+def merge(first: Change, then: Change) -> Change:
+    """``then`` applied on top of ``first``: each field ``then`` sets wins."""
+    out = copy.deepcopy(first)
+    default = Change()
+    for f in dataclasses.fields(Change):
+        value = getattr(then, f.name)
+        if value != getattr(default, f.name):
+            setattr(out, f.name, copy.deepcopy(value))
+    return out
+
+
+def recorded_workers(rec: RunRecord) -> int:
+    """Loader workers per GPU process in the recorded run (0: loading in the main process)."""
+    if rec.watch is not None:
+        return rec.watch.settings.workers
+    if rec.stages.cpu.sweep:
+        best = max(rec.stages.cpu.sweep, key=lambda lv: lv.samples_per_s)
+        return best.workers
+    return rec.settings.workers or rec.stages.cpu.usable_cores or rec.host.usable_cores or 1
+
+
+# Samplers that read every sample once per epoch in a fresh random order; anything else that
+# is not sequential (weighted, custom) is treated as shuffled too, the common case.
+_SEQUENTIAL_SAMPLERS = {"SequentialSampler"}
+
+
+def recorded_order(rec: RunRecord) -> CacheOrder:
+    """The order the recorded loader read samples in, as the cache model needs it: a
+    ``SequentialSampler`` or an iterable dataset (a stream, the same order every epoch) is
+    sequential; everything else, and a probe, is shuffled."""
+    if rec.watch is not None:
+        s = rec.watch.settings
+        if s.iterable or s.sampler in _SEQUENTIAL_SAMPLERS:
+            return "sequential"
+    return "shuffled"
+
+
+def recorded_gpus(rec: RunRecord) -> int:
+    return max(rec.settings.gpus, 1)
+
+
+def recorded_cores(rec: RunRecord) -> float:
+    return float(rec.stages.cpu.usable_cores or rec.host.usable_cores or 1)
+
+
+def recorded_resources(rec: RunRecord) -> Resources:
+    return Resources(recorded_workers(rec), recorded_gpus(rec), recorded_cores(rec))
+
+
+def dataset_bytes(rec: RunRecord) -> float:
+    """The dataset's size: samples x mean sample size (a watch's ``bytes`` counts re-reads)."""
+    ds = rec.dataset
+    if ds.files and ds.sample_bytes_mean:
+        return ds.files * ds.sample_bytes_mean
+    return float(ds.bytes)
+
+
+def resources(rec: RunRecord, ch: Change) -> tuple[int, int, float]:
+    """Workers per GPU process, GPU processes and cores under ``ch`` (a full change, as
+    merged onto the base record): what is unchanged keeps the recorded value, except that a
+    probe's loader uses every core it is given."""
+    w = ch.workers if ch.workers is not None else recorded_workers(rec)
+    g = ch.gpus if ch.gpus is not None else recorded_gpus(rec)
+    cores = float(ch.cores) if ch.cores is not None else recorded_cores(rec)
+    if rec.watch is None and ch.cores is not None and ch.workers is None:
+        w = ch.cores
+    return w, g, cores
+
+
+def evaluate(rec: RunRecord, change: Change) -> Scenario:
+    """The record's stage capacities under ``change``, through the pipeline model: each
+    stage's own function (below) gives its new capacity and the assumptions it took."""
+    base, before = split_base(rec)
+    ch = merge(before, change)
+    old, new = recorded_resources(base), Resources(*resources(base, ch))
+    decode = decode_change(base, ch)
+    cpu, cpu_why = cpu_estimate(base, old, new, decode)
+    storage, storage_why = storage_estimate(base, ch, old, new)
+    pcie, pcie_why = pcie_estimate(base, ch, old, new)
+    gpu, gpu_why = gpu_estimate(base, old, new, decode)
+    stages = Stages(storage=storage, cpu=cpu, pcie=pcie, gpu=gpu)
+    assumptions = (*decode.assumptions, *cpu_why, *storage_why, *pcie_why, *gpu_why)
+    return Scenario(stages, pipeline_model(stages), _deltas(base.stages, stages, ch), assumptions)
+
+
+def _deltas(before: Stages, after: Stages, ch: Change) -> tuple[StageDelta, ...]:
+    old, new = before.capacities(), after.capacities()
+    return tuple(
+        StageDelta(stage=name, before=old[name], after=new[name], why=_why(name, ch))
+        for name in STAGE_NAMES
+        if not _same(old[name], new[name])
+    )
+
+
+# -- cpu -----------------------------------------------------------------------------------
+
+
+def decode_change(rec: RunRecord, ch: Change) -> Decode:
+    """Decode moved to the GPU (``--gpu-decode``) or to another CPU path the probe measured
+    (``--decode``): the CPU's new cost and capacity as shares of the recorded ones."""
+    if ch.gpu_decode:
+        gd = gpu_decode_figures(rec)
+        if gd is None:
+            why = ["the recorded pipeline already decodes on the GPU: unchanged"]
+            out = Decode()
+        else:
+            share, rate, how = gd
+            why = [
+                f"GPU decode leaves {share:.0%} of the CPU time per sample on the CPU and "
+                f"costs each GPU 1/{rate:.0f} s per image ({how})"
+            ]
+            out = Decode(cpu_scale=share, cost_scale=share, gpu_rate=rate, loader="dali-gpu")
+        if ch.decode is not None:
+            why.append(f"--gpu-decode replaces the CPU decode path {ch.decode}")
+        return dataclasses.replace(out, assumptions=tuple(why))
+    if ch.decode is not None:
+        cpu_scale, cost_scale, how = decode_scale(rec, ch.decode)
+        return Decode(cpu_scale, cost_scale, None, ch.decode, (how,))
+    return Decode()
+
+
+def cpu_parallelism(rec: RunRecord, r: Resources) -> float:
+    """How many samples the loader decodes at once with ``r``: its effective cores, by the
+    rule the collector used (``capacity.watch_cores`` for a watched loader; for a probe's
+    loader, one core per worker up to the cores), read along the probe's measured worker
+    curve where it has one."""
+    if rec.watch is not None:
+        return capacity.watch_cores(
+            rec.watch.settings,
+            rec.watch.epochs,
+            recorded_cores(rec),
+            workers=r.workers,
+            gpus=r.gpus,
+            usable=r.cores,
+        )
+    lanes = float(min(max(r.workers, 1) * r.gpus, r.cores))
+    sweep = rec.stages.cpu.sweep
+    if sweep:
+        return capacity.sweep_rate([(lv.workers, lv.samples_per_s) for lv in sweep], lanes, True)
+    return lanes
+
+
+def cpu_estimate(
+    rec: RunRecord, old: Resources, new: Resources, decode: Decode
+) -> tuple[CpuStage, list[str]]:
+    """CPU capacity scales with the loader's effective cores (workers x GPU processes, at
+    most the usable cores less what the training loops use), along the probe's measured
+    worker curve when it has one, and with the CPU cost of the decode path."""
+    cpu = copy.deepcopy(rec.stages.cpu)
+    why: list[str] = []
+    cap = cpu.capacity_samples_per_s
+    if cap is not None:
+        was, now = cpu_parallelism(rec, old), cpu_parallelism(rec, new)
+        if was > 0 and now != was:  # x * y / y is not always x in floating point
+            cap = cap * now / was
+        cap = cap / decode.cpu_scale
+        if new != old:
+            why.append(
+                "CPU scales with workers up to the usable cores"
+                + (
+                    ", along the probe's measured worker curve"
+                    if rec.watch is None and cpu.sweep
+                    else " (linear: the record has one worker count, so no measured curve)"
+                )
+            )
+        if cpu.cpu_seconds_per_sample is not None:
+            cpu.cpu_seconds_per_sample *= decode.cost_scale
+        cpu.usable_cores = int(new.cores)
+    if decode.loader is not None:
+        cpu.loader = decode.loader
+    cpu.capacity_samples_per_s = cap
+    return cpu, why
+
+
+# -- storage -------------------------------------------------------------------------------
+
+
+def _storage_lanes(rec: RunRecord, r: Resources, workers_changed: bool) -> float:
+    """Reads in flight: one per loader worker; a probe's default is its best concurrency."""
+    if rec.watch is None and not workers_changed:
+        p = rec.stages.storage.cold or rec.stages.storage.warm
+        if p is not None and p.best_concurrency:
+            return float(p.best_concurrency)
+    return float(max(r.workers, 1) * r.gpus)
+
+
+def _storage_rate(rec: RunRecord, lanes: float) -> tuple[float, bool]:
+    """Relative storage rate at ``lanes`` reads in flight, and whether a measured curve gave it.
+    A probe's sweep is the curve (flat beyond its last level: storage saturates); a watch
+    has one level, so it scales linearly with the reads in flight."""
+    st = rec.stages.storage
+    p = st.cold or st.warm  # the pass the probe took the capacity from
+    pts = capacity.sweep_points(p.sweep) if p is not None else []
+    if rec.watch is None and pts:
+        return capacity.sweep_rate(pts, lanes, False), True
+    return lanes, False
+
+
+def storage_estimate(
+    rec: RunRecord, ch: Change, old: Resources, new: Resources
+) -> tuple[StorageStage, list[str]]:
+    """A new storage class is modelled from its datasheet at this sample size and number of
+    reads in flight (``catalog.read_rate``); otherwise the capacity follows the measured
+    concurrency sweep, or scales linearly with reads in flight for a watched run. A cache
+    then mixes cached and uncached reads by the hit rate of its size and the access order."""
+    st = copy.deepcopy(rec.stages.storage)
+    lanes = _storage_lanes(rec, new, ch.workers is not None)
+    if ch.storage is not None:
+        why = _new_class(rec, ch, st, lanes)
+    else:
+        why = _more_readers(rec, st, old, lanes)
+    if ch.cache_bytes is not None and st.capacity_samples_per_s is not None:
+        why.append(_cached(rec, ch, st))
+    return st, why
+
+
+def _new_class(rec: RunRecord, ch: Change, st: StorageStage, lanes: float) -> list[str]:
+    cls = ch.storage
+    assert cls is not None
+    size = rec.dataset.sample_bytes_mean
+    if size <= 0:
+        raise BadInputError(
+            "the record has no bytes per sample (reads were not metered), so a storage "
+            "class can't be applied; wrap reads with ioprobe.loaders.files"
+        )
+    why: list[str] = []
+    latency = rec.stages.storage.request_latency_s
+    if cls.scope == "given" and latency:
+        # the run timed its requests' fixed cost apart from the transfer: each of the
+        # `lanes` readers pays it, then shares the new bandwidth with the others
+        cap = 1.0 / (latency / lanes + size / cls.seq_read_bytes_per_s)
+        rate = cap * size
+        why.append(
+            f"each read keeps its measured {latency * 1e3:.1f} ms of request latency; "
+            "only the transfer speeds up"
+        )
+    else:
+        rate = read_rate(cls, size, int(lanes))
+        cap = capacity.storage_from_rate(rate, size)
+    st.capacity_samples_per_s = cap
+    st.read_bytes_per_s = rate
+    st.basis = f"what-if: {cls.name} ({cls.label}) at {lanes:.0f} reads in flight"
+    if cls.scope != "given":
+        why.append(f"{cls.name} modelled from its catalog figures (docs/storage-catalog.md)")
+    return why
+
+
+def _more_readers(rec: RunRecord, st: StorageStage, old: Resources, lanes: float) -> list[str]:
+    cap = st.capacity_samples_per_s
+    if cap is None:
+        return []
+    was, _ = _storage_rate(rec, _storage_lanes(rec, old, False))
+    now, curved = _storage_rate(rec, lanes)
+    if was <= 0 or now == was:
+        return []
+    st.capacity_samples_per_s = cap * now / was
+    return [
+        "storage follows the measured concurrency sweep"
+        if curved
+        else "storage scales linearly with reads in flight (one level was measured)"
+    ]
+
+
+def _cached(rec: RunRecord, ch: Change, st: StorageStage) -> str:
+    """``st`` behind a cache of ``ch.cache_bytes``: a sample costs a miss's share of the
+    uncached time and a hit's share of the warm (page-cache) time."""
+    assert ch.cache_bytes is not None and st.capacity_samples_per_s is not None
+    size = rec.dataset.sample_bytes_mean
+    total = dataset_bytes(rec)
+    order = ch.cache_order or recorded_order(rec)
+    hit = steady_hit_rate(ch.cache_bytes, total, order)
+    warm = rec.stages.storage.warm
+    warm_cap = warm.read_bytes_per_s / size if warm and warm.read_bytes_per_s and size else None
+    per_sample = (1 - hit) / st.capacity_samples_per_s + (hit / warm_cap if warm_cap else 0.0)
+    st.capacity_samples_per_s = 1.0 / per_sample if per_sample > 0 else None
+    return (
+        f"a {ch.cache_bytes / 1e9:.1f} GB {order} cache over "
+        f"{total / 1e9:.1f} GB serves {hit:.0%} of reads in steady state"
+        + ("" if warm_cap else "; cached reads are free next to storage (no warm pass)")
+    )
+
+
+# -- pcie and gpu --------------------------------------------------------------------------
+
+
+def pcie_estimate(
+    rec: RunRecord, ch: Change, old: Resources, new: Resources
+) -> tuple[PcieStage, list[str]]:
+    """A given link (``--pcie gen4x16``) carries its usable rate per GPU; otherwise each GPU
+    has its own link, so the capacity scales with the GPU count."""
+    pcie = copy.deepcopy(rec.stages.pcie)
+    why: list[str] = []
+    cap = pcie.capacity_samples_per_s
+    if ch.pcie is not None:
+        per_sample = pcie.bytes_per_sample or rec.dataset.sample_bytes_mean
+        if per_sample <= 0:
+            raise BadInputError("the record has no bytes per sample, so --pcie can't be applied")
+        cap = parse_pcie(ch.pcie) * new.gpus / per_sample
+        pcie.method = f"what-if: {ch.pcie} per GPU"
+        if not pcie.bytes_per_sample:
+            why.append("samples cross PCIe at their stored size (decoded tensors are often larger)")
+    elif cap is not None and new.gpus != old.gpus:
+        cap = cap * new.gpus / old.gpus
+    pcie.capacity_samples_per_s = cap
+    return pcie, why
+
+
+def gpu_estimate(
+    rec: RunRecord, old: Resources, new: Resources, decode: Decode
+) -> tuple[GpuStage, list[str]]:
+    """GPUs scale linearly (one training process each, no sync cost); decoding on them
+    shares each GPU with training (``capacity.shared_gpu``)."""
+    gpu = copy.deepcopy(rec.stages.gpu)
+    why: list[str] = []
+    cap = gpu.capacity_samples_per_s
+    if cap is not None and new.gpus != old.gpus:
+        cap = cap * new.gpus / old.gpus
+        why.append("GPUs scale linearly: one training process per GPU, no sync cost")
+    if decode.gpu_rate is not None:
+        rate = decode.gpu_rate * new.gpus
+        cap = capacity.shared_gpu(cap, rate) if cap else rate
+    gpu.capacity_samples_per_s = cap
+    return gpu, why
+
+
+def gpu_decode_figures(rec: RunRecord) -> tuple[float, float, str] | None:
+    """For moving decode to the GPU: the share of the CPU time per sample left on the CPU,
+    one GPU's images/s, and where they come from; None when the record decodes on the GPU.
+
+    With the probe's measured ``dali-gpu`` path, the share is its CPU seconds per image over
+    the current path's (both measured on the same images with the same threads) and the rate
+    is the one it reached; otherwise both are the assumed constants.
+    """
+    if decodes_on_gpu(rec):
+        return None
+    gpu = measured(rec, "dali-gpu")
+    cur = measured(rec, current_path(rec))
+    cur_cpu = cur.cpu_seconds_per_sample if cur is not None else None
+    cur_cpu = cur_cpu or rec.stages.cpu.cpu_seconds_per_sample
+    if gpu is not None and gpu.samples_per_s and gpu.cpu_seconds_per_sample and cur_cpu:
+        return (
+            gpu.cpu_seconds_per_sample / cur_cpu,
+            gpu.samples_per_s,
+            f"measured by the probe: DALI's mixed decoder on {gpu.files} images, "
+            f"{gpu.threads} threads",
+        )
+    return (
+        GPU_DECODE_CPU_FRACTION,
+        GPU_DECODE_IMAGES_PER_S,
+        "assumed, not measured: run `ioprobe probe --loader dali` on a GPU host to measure it",
+    )
+
+
+def decode_scale(rec: RunRecord, path: str) -> tuple[float, float, str]:
+    """Decode path ``path`` against the record's current one, as the probe measured both on
+    the same images with the same threads: the current rate over the new one, the new CPU time
+    per image over the current one, and the assumption that says so."""
+    new = measured(rec, path)
+    cur_name = current_path(rec)
+    cur = measured(rec, cur_name)
+    if new is None or cur is None or new.samples_per_s is None or cur.samples_per_s is None:
+        raise BadInputError(
+            f"--decode {path}: the record lacks {path} or its current decode path measured "
+            "side by side; `ioprobe probe --loader dali` measures them"
+        )
+    cost = (
+        new.cpu_seconds_per_sample / cur.cpu_seconds_per_sample
+        if new.cpu_seconds_per_sample and cur.cpu_seconds_per_sample
+        else cur.samples_per_s / new.samples_per_s
+    )
+    return (
+        cur.samples_per_s / new.samples_per_s,
+        cost,
+        (
+            f"decode with {label(path)} at {new.samples_per_s:,.0f} images/s instead of "
+            f"{label(cur_name or '')} at {cur.samples_per_s:,.0f} (measured by the probe on "
+            "the same images and cores)"
+        ),
+    )
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return math.isclose(a, b, rel_tol=1e-9)
+
+
+def _why(stage: StageName, ch: Change) -> str:
+    reasons = {
+        "cpu": [
+            (ch.workers is not None, f"{ch.workers} workers"),
+            (ch.cores is not None, f"{ch.cores} cores"),
+            (ch.gpus is not None, f"{ch.gpus} GPU processes"),
+            (ch.gpu_decode, "decode moved to the GPU"),
+            (ch.decode is not None and not ch.gpu_decode, f"decode with {ch.decode}"),
+        ],
+        "storage": [
+            (ch.storage is not None, f"storage {ch.storage.name if ch.storage else ''}"),
+            (ch.workers is not None, f"{ch.workers} workers reading"),
+            (ch.gpus is not None, f"{ch.gpus} GPU processes reading"),
+            (ch.cache_bytes is not None, "cache"),
+        ],
+        "pcie": [(ch.pcie is not None, f"link {ch.pcie}"), (ch.gpus is not None, "more links")],
+        "gpu": [(ch.gpus is not None, f"{ch.gpus} GPUs"), (ch.gpu_decode, "GPU decode")],
+    }[stage]
+    return ", ".join(text for on, text in reasons if on) or "unchanged"
+
+
+__all__ = [
+    "GPU_DECODE_CPU_FRACTION",
+    "GPU_DECODE_IMAGES_PER_S",
+    "PCIE_EFFICIENCY",
+    "Decode",
+    "Resources",
+    "Scenario",
+    "cpu_estimate",
+    "cpu_parallelism",
+    "dataset_bytes",
+    "decode_change",
+    "decode_scale",
+    "evaluate",
+    "gpu_decode_figures",
+    "gpu_estimate",
+    "merge",
+    "parse_pcie",
+    "pcie_estimate",
+    "recorded_cores",
+    "recorded_gpus",
+    "recorded_order",
+    "recorded_resources",
+    "recorded_workers",
+    "resources",
+    "split_base",
+    "storage_estimate",
+]

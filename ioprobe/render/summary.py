@@ -1,0 +1,120 @@
+"""The terminal view of a probe or a watched run: the verdict, a bar per stage with what it
+was measured from, the advice, and the key measurements."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ioprobe.analysis.report import Findings
+from ioprobe.record import STAGE_NAMES, RunRecord
+from ioprobe.render.facts import measurements, stage_detail, verdict
+from ioprobe.render.format import rate
+from ioprobe.render.widgets import copy_table, facts, operator_table, recommendations
+
+BAR = 24
+
+
+def view(rec: RunRecord, f: Findings) -> RenderableType:
+    """The summary; a probe of the link alone (``--pcie-only``) has no pipeline to show."""
+    if not any(rec.stages.capacities().values()):
+        return _link_only(rec, f)
+    return _summary(rec, f)
+
+
+def _bar(value: float | None, top: float) -> Text:
+    if not value or top <= 0:
+        return Text("")
+    # log scale: capacities often differ by orders of magnitude
+    lo = top / 1e4
+    frac = (math.log10(max(value, lo)) - math.log10(lo)) / (math.log10(top) - math.log10(lo))
+    n = max(1, round(frac * BAR))
+    return Text("█" * n)
+
+
+def _header(rec: RunRecord) -> Text:
+    ds = rec.dataset
+    fmt = ", ".join(f"{k}" for k, _ in sorted(ds.formats.items(), key=lambda kv: -kv[1])[:3])
+    return Text.assemble(
+        ("ioprobe ", "bold"),
+        (rec.kind, "bold"),
+        "  ",
+        (ds.target, "cyan"),
+        f"  {ds.files:,} files, {ds.bytes / 1e6:,.1f} MB, mean {ds.sample_bytes_mean / 1e3:,.1f} KB"
+        f" ({ds.density} density{', ' + fmt if fmt else ''})",
+    )
+
+
+def _stage_table(rec: RunRecord) -> Table:
+    caps = rec.stages.capacities()
+    top = max((v for v in caps.values() if v), default=1.0)
+    table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
+    table.add_column("stage")
+    table.add_column("samples/s", justify="right")
+    table.add_column("", width=BAR, no_wrap=True)
+    table.add_column("measured", overflow="fold")
+    for name in STAGE_NAMES:
+        limiting = name == rec.bottleneck
+        bar = _bar(caps[name], top)
+        bar.stylize("red" if limiting else "green")
+        table.add_row(
+            Text(name + (" ◀" if limiting else ""), style="bold red" if limiting else ""),
+            rate(caps[name]),
+            bar,
+            stage_detail(rec, name),
+        )
+    return table
+
+
+def _summary(rec: RunRecord, f: Findings) -> RenderableType:
+    parts: list[RenderableType] = [
+        _header(rec),
+        Text(""),
+        Text(verdict(rec), style="bold"),
+        Text(""),
+        _stage_table(rec),
+    ]
+    if f.operators:
+        parts += [Text(""), operator_table(f.operators)]
+    copies = copy_table(f.copies)
+    if copies is not None:
+        parts += [Text(""), copies]
+    parts += recommendations(f, "What to change")
+    # the header already names the dataset and its size
+    parts += facts([(k, v) for k, v in measurements(rec) if k not in ("dataset", "size")])
+    parts += [Text(f"note: {n}", style="dim") for n in _notes(rec)]
+    return Group(*parts)
+
+
+def _notes(rec: RunRecord) -> list[str]:
+    ds = rec.dataset
+    notes = list(rec.notes)
+    skipped = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(ds.skipped.items()))
+    if skipped:
+        notes.append(f"skipped: {skipped}")
+    if ds.sizes_estimated:
+        notes.append("sizes estimated from a random sample of the listing")
+    return notes
+
+
+def _link_only(rec: RunRecord, f: Findings) -> RenderableType:
+    """``probe --pcie-only``: the GPU, its link and the copy rates; there is no pipeline."""
+    gpu = rec.host.gpus[0].name if rec.host.gpus else "GPU"
+    parts: list[RenderableType] = [
+        Text.assemble(("ioprobe probe --pcie-only", "bold"), "  ", (gpu, "cyan")),
+        Text(""),
+        Text(verdict(rec), style="bold"),
+    ]
+    table = copy_table(f.copies)
+    if table is not None:
+        parts += [Text(""), table]
+    parts += recommendations(f, "What to check")
+    parts += facts([(k, v) for k, v in measurements(rec) if k != "dataset"])
+    parts += [Text(f"note: {n}", style="dim") for n in rec.notes]
+    return Group(*parts)
+
+
+__all__ = ["view"]

@@ -1,0 +1,84 @@
+"""Pieces every terminal view shares: the advice list, the key-facts grid, the copy and
+DALI operator tables."""
+
+from __future__ import annotations
+
+from rich.console import RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from ioprobe.analysis.pcie import CopyRow
+from ioprobe.analysis.report import Findings, OperatorRow
+from ioprobe.render.facts import Facts
+from ioprobe.render.format import gbps, rate, size_label
+
+
+def recommendations(f: Findings, title: str) -> list[RenderableType]:
+    """The ranked advice, each with its predicted rate and the gain over today's rate (the
+    measured one where the run measured it)."""
+    if not f.recommendations:
+        return []
+    out: list[RenderableType] = [Text(""), Text(title, style="bold")]
+    for i, a in enumerate(f.recommendations, 1):
+        gain = ""
+        if a.predicted is not None and a.gain is not None:
+            gain = f"  → {rate(a.predicted)} samples/s ({a.gain:.1f}x)"
+        out.append(Text(f" {i}. {a.text}{gain}"))
+    return out
+
+
+def operator_table(rows: list[OperatorRow]) -> Table:
+    """A watched DALI pipeline's operators, costliest first."""
+    t = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
+    for col, just in (
+        ("DALI operator", "left"),
+        ("device", "left"),
+        ("stage", "left"),
+        ("CPU ms/batch", "right"),
+        ("wall ms/batch", "right"),
+        ("CPU share", "right"),
+    ):
+        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    for r in rows:
+        t.add_row(
+            r.name,
+            r.device,
+            r.stage,
+            f"{r.cpu_ms:,.2f}",
+            f"{r.wall_ms:,.2f}",
+            f"{r.cpu_share:.0%}",
+        )
+    return t
+
+
+def facts(rows: Facts) -> list[RenderableType]:
+    if not rows:
+        return []
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold")
+    for k, v in rows:
+        grid.add_row(k, Text(v))
+    return [Text(""), Text("Key measurements", style="bold"), grid]
+
+
+def copy_table(rows: list[CopyRow]) -> Table | None:
+    """The host-to-device probe's rates by copy size, GB/s."""
+    if not rows:
+        return None
+    t = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
+    for col in ("copy size", "H2D pinned", "H2D pageable", "D2H pinned", "D2H pageable"):
+        t.add_column(col, justify="right")
+    for r in rows:
+        t.add_row(
+            size_label(r.size_bytes),
+            gbps(r.h2d_pinned),
+            gbps(r.h2d_pageable),
+            gbps(r.d2h_pinned),
+            gbps(r.d2h_pageable),
+        )
+    t.caption = "GB/s, median of 3 trials, CUDA events on a dedicated stream"
+    return t
+
+
+__all__ = ["copy_table", "facts", "operator_table", "recommendations"]

@@ -1,0 +1,540 @@
+"""The watch collector: fills bounded buffers batch by batch; ``stop()`` returns the record.
+
+The collector is the same for every framework. What a framework knows and the collector
+does not (its loader's settings, what it measures per epoch, which stage rules fit it, what
+it adds to the record) comes through an ``Adapter``, the one Protocol a framework implements.
+
+The per-batch work in the main process is a handful of integer operations and appends into
+bounded buffers: every series is kept exactly up to ``MAX_KEPT`` values, then as a uniform
+reservoir, so a 10M-sample epoch does not grow memory without bound.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import os
+import random
+import time
+import weakref
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from typing import NamedTuple, Protocol
+
+from ioprobe import capacity
+from ioprobe._version import __version__
+from ioprobe.collect import gpu_sampler
+from ioprobe.collect.gpu_events import EventBackend, GpuTimeline
+from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
+from ioprobe.record import (
+    DatasetProfile,
+    Distribution,
+    GpuAlone,
+    GpuStage,
+    LoaderSettings,
+    RunRecord,
+    Stages,
+    Track,
+    WatchData,
+    WatchEpoch,
+    WorkerStats,
+)
+from ioprobe.watch.stages import Measured, steady
+
+MAX_KEPT = 100_000  # values kept exactly per series before switching to a reservoir
+# collectors whose epoch is running, innermost last: where ioprobe.to_device reports copies
+ACTIVE: list[WatchCollector] = []
+# A worker's index queue arrives over a pipe, and those read()s count in its rchar: a few
+# dozen bytes per sample. Less than this per sample is IPC, not the dataset reading.
+METERED_MIN_BYTES_PER_SAMPLE = 512
+
+# What a wrapper's ``.run`` applies to the collected record: the verdict comes from the
+# caller (this package measures, it never judges).
+Finish = Callable[[RunRecord], RunRecord]
+
+
+def unjudged(rec: RunRecord) -> RunRecord:
+    """The record as measured, without a verdict (``ioprobe run``'s child processes)."""
+    return rec
+
+
+class BatchStats(NamedTuple):
+    """What a worker measured while it made one batch, sent back with the batch itself (so
+    measuring costs no extra IPC). Times in nanoseconds; byte counts since its last batch."""
+
+    worker: int  # the worker's id; -1 when the main process loads (num_workers=0)
+    wall: bytes  # array("q") of each sample's wall time, as bytes
+    cpu: bytes  # array("q") of each sample's thread CPU time, as bytes
+    collate_ns: int
+    read_chars: int  # the worker's rchar: bytes passed to read() and pread()
+    read_bytes: int  # bytes the worker caused to be fetched from storage
+    runqueue_ns: int  # time runnable but waiting for a core
+    metered_bytes: int  # read through ioprobe.loaders.files
+    metered_ns: int  # opens and reads through it
+    metered_open_ns: int  # opens alone
+    # CLOCK_MONOTONIC when collate finished: one clock for every process on the host, so the
+    # main process can place this worker's batch on its own timeline
+    done_ns: int
+
+
+class Adapter(Protocol):
+    """One framework's side of watching a loader: what the shared collector cannot know.
+
+    A new framework implements this (see ``ioprobe.watch.torch.DataLoaderAdapter`` and
+    ``ioprobe.watch.dali.DaliAdapter``), a wrapper that behaves like its loader and reports
+    each batch to the collector (``on_batch`` with a worker's measurements, or
+    ``on_delivery`` with the consumer's side only), and, in its module, ``accepts(obj)`` and
+    ``wrap(obj, device, finish)``; ``ioprobe.watch.api.FRAMEWORKS`` lists the module.
+    """
+
+    @property
+    def settings(self) -> LoaderSettings:
+        """The loader's settings, typed."""
+        ...
+
+    @property
+    def description(self) -> dict[str, str]:
+        """The loader's settings as the user wrote them, for reports."""
+        ...
+
+    def begin_epoch(self) -> None:
+        """Mark the start of a pass (e.g. read counters to diff at its end)."""
+        ...
+
+    def end_epoch(self, epoch: WatchEpoch) -> None:
+        """Add what the framework measured over the pass to ``epoch``."""
+        ...
+
+    def stages(self, m: Measured) -> tuple[Stages, list[str]]:
+        """The stage capacities from the collector's measurements (``ioprobe.watch.stages``),
+        and notes on how they were measured."""
+        ...
+
+    def complete(self, record: RunRecord) -> None:
+        """Add the framework's own data to the finished record."""
+        ...
+
+
+class Reservoir:
+    """Exact up to ``limit`` values, then a uniform random sample of everything seen.
+
+    Values are integers (nanoseconds), kept raw and multiplied by ``scale`` only when written
+    out, so the per-batch path never converts or allocates. Past the limit it uses Li's
+    Algorithm L: it draws how many values to skip before the next replacement, so a batch of
+    values costs a few comparisons, not a random draw per value.
+    """
+
+    __slots__ = ("_next", "_w", "count", "limit", "rng", "scale", "total", "values")
+
+    def __init__(self, limit: int, scale: float = 1.0) -> None:
+        self.limit = limit
+        self.scale = scale
+        self.values = array("q")
+        self.count = 0
+        self.total = 0
+        self.rng = random.Random(0)
+        self._w = 1.0
+        self._next = 0  # the 1-based count at which the next value replaces a kept one
+
+    def _skip(self) -> None:
+        self._w *= math.exp(math.log(self.rng.random() or 1e-300) / self.limit)
+        gap = (
+            math.floor(math.log(self.rng.random() or 1e-300) / math.log1p(-self._w))
+            if self._w < 1
+            else 0
+        )
+        self._next += gap + 1
+
+    def _filled(self) -> None:
+        self._next = self.limit
+        self._skip()
+
+    def add(self, v: int) -> None:
+        self.count += 1
+        self.total += v
+        if len(self.values) < self.limit:
+            self.values.append(v)
+            if len(self.values) == self.limit:
+                self._filled()
+        elif self.count == self._next:
+            self.values[self.rng.randrange(self.limit)] = v
+            self._skip()
+
+    def extend(self, vs: array[int], total: int | None = None) -> None:
+        """Many values at once; ``total`` is their sum when the caller has it already."""
+        n = len(vs)
+        self.total += sum(vs) if total is None else total
+        room = self.limit - len(self.values)
+        if room > 0:
+            self.values.extend(vs[:room])
+            if len(self.values) == self.limit:
+                self._filled()
+        first = self.count + 1  # the count of vs[0]
+        self.count += n
+        while self.count >= self._next > 0 and self._next >= first:
+            self.values[self.rng.randrange(self.limit)] = vs[self._next - first]
+            self._skip()
+
+    def to_record(self) -> Distribution:
+        return Distribution(
+            count=self.count,
+            total=self.total * self.scale,
+            exact=self.count <= self.limit,
+            values=[v * self.scale for v in self.values],
+        )
+
+
+class WatchCollector:
+    """Fills mutable buffers batch by batch; ``stop()`` returns the finished RunRecord."""
+
+    def __init__(
+        self,
+        adapter: Adapter,
+        batch_size: int | None,
+        dataset_len: int | None,
+        device: str | None = None,
+    ) -> None:
+        self.adapter = adapter
+        self.settings = adapter.settings
+        self.device = device
+        self.batch_size = batch_size
+        self.dataset_len = dataset_len
+        self._startup_batches = max(self.settings.workers, 1)
+        self.epochs: list[WatchEpoch] = []
+        self.workers: dict[int, WorkerStats] = {}
+        # nanoseconds in, milliseconds out
+        self.stall = Reservoir(MAX_KEPT, 1e-6)
+        self.step = Reservoir(MAX_KEPT, 1e-6)
+        self.sample = Reservoir(MAX_KEPT, 1e-6)
+        self.main = Series(MAIN_COLUMNS, MAIN_ROWS)
+        self.worker_series: dict[int, Series] = {}
+        self._origin = 0
+        self._cur: WatchEpoch | None = None
+        self._prev_arrival = 0
+        self._cpu_start = 0.0
+        self._started = time.perf_counter()
+        # GPU utilisation, sampled on its own thread while epochs run; the spans the stall
+        # share is measured over, in the sampler's clock, pick the samples that count
+        self._gpu: gpu_sampler.GpuBusySampler | None = None
+        self._gpu_spans: list[tuple[float, float]] = []
+        self.alone: GpuAlone | None = None  # Watched.measure_gpu_alone
+        # the device's own timeline (CUDA events), once something runs on a device
+        self.timeline: GpuTimeline | None = None
+        self.gpu_step = Reservoir(MAX_KEPT, 1e-6)
+        self.timeline_error: str | None = None
+        self.created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+    # -- hot path: one call per batch -------------------------------------------------------
+    def begin_epoch(self) -> None:
+        if self._cur is not None:
+            # a new pass began before the last one ended: Lightning asks for the next
+            # epoch's iterator after taking len(loader) batches, and drops the old one later
+            self.end_epoch(None)
+        self._cur = WatchEpoch(index=len(self.epochs))
+        self.epochs.append(self._cur)
+        self._prev_arrival = 0
+        self._cpu_start = time.process_time()
+        self.adapter.begin_epoch()
+        self._start_gpu_sampler()
+        ACTIVE.append(self)
+
+    @property
+    def current(self) -> WatchEpoch | None:
+        """The epoch being iterated, None between passes."""
+        return self._cur
+
+    def use_device(self, backend: EventBackend | None) -> GpuTimeline | None:
+        """Begin the device timeline with ``backend``'s events, unless one runs already."""
+        if self.timeline is None and backend is not None:
+            self.timeline = GpuTimeline(backend, self.gpu_step)
+        return self.timeline
+
+    def on_batch(self, t_request: int, t_arrival: int, stats: BatchStats) -> None:
+        """A batch that a worker made and measured (``stats``) reached the consumer."""
+        wall = array("q", stats.wall)
+        n = len(wall)
+        wall_ns = sum(wall)
+        wall_s = wall_ns / 1e9
+        cpu_ns = sum(array("q", stats.cpu))
+        cpu_s = cpu_ns / 1e9
+        ep = self.on_delivery(t_request, t_arrival, n)
+        worker = stats.worker
+        ws = self.worker_series.get(worker)
+        if ws is None:
+            ws = self.worker_series[worker] = Series(WORKER_COLUMNS, WORKER_ROWS)
+        # the worker's samples ran back to back before its collate: the span they took
+        done = stats.done_ns
+        ws.add((done - stats.collate_ns - wall_ns, done, 1, n, wall_ns, cpu_ns, stats.metered_ns))
+        ep.metered_bytes += stats.metered_bytes
+        ep.metered_read_seconds += stats.metered_ns / 1e9
+        ep.metered_open_seconds += stats.metered_open_ns / 1e9
+        if ep.batches == self._startup_batches:
+            ep.startup_metered_read_seconds = ep.metered_read_seconds
+            ep.startup_metered_open_seconds = ep.metered_open_seconds
+        ep.sample_wall_seconds += wall_s
+        ep.sample_cpu_seconds += cpu_s
+        ep.collate_seconds += stats.collate_ns / 1e9
+        ep.read_chars += stats.read_chars
+        ep.read_bytes += stats.read_bytes
+        ep.runqueue_seconds += stats.runqueue_ns / 1e9
+        w = self.workers.get(worker)
+        if w is None:
+            w = self.workers[worker] = WorkerStats(worker=worker)
+        w.batches += 1
+        w.samples += n
+        w.sample_wall_seconds += wall_s
+        w.sample_cpu_seconds += cpu_s
+        self.sample.extend(wall, wall_ns)
+
+    def on_delivery(self, t_request: int, t_arrival: int, n: int) -> WatchEpoch:
+        """The consumer's side of one batch of ``n`` samples: what every framework has."""
+        ep = self._cur
+        assert ep is not None
+        if not self._origin:
+            self._origin = t_request
+        self.main.add((t_request, t_arrival, t_arrival - t_request, 1, n, ep.index))
+        if self._prev_arrival:
+            stall_ns = t_arrival - t_request
+            step_ns = t_request - self._prev_arrival
+            ep.stall_seconds += stall_ns / 1e9
+            ep.step_seconds += step_ns / 1e9
+            ep.seconds += (stall_ns + step_ns) / 1e9
+            self.stall.add(stall_ns)
+            self.step.add(step_ns)
+        else:
+            ep.first_batch_seconds = (t_arrival - t_request) / 1e9
+        self._prev_arrival = t_arrival
+        ep.batches += 1
+        ep.samples += n
+        if ep.batches == self._startup_batches:
+            ep.startup_samples = ep.samples
+            ep.startup_seconds = ep.seconds
+        return ep
+
+    def end_epoch(self, error: BaseException | None) -> None:
+        ep = self._cur
+        if ep is None:
+            return
+        ep.main_cpu_seconds = time.process_time() - self._cpu_start
+        if error is not None:
+            ep.error = f"{type(error).__name__}: {error}"
+        if self in ACTIVE:
+            ACTIVE.remove(self)
+        self.adapter.end_epoch(ep)
+        if self.timeline is not None:
+            self._end_timeline(ep)
+        gpu = self._gpu
+        if ep.batches > 1 and gpu is not None and gpu.running:
+            # first to last arrival, as in the stall share, moved from perf_counter to the
+            # sampler's clock
+            last = self._prev_arrival / 1e9 + gpu.clock() - time.perf_counter_ns() / 1e9
+            self._gpu_spans.append((last - ep.seconds, last))
+        self._cur = None
+
+    def _end_timeline(self, ep: WatchEpoch) -> None:
+        tl = self.timeline
+        assert tl is not None
+        try:
+            wait, busy, copy, copies, nbytes, pinned, pinned_ns = tl.end_epoch()
+        except Exception as exc:  # a device error surfaces here: keep the host's figures
+            self.timeline_error = f"{type(exc).__name__}: {exc}"
+            self.timeline = None
+            return
+        if tl.backend.on_device_clock and wait + busy > 0:
+            ep.gpu_wait_seconds = wait / 1e9
+            ep.gpu_step_seconds = busy / 1e9
+        ep.h2d_copies = copies
+        ep.h2d_bytes = nbytes
+        ep.h2d_seconds = copy / 1e9
+        ep.h2d_pinned_bytes = pinned
+        ep.h2d_pinned_seconds = pinned_ns / 1e9
+
+    # -- once per epoch and after the run: GPU utilisation ---------------------------------
+    def _start_gpu_sampler(self) -> None:
+        # started here, not per batch: from now on its thread does all the work
+        if self._gpu is None:
+            self._gpu = gpu_sampler.new_sampler()
+            # stop polling once the collector is dropped even if .run is never read; the
+            # callback holds the sampler only, so it does not keep the collector alive
+            weakref.finalize(self, self._gpu.stop)
+        self._gpu.start()
+
+    def _gpu_busy(self, idle_fraction: float | None) -> tuple[float | None, str | None]:
+        """Stop the sampler; the GPU's busy share while computing, and how it was measured."""
+        gpu = self._gpu
+        if gpu is None:
+            return None, None
+        gpu.stop()
+        times, values = gpu.samples()
+        chosen: list[float] = []
+        for lo, hi in self._gpu_spans:
+            chosen.extend(values[bisect_left(times, lo) : bisect_right(times, hi)])
+        busy = gpu_sampler.busy_fraction(chosen, idle_fraction)
+        if busy is None:
+            return None, None
+        hz = 1.0 / (gpu.interval_s * gpu.stride)
+        of = f", mean of {gpu.gpus} GPUs" if gpu.gpus > 1 else ""
+        return busy, f"nvml utilization, {len(chosen)} samples at {hz:.3g} Hz{of}, stalls excluded"
+
+    def _gpu_use(self, gpu: GpuStage, idle: float | None) -> None:
+        """The GPU's busy share while it computed: SM activity with the data on the device
+        (``measure_gpu_alone``) where there is one, it beats utilisation under stalls; else
+        NVML utilisation sampled over the run; nothing without a GPU or NVML (normal, so not
+        a note)."""
+        gpu.busy_fraction, gpu.busy_method = self._gpu_busy(idle)
+        alone = self.alone
+        if alone is not None:
+            gpu.alone = alone
+            if alone.sm_active is not None:
+                gpu.busy_fraction = alone.sm_active
+                gpu.busy_method = f"{alone.sm_method}, data-free steps"
+
+    # -- after the run ---------------------------------------------------------------------
+    def stop(self) -> RunRecord:
+        """The record of everything seen so far (an epoch still running ends here)."""
+        from ioprobe.collect.hostinfo import host_info
+
+        if self._cur is not None:
+            self.end_epoch(None)
+        host = host_info(None)
+        usable = host.usable_cores or os.cpu_count() or 1
+        read_total, mean_bytes = self._bytes_read()
+        stages, notes = self.adapter.stages(self.measured(usable, mean_bytes))
+        idle, idle_method = self._idle()
+        if self.timeline_error:
+            notes.append(f"the device timeline stopped ({self.timeline_error}): host clock used")
+        self._gpu_use(stages.gpu, idle)
+        rec = RunRecord(
+            kind="watch",
+            host=host,
+            dataset=self._dataset(read_total, mean_bytes),
+            stages=stages,
+            measured_samples_per_s=self._delivered(),
+            gpu_idle_fraction=idle,
+            gpu_idle_method=idle_method,
+            watch=self._watch_data(mean_bytes),
+            notes=notes,
+            created=self.created,
+            ioprobe_version=__version__,
+            duration_s=time.perf_counter() - self._started,
+        )
+        if self._gpu is not None and self._origin:
+            rec.gpu_series = gpu_sampler.series_record(self._gpu, self._origin / 1e9)
+        self.adapter.complete(rec)
+        return rec
+
+    def measured(self, usable: int, mean_bytes: float) -> Measured:
+        """The inputs of the stage rules, as they stand."""
+        tl = self.timeline
+        return Measured(
+            settings=self.settings,
+            epochs=self.epochs,
+            usable_cores=usable,
+            sample_bytes=mean_bytes,
+            batch_size=self.batch_size,
+            step_ns=self.step.values,
+            device_step_ns=self.gpu_step.values,
+            timing=self._timing(),
+            on_device_clock=tl is not None and tl.backend.on_device_clock,
+            device=self.device,
+        )
+
+    def _bytes_read(self) -> tuple[int, float]:
+        """Bytes the loader read, and per sample (0 when below what IPC alone accounts for).
+        Metered reads also count in rchar when they are local: never add the two."""
+        eps = self.epochs
+        samples = sum(e.samples for e in eps)
+        total = sum(e.metered_bytes for e in eps) or sum(e.read_chars for e in eps)
+        mean = total / samples if samples else 0.0
+        return total, mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
+
+    def _delivered(self) -> float | None:
+        """Samples/s delivered in steady state: the first round of batches of each epoch
+        waits for worker start-up and arrives bunched, so it is left out (an epoch too short
+        for it counts whole)."""
+        ok = steady(self.epochs)
+        n = sum(e.samples - e.startup_samples for e in ok)
+        wall = sum(e.seconds - e.startup_seconds for e in ok)
+        return n / wall if wall > 0 else None
+
+    def _idle(self) -> tuple[float | None, str]:
+        """The GPU's idle share: on the device's own clock where batches went to a device,
+        else the consumer's time blocked in next() on the host clock."""
+        eps = self.epochs
+        wall = sum(e.seconds for e in eps)
+        idle = sum(e.stall_seconds for e in eps) / wall if wall > 0 else None
+        method = "wall clock: consumer time in next() / time between batch arrivals"
+        on_device = [e for e in eps if e.gpu_wait_seconds is not None]
+        if on_device:
+            wait = sum(e.gpu_wait_seconds or 0.0 for e in on_device)
+            span = wait + sum((e.gpu_step_seconds or 0.0) + e.h2d_seconds for e in on_device)
+            if span > 0:
+                idle = wait / span
+                method = (
+                    f"{self._timing()}: device time waiting for the next batch / device time "
+                    "from the first batch to the last"
+                )
+        return idle, method
+
+    def _dataset(self, read_total: int, mean_bytes: float) -> DatasetProfile:
+        samples = sum(e.samples for e in self.epochs)
+        return DatasetProfile(
+            target=self.settings.dataset,
+            files=self.dataset_len if self.dataset_len is not None else samples,
+            bytes=read_total,
+            sample_bytes_mean=mean_bytes,
+            density=capacity.density_class(mean_bytes) if samples else "unknown",
+        )
+
+    def _watch_data(self, mean_bytes: float) -> WatchData:
+        return WatchData(
+            loader=dict(self.adapter.description),
+            settings=self.settings,
+            epochs=list(self.epochs),
+            workers=sorted(self.workers.values(), key=lambda w: w.worker),
+            stall_ms=self.stall.to_record(),
+            step_ms=self.step.to_record(),
+            sample_ms=self.sample.to_record(),
+            storage_metered=mean_bytes > 0,
+            tracks=self._tracks(),
+            device=self.device,
+            gpu_timing=self._timing(),
+            gpu_step_ms=self.gpu_step.to_record(),
+            gpu_track=self._gpu_track(),
+        )
+
+    def _timing(self) -> str | None:
+        tl = self.timeline
+        if tl is not None:
+            return tl.backend.name
+        return "stopped after a device error" if self.timeline_error else None
+
+    def _gpu_track(self) -> Track | None:
+        tl = self.timeline
+        if tl is None or not tl.backend.on_device_clock or not self._origin:
+            return None
+        return tl.series.to_record(
+            f"{self.device or 'GPU'} ({tl.backend.name})", None, self._origin
+        )
+
+    def _tracks(self) -> list[Track]:
+        if not self._origin:
+            return []
+        tracks = [self.main.to_record("main process", None, self._origin)]
+        for w in sorted(self.worker_series):
+            name = "loading in the main process" if w < 0 else f"worker {w}"
+            tracks.append(self.worker_series[w].to_record(name, w, self._origin))
+        return tracks
+
+
+__all__ = [
+    "ACTIVE",
+    "MAX_KEPT",
+    "Adapter",
+    "BatchStats",
+    "Finish",
+    "Reservoir",
+    "WatchCollector",
+    "unjudged",
+]

@@ -1,0 +1,299 @@
+"""From what a watch measured to stage capacities: pure functions, shared by every framework.
+
+A collector hands over a ``Measured`` (its epochs, the loader's settings, the step times it
+kept); a framework adapter picks the functions that fit it: ``loader_stages`` for loaders whose
+workers report per-sample times (DataLoader), ``dali_stages`` for DALI's operator timings.
+Every capacity comes from a rule in ``ioprobe.capacity``, the rules the what-if re-runs.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ioprobe import capacity
+from ioprobe.record import (
+    CpuStage,
+    DaliData,
+    GpuStage,
+    LoaderSettings,
+    PcieStage,
+    Stages,
+    StorageStage,
+    WatchEpoch,
+)
+
+METERED_BASIS = "metered reads through ioprobe.loaders.files"
+HOST_STEP_METHOD = "wall clock: consumer time between batches"
+ONE_BATCH_NOTE = "only one batch per epoch: no step time to measure"
+# a loader that spends less than this share of a sample's wall time blocked is not waiting
+# on storage: the rest is timer noise and scheduling
+BLOCKED_MIN_SHARE = 0.02
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a collector holds when its record is made: the inputs of every stage rule."""
+
+    settings: LoaderSettings
+    epochs: Sequence[WatchEpoch]
+    usable_cores: int
+    sample_bytes: float  # mean bytes read per sample; 0 when reads were not metered
+    batch_size: int | None
+    step_ns: Sequence[int]  # the consumer's time per batch on the host clock (a sample)
+    # the device's own clock (CUDA events), when batches went to a device: its step times,
+    # and the timing's name ("cuda events on cuda:0", "host clock")
+    device_step_ns: Sequence[int] = ()
+    timing: str | None = None
+    on_device_clock: bool = False
+    device: str | None = None  # where watch(..., device=) moved the batches
+
+    @property
+    def samples(self) -> int:
+        return sum(e.samples for e in self.epochs)
+
+
+def steady(epochs: Sequence[WatchEpoch]) -> list[WatchEpoch]:
+    """The epochs that ran past their first round of batches (one per worker): made together
+    and arriving bunched, that round is left out of steady-state rates. An epoch too short to
+    finish it keeps ``startup_*`` at zero and counts whole."""
+    return [e for e in epochs if e.samples > e.startup_samples and e.seconds > e.startup_seconds]
+
+
+def gpu_stage(m: Measured, step_ns: Sequence[int], method: str) -> GpuStage | None:
+    """Batch size / the median of ``step_ns`` (one value per batch); None without a step.
+    The median, not the mean: a checkpoint or an evaluation pass between batches is not the
+    step's cost."""
+    if not step_ns:
+        return None
+    median_step = statistics.median(step_ns) / 1e9
+    eps = m.epochs
+    bs = m.batch_size or (sum(e.samples for e in eps) / max(sum(e.batches for e in eps), 1))
+    return GpuStage(
+        capacity_samples_per_s=capacity.gpu_from_step(bs, median_step),
+        method=method,
+        step_seconds=median_step,
+        batch_size=m.batch_size,
+    )
+
+
+# -- loaders whose workers time each sample (DataLoader) -----------------------------------
+
+
+def loader_stages(m: Measured) -> tuple[Stages, list[str]]:
+    """Every stage of a loader whose workers report per-sample wall and CPU time: CPU from
+    CPU time per sample on the cores the workers get, storage from metered reads or from the
+    time the workers were blocked, the GPU from the consumer's steps, PCIe from timed copies."""
+    stages = Stages(pcie=PcieStage(method="not measured: batches stay on the host"))
+    if not m.samples:
+        return stages, ["no batch was delivered"]
+    notes: list[str] = []
+    stages.cpu = worker_cpu(m, notes)
+    stages.storage = worker_storage(m, stages.cpu.cpu_seconds_per_sample or 0.0)
+    gpu = gpu_stage(m, m.step_ns, HOST_STEP_METHOD)
+    if gpu is not None:
+        stages.gpu = gpu
+    else:
+        notes.append(ONE_BATCH_NOTE)
+    device_stages(m, stages)
+    return stages, notes
+
+
+def worker_cpu(m: Measured, notes: list[str]) -> CpuStage:
+    """CPU seconds per sample in the workers (collate included) on the cores they get: the
+    affinity set less what the training loop uses, shared fairly with whatever else the host
+    ran (``capacity.watch_cores``)."""
+    eps = m.epochs
+    cpu_per_sample = sum(e.sample_cpu_seconds + e.collate_seconds for e in eps) / m.samples
+    ctx = capacity.cpu_context(eps, m.settings.workers, m.usable_cores)
+    if ctx.contention >= 0.25:
+        notes.append(
+            f"other processes kept about {ctx.contention:.1f} threads runnable: the "
+            f"workers ran {ctx.share:.0%} of the time they were ready to"
+        )
+    cores = capacity.watch_cores(m.settings, eps, m.usable_cores)
+    return CpuStage(
+        capacity_samples_per_s=capacity.cpu_capacity(cores, cpu_per_sample),
+        cpu_seconds_per_sample=cpu_per_sample,
+        loader=m.settings.dataset,
+        usable_cores=m.usable_cores,
+    )
+
+
+def _metered_per_sample(eps: Sequence[WatchEpoch], samples: int) -> tuple[float, float]:
+    """Seconds of metered storage time (opens and reads) and of opens alone, per sample, in
+    steady state: each worker's first opens pay for its session (an aiohttp loop, a TLS
+    handshake), a one-off the per-sample figure should not carry."""
+    ok = steady(eps)
+    n = sum(e.samples - e.startup_samples for e in ok)
+    if not n:
+        return (
+            sum(e.metered_read_seconds for e in eps) / samples,
+            sum(e.metered_open_seconds for e in eps) / samples,
+        )
+    read = sum(e.metered_read_seconds - e.startup_metered_read_seconds for e in ok)
+    opened = sum(e.metered_open_seconds - e.startup_metered_open_seconds for e in ok)
+    return read / n, opened / n
+
+
+def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
+    """Storage from the reads the workers timed through ``ioprobe.loaders.files`` when there
+    are any; otherwise from the time they were blocked (wall - CPU - run-queue wait): each
+    loading lane spends that long per sample waiting on reads."""
+    eps, samples = m.epochs, m.samples
+    lanes = max(m.settings.workers, 1)
+    mean_bytes = m.sample_bytes
+    metered_s, open_s = _metered_per_sample(eps, samples)
+    storage = StorageStage()
+    if metered_s > 0:
+        cap = capacity.storage_from_lanes(lanes, metered_s)
+        storage.capacity_samples_per_s = cap
+        storage.read_bytes_per_s = cap * mean_bytes if mean_bytes else None
+        storage.basis = METERED_BASIS
+        storage.request_latency_s = open_s
+        return storage
+    wall_per_sample = sum(e.sample_wall_seconds for e in eps) / samples
+    runq = sum(e.runqueue_seconds for e in eps) / samples
+    blocked = max(wall_per_sample - cpu_per_sample - runq, 0.0)
+    if blocked > 0 and blocked > BLOCKED_MIN_SHARE * wall_per_sample:
+        cap = capacity.storage_from_lanes(lanes, blocked)
+        storage.capacity_samples_per_s = cap
+        storage.read_bytes_per_s = cap * mean_bytes if mean_bytes else None
+        storage.unmetered_seconds = blocked * samples if mean_bytes == 0 else 0.0
+        storage.basis = "blocked time in the workers (wall - CPU - run-queue wait)" + (
+            "" if mean_bytes else "; no bytes in the I/O counters: unmetered (sockets?)"
+        )
+    else:
+        storage.basis = "workers were never blocked on reads: storage is not limiting"
+    return storage
+
+
+def device_stages(m: Measured, stages: Stages) -> None:
+    """The PCIe stage from timed copies, and the GPU stage from the device's own clock
+    where it has one: a step's device time, not the host's, which only launches it."""
+    moved = [e for e in m.epochs if e.h2d_bytes]
+    if moved:
+        stages.pcie = copies_stage(moved, m.timing)
+    elif m.timing is not None and m.device is None:
+        stages.pcie.method = (
+            "not measured: batches were not moved through ioprobe.to_device or watch(..., device=)"
+        )
+    if m.on_device_clock:
+        gpu = gpu_stage(
+            m,
+            m.device_step_ns,
+            f"{m.timing}: device time from a batch's arrival to the next request, copies excluded",
+        )
+        if gpu is not None:
+            stages.gpu = gpu
+
+
+def copies_stage(moved: Sequence[WatchEpoch], timing: str | None) -> PcieStage:
+    """Samples per second of copy time over the epochs that copied, with each kind of host
+    memory's own rate: pinned copies run asynchronously on the copy engine, pageable ones
+    go through a bounce buffer."""
+    n = sum(e.samples for e in moved)
+    nbytes = sum(e.h2d_bytes for e in moved)
+    secs = sum(e.h2d_seconds for e in moved)
+    pinned = sum(e.h2d_pinned_bytes for e in moved)
+    pinned_s = sum(e.h2d_pinned_seconds for e in moved)
+    pageable_s = secs - pinned_s
+    return PcieStage(
+        capacity_samples_per_s=n / secs if secs > 0 else None,
+        method=f"{timing}, around ioprobe.to_device: {pinned / nbytes:.0%} of bytes pinned",
+        bytes_per_sample=nbytes / n if n else None,
+        bytes_per_s=nbytes / secs if secs > 0 else None,
+        pinned_fraction=pinned / nbytes,
+        pinned_bytes_per_s=pinned / pinned_s if pinned and pinned_s > 0 else None,
+        pageable_bytes_per_s=(
+            (nbytes - pinned) / pageable_s if nbytes > pinned and pageable_s > 0 else None
+        ),
+    )
+
+
+# -- DALI: operator timings from NVTX, or its threads' CPU time ----------------------------
+
+
+def dali_stages(
+    m: Measured, d: DaliData, samples_per_iteration: int, reader_bytes: float | None
+) -> tuple[Stages, list[str]]:
+    """A DALI pipeline's stages: CPU from its operators (or its threads' CPU time when the
+    operators were not timed), storage from its readers' per-sample fetches, the GPU from
+    the consumer's steps, with the mixed and GPU operators' time per batch beside it.
+    ``reader_bytes`` is the mean file size the readers' arguments name: DALI maps files into
+    memory, so the I/O counters miss those reads."""
+    stages = Stages(pcie=PcieStage(method="not measured: DALI copies batches itself"))
+    if not m.samples:
+        return stages, ["no batch was delivered"]
+    notes = [d.timing_note] if d.timing_note else []
+    stages.cpu = dali_cpu(m, d, samples_per_iteration)
+    stages.storage = dali_storage(d, m.sample_bytes if reader_bytes is None else reader_bytes)
+    gpu = gpu_stage(m, m.step_ns, HOST_STEP_METHOD)
+    if gpu is not None:
+        gpu_ops = [o for o in d.operators if o.stage == "gpu" and o.calls]
+        if gpu_ops:
+            gpu.preprocess_seconds = sum(o.wall_seconds / o.calls for o in gpu_ops)
+        stages.gpu = gpu
+    else:
+        notes.append(ONE_BATCH_NOTE)
+    return stages, notes
+
+
+def dali_cpu(m: Measured, d: DaliData, samples_per_iteration: int) -> CpuStage:
+    """CPU per sample: the operators' CPU per iteration (the pipeline runs ahead of the
+    consumer, so operators ran a few more iterations than were delivered: per iteration,
+    then per sample), plus what ran outside them (the consumer's thread in ``next()`` and
+    parallel external_source workers); without operator timing, DALI's threads' CPU time."""
+    outside = (d.consumer_cpu_seconds + d.worker_cpu_seconds) / m.samples
+    cores = capacity.watch_cores(m.settings, m.epochs, m.usable_cores)
+    if d.operators:
+        per_iter_cpu = sum(o.cpu_seconds / o.calls for o in d.operators if o.calls)
+        cpu_per_sample = per_iter_cpu / samples_per_iteration + outside
+        cpu_ops = [o for o in d.operators if o.stage == "cpu" and o.calls]
+        per_iter_wall = sum(o.wall_seconds / o.calls for o in cpu_ops)
+        cap = capacity.dali_cpu_capacity(
+            samples_per_iteration, per_iter_wall, cores, cpu_per_sample
+        )
+    else:
+        cpu_per_sample = sum(d.threads.values()) / m.samples + outside
+        cap = capacity.cpu_capacity(cores, cpu_per_sample)
+    return CpuStage(
+        capacity_samples_per_s=cap,
+        cpu_seconds_per_sample=cpu_per_sample,
+        loader="dali",
+        usable_cores=m.usable_cores,
+    )
+
+
+def dali_storage(d: DaliData, sample_bytes: float) -> StorageStage:
+    """The readers' fetches: one prefetch thread per reader fetches samples one after
+    another, so its fetch time per sample is the capacity."""
+    storage = StorageStage()
+    if d.reads and d.read_seconds > 0:
+        storage.capacity_samples_per_s = capacity.storage_from_lanes(1, d.read_seconds / d.reads)
+        storage.read_bytes_per_s = (
+            storage.capacity_samples_per_s * sample_bytes if sample_bytes else None
+        )
+        storage.basis = "DALI readers' per-sample fetches (NVTX), one prefetch thread each"
+    elif d.operators:
+        storage.basis = "no DALI file reader: samples come from external_source"
+    else:
+        storage.basis = "not separated from CPU time: per-operator timing unavailable"
+    return storage
+
+
+__all__ = [
+    "METERED_BASIS",
+    "Measured",
+    "copies_stage",
+    "dali_cpu",
+    "dali_stages",
+    "dali_storage",
+    "device_stages",
+    "gpu_stage",
+    "loader_stages",
+    "steady",
+    "worker_cpu",
+    "worker_storage",
+]

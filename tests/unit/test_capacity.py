@@ -1,0 +1,273 @@
+"""One set of capacity rules: what a collector measured and what the what-if predicts come
+from the same functions in ``ioprobe.capacity``.
+
+Records here are built by the collectors' own stage rules (``ioprobe.watch.stages``, the
+probe's) from generated measurements, so the what-if is checked against the rule that made
+the record, for DataLoader, DALI and probe records alike.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ioprobe import capacity
+from ioprobe.analysis.scenario import evaluate
+from ioprobe.record import (
+    Change,
+    CpuLevel,
+    CpuStage,
+    DaliData,
+    DaliOperator,
+    DatasetProfile,
+    GpuStage,
+    HostInfo,
+    LoaderSettings,
+    RunRecord,
+    Stages,
+    StoragePass,
+    StorageStage,
+    SweepPoint,
+    WatchData,
+    WatchEpoch,
+)
+from ioprobe.watch.stages import Measured, dali_stages, loader_stages
+
+SIZE = 100_000.0
+
+
+@st.composite
+def epochs(draw: st.DrawFn) -> list[WatchEpoch]:
+    out = []
+    for i in range(draw(st.integers(1, 3))):
+        samples = draw(st.integers(64, 100_000))
+        cpu = draw(st.floats(1e-5, 0.05)) * samples
+        blocked = draw(st.floats(0.0, 0.05)) * samples
+        runq = draw(st.floats(0.0, 0.02)) * samples
+        seconds = draw(st.floats(0.5, 600.0))
+        out.append(
+            WatchEpoch(
+                index=i,
+                batches=max(samples // 32, 2),
+                samples=samples,
+                seconds=seconds,
+                sample_cpu_seconds=cpu,
+                sample_wall_seconds=cpu + blocked + runq,
+                runqueue_seconds=runq,
+                collate_seconds=draw(st.floats(0.0, 0.001)) * samples,
+                main_cpu_seconds=draw(st.floats(0.0, 1.5)) * seconds,
+            )
+        )
+    return out
+
+
+def measured(s: LoaderSettings, eps: list[WatchEpoch], usable: int, step_ms: float) -> Measured:
+    return Measured(
+        settings=s,
+        epochs=eps,
+        usable_cores=usable,
+        sample_bytes=SIZE,
+        batch_size=32,
+        step_ns=[int(step_ms * 1e6)] * 9,
+    )
+
+
+def watched(stages: Stages, s: LoaderSettings, eps: list[WatchEpoch], usable: int) -> RunRecord:
+    return RunRecord(
+        kind="watch",
+        host=HostInfo(usable_cores=usable),
+        dataset=DatasetProfile(target="t", files=10_000, sample_bytes_mean=SIZE),
+        stages=stages,
+        watch=WatchData(settings=s, epochs=eps),
+    )
+
+
+def torch_record(draw: st.DrawFn) -> tuple[RunRecord, Measured]:
+    s = LoaderSettings(framework="torch", workers=draw(st.integers(0, 16)), batch_size=32)
+    eps, usable = draw(epochs()), draw(st.integers(1, 64))
+    m = measured(s, eps, usable, draw(st.floats(0.1, 500.0)))
+    stages, _ = loader_stages(m)
+    return watched(stages, s, eps, usable), m
+
+
+def dali_record(draw: st.DrawFn) -> tuple[RunRecord, Measured]:
+    threads = draw(st.integers(1, 32))
+    s = LoaderSettings(framework="dali", workers=threads, batch_size=32)
+    eps, usable = draw(epochs()), draw(st.integers(1, 64))
+    m = measured(s, eps, usable, draw(st.floats(0.1, 500.0)))
+    calls = draw(st.integers(1, 1000))
+    ops = [
+        DaliOperator(
+            name=name,
+            device="cpu",
+            stage=stage,  # type: ignore[arg-type]
+            calls=calls,
+            wall_seconds=draw(st.floats(1e-4, 1.0)) * calls,
+            cpu_seconds=draw(st.floats(1e-4, 4.0)) * calls,
+        )
+        for name, stage in (("readers.file", "storage"), ("decoders.image", "cpu"))
+    ]
+    d = DaliData(operators=ops, reads=calls * 32, read_seconds=draw(st.floats(1e-4, 10.0)))
+    stages, _ = dali_stages(m, d, 32, SIZE)
+    rec = watched(stages, s, eps, usable)
+    rec.dali = d
+    return rec, m
+
+
+def probe_record(draw: st.DrawFn) -> RunRecord:
+    rates = sorted(draw(st.lists(st.floats(1e6, 5e9), min_size=1, max_size=6)))
+    sweep = [
+        SweepPoint(
+            concurrency=2**i, bytes=0, items=0, seconds=1.0, read_bytes_per_s=r, files_per_s=0.0
+        )
+        for i, r in enumerate(rates)
+    ]
+    best = sweep[-1]
+    per_worker = sorted(draw(st.lists(st.floats(10.0, 5000.0), min_size=1, max_size=5)))
+    levels = [
+        CpuLevel(
+            workers=2**i,
+            samples=0,
+            seconds=1.0,
+            samples_per_s=r,
+            cpu_seconds_per_sample=0.01,
+            efficiency=1.0,
+        )
+        for i, r in enumerate(per_worker)
+    ]
+    usable = draw(st.integers(1, 64))
+    gpus = draw(st.integers(1, 8))
+    return RunRecord(
+        kind="probe",
+        host=HostInfo(usable_cores=usable),
+        dataset=DatasetProfile(target="t", files=10_000, sample_bytes_mean=SIZE),
+        stages=Stages(
+            storage=StorageStage(
+                capacity_samples_per_s=capacity.storage_from_rate(best.read_bytes_per_s, SIZE),
+                read_bytes_per_s=best.read_bytes_per_s,
+                cold=StoragePass(
+                    cache="cold",
+                    sweep=sweep,
+                    best_concurrency=best.concurrency,
+                    read_bytes_per_s=best.read_bytes_per_s,
+                ),
+            ),
+            cpu=CpuStage(
+                capacity_samples_per_s=max(lv.samples_per_s for lv in levels),
+                cpu_seconds_per_sample=0.01,
+                usable_cores=usable,
+                sweep=levels,
+            ),
+            gpu=GpuStage(
+                capacity_samples_per_s=capacity.gpu_emulated(32, draw(st.floats(1e-3, 1.0)), gpus),
+                method="emulated",
+            ),
+        ),
+    )
+
+
+@st.composite
+def any_record(draw: st.DrawFn) -> RunRecord:
+    kind = draw(st.sampled_from(["torch", "dali", "probe"]))
+    if kind == "torch":
+        return torch_record(draw)[0]
+    if kind == "dali":
+        return dali_record(draw)[0]
+    return probe_record(draw)
+
+
+@given(any_record())
+@settings(max_examples=300, deadline=None)
+def test_a_whatif_with_no_change_reproduces_every_recorded_capacity_exactly(rec: RunRecord) -> None:
+    sc = evaluate(rec, Change())
+    assert sc.stages.capacities() == rec.stages.capacities()
+    assert sc.deltas == ()
+
+
+@st.composite
+def torch_with_change(draw: st.DrawFn) -> tuple[RunRecord, Measured, int, int]:
+    rec, m = torch_record(draw)
+    return rec, m, draw(st.integers(0, 32)), draw(st.integers(1, 128))
+
+
+@given(torch_with_change())
+@settings(max_examples=300, deadline=None)
+def test_a_dataloader_whatif_applies_the_collectors_cpu_rule_to_the_new_resources(
+    case: tuple[RunRecord, Measured, int, int],
+) -> None:
+    rec, m, workers, cores = case
+    cap = rec.stages.cpu.capacity_samples_per_s
+    assert cap is not None and m.settings.framework == "torch"
+    got = evaluate(rec, Change(workers=workers, cores=cores)).stages.cpu.capacity_samples_per_s
+    # the collector's own rule, run as if the job had had these workers and cores
+    cpu_per_sample = rec.stages.cpu.cpu_seconds_per_sample
+    assert cpu_per_sample is not None
+    cores_then = capacity.watch_cores(
+        m.settings, m.epochs, m.usable_cores, workers=workers, usable=cores
+    )
+    assert got == pytest.approx(capacity.cpu_capacity(cores_then, cpu_per_sample), rel=1e-9)
+
+
+@st.composite
+def dali_with_change(draw: st.DrawFn) -> tuple[RunRecord, Measured, int, int]:
+    rec, m = dali_record(draw)
+    return rec, m, draw(st.integers(1, 64)), draw(st.integers(1, 128))
+
+
+@given(dali_with_change())
+@settings(max_examples=300, deadline=None)
+def test_a_dali_whatif_scales_by_the_thread_pool_rule_the_record_was_made_with(
+    case: tuple[RunRecord, Measured, int, int],
+) -> None:
+    rec, m, threads, cores = case
+    cap = rec.stages.cpu.capacity_samples_per_s
+    assert cap is not None
+    got = evaluate(rec, Change(workers=threads, cores=cores)).stages.cpu.capacity_samples_per_s
+    was = min(m.settings.workers, m.usable_cores)
+    now = min(threads, cores)
+    assert got == pytest.approx(cap * now / was, rel=1e-9)
+
+
+def test_dali_threads_beyond_the_cores_buy_nothing_whatever_the_process_cpu() -> None:
+    # A DALI pipeline's process CPU is mostly its own thread pool; read as a training loop's
+    # (the DataLoader rule), it would leave the loader no cores and distort every ratio.
+    s = LoaderSettings(framework="dali", workers=4, batch_size=32)
+    eps = [WatchEpoch(index=0, batches=100, samples=3200, seconds=10.0, main_cpu_seconds=35.0)]
+    d = DaliData(
+        operators=[
+            DaliOperator(
+                "decoders.image", "cpu", "cpu", calls=100, wall_seconds=5.0, cpu_seconds=8.0
+            )
+        ]
+    )
+    stages, _ = dali_stages(measured(s, eps, 4, 10.0), d, 32, SIZE)
+    rec = watched(stages, s, eps, 4)
+    cap = rec.stages.cpu.capacity_samples_per_s
+    assert cap is not None
+    more_threads = evaluate(rec, Change(workers=16)).stages.cpu.capacity_samples_per_s
+    assert more_threads == pytest.approx(cap)  # 4 threads already use the 4 cores
+    more_cores = evaluate(rec, Change(workers=8, cores=8)).stages.cpu.capacity_samples_per_s
+    assert more_cores == pytest.approx(2 * cap)
+
+
+def test_density_thresholds_split_small_medium_and_large_samples() -> None:
+    assert capacity.density_class(110_000) == "low"
+    assert capacity.density_class(capacity.DENSITY_LOW_MAX) == "medium"
+    assert capacity.density_class(capacity.DENSITY_HIGH_MIN - 1) == "medium"
+    assert capacity.density_class(50 << 20) == "high"
+
+
+def test_a_curve_is_linear_through_its_points_and_flat_or_extended_past_them() -> None:
+    pts = [(1.0, 100.0), (2.0, 180.0), (4.0, 300.0)]
+    assert capacity.sweep_rate(pts, 3.0, False) == pytest.approx(240.0)
+    assert capacity.sweep_rate(pts, 8.0, False) == 300.0
+    assert capacity.sweep_rate(pts, 8.0, True) == pytest.approx(600.0)
+    assert capacity.sweep_rate(pts, 0.5, True) == pytest.approx(50.0)
+
+
+def test_a_shared_gpu_adds_the_times_per_sample() -> None:
+    assert capacity.shared_gpu(1000.0, 1000.0) == pytest.approx(500.0)
+    assert math.isclose(capacity.shared_gpu(400.0, 1200.0), 300.0)

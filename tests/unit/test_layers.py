@@ -1,0 +1,165 @@
+"""The package's layers hold: every import, including those inside functions, points down.
+
+record <- collect <- watch, and record <- analysis <- render <- cli: collect never imports
+analysis, analysis never imports collect, watch or render, and nothing below the command line
+imports it. docs/architecture.md states the same layers; this test is what keeps them true.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2] / "ioprobe"
+
+# Each layer may import its own modules and those of the layers listed for it.
+LAYERS: dict[str, tuple[str, ...]] = {
+    "errors": (),
+    "version": (),
+    "loaders": (),
+    "record": ("errors",),
+    "capacity": ("record", "errors"),
+    "collect": ("capacity", "record", "errors", "version", "loaders"),
+    "watch": ("collect", "capacity", "record", "errors", "version", "loaders"),
+    "analysis": ("capacity", "record", "errors"),
+    "render": ("analysis", "capacity", "record", "errors"),
+    "edge": ("cli", "render", "analysis", "watch", "collect", "capacity", "record", "errors",
+             "version", "loaders"),
+    "cli": ("edge", "render", "analysis", "watch", "collect", "capacity", "record", "errors",
+            "version", "loaders"),
+}  # fmt: skip
+
+
+def layer(module: str) -> str:
+    """The layer of a module of ours, by its dotted name."""
+    if module in ("ioprobe", "ioprobe.__main__"):
+        return "edge"  # the Python entry point: it wires watching to the analysis
+    part = module.split(".")[1]
+    return {"_version": "version", "_nvtx_inject": "collect"}.get(part, part)
+
+
+def module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in sorted(ROOT.rglob("*.py"))}
+
+
+@cache
+def imports(path: Path) -> frozenset[str]:
+    """Every module of ours ``path`` imports, anywhere in the file."""
+    found: set[str] = set()
+    known = modules()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.split(".")[0] == "ioprobe")
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] != "ioprobe":
+                continue
+            # ``from ioprobe.render import sizing`` imports the module ioprobe.render.sizing;
+            # its parents run first whatever is imported, so they don't count as a dependency
+            subs = [f"{node.module}.{a.name}" for a in node.names]
+            if all(m in known for m in subs):
+                found.update(subs)
+            else:
+                found.add(node.module)
+    return frozenset(found)
+
+
+def test_every_import_points_down_the_layers() -> None:
+    wrong = []
+    for name, path in modules().items():
+        mine = layer(name)
+        for target in imports(path):
+            theirs = layer(target)
+            if theirs != mine and theirs not in LAYERS[mine]:
+                wrong.append(f"{name} ({mine}) imports {target} ({theirs})")
+    assert wrong == []
+
+
+def test_the_ground_floor_imports_nothing_above_it() -> None:
+    # the record is the contract between layers: it must load without any of them
+    assert imports(ROOT / "record.py") <= {"ioprobe.errors"}
+    assert imports(ROOT / "capacity.py") <= {"ioprobe.record", "ioprobe.errors"}
+    assert imports(ROOT / "loaders" / "files.py") == frozenset()
+
+
+def test_no_two_modules_import_each_other_even_lazily() -> None:
+    graph = {name: {t for t in imports(path) if t in modules()} for name, path in modules().items()}
+    # a package imports its own submodules by design (``from ioprobe import watch``); the
+    # question is whether module code loops back on itself
+    graph = {n: {t for t in ts if not n.startswith(t + ".")} for n, ts in graph.items()}
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(n: str, stack: list[str]) -> None:
+        state[n] = 1
+        for t in sorted(graph[n]):
+            if state.get(t) == 1:
+                cycles.append([*stack[stack.index(t) :], t])
+            elif t not in state:
+                visit(t, [*stack, t])
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n, [n])
+    assert cycles == []
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["env", "--help"], ["env"]])
+def test_help_and_env_load_neither_the_watch_code_nor_the_analysis(argv: list[str]) -> None:
+    code = (
+        "import sys\n"
+        "from ioprobe.cli import main\n"
+        f"sys.argv = ['ioprobe', *{argv!r}]\n"
+        "try:\n"
+        "    main()\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "print('\\n'.join(m for m in sys.modules if m.startswith('ioprobe')), file=sys.stderr)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = set(out.stderr.split())
+    heavy = sorted(
+        m
+        for m in loaded
+        if m.startswith(("ioprobe.watch.", "ioprobe.analysis", "ioprobe.collect.probe"))
+    )
+    assert heavy == []
+    assert not {"torch", "nvidia.dali"} & set(out.stderr.split())
+
+
+def test_importing_ioprobe_changes_nothing_and_loads_no_framework() -> None:
+    code = (
+        "import os, sys\n"
+        "before = dict(os.environ)\n"
+        "import ioprobe\n"
+        "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())\n"
+        "print(' '.join(sorted(m for m in sys.modules if m.startswith(('ioprobe', 'torch', 'nvidia')))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert set(out.stdout.split()) == {"ioprobe", "ioprobe._version", "ioprobe.watch"}
+
+
+def test_the_function_keeps_the_name_of_its_package() -> None:
+    import ioprobe
+    import ioprobe.watch.api
+    import ioprobe.watch.collector
+    import ioprobe.watch.run_hook
+    import ioprobe.watch.stages  # noqa: F401
+
+    assert callable(ioprobe.watch)
+    assert ioprobe.watch.__module__ == "ioprobe"

@@ -768,51 +768,75 @@ def _hints(cls: type) -> dict[str, Any]:
 
 
 def _from_plain(tp: Any, data: Any, path: str) -> Any:
+    """``data`` (parsed JSON) as the type ``tp`` annotates, checked all the way down; a
+    ``RecordError`` names the first ``path`` that does not fit."""
     origin = get_origin(tp)
     if origin is Union or origin is types.UnionType:
-        args = get_args(tp)
-        if data is None:
-            if type(None) in args:
-                return None
-            raise RecordError(f"{path}: must not be null")
-        last: RecordError | None = None
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _from_plain(arg, data, path)
-            except RecordError as exc:
-                last = exc
-        assert last is not None
-        raise last
+        return _union(get_args(tp), data, path)
     if origin is Literal:
-        allowed = get_args(tp)
-        if data not in allowed:
-            choices = ", ".join(repr(a) for a in allowed)
-            raise RecordError(f"{path}: {data!r} is not one of {choices}")
-        return data
+        return _literal(get_args(tp), data, path)
     if origin is list:
-        if not isinstance(data, list):
-            raise RecordError(f"{path}: expected a list, got {_json_type(data)}")
-        (item,) = get_args(tp)
-        return [_from_plain(item, v, f"{path}[{i}]") for i, v in enumerate(data)]
+        return _list(get_args(tp)[0], data, path)
     if origin is dict:
-        if not isinstance(data, dict):
-            raise RecordError(f"{path}: expected an object, got {_json_type(data)}")
-        _, value_tp = get_args(tp)
-        return {k: _from_plain(value_tp, v, f"{path}.{k}") for k, v in data.items()}
+        return _dict(get_args(tp)[1], data, path)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        if not isinstance(data, dict):
-            raise RecordError(f"{path}: expected an object, got {_json_type(data)}")
-        hints = _hints(tp)
-        kwargs: dict[str, Any] = {}
-        for f in dataclasses.fields(tp):
-            sub = f"{path}.{f.name}"
-            if f.name in data:
-                kwargs[f.name] = _from_plain(hints[f.name], data[f.name], sub)
-            elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise RecordError(f"{sub}: required key is missing")
-        return tp(**kwargs)
+        return _dataclass(tp, data, path)
+    return _scalar(tp, data, path)
+
+
+def _union(args: tuple[Any, ...], data: Any, path: str) -> Any:
+    if data is None:
+        if type(None) in args:
+            return None
+        raise RecordError(f"{path}: must not be null")
+    last: RecordError | None = None
+    for arg in args:
+        if arg is type(None):
+            continue
+        try:
+            return _from_plain(arg, data, path)
+        except RecordError as exc:
+            last = exc
+    assert last is not None
+    raise last
+
+
+def _literal(allowed: tuple[Any, ...], data: Any, path: str) -> Any:
+    if data not in allowed:
+        choices = ", ".join(repr(a) for a in allowed)
+        raise RecordError(f"{path}: {data!r} is not one of {choices}")
+    return data
+
+
+def _list(item: Any, data: Any, path: str) -> list[Any]:
+    if not isinstance(data, list):
+        raise RecordError(f"{path}: expected a list, got {_json_type(data)}")
+    return [_from_plain(item, v, f"{path}[{i}]") for i, v in enumerate(data)]
+
+
+def _dict(value_tp: Any, data: Any, path: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: expected an object, got {_json_type(data)}")
+    return {k: _from_plain(value_tp, v, f"{path}.{k}") for k, v in data.items()}
+
+
+def _dataclass(tp: type, data: Any, path: str) -> Any:
+    if not isinstance(data, dict):
+        raise RecordError(f"{path}: expected an object, got {_json_type(data)}")
+    hints = _hints(tp)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(tp):
+        sub = f"{path}.{f.name}"
+        if f.name in data:
+            kwargs[f.name] = _from_plain(hints[f.name], data[f.name], sub)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise RecordError(f"{sub}: required key is missing")
+    return tp(**kwargs)
+
+
+def _scalar(tp: Any, data: Any, path: str) -> Any:
+    if tp is Any:
+        return data
     if tp is float:
         if isinstance(data, bool) or not isinstance(data, int | float):
             raise RecordError(f"{path}: expected a number, got {_json_type(data)}")
@@ -824,8 +848,6 @@ def _from_plain(tp: Any, data: Any, path: str) -> Any:
     if tp is bool or tp is str:
         if not isinstance(data, tp):
             raise RecordError(f"{path}: expected {tp.__name__}, got {_json_type(data)}")
-        return data
-    if tp is Any:
         return data
     raise TypeError(f"unsupported field type {tp!r} at {path}")  # a bug in this module
 

@@ -10,9 +10,10 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from ioprobe import capacity
 from ioprobe._version import __version__
 from ioprobe.collect import cpu as cpu_mod
 from ioprobe.collect import dataset as ds_mod
@@ -30,7 +31,9 @@ from ioprobe.collect.pcie import LinkReader
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.errors import BadInputError, TargetError
 from ioprobe.record import (
+    CpuStage,
     DatasetProfile,
+    DecodePath,
     DiskToGpu,
     GpuStage,
     HostInfo,
@@ -47,17 +50,12 @@ WARM_MAX_BYTES = 1 << 30
 DEFAULT_BATCH = 32
 
 
-@dataclass
-class ProbeOptions:
+@dataclass(kw_only=True)
+class ProbeOptions(ProbeSettings):
+    """What to probe and how: the settings the record keeps (``ProbeSettings``), and what
+    only this run needs (the target, the seed, the seams to the GPU)."""
+
     target: str
-    passes: list[str] = field(default_factory=lambda: ["cold", "warm"])
-    loader: str = "auto"
-    time_budget_s: float = 60.0
-    workers: int | None = None
-    batch_size: int | None = None
-    compute_ms_per_batch: float | None = None
-    gpu_samples_per_s: float | None = None
-    gpus: int = 1
     seed: int = 0
     storage_options: dict[str, Any] = field(default_factory=dict)
     pcie_only: bool = False  # the host-to-device probe alone: no dataset
@@ -66,20 +64,8 @@ class ProbeOptions:
     link_reader: LinkReader | None = None
 
     def validate(self) -> None:
-        if self.time_budget_s <= 0:
-            raise BadInputError("--time-budget must be a positive number of seconds")
-        if self.workers is not None and self.workers < 1:
-            raise BadInputError("--workers must be at least 1")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise BadInputError("--batch-size must be at least 1")
-        if self.compute_ms_per_batch is not None and self.compute_ms_per_batch < 0:
-            raise BadInputError("--compute-ms-per-batch must not be negative")
-        if self.gpu_samples_per_s is not None and self.gpu_samples_per_s <= 0:
-            raise BadInputError("--gpu-samples-per-s must be positive")
-        if self.compute_ms_per_batch is not None and self.gpu_samples_per_s is not None:
-            raise BadInputError("give --compute-ms-per-batch or --gpu-samples-per-s, not both")
-        if self.gpus < 1:
-            raise BadInputError("--gpus must be at least 1")
+        """Every flag checked before anything is measured: a typo costs nothing."""
+        _check_numbers(self)
         if not self.passes:
             raise BadInputError("nothing to measure: neither cold nor warm")
         if self.loader != "auto":
@@ -92,9 +78,31 @@ class ProbeOptions:
                     f"({missing}): {paths_mod.DALI_EXTRA}"
                 )
 
+    def recorded(self, loader: str, passes: list[str]) -> ProbeSettings:
+        """The settings as the record keeps them, with the loader and passes that ran."""
+        kept = {f.name: getattr(self, f.name) for f in fields(ProbeSettings)}
+        return ProbeSettings(**{**kept, "loader": loader, "passes": passes})
+
     @property
     def emulated(self) -> bool:
         return self.compute_ms_per_batch is not None or self.gpu_samples_per_s is not None
+
+
+def _check_numbers(o: ProbeOptions) -> None:
+    if o.time_budget_s <= 0:
+        raise BadInputError("--time-budget must be a positive number of seconds")
+    if o.workers is not None and o.workers < 1:
+        raise BadInputError("--workers must be at least 1")
+    if o.batch_size is not None and o.batch_size < 1:
+        raise BadInputError("--batch-size must be at least 1")
+    if o.compute_ms_per_batch is not None and o.compute_ms_per_batch < 0:
+        raise BadInputError("--compute-ms-per-batch must not be negative")
+    if o.gpu_samples_per_s is not None and o.gpu_samples_per_s <= 0:
+        raise BadInputError("--gpu-samples-per-s must be positive")
+    if o.compute_ms_per_batch is not None and o.gpu_samples_per_s is not None:
+        raise BadInputError("give --compute-ms-per-batch or --gpu-samples-per-s, not both")
+    if o.gpus < 1:
+        raise BadInputError("--gpus must be at least 1")
 
 
 def _budget(
@@ -135,38 +143,43 @@ def _check_images(target: str, formats: dict[str, int]) -> None:
     )
 
 
-def use_fastest_path(stages: Stages) -> str | None:
-    """Let the CPU stage stand for the fastest decode path that fits the usable cores, so the
-    verdict reflects DALI where DALI is faster; the note that says so, or None (Pillow kept).
+def fastest_fitting_path(cpu: CpuStage) -> DecodePath | None:
+    """The fastest decode path measured whose CPU use fits the usable cores, or None when
+    that is Pillow (or nothing fits).
 
     A path fits when the cores it kept busy, its CPU seconds per image times the rate it
-    reached, are at most the usable cores. DALI's GPU path also costs the GPU its decode time
-    when the GPU stage has a capacity: the two share the device, so their times add.
-    """
-    cpu = stages.cpu
+    reached, are at most the usable cores; a little over is measurement noise (process CPU
+    time ticks coarsely), more is not this host's."""
     usable = cpu.usable_cores or 1
     pillow = next((p for p in cpu.decode_paths if p.path == "pillow"), None)
     best = pillow
     for p in cpu.decode_paths:
-        if p.error is not None or not p.samples_per_s or not p.cpu_seconds_per_sample:
+        rate, cost = p.samples_per_s, p.cpu_seconds_per_sample
+        if p.error is not None or not rate or not cost or rate * cost > usable * FIT_TOLERANCE:
             continue
-        # a little over the usable cores is measurement noise (process CPU time ticks
-        # coarsely); more is not this host's
-        if p.samples_per_s * p.cpu_seconds_per_sample > usable * FIT_TOLERANCE:
-            continue
-        if best is None or best.samples_per_s is None or p.samples_per_s > best.samples_per_s:
+        if best is None or best.samples_per_s is None or rate > best.samples_per_s:
             best = p
-    if best is None or best is pillow or best.samples_per_s is None:
+    return None if best is pillow or best is None or best.samples_per_s is None else best
+
+
+def use_fastest_path(stages: Stages) -> str | None:
+    """Let the CPU stage stand for the fastest decode path that fits the usable cores, so the
+    verdict reflects DALI where DALI is faster; the note that says so, or None (Pillow kept).
+    DALI's GPU path also costs the GPU its decode time when the GPU stage has a capacity: the
+    two share the device, so their times add."""
+    cpu, gpu = stages.cpu, stages.gpu
+    best = fastest_fitting_path(cpu)
+    if best is None or best.samples_per_s is None:
         return None
     cpu.capacity_samples_per_s = best.samples_per_s
     cpu.cpu_seconds_per_sample = best.cpu_seconds_per_sample
     cpu.loader = best.path
-    gpu = stages.gpu
     if best.path == "dali-gpu" and gpu.capacity_samples_per_s:
-        gpu.capacity_samples_per_s = 1.0 / (
-            1.0 / gpu.capacity_samples_per_s + 1.0 / best.samples_per_s
+        gpu.capacity_samples_per_s = capacity.shared_gpu(
+            gpu.capacity_samples_per_s, best.samples_per_s
         )
         gpu.method += " + DALI mixed decode as measured"
+    pillow = next((p for p in cpu.decode_paths if p.path == "pillow"), None)
     versus = (
         f" vs {pillow.samples_per_s:,.0f} with Pillow"
         if pillow is not None and pillow.samples_per_s
@@ -178,7 +191,24 @@ def use_fastest_path(stages: Stages) -> str | None:
     )
 
 
+@dataclass(frozen=True)
+class _Plan:
+    """What the probe learned before measuring: the target, the host, and each phase's time."""
+
+    ds: ds_mod.Dataset
+    profile: DatasetProfile
+    host: HostInfo
+    usable: int
+    device: bool  # a CUDA device the copies can use
+    dali: bool  # --loader dali: DALI's decode paths beside Pillow's
+    passes: list[str]  # the storage passes that run: cold, warm
+    budget: dict[str, float]  # seconds per phase
+
+
 class Probe:
+    """The standalone probe: ``Probe(options).run()`` measures each phase within the time
+    budget and returns the record, without a verdict."""
+
     def __init__(self, options: ProbeOptions, reporter: Reporter | None = None) -> None:
         options.validate()
         self.options = options
@@ -199,9 +229,33 @@ class Probe:
         return record
 
     def _run(self, started: float) -> RunRecord:
+        """The phases in order: list and profile the target, read it (cold, warm), read it to
+        the GPU, decode it, copy to the GPU, compare decode paths, and run it end to end."""
+        plan = self._plan(started)
+        stages = Stages(storage=StorageStage(), pcie=self._pcie_unmeasured())
+        self._storage(plan, stages.storage)
+        path = self._disk_to_gpu(plan, stages.storage) if plan.device else None
+        loader = "image" if plan.dali else choose(self.options.loader, plan.profile.formats)
+        payloads = self._payloads(plan, loader, stages.storage)
+        stages.cpu = self._cpu(plan, loader, payloads)
+        stages.gpu = self._gpu_stage()
+        if plan.device:  # without one the pcie stage keeps its reason
+            stages.pcie = self._pcie(plan, stages.cpu, path)
+        if plan.dali:
+            self._decode_paths(plan, payloads, stages)
+        record = self._record(plan, stages, loader)
+        if self.options.emulated:
+            self._end_to_end(plan, record, loader)
+        record.duration_s = time.perf_counter() - started
+        self.reporter.close()
+        return record
+
+    def _plan(self, started: float) -> _Plan:
+        """List and profile the target, read the host, open CUDA where there is a device
+        (a second or more: before the split, so the phases share what is left after it), and
+        split what remains of the budget across the phases."""
         o = self.options
-        rep = self.reporter
-        rep.phase("listing")
+        self.reporter.phase("listing")
         ds = ds_mod.resolve(o.target, seed=o.seed, storage_options=o.storage_options)
         prof = ds_mod.profile(
             ds, lambda e: pipe_mod.read_whole(ds.fs, e, ds_mod.MAGIC_BYTES), seed=o.seed
@@ -209,133 +263,147 @@ class Probe:
         dali = o.loader == "dali"
         if dali:
             _check_images(o.target, prof.formats)  # before any progress line: one error line
-        rep.result(f"{prof.files} files, {prof.bytes / 1e6:.1f} MB, {prof.density} density")
+        self.reporter.result(
+            f"{prof.files} files, {prof.bytes / 1e6:.1f} MB, {prof.density} density"
+        )
         host = self._host(ds)
-        usable = host.usable_cores or os.cpu_count() or 1
-        # CUDA starts here where there is a device (a second or more): before the split, so
-        # the phases share what is left after it
         device = not isinstance(self._copier(), str)
         left = max(o.time_budget_s - (time.perf_counter() - started), 1.0)
-        budget = _budget(left, ds.remote, o.passes, o.emulated, dali, device)
-        stages = Stages(storage=StorageStage(), pcie=self._pcie_unmeasured())
-
         passes: list[str] = (
             ["cold"] if ds.remote else [p for p in ("cold", "warm") if p in o.passes]
         )
-        for p in passes:
-            rep.phase(f"storage ({'remote' if ds.remote else p})")
+        return _Plan(
+            ds=ds,
+            profile=prof,
+            host=host,
+            usable=host.usable_cores or os.cpu_count() or 1,
+            device=device,
+            dali=dali,
+            passes=passes,
+            budget=_budget(left, ds.remote, o.passes, o.emulated, dali, device),
+        )
+
+    def _storage(self, plan: _Plan, st: StorageStage) -> None:
+        """A read pass per cache state (one for a remote target, which has no page cache),
+        and the stage's capacity from the pass that stands for training's reads."""
+        o = self.options
+        for p in plan.passes:
+            self.reporter.phase(f"storage ({'remote' if plan.ds.remote else p})")
             cap = COLD_MAX_BYTES if p == "cold" else WARM_MAX_BYTES
-            if p == "warm" and host.memory_available_bytes:
-                cap = min(cap, host.memory_available_bytes // 4)
-            selection = st_mod.select_entries(ds.entries, cap, o.seed)
+            if p == "warm" and plan.host.memory_available_bytes:
+                cap = min(cap, plan.host.memory_available_bytes // 4)
+            selection = st_mod.select_entries(plan.ds.entries, cap, o.seed)
             try:
-                result = st_mod.measure_pass(ds, selection, p, budget[p], reporter=rep, seed=o.seed)
+                result = st_mod.measure_pass(
+                    plan.ds, selection, p, plan.budget[p], reporter=self.reporter, seed=o.seed
+                )
             except OSError as exc:
                 raise TargetError(f"{o.target}: {exc}") from None
-            setattr(stages.storage, p, result)
-        self._storage_capacity(stages.storage, prof.sample_bytes_mean)
-        path = self._disk_to_gpu(ds, budget, passes, stages.storage) if device else None
+            setattr(st, p, result)
+        self._storage_capacity(st, plan.profile.sample_bytes_mean)
 
-        # --loader dali: the CPU stage and the end-to-end run decode with Pillow, and the
-        # DALI paths are measured beside it
-        loader = "image" if dali else choose(o.loader, prof.formats)
-        rep.phase(f"cpu ({loader})")
+    def _payloads(self, plan: _Plan, loader: str, st: StorageStage) -> list[bytes]:
+        """The files the CPU phase decodes, read once. Decode inputs are held by every
+        worker: files over the cap are left out while smaller ones exist, and raw "decoding"
+        of a huge file needs only a prefix of it."""
+        o, ds = self.options, plan.ds
+        self.reporter.phase(f"cpu ({loader})")
         payload_cap = 64 << 20
-        if ds.remote and stages.storage.read_bytes_per_s:
+        if ds.remote and st.read_bytes_per_s:
             # fetching decode inputs over a slow link must not eat the CPU phase's budget
-            payload_cap = min(payload_cap, int(stages.storage.read_bytes_per_s * budget["cpu"] / 4))
-        # decode inputs are held by every worker: files over the cap are left out while
-        # smaller ones exist, and raw "decoding" of a huge file needs only a prefix of it
+            payload_cap = min(payload_cap, int(st.read_bytes_per_s * plan.budget["cpu"] / 4))
         fitting = [e for e in ds.entries if e.size <= payload_cap]
-        payload_entries = st_mod.select_entries(
+        entries = st_mod.select_entries(
             fitting or [min(ds.entries, key=lambda e: e.size)], payload_cap, o.seed + 1
         )
         limit = payload_cap if loader == "raw" else None
         if not fitting and limit is None:
             self.notes.append(
                 f"every file is larger than {payload_cap >> 20} MiB: the CPU stage decodes one "
-                f"whole {payload_entries[0].size / 1e6:,.0f} MB file per worker"
+                f"whole {entries[0].size / 1e6:,.0f} MB file per worker"
             )
         try:
-            payloads = cpu_mod.load_payloads(
-                lambda e: pipe_mod.read_whole(ds.fs, e, limit), payload_entries
-            )
+            return cpu_mod.load_payloads(lambda e: pipe_mod.read_whole(ds.fs, e, limit), entries)
         except OSError as exc:
             raise TargetError(f"{o.target}: cannot read samples for decoding: {exc}") from None
-        stages.cpu = cpu_mod.measure_cpu(loader, payloads, usable, budget["cpu"], reporter=rep)
 
-        stages.cpu.output_bytes_per_sample = cpu_mod.output_bytes(loader, payloads)
-        stages.gpu = self._gpu_stage()
-        if device:  # without one the pcie stage keeps its reason
-            per_sample = stages.cpu.output_bytes_per_sample or prof.sample_bytes_mean
-            basis = "decoded" if stages.cpu.output_bytes_per_sample else "file size"
-            stages.pcie = self._measure_pcie(budget["pcie"], per_sample, basis)
-            stages.pcie.disk_to_gpu = path
-        if dali:
-            rep.phase("decode paths")
-            stages.cpu.decode_paths = paths_mod.measure_paths(
-                payloads, stages.cpu, host.gpus, budget["decode"], reporter=rep
-            )
-            note = use_fastest_path(stages)
-            if note is not None:
-                self.notes.append(note)
-        record = RunRecord(
+    def _cpu(self, plan: _Plan, loader: str, payloads: list[bytes]) -> CpuStage:
+        cpu = cpu_mod.measure_cpu(
+            loader, payloads, plan.usable, plan.budget["cpu"], reporter=self.reporter
+        )
+        cpu.output_bytes_per_sample = cpu_mod.output_bytes(loader, payloads)
+        return cpu
+
+    def _pcie(self, plan: _Plan, cpu: CpuStage, path: DiskToGpu | None) -> PcieStage:
+        """The host-to-device phase at the size a sample has on the device: decoded where the
+        CPU stage decoded, else as stored."""
+        per_sample = cpu.output_bytes_per_sample or plan.profile.sample_bytes_mean
+        basis = "decoded" if cpu.output_bytes_per_sample else "file size"
+        stage = self._measure_pcie(plan.budget["pcie"], per_sample, basis)
+        stage.disk_to_gpu = path
+        return stage
+
+    def _decode_paths(self, plan: _Plan, payloads: list[bytes], stages: Stages) -> None:
+        """``--loader dali``: the CPU stage decoded with Pillow; DALI's paths are measured
+        beside it on the same images, and the fastest that fits stands for the stage."""
+        self.reporter.phase("decode paths")
+        stages.cpu.decode_paths = paths_mod.measure_paths(
+            payloads, stages.cpu, plan.host.gpus, plan.budget["decode"], reporter=self.reporter
+        )
+        note = use_fastest_path(stages)
+        if note is not None:
+            self.notes.append(note)
+
+    def _record(self, plan: _Plan, stages: Stages, loader: str) -> RunRecord:
+        return RunRecord(
             kind="probe",
-            host=host,
-            dataset=prof,
+            host=plan.host,
+            dataset=plan.profile,
             stages=stages,
-            settings=ProbeSettings(
-                loader="dali" if dali else loader,
-                passes=passes,
-                time_budget_s=o.time_budget_s,
-                workers=o.workers,
-                batch_size=o.batch_size,
-                compute_ms_per_batch=o.compute_ms_per_batch,
-                gpu_samples_per_s=o.gpu_samples_per_s,
-                gpus=o.gpus,
-            ),
+            settings=self.options.recorded("dali" if plan.dali else loader, plan.passes),
             created=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
             ioprobe_version=__version__,
             notes=self.notes,
         )
-        if o.emulated:
-            rep.phase("end-to-end")
-            if dali:
-                self.notes.append(
-                    "the end-to-end run decodes with Pillow; the DALI paths were measured on "
-                    "their own (stages.cpu.decode_paths)"
-                )
-            batch = o.batch_size or DEFAULT_BATCH
-            compute_s = self._compute_seconds(batch)
-            if not ds.remote and "cold" in passes:
-                st_mod.evict([e.path for e in ds.entries[:50_000]])
-            run = pipe_mod.run_pipeline(
-                ds.entries,
-                ds.fs,
-                loader,
-                workers=o.workers or usable,
-                batch_size=batch,
-                compute_s=compute_s,
-                budget_s=budget["pipeline"],
-                cache="remote" if ds.remote else ("cold" if "cold" in passes else "warm"),
-                seed=o.seed,
+
+    def _end_to_end(self, plan: _Plan, record: RunRecord, loader: str) -> None:
+        """The whole pipeline against the emulated accelerator: readers, decode workers,
+        batches, and a consumer that computes the given time per batch."""
+        o, ds = self.options, plan.ds
+        self.reporter.phase("end-to-end")
+        if plan.dali:
+            self.notes.append(
+                "the end-to-end run decodes with Pillow; the DALI paths were measured on "
+                "their own (stages.cpu.decode_paths)"
             )
-            record.pipeline = run
-            record.measured_samples_per_s = run.samples_per_s
-            record.gpu_idle_fraction = run.gpu_idle_fraction
-            record.gpu_idle_method = "emulated consumer: time waiting for a batch / wall time"
-            rep.result(
-                f"{run.samples_per_s:.1f} samples/s, GPU idle {run.gpu_idle_fraction:.0%} "
-                f"over {run.batches} batches"
+        batch = o.batch_size or DEFAULT_BATCH
+        cold = "cold" in plan.passes
+        if not ds.remote and cold:
+            st_mod.evict([e.path for e in ds.entries[:50_000]])
+        run = pipe_mod.run_pipeline(
+            ds.entries,
+            ds.fs,
+            loader,
+            workers=o.workers or plan.usable,
+            batch_size=batch,
+            compute_s=self._compute_seconds(batch),
+            budget_s=plan.budget["pipeline"],
+            cache="remote" if ds.remote else ("cold" if cold else "warm"),
+            seed=o.seed,
+        )
+        record.pipeline = run
+        record.measured_samples_per_s = run.samples_per_s
+        record.gpu_idle_fraction = run.gpu_idle_fraction
+        record.gpu_idle_method = "emulated consumer: time waiting for a batch / wall time"
+        self.reporter.result(
+            f"{run.samples_per_s:.1f} samples/s, GPU idle {run.gpu_idle_fraction:.0%} "
+            f"over {run.batches} batches"
+        )
+        if run.batches < 5:
+            self.notes.append(
+                f"the end-to-end run saw only {run.batches} batches: a larger dataset or "
+                "time budget gives a steadier figure"
             )
-            if run.batches < 5:
-                self.notes.append(
-                    f"the end-to-end run saw only {run.batches} batches: a larger dataset or "
-                    "time budget gives a steadier figure"
-                )
-        record.duration_s = time.perf_counter() - started
-        rep.close()
-        return record
 
     def _copier(self) -> Copier | str:
         """The CUDA seam, opened once per probe (a reason string where there is no GPU)."""
@@ -343,20 +411,18 @@ class Probe:
             self.options.copier = open_copier()
         return self.options.copier
 
-    def _disk_to_gpu(
-        self, ds: ds_mod.Dataset, budget: dict[str, float], passes: list[str], st: StorageStage
-    ) -> DiskToGpu:
+    def _disk_to_gpu(self, plan: _Plan, st: StorageStage) -> DiskToGpu:
         """The disk-to-GPU path, cold where the probe reads cold, with cuFile beside it where
         kvikio is installed (collect/disk_to_gpu.py); a remote target says why it has none."""
         copier = self._copier()
         assert not isinstance(copier, str)
         self.reporter.phase("disk to GPU")
-        cold = "cold" in passes
+        cold = "cold" in plan.passes
         path = d2g_mod.run_path(
             copier,
-            ds.entries,
-            remote=ds.remote,
-            budget_s=budget.get("disk_to_gpu", 0.0),
+            plan.ds.entries,
+            remote=plan.ds.remote,
+            budget_s=plan.budget.get("disk_to_gpu", 0.0),
             cold=cold,
             storage=st,
             seed=self.options.seed + 2,
@@ -440,7 +506,7 @@ class Probe:
         if o.compute_ms_per_batch is not None:
             batch = o.batch_size or DEFAULT_BATCH
             step = o.compute_ms_per_batch / 1e3
-            cap = batch / step * o.gpus if step > 0 else None
+            cap = capacity.gpu_emulated(batch, step, o.gpus)
             return GpuStage(
                 capacity_samples_per_s=cap, method="emulated", step_seconds=step, batch_size=batch
             )
@@ -452,7 +518,7 @@ class Probe:
         chosen = st.cold or st.warm
         assert chosen is not None and chosen.read_bytes_per_s is not None
         st.read_bytes_per_s = chosen.read_bytes_per_s
-        st.capacity_samples_per_s = chosen.read_bytes_per_s / max(mean_bytes, 1.0)
+        st.capacity_samples_per_s = capacity.storage_from_rate(chosen.read_bytes_per_s, mean_bytes)
         if st.cold is not None and st.warm is not None:
             st.basis = "cold: a first epoch, or any epoch of a dataset larger than the page cache"
         else:

@@ -837,19 +837,24 @@ def _dataclass(tp: type, data: Any, path: str) -> Any:
 def _scalar(tp: Any, data: Any, path: str) -> Any:
     if tp is Any:
         return data
-    if tp is float:
-        if isinstance(data, bool) or not isinstance(data, int | float):
-            raise RecordError(f"{path}: expected a number, got {_json_type(data)}")
-        return float(data)
-    if tp is int:
-        if isinstance(data, bool) or not isinstance(data, int):
-            raise RecordError(f"{path}: expected an integer, got {_json_type(data)}")
-        return data
+    if tp is float or tp is int:
+        return _number(tp, data, path)
     if tp is bool or tp is str:
         if not isinstance(data, tp):
             raise RecordError(f"{path}: expected {tp.__name__}, got {_json_type(data)}")
         return data
     raise TypeError(f"unsupported field type {tp!r} at {path}")  # a bug in this module
+
+
+def _number(tp: type, data: Any, path: str) -> float | int:
+    # JSON's true and false are not numbers, though Python's bool is an int
+    if tp is float:
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            raise RecordError(f"{path}: expected a number, got {_json_type(data)}")
+        return float(data)
+    if isinstance(data, bool) or not isinstance(data, int):
+        raise RecordError(f"{path}: expected an integer, got {_json_type(data)}")
+    return data
 
 
 def _json_type(value: Any) -> str:

@@ -89,20 +89,25 @@ class ProbeOptions(ProbeSettings):
 
 
 def _check_numbers(o: ProbeOptions) -> None:
-    if o.time_budget_s <= 0:
-        raise BadInputError("--time-budget must be a positive number of seconds")
-    if o.workers is not None and o.workers < 1:
-        raise BadInputError("--workers must be at least 1")
-    if o.batch_size is not None and o.batch_size < 1:
-        raise BadInputError("--batch-size must be at least 1")
-    if o.compute_ms_per_batch is not None and o.compute_ms_per_batch < 0:
-        raise BadInputError("--compute-ms-per-batch must not be negative")
-    if o.gpu_samples_per_s is not None and o.gpu_samples_per_s <= 0:
-        raise BadInputError("--gpu-samples-per-s must be positive")
-    if o.compute_ms_per_batch is not None and o.gpu_samples_per_s is not None:
-        raise BadInputError("give --compute-ms-per-batch or --gpu-samples-per-s, not both")
-    if o.gpus < 1:
-        raise BadInputError("--gpus must be at least 1")
+    both = o.compute_ms_per_batch is not None and o.gpu_samples_per_s is not None
+    wrong = (
+        (o.time_budget_s <= 0, "--time-budget must be a positive number of seconds"),
+        (o.workers is not None and o.workers < 1, "--workers must be at least 1"),
+        (o.batch_size is not None and o.batch_size < 1, "--batch-size must be at least 1"),
+        (
+            o.compute_ms_per_batch is not None and o.compute_ms_per_batch < 0,
+            "--compute-ms-per-batch must not be negative",
+        ),
+        (
+            o.gpu_samples_per_s is not None and o.gpu_samples_per_s <= 0,
+            "--gpu-samples-per-s must be positive",
+        ),
+        (both, "give --compute-ms-per-batch or --gpu-samples-per-s, not both"),
+        (o.gpus < 1, "--gpus must be at least 1"),
+    )
+    for bad, message in wrong:
+        if bad:
+            raise BadInputError(message)
 
 
 def _budget(
@@ -152,14 +157,21 @@ def fastest_fitting_path(cpu: CpuStage) -> DecodePath | None:
     time ticks coarsely), more is not this host's."""
     usable = cpu.usable_cores or 1
     pillow = next((p for p in cpu.decode_paths if p.path == "pillow"), None)
-    best = pillow
-    for p in cpu.decode_paths:
-        rate, cost = p.samples_per_s, p.cpu_seconds_per_sample
-        if p.error is not None or not rate or not cost or rate * cost > usable * FIT_TOLERANCE:
-            continue
-        if best is None or best.samples_per_s is None or rate > best.samples_per_s:
-            best = p
-    return None if best is pillow or best is None or best.samples_per_s is None else best
+    best = max((p for p in cpu.decode_paths if _fits(p, usable)), key=_rate, default=None)
+    if best is None or best is pillow or _rate(best) <= _rate(pillow):
+        return None  # nothing fits, or Pillow is as fast: it stays
+    return best
+
+
+def _rate(p: DecodePath | None) -> float:
+    return (p.samples_per_s or 0.0) if p is not None else 0.0
+
+
+def _fits(p: DecodePath, usable: int) -> bool:
+    rate, cost = p.samples_per_s, p.cpu_seconds_per_sample
+    if p.error is not None or not rate or not cost:
+        return False
+    return rate * cost <= usable * FIT_TOLERANCE
 
 
 def use_fastest_path(stages: Stages) -> str | None:

@@ -461,21 +461,15 @@ class WatchCollector:
     def _idle(self) -> tuple[float | None, str]:
         """The GPU's idle share: on the device's own clock where batches went to a device,
         else the consumer's time blocked in next() on the host clock."""
-        eps = self.epochs
-        wall = sum(e.seconds for e in eps)
-        idle = sum(e.stall_seconds for e in eps) / wall if wall > 0 else None
-        method = "wall clock: consumer time in next() / time between batch arrivals"
-        on_device = [e for e in eps if e.gpu_wait_seconds is not None]
-        if on_device:
-            wait = sum(e.gpu_wait_seconds or 0.0 for e in on_device)
-            span = wait + sum((e.gpu_step_seconds or 0.0) + e.h2d_seconds for e in on_device)
-            if span > 0:
-                idle = wait / span
-                method = (
-                    f"{self._timing()}: device time waiting for the next batch / device time "
-                    "from the first batch to the last"
-                )
-        return idle, method
+        device = _device_idle(self.epochs)
+        if device is not None:
+            return device, (
+                f"{self._timing()}: device time waiting for the next batch / device time "
+                "from the first batch to the last"
+            )
+        wall = sum(e.seconds for e in self.epochs)
+        idle = sum(e.stall_seconds for e in self.epochs) / wall if wall > 0 else None
+        return idle, "wall clock: consumer time in next() / time between batch arrivals"
 
     def _dataset(self, read_total: int, mean_bytes: float) -> DatasetProfile:
         samples = sum(e.samples for e in self.epochs)
@@ -526,6 +520,15 @@ class WatchCollector:
             name = "loading in the main process" if w < 0 else f"worker {w}"
             tracks.append(self.worker_series[w].to_record(name, w, self._origin))
         return tracks
+
+
+def _device_idle(epochs: list[WatchEpoch]) -> float | None:
+    """The share of the device's time from first batch to last that it waited for data, over
+    the epochs timed on its own clock; None where none was."""
+    timed = [e for e in epochs if e.gpu_wait_seconds is not None]
+    wait = sum(e.gpu_wait_seconds or 0.0 for e in timed)
+    span = wait + sum((e.gpu_step_seconds or 0.0) + e.h2d_seconds for e in timed)
+    return wait / span if span > 0 else None
 
 
 __all__ = [

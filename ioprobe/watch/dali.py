@@ -144,33 +144,42 @@ def reader_files(pipes: list[Any]) -> tuple[str, int, int, int] | None:
     for p in pipes:
         for op in getattr(p, "_ops", None) or []:
             inner = getattr(op, "_op", None)
-            if getattr(inner, "schema_name", "") != "readers__File":
-                continue
-            args = getattr(inner, "_init_args", {}) or {}
-            root = str(args.get("file_root") or "")
-            if args.get("files"):
-                paths += [os.path.join(root, f) for f in args["files"]]
-                targets.append(root or "files=[...]")
-            elif args.get("file_list"):
-                targets.append(str(args["file_list"]))
-                try:
-                    with open(args["file_list"], encoding="utf-8") as f:
-                        paths += [os.path.join(root, ln.split()[0]) for ln in f if ln.strip()]
-                except OSError:
-                    continue
-            elif root:
-                targets.append(root)
-                paths += _walk_classes(root)
+            if getattr(inner, "schema_name", "") == "readers__File":
+                named = _named_files(getattr(inner, "_init_args", {}) or {})
+                if named is not None:
+                    targets.append(named[0])
+                    paths += named[1]
     if not paths:
         return None
     listed = paths[:MAX_LISTED]
+    return ", ".join(dict.fromkeys(targets)), len(paths), _total_size(listed), len(listed)
+
+
+def _named_files(args: dict[str, Any]) -> tuple[str, list[str]] | None:
+    """What one file reader's arguments name, and how to call it: its ``files``, its
+    ``file_list``, or the class folders under its ``file_root``; None for a file list that
+    can't be read."""
+    root = str(args.get("file_root") or "")
+    if args.get("files"):
+        return root or "files=[...]", [os.path.join(root, f) for f in args["files"]]
+    if args.get("file_list"):
+        try:
+            with open(args["file_list"], encoding="utf-8") as f:
+                listed = [os.path.join(root, ln.split()[0]) for ln in f if ln.strip()]
+        except OSError:
+            return None
+        return str(args["file_list"]), listed
+    return (root, _walk_classes(root)) if root else None
+
+
+def _total_size(paths: list[str]) -> int:
     total = 0
-    for path in listed:
+    for path in paths:
         try:
             total += os.stat(path).st_size
         except OSError:
-            continue
-    return ", ".join(dict.fromkeys(targets)), len(paths), total, len(listed)
+            continue  # gone since it was listed
+    return total
 
 
 def _walk_classes(root: str) -> list[str]:

@@ -198,18 +198,20 @@ def copies_stage(moved: Sequence[WatchEpoch], timing: str | None) -> PcieStage:
     secs = sum(e.h2d_seconds for e in moved)
     pinned = sum(e.h2d_pinned_bytes for e in moved)
     pinned_s = sum(e.h2d_pinned_seconds for e in moved)
-    pageable_s = secs - pinned_s
     return PcieStage(
-        capacity_samples_per_s=n / secs if secs > 0 else None,
+        capacity_samples_per_s=_per(n, secs),
         method=f"{timing}, around ioprobe.to_device: {pinned / nbytes:.0%} of bytes pinned",
         bytes_per_sample=nbytes / n if n else None,
-        bytes_per_s=nbytes / secs if secs > 0 else None,
+        bytes_per_s=_per(nbytes, secs),
         pinned_fraction=pinned / nbytes,
-        pinned_bytes_per_s=pinned / pinned_s if pinned and pinned_s > 0 else None,
-        pageable_bytes_per_s=(
-            (nbytes - pinned) / pageable_s if nbytes > pinned and pageable_s > 0 else None
-        ),
+        pinned_bytes_per_s=_per(pinned, pinned_s),
+        pageable_bytes_per_s=_per(nbytes - pinned, secs - pinned_s),
     )
+
+
+def _per(amount: float, seconds: float) -> float | None:
+    """A rate, where there was something timed to make one."""
+    return amount / seconds if amount > 0 and seconds > 0 else None
 
 
 # -- DALI: operator timings from NVTX, or its threads' CPU time ----------------------------

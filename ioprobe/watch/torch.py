@@ -494,18 +494,39 @@ def move(batch: Any, device: torch.device, non_blocking: bool | None, timeline: 
 
 def _move(obj: Any, dev: torch.device, nb: bool | None, counts: list[int], via: Any) -> Any:
     if isinstance(obj, torch.Tensor):
-        if obj.device == dev:
-            return obj
-        pinned = False
-        if obj.device.type == "cpu":
-            n = obj.nbytes
-            counts[0] += n
-            pinned = via.is_pinned(obj)
-            if pinned:
-                counts[1] += n
-        return via.copy(obj, dev, pinned if nb is None else nb)
+        return _move_tensor(obj, dev, nb, counts, via)
     if isinstance(obj, str | bytes):
         return obj
+    if isinstance(obj, Mapping | list | tuple):
+        return _move_container(obj, dev, nb, counts, via)
+    to = getattr(obj, "to", None)
+    if callable(to):
+        return to(dev) if nb is None else to(dev, non_blocking=nb)
+    return obj
+
+
+def _move_tensor(
+    t: torch.Tensor, dev: torch.device, nb: bool | None, counts: list[int], via: Any
+) -> torch.Tensor:
+    """One tensor's copy, its bytes counted when they come from host memory (``counts``:
+    bytes, of which pinned)."""
+    if t.device == dev:
+        return t
+    pinned = False
+    if t.device.type == "cpu":
+        n = t.nbytes
+        counts[0] += n
+        pinned = via.is_pinned(t)
+        if pinned:
+            counts[1] += n
+    out: torch.Tensor = via.copy(t, dev, pinned if nb is None else nb)
+    return out
+
+
+def _move_container(
+    obj: Any, dev: torch.device, nb: bool | None, counts: list[int], via: Any
+) -> Any:
+    """A mapping, named tuple, tuple or list rebuilt as its own type around moved items."""
     if isinstance(obj, Mapping):
         moved = {k: _move(v, dev, nb, counts, via) for k, v in obj.items()}
         try:
@@ -514,13 +535,8 @@ def _move(obj: Any, dev: torch.device, nb: bool | None, counts: list[int], via: 
             return moved
     if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # named tuple
         return type(obj)(*(_move(v, dev, nb, counts, via) for v in obj))
-    if isinstance(obj, list | tuple):
-        items = [_move(v, dev, nb, counts, via) for v in obj]
-        return items if isinstance(obj, list) else tuple(items)
-    to = getattr(obj, "to", None)
-    if callable(to):
-        return to(dev) if nb is None else to(dev, non_blocking=nb)
-    return obj
+    items = [_move(v, dev, nb, counts, via) for v in obj]
+    return items if isinstance(obj, list) else tuple(items)
 
 
 def _first_dim(obj: Any) -> int | None:

@@ -194,17 +194,7 @@ def run_level(
         progress=[0] * concurrency,
         errors=[],
     )
-    threads = [
-        threading.Thread(target=reader, args=(level, i), daemon=True, name=f"ioprobe-read-{i}")
-        for i in range(concurrency)
-    ]
-    for t in threads:
-        t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(0.1)
-            if on_poll is not None:
-                on_poll(sum(level.progress))
+    _run_threads(reader, level, concurrency, on_poll)
     elapsed = (time.perf_counter_ns() - start) / 1e9
     all_lat = [x for lst in level.latencies for x in lst]
     errors = level.errors
@@ -217,6 +207,27 @@ def run_level(
         errors=len(errors),
         first_error=errors[0] if errors else None,
     )
+
+
+def _run_threads(
+    reader: Callable[..., None],
+    level: _Level,
+    concurrency: int,
+    on_poll: Callable[[int], None] | None,
+) -> None:
+    """Run ``reader(level, slot)`` on ``concurrency`` threads; ``on_poll`` sees the bytes
+    read so far every 0.1 s until all have finished."""
+    threads = [
+        threading.Thread(target=reader, args=(level, i), daemon=True, name=f"ioprobe-read-{i}")
+        for i in range(concurrency)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.1)
+            if on_poll is not None:
+                on_poll(sum(level.progress))
 
 
 # --------------------------------------------------------------------------- page cache

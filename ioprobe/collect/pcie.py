@@ -157,7 +157,8 @@ def _measure_point(
 ) -> CopyPoint:
     """One size, direction and kind of host memory: an untimed copy, then the median of
     ``TRIALS`` timed trials."""
-    copier.wait(copier.start(host, device, size, direction, 1))  # warm-up
+    # untimed: the first copy of a size and direction may pay one-off costs the trials must not
+    copier.wait(copier.start(host, device, size, direction, 1))
     reps = _reps(size)
     rates = []
     for _ in range(TRIALS):

@@ -487,7 +487,8 @@ def measure_pass(
     out = StoragePass(cache="cold" if cache == "cold" else "warm")
     out.eviction = _eviction_note(plan.local, cache)
     if plan.local and not plan.cold:
-        # bring the selection into the page cache once, untimed
+        # a warm pass measures page-cache reads: fill the cache first, untimed, so the first
+        # level does not pay for the misses
         rep.update(0.0, "warming the page cache")
         run_level(plan.reader, plan.items, 8, max(budget_s, 1.0), seed=seed)
     deadline = time.monotonic() + budget_s

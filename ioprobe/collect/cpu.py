@@ -13,7 +13,7 @@ import multiprocessing as mp
 import signal
 import time
 from collections.abc import Sequence
-from multiprocessing.pool import AsyncResult
+from multiprocessing.pool import AsyncResult, Pool
 from typing import Any
 
 from ioprobe.collect.decode import Decoder, output_nbytes, resolve
@@ -38,7 +38,10 @@ def _ready(_: int) -> int:
     return 0
 
 
-def _decode_task(start: int, count: int) -> tuple[int, float, int, str | None]:
+TaskResult = tuple[int, float, int, str | None]  # decoded, CPU seconds, errors, first error
+
+
+def _decode_task(start: int, count: int) -> TaskResult:
     assert _decoder is not None
     n = len(_payloads)
     clock = time.thread_time
@@ -69,6 +72,63 @@ def levels_for(cores: int) -> list[int]:
     return out
 
 
+class _Feed:
+    """Hands out decode tasks: each starts where the last ended in the payloads, and their
+    size grows until a task is long enough that IPC stays a small share of it."""
+
+    __slots__ = ("batch", "cursor")
+
+    def __init__(self) -> None:
+        self.batch = 1
+        self.cursor = 0
+
+    def submit(self, pool: Pool) -> AsyncResult[TaskResult]:
+        task = pool.apply_async(_decode_task, (self.cursor, self.batch))
+        self.cursor += self.batch
+        return task
+
+    def adapt(self, ok: int, cpu: float) -> None:
+        if ok and cpu / ok * self.batch < 0.02 and self.batch < 4096:
+            self.batch *= 2  # keep a task near 20 ms so IPC stays a small share
+
+
+def _decode_for(
+    pool: Pool,
+    feed: _Feed,
+    workers: int,
+    seconds: float,
+    stage: CpuStage,
+    decoder_name: str,
+    rep: Reporter,
+) -> tuple[int, float, float]:
+    """Keep ``workers`` tasks in flight for ``seconds``; (samples, CPU seconds, wall seconds).
+
+    Decode errors are added to ``stage.errors``; a level where nothing decodes raises.
+    """
+    samples = 0
+    cpu = 0.0
+    inflight: list[AsyncResult[TaskResult]] = []
+    start = time.perf_counter()
+    deadline = start + seconds
+    while True:
+        while len(inflight) < workers and time.perf_counter() < deadline:
+            inflight.append(feed.submit(pool))
+        if not inflight:
+            break
+        ok, c, errs, first = inflight.pop(0).get()
+        samples += ok
+        cpu += c
+        stage.errors += errs
+        if errs and not ok and samples == 0:
+            raise BadInputError(f"--loader {decoder_name}: decoding fails: {first}")
+        feed.adapt(ok, c)
+        rep.update((time.perf_counter() - start) / seconds, f"{workers} workers")
+    wall = time.perf_counter() - start
+    if samples == 0:
+        raise BadInputError(f"--loader {decoder_name}: no sample could be decoded")
+    return samples, cpu, wall
+
+
 def measure_cpu(
     decoder_name: str,
     payloads: list[bytes],
@@ -86,35 +146,12 @@ def measure_cpu(
     # a floor keeps a level long enough to decode a few dozen images per worker; on a host
     # of many cores a small budget is still spread over five or more levels
     per_level = max(budget_s / len(levels), 0.3)
+    feed = _Feed()
+    base: float | None = None
     with ctx.Pool(max(levels), initializer=_init, initargs=(decoder_name, payloads)) as pool:
         pool.map(_ready, range(max(levels)), chunksize=1)
-        batch = 1
-        base: float | None = None
-        cursor = 0
         for k in levels:
-            samples = 0
-            cpu = 0.0
-            inflight: list[AsyncResult[tuple[int, float, int, str | None]]] = []
-            start = time.perf_counter()
-            deadline = start + per_level
-            while True:
-                while len(inflight) < k and time.perf_counter() < deadline:
-                    inflight.append(pool.apply_async(_decode_task, (cursor, batch)))
-                    cursor += batch
-                if not inflight:
-                    break
-                ok, c, errs, first = inflight.pop(0).get()
-                samples += ok
-                cpu += c
-                stage.errors += errs
-                if errs and not ok and samples == 0:
-                    raise BadInputError(f"--loader {decoder_name}: decoding fails: {first}")
-                if ok and c / ok * batch < 0.02 and batch < 4096:
-                    batch *= 2  # keep a task near 20 ms so IPC stays a small share
-                rep.update((time.perf_counter() - start) / per_level, f"{k} workers")
-            wall = time.perf_counter() - start
-            if samples == 0:
-                raise BadInputError(f"--loader {decoder_name}: no sample could be decoded")
+            samples, cpu, wall = _decode_for(pool, feed, k, per_level, stage, decoder_name, rep)
             sps = samples / wall
             base = base or sps
             level = CpuLevel(

@@ -114,58 +114,10 @@ def resolve(
 
 def _resolve_local(target: str, path: str, seed: int) -> Dataset:
     skipped: Counter[str] = Counter()
-    if any(ch in path for ch in "*?["):
-        names = sorted(globlib.iglob(path, recursive=True))
-        if not names:
-            raise TargetError(f"{target}: the pattern matches no files")
-        candidates: Iterator[str] = iter(names)
-    elif os.path.lexists(path):
-        try:
-            st = os.stat(path)
-        except OSError:
-            raise TargetError(f"{target}: is a broken symlink") from None
-        if stat.S_ISDIR(st.st_mode):
-            if not os.access(path, os.R_OK | os.X_OK):
-                raise TargetError(f"{target}: permission denied (directory not readable)")
-            candidates = _walk(path, skipped)
-        elif stat.S_ISREG(st.st_mode):
-            candidates = iter([path])
-        else:
-            raise TargetError(f"{target}: is not a regular file or directory ({_kind(st.st_mode)})")
-    else:
-        raise TargetError(f"{target}: no such file or directory")
-
-    names_out: list[str] = []
-    truncated = False
-    for name in candidates:
-        if len(names_out) >= MAX_LISTED:
-            truncated = True
-            break
-        names_out.append(name)
-
-    rng = random.Random(seed)
-    sizes_estimated = len(names_out) > STAT_SAMPLE
-    to_stat = rng.sample(names_out, STAT_SAMPLE) if sizes_estimated else names_out
-    entries: list[FileEntry] = []
-    statted = 0
-    for name in to_stat:
-        try:
-            st = os.stat(name)
-        except OSError:
-            skipped["broken_symlink" if os.path.islink(name) else "vanished"] += 1
-            continue
-        statted += 1
-        if not stat.S_ISREG(st.st_mode):
-            if not stat.S_ISDIR(st.st_mode):
-                skipped["special_file"] += 1
-            continue
-        if st.st_size == 0:
-            skipped["empty"] += 1
-            continue
-        if not os.access(name, os.R_OK):
-            skipped["unreadable"] += 1
-            continue
-        entries.append(FileEntry(name, st.st_size))
+    names, truncated = _take_listing(_local_candidates(target, path, skipped))
+    sizes_estimated = len(names) > STAT_SAMPLE
+    to_stat = random.Random(seed).sample(names, STAT_SAMPLE) if sizes_estimated else names
+    entries, statted = _stat_entries(to_stat, skipped)
     if not entries:
         detail = _skip_summary(skipped)
         raise TargetError(
@@ -174,7 +126,7 @@ def _resolve_local(target: str, path: str, seed: int) -> Dataset:
     total = len(entries)
     if sizes_estimated:
         # scale the usable fraction of the sample up to the whole listing
-        total = round(len(names_out) * len(entries) / max(statted, 1))
+        total = round(len(names) * len(entries) / max(statted, 1))
     return Dataset(
         target=target,
         entries=entries,
@@ -183,6 +135,72 @@ def _resolve_local(target: str, path: str, seed: int) -> Dataset:
         listing_truncated=truncated,
         skipped=skipped,
     )
+
+
+def _local_candidates(target: str, path: str, skipped: Counter[str]) -> Iterator[str]:
+    """The names a local target stands for (a glob's matches, a tree's files, or the one
+    file), lazily for a tree; a target that cannot be used raises TargetError here."""
+    if any(ch in path for ch in "*?["):
+        names = sorted(globlib.iglob(path, recursive=True))
+        if not names:
+            raise TargetError(f"{target}: the pattern matches no files")
+        return iter(names)
+    if not os.path.lexists(path):
+        raise TargetError(f"{target}: no such file or directory")
+    try:
+        st = os.stat(path)
+    except OSError:
+        raise TargetError(f"{target}: is a broken symlink") from None
+    if stat.S_ISDIR(st.st_mode):
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise TargetError(f"{target}: permission denied (directory not readable)")
+        return _walk(path, skipped)
+    if stat.S_ISREG(st.st_mode):
+        return iter([path])
+    raise TargetError(f"{target}: is not a regular file or directory ({_kind(st.st_mode)})")
+
+
+def _take_listing(candidates: Iterator[str]) -> tuple[list[str], bool]:
+    """At most ``MAX_LISTED`` names, and whether there were more."""
+    names: list[str] = []
+    for name in candidates:
+        if len(names) >= MAX_LISTED:
+            return names, True
+        names.append(name)
+    return names, False
+
+
+def _stat_entries(names: list[str], skipped: Counter[str]) -> tuple[list[FileEntry], int]:
+    """The samples among ``names`` (regular, non-empty, readable files), and how many names
+    could be stat-ed at all: the denominator when a sample's totals are scaled up."""
+    entries: list[FileEntry] = []
+    statted = 0
+    for name in names:
+        try:
+            st = os.stat(name)
+        except OSError:
+            skipped["broken_symlink" if os.path.islink(name) else "vanished"] += 1
+            continue
+        statted += 1
+        if stat.S_ISDIR(st.st_mode):
+            continue  # a glob's match of a directory: neither a sample nor a skipped file
+        reason = _not_a_sample(name, st)
+        if reason is None:
+            entries.append(FileEntry(name, st.st_size))
+        else:
+            skipped[reason] += 1
+    return entries, statted
+
+
+def _not_a_sample(name: str, st: os.stat_result) -> str | None:
+    """Why a stat-ed file that is not a directory is skipped, or None to keep it."""
+    if not stat.S_ISREG(st.st_mode):
+        return "special_file"
+    if st.st_size == 0:
+        return "empty"
+    if not os.access(name, os.R_OK):
+        return "unreadable"
+    return None
 
 
 def _walk(root: str, skipped: Counter[str]) -> Iterator[str]:
@@ -231,6 +249,29 @@ def _skip_summary(skipped: Counter[str]) -> str:
 
 
 def _resolve_remote(target: str, storage_options: dict[str, Any]) -> Dataset:
+    fs, path = _open_remote(target, storage_options)
+    files = [i for i in _list_remote(target, fs, path) if i.get("type") in (None, "file")]
+    listed = len(files)
+    skipped: Counter[str] = Counter()
+    files, sizes_estimated = _fill_sizes(fs, files, skipped)
+    entries = _remote_entries(files, skipped)
+    if not entries:
+        raise TargetError(f"{target}: no non-empty files found")
+    total = len(entries)
+    if sizes_estimated:
+        total = round(listed * len(entries) / STAT_SAMPLE)
+    return Dataset(
+        target=target,
+        entries=entries,
+        fs=fs,
+        total_files=total,
+        sizes_estimated=sizes_estimated,
+        skipped=skipped,
+    )
+
+
+def _open_remote(target: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
+    """The fsspec filesystem and the path within it that ``target`` names."""
     try:
         import fsspec
     except ImportError:  # pragma: no cover - fsspec is a core dependency
@@ -249,62 +290,64 @@ def _resolve_remote(target: str, storage_options: dict[str, Any]) -> Dataset:
         fs, path = fsspec.core.url_to_fs(target, **opts)
     except (ImportError, ValueError) as exc:
         raise TargetError(f"{target}: {_one_line(exc)}") from None
-    skipped: Counter[str] = Counter()
+    return fs, path
+
+
+def _list_remote(target: str, fs: Any, path: str) -> list[dict[str, Any]]:
+    """The info dicts of what a glob, a directory or a single object names."""
     try:
         if any(ch in path for ch in "*?["):
             infos = fs.glob(path, detail=True)
-            items = list(infos.values()) if isinstance(infos, dict) else []
-        elif fs.isdir(path):
-            found = fs.find(path, detail=True)
-            items = list(found.values())
-        else:
-            items = [fs.info(path)]
+            return list(infos.values()) if isinstance(infos, dict) else []
+        if fs.isdir(path):
+            return list(fs.find(path, detail=True).values())
+        return [fs.info(path)]
     except FileNotFoundError:
         raise TargetError(f"{target}: not found") from None
     except PermissionError:
         raise TargetError(f"{target}: permission denied") from None
     except Exception as exc:  # fsspec backends raise anything from aiohttp, botocore, ...
         raise TargetError(f"{target}: cannot reach it: {_one_line(exc)}") from None
-    files = [i for i in items if i.get("type") in (None, "file")]
-    sizes_estimated = False
-    unknown = [i for i in files if i.get("size") is None]
-    if unknown:
-        # listings parsed from HTML (http) carry no sizes: ask each file, concurrently, and
-        # only a random sample of a huge listing
-        known = [i for i in files if i.get("size") is not None]
-        if len(unknown) > STAT_SAMPLE:
-            unknown = random.Random(0).sample(unknown, STAT_SAMPLE)
-            sizes_estimated = True
-        with ThreadPoolExecutor(16) as pool:
-            infos = list(pool.map(lambda i: _safe_info(fs, str(i["name"])), unknown))
-        files = known + [i for i in infos if i is not None]
-        skipped["vanished"] += sum(1 for i in infos if i is None)
+
+
+def _fill_sizes(
+    fs: Any, files: list[dict[str, Any]], skipped: Counter[str]
+) -> tuple[list[dict[str, Any]], bool]:
+    """``files`` with a size where the listing gave none, and whether only a random sample
+    of those was asked (sizes then estimated).
+
+    Listings parsed from HTML (http) carry no sizes: each file is asked, concurrently, and
+    only a random sample of a huge listing.
+    """
+    known: list[dict[str, Any]] = []
+    unknown: list[dict[str, Any]] = []
+    for info in files:
+        (unknown if info.get("size") is None else known).append(info)
+    if not unknown:
+        return files, False
+    sampled = len(unknown) > STAT_SAMPLE
+    if sampled:
+        unknown = random.Random(0).sample(unknown, STAT_SAMPLE)
+    with ThreadPoolExecutor(16) as pool:
+        infos = list(pool.map(lambda i: _safe_info(fs, str(i["name"])), unknown))
+    found = [i for i in infos if i is not None]
+    skipped["vanished"] += len(infos) - len(found)
+    return known + found, sampled
+
+
+def _remote_entries(files: list[dict[str, Any]], skipped: Counter[str]) -> list[FileEntry]:
+    """Non-empty files of known size, sorted by path."""
     entries: list[FileEntry] = []
     for info in files:
         size = info.get("size")
         if size is None:
             skipped["unknown_size"] += 1
-            continue
-        if size == 0:
+        elif size == 0:
             skipped["empty"] += 1
-            continue
-        entries.append(FileEntry(str(info["name"]), int(size)))
-    if not entries:
-        raise TargetError(f"{target}: no non-empty files found")
+        else:
+            entries.append(FileEntry(str(info["name"]), int(size)))
     entries.sort(key=lambda e: e.path)
-    total = len(entries)
-    if sizes_estimated:
-        total = round(
-            len([i for i in items if i.get("type") in (None, "file")]) * len(entries) / STAT_SAMPLE
-        )
-    return Dataset(
-        target=target,
-        entries=entries,
-        fs=fs,
-        total_files=total,
-        sizes_estimated=sizes_estimated,
-        skipped=skipped,
-    )
+    return entries
 
 
 def _safe_info(fs: Any, name: str) -> dict[str, Any] | None:
@@ -320,21 +363,32 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) < 300 else text[:297] + "..."
 
 
-def detect_format(name: str, head: bytes) -> str:
-    """Name a file's format from its magic bytes, falling back to its extension."""
+_RIFF_FORMAT = {b"WEBP": "webp", b"WAVE": "wav"}
+
+
+def _magic_format(head: bytes) -> str | None:
     for offset, magic, fmt in _MAGIC:
         if head[offset : offset + len(magic)] == magic:
-            if fmt == "gzip" and name.endswith(".nii.gz"):
-                return "nifti"
             return fmt
-    if head[:4] == b"RIFF" and head[8:12] == b"WEBP":
-        return "webp"
-    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
-        return "wav"
+    if head[:4] == b"RIFF":
+        return _RIFF_FORMAT.get(head[8:12])
     if head[:4] == b"PK\x03\x04":
-        return "npz" if name.endswith(".npz") else "zip"
-    ext = os.path.splitext(name)[1].lower()
-    return _EXT_FORMAT.get(ext, ext.lstrip(".") or "unknown")
+        return "zip"
+    return None
+
+
+def detect_format(name: str, head: bytes) -> str:
+    """Name a file's format from its magic bytes, falling back to its extension."""
+    fmt = _magic_format(head)
+    if fmt is None:
+        ext = os.path.splitext(name)[1].lower()
+        return _EXT_FORMAT.get(ext, ext.lstrip(".") or "unknown")
+    # a NIfTI volume is gzip and an .npz is zip to their magic: the name tells them apart
+    if fmt == "gzip" and name.endswith(".nii.gz"):
+        return "nifti"
+    if fmt == "zip" and name.endswith(".npz"):
+        return "npz"
+    return fmt
 
 
 def _percentile(sorted_values: list[int], q: float) -> int:

@@ -48,11 +48,20 @@ def output_nbytes(obj: Any) -> int | None:
 
     A Pillow image counts one byte per band per pixel (``ToTensor``'s float would be four,
     but a loader that copies floats can copy uint8 and convert on the device); arrays count
-    ``nbytes``; ``raw`` returns the file's length. None for anything else.
+    ``nbytes``; ``raw`` returns the file's length. A non-empty list or tuple is the sum of
+    its parts, when every part has a size. None for anything else.
     """
-    if isinstance(obj, bool):
-        return None
-    if isinstance(obj, int):
+    size = _one_output_nbytes(obj)
+    if size is not None or not isinstance(obj, list | tuple) or not obj:
+        return size
+    parts = [output_nbytes(o) for o in obj]
+    known = [p for p in parts if p is not None]
+    return sum(known) if len(known) == len(parts) else None
+
+
+def _one_output_nbytes(obj: Any) -> int | None:
+    """``output_nbytes`` of a single object, not a sequence of them."""
+    if isinstance(obj, int) and not isinstance(obj, bool):  # a bool is not a length
         return obj
     if isinstance(obj, bytes | bytearray | memoryview):
         return len(obj)
@@ -62,9 +71,6 @@ def output_nbytes(obj: Any) -> int | None:
     if hasattr(obj, "getbands") and hasattr(obj, "size"):
         w, h = obj.size
         return int(w * h * len(obj.getbands()))
-    if isinstance(obj, list | tuple) and obj:
-        parts = [output_nbytes(o) for o in obj]
-        return None if any(p is None for p in parts) else sum(p for p in parts if p is not None)
     return None
 
 

@@ -48,16 +48,19 @@ def dali_missing() -> str | None:
 def one_line(exc: BaseException) -> str:
     """An exception as one short line: DALI's multi-line errors reduced to their cause."""
     lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-    cause = None
+    name = type(exc).__name__
+    cause = _cause(lines) or name
+    text = cause if cause.startswith(name) else f"{name}: {cause}"
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _cause(lines: list[str]) -> str | None:
+    """The line after DALI's "Encountered:", else the first line that is not boilerplate."""
     for i, ln in enumerate(lines):
         if ln.lower().startswith("encountered:") and i + 1 < len(lines):
-            cause = lines[i + 1]
-            break
-    if cause is None:
-        useful = [ln for ln in lines if not ln.lower().startswith(_BOILERPLATE)]
-        cause = useful[0] if useful else type(exc).__name__
-    text = cause if cause.startswith(type(exc).__name__) else f"{type(exc).__name__}: {cause}"
-    return text if len(text) <= 200 else text[:197] + "..."
+            return lines[i + 1]
+    useful = [ln for ln in lines if not ln.lower().startswith(_BOILERPLATE)]
+    return useful[0] if useful else None
 
 
 def pillow_path(stage: CpuStage, files: int) -> DecodePath:

@@ -25,7 +25,7 @@ import importlib.util
 import os
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ioprobe.capacity import single_thread_rate
@@ -115,6 +115,67 @@ def _make_cold(paths: Sequence[str], seed: int = 0) -> str:
     return "cold" if left is not None and left <= COLD_RESIDENT else "warm"
 
 
+class _Ring:
+    """Pinned host buffers used in turn, each with a device buffer and the copy from it that
+    may still be in flight; a buffer is refilled only once its last copy is done."""
+
+    def __init__(self, copier: Copier, buffer_bytes: int, buffers: int) -> None:
+        self.copier = copier
+        self.hosts = [copier.host(buffer_bytes, True) for _ in range(buffers)]
+        self.views = [copier.view(h) for h in self.hosts]
+        self.devices = [copier.device(buffer_bytes) for _ in range(buffers)]
+        self.pending: list[Any] = [None] * buffers
+        self.k = 0  # the buffer filled next
+        self.copy_s = 0.0  # device time of the copies waited for
+
+    def next_free(self) -> memoryview:
+        """The next buffer's bytes, after its last copy has finished."""
+        k = self.k
+        if self.pending[k] is not None:
+            self.copy_s += self.copier.wait(self.pending[k])
+            self.pending[k] = None
+        return self.views[k]
+
+    def send(self, nbytes: int) -> None:
+        """Start copying the first ``nbytes`` of the buffer just filled; move to the next."""
+        k = self.k
+        self.pending[k] = self.copier.start(self.hosts[k], self.devices[k], nbytes, "h2d", 1)
+        self.k = (k + 1) % len(self.pending)
+
+    def drain(self) -> None:
+        for p in self.pending:
+            if p is not None:
+                self.copy_s += self.copier.wait(p)
+
+
+def _stream(
+    ring: _Ring,
+    items: Sequence[Item],
+    max_bytes: int,
+    deadline: float,
+    progress: Callable[[int], None],
+) -> tuple[int, float, set[str]]:
+    """Fill buffers from ``items`` and send each to the device until the items or
+    ``max_bytes`` run out or ``deadline`` (perf_counter) passes; (bytes sent, seconds spent
+    reading, files that gave bytes)."""
+    total, read_s = 0, 0.0
+    done: set[str] = set()
+    i = 0
+    while i < len(items) and total < max_bytes and time.perf_counter() < deadline:
+        view = ring.next_free()
+        t0 = time.perf_counter()
+        first = i
+        used, i = _fill(view, items, i, done)
+        read_s += time.perf_counter() - t0
+        if i == first:
+            break  # an item larger than a buffer: plan_items with another chunk size
+        if used:
+            ring.send(used)
+            total += used
+        progress(total)
+    return total, read_s, done
+
+
 def measure_path(
     copier: Copier,
     entries: Sequence[FileEntry],
@@ -137,32 +198,15 @@ def measure_path(
     if not items:
         return DiskToGpu(method="not measured: nothing to read")
     cache = _make_cold(sorted({it[0] for it in items})) if cold else "warm"
-    hosts = [copier.host(buffer_bytes, True) for _ in range(buffers)]
-    views = [copier.view(h) for h in hosts]
-    devices = [copier.device(buffer_bytes) for _ in range(buffers)]
-    pending: list[Any] = [None] * buffers
-    total, read_s, copy_s = 0, 0.0, 0.0
-    done: set[str] = set()
-    i = k = 0
+    ring = _Ring(copier, buffer_bytes, buffers)
     start = time.perf_counter()
-    while i < len(items) and total < max_bytes and time.perf_counter() < deadline:
-        if pending[k] is not None:
-            copy_s += copier.wait(pending[k])  # buffer k's last copy must be done
-            pending[k] = None
-        t0 = time.perf_counter()
-        first = i
-        used, i = _fill(views[k], items, i, done)
-        read_s += time.perf_counter() - t0
-        if i == first:
-            break  # an item larger than a buffer: plan_items with another chunk size
-        if used:
-            pending[k] = copier.start(hosts[k], devices[k], used, "h2d", 1)
-            total += used
-            k = (k + 1) % buffers
-        rep.update(min(total / max_bytes, (time.perf_counter() - start) / max(budget_s, 1e-9)))
-    for p in pending:
-        if p is not None:
-            copy_s += copier.wait(p)
+
+    def progress(total: int) -> None:
+        elapsed = time.perf_counter() - start
+        rep.update(min(total / max_bytes, elapsed / max(budget_s, 1e-9)))
+
+    total, read_s, done = _stream(ring, items, max_bytes, deadline, progress)
+    ring.drain()
     seconds = time.perf_counter() - start
     return DiskToGpu(
         bytes_per_s=total / seconds if seconds > 0 and total else None,
@@ -170,7 +214,7 @@ def measure_path(
         bytes=total,
         seconds=seconds,
         read_seconds=read_s,
-        copy_seconds=copy_s,
+        copy_seconds=ring.copy_s,
         buffer_bytes=buffer_bytes,
         method=method_label(buffers, buffer_bytes),
         cache=cache,
@@ -264,6 +308,18 @@ def _import_kvikio() -> tuple[Any, str | None]:
         return None, f"kvikio did not import: {type(exc).__name__}: {exc}"
 
 
+def _cufile_rate(kvikio: Any, device: Any, items: Sequence[Item], budget_s: float) -> float | None:
+    """Bytes/s of cuFile reads of ``items`` in order, for at most ``budget_s`` or
+    ``MAX_BYTES``; None when nothing was read."""
+    total, start = 0, time.perf_counter()
+    for path, offset, length in items:
+        if time.perf_counter() > start + budget_s or total >= MAX_BYTES:
+            break
+        total += cufile_read(kvikio, path, device, length, offset)
+    seconds = time.perf_counter() - start
+    return total / seconds if seconds > 0 and total else None
+
+
 def kvikio_read(
     copier: Copier,
     entries: Sequence[FileEntry],
@@ -291,13 +347,7 @@ def kvikio_read(
         cufile_read(kvikio, path, device, min(length, 4096), 0)  # cuFile's driver opens here
         if cold:
             evict(sorted({it[0] for it in items}))
-        total, start = 0, time.perf_counter()
-        for path, offset, length in items:
-            if time.perf_counter() > start + budget_s or total >= MAX_BYTES:
-                break
-            total += cufile_read(kvikio, path, device, length, offset)
-        seconds = time.perf_counter() - start
-        return (total / seconds if seconds > 0 and total else None), mode
+        return _cufile_rate(kvikio, device, items, budget_s), mode
     except Exception as exc:  # a missing driver, a file cuFile refuses: said, not raised
         return None, f"kvikio failed: {type(exc).__name__}: {exc}"
 

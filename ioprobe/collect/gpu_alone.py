@@ -141,8 +141,34 @@ def measure_alone(
     sync = backend.new_event()
     backend.record(sync)
     backend.wait(sync)
-    if not isinstance(activity, str) and activity is not None:
-        activity.begin()
+    reader = None if isinstance(activity, str) else activity  # a str says why there is none
+    if reader is not None:
+        reader.begin()
+    steps, first, last = _timed_steps(step, batch, backend, sync, seconds, max_steps)
+    busy = reader.end() if reader is not None else None
+    step_s = backend.elapsed_ns(first, last) / 1e9 / steps
+    return GpuAlone(
+        samples_per_s=batch_size / step_s if step_s > 0 else None,
+        step_seconds=step_s,
+        steps=steps,
+        batch_size=batch_size,
+        timing=backend.name,
+        sm_active=busy,
+        sm_method=reader.method if reader is not None else None,
+        note=activity if isinstance(activity, str) else None,
+    )
+
+
+def _timed_steps(
+    step: Callable[[Any], object],
+    batch: Any,
+    backend: EventBackend,
+    sync: Any,
+    seconds: float,
+    max_steps: int,
+) -> tuple[int, Any, Any]:
+    """Steps between two events until ``seconds`` pass or ``max_steps`` ran: (steps, first
+    event, last event), the last one complete."""
     first, last = backend.new_event(), backend.new_event()
     backend.record(first)
     steps, deadline = 0, time.perf_counter() + seconds
@@ -156,19 +182,7 @@ def measure_alone(
                 break
     backend.record(last)
     backend.wait(last)
-    busy = activity.end() if not isinstance(activity, str) and activity is not None else None
-    step_s = backend.elapsed_ns(first, last) / 1e9 / steps
-    why = activity if isinstance(activity, str) else None
-    return GpuAlone(
-        samples_per_s=batch_size / step_s if step_s > 0 else None,
-        step_seconds=step_s,
-        steps=steps,
-        batch_size=batch_size,
-        timing=backend.name,
-        sm_active=busy,
-        sm_method=None if activity is None or isinstance(activity, str) else activity.method,
-        note=why,
-    )
+    return steps, first, last
 
 
 __all__ = ["GpmActivity", "SmActivity", "UtilActivity", "measure_alone", "open_activity"]

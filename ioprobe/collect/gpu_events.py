@@ -168,6 +168,16 @@ class GpuTimeline:
             self._row_start = 0
             return
         self._cursor += d
+        self._credit(prev_kind, cur, d)
+        if kind == REQUEST and self._row_start >= 0:
+            self._end_row()
+        elif kind == ARRIVAL:
+            self._row_start = self._cursor
+
+    def _credit(self, prev_kind: int, cur: tuple[int, Any, int, int], d: int) -> None:
+        """Add the gap of ``d`` ns that ends at ``cur`` to waiting, copying or busy time, by
+        the kinds of the two events around it."""
+        kind = cur[0]
         if prev_kind == REQUEST and kind == ARRIVAL:
             self.wait_ns += d
             self._row_wait += d
@@ -181,22 +191,23 @@ class GpuTimeline:
                 self.pinned_ns += d
         elif self._zeroed:
             self.busy_ns += d
-        if kind == REQUEST and self._row_start >= 0:
-            start = self._row_start
-            self.steps.add(self._cursor - start - self._row_copy)
-            self.series.add(
-                (
-                    self._anchor + start,
-                    self._anchor + self._cursor,
-                    self._row_wait,
-                    self._row_copy,
-                    1,
-                )
+
+    def _end_row(self) -> None:
+        """A step ended at a request event: its device time, copies excluded, to ``steps``
+        and its row to the series."""
+        start = self._row_start
+        self.steps.add(self._cursor - start - self._row_copy)
+        self.series.add(
+            (
+                self._anchor + start,
+                self._anchor + self._cursor,
+                self._row_wait,
+                self._row_copy,
+                1,
             )
-            self._row_start = -1
-            self._row_wait = self._row_copy = 0
-        elif kind == ARRIVAL:
-            self._row_start = self._cursor
+        )
+        self._row_start = -1
+        self._row_wait = self._row_copy = 0
 
     def end_epoch(self) -> tuple[int, int, int, int, int, int, int]:
         """Wait for the last event, resolve all, and hand over the epoch's sums: wait, busy,

@@ -18,7 +18,7 @@ import os
 import threading
 import time
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ioprobe.record import GpuSeries
@@ -275,6 +275,46 @@ def busy_fraction(
     return min(max(mean / (1.0 - idle), 0.0), 1.0)
 
 
+def _utilisation(nvml: Any, handles: list[Any]) -> tuple[float, int, Any]:
+    """The sum of utilisation percents over the GPUs that answered, how many did, and the
+    first GPU's answer (None if it did not)."""
+    total = 0.0
+    answered = 0
+    first: Any = None
+    for i, handle in enumerate(handles):
+        # anything a binding may raise: a traceback from the sampler thread would land in
+        # the middle of the user's training output
+        try:
+            util = nvml.nvmlDeviceGetUtilizationRates(handle)
+            total += float(util.gpu)
+            answered += 1
+            if i == 0:
+                first = util
+        except Exception:
+            pass
+    return total, answered, first
+
+
+def _sample(
+    nvml: Any, handles: list[Any], reader: SeriesReader | None, began: float
+) -> tuple[float, int, list[float] | None]:
+    """One poll: utilisation as ``_utilisation`` gives it and the first GPU's series row,
+    None when there is no series or none of its readings answered. The poll's cost is kept
+    for ``poll_seconds``."""
+    row: list[float] | None = None
+    with _nvml_lock:
+        total, answered, first = _utilisation(nvml, handles)
+        if reader is not None:
+            row = reader.read(handles[0], first)
+    if reader is not None and len(reader.costs) < MAX_COSTS:
+        reader.costs.append(time.perf_counter() - began)
+    # a MIG-mode or virtual GPU may refuse utilisation yet give power, clocks, memory and
+    # PCIe: the series goes on without the busy figure
+    if row is not None and all(map(math.isnan, row)):
+        row = None
+    return total, answered, row
+
+
 class GpuBusySampler:
     """Polls NVML's GPU utilisation every ``interval_s`` on a daemon thread.
 
@@ -329,18 +369,33 @@ class GpuBusySampler:
             return True
         if self._unavailable:
             return False
-        nvml = self.nvml
-        if nvml is None:
+        nvml = self._import_nvml()
+        handles = self._open_devices(nvml) if nvml is not None else None
+        if handles is None:
+            return False
+        self._launch(nvml, handles)
+        return True
+
+    def _import_nvml(self) -> Any | None:
+        """The NVML binding given or ``pynvml``; None, having given up, without either."""
+        if self.nvml is None:
             try:
                 import pynvml
             except ImportError:
-                return self._give_up("none: nvidia-ml-py not installed")
-            nvml = self.nvml = pynvml
+                self._give_up("none: nvidia-ml-py not installed")
+                return None
+            self.nvml = pynvml
+        return self.nvml
+
+    def _open_devices(self, nvml: Any) -> list[Any] | None:
+        """Initialise NVML and open the GPUs this process can see; None, having given up
+        (and shut NVML down again), when NVML fails or no GPU opens."""
         nvml_error: type[BaseException] = getattr(nvml, "NVMLError", Exception)
         try:
             nvml.nvmlInit()
         except Exception as exc:  # a missing library or driver surfaces as assorted errors
-            return self._give_up(f"none: NVML not available ({_reason(exc)})")
+            self._give_up(f"none: NVML not available ({_reason(exc)})")
+            return None
         try:
             self.devices = visible_indices(
                 int(nvml.nvmlDeviceGetCount()), os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -351,10 +406,16 @@ class GpuBusySampler:
                     handles.append(nvml.nvmlDeviceGetHandleByIndex(index))
         except Exception as exc:
             self._shutdown(nvml)
-            return self._give_up(f"none: NVML not available ({_reason(exc)})")
+            self._give_up(f"none: NVML not available ({_reason(exc)})")
+            return None
         if not handles:
             self._shutdown(nvml)
-            return self._give_up("none: no visible GPU")
+            self._give_up("none: no visible GPU")
+            return None
+        return handles
+
+    def _launch(self, nvml: Any, handles: list[Any]) -> None:
+        """Start the polling thread; buffers made by an earlier start() are kept."""
         if self._buffer is None:
             self._buffer = SampleBuffer(self.capacity)
         if self.want_series and self._series is None:
@@ -372,7 +433,6 @@ class GpuBusySampler:
         # before the thread runs: it may write its own status if the GPUs refuse to answer
         self.status = f"nvml: sampling {len(handles)} GPU{'s' if len(handles) != 1 else ''}"
         self._thread.start()
-        return True
 
     def stop(self) -> None:
         """Stop and join the thread and shut NVML down; the samples stay readable."""
@@ -402,39 +462,10 @@ class GpuBusySampler:
     ) -> None:
         failed = 0
         series, reader = self._series, self._reader
-        # polls on a fixed schedule: a poll takes tens of ms (NVML's PCIe throughput call
-        # measures over 20 ms each), and waiting a full interval after it would lower the rate
-        next_at = time.perf_counter() + self.interval_s
         try:
-            while not stop.wait(max(next_at - time.perf_counter(), 0.0)):
-                next_at += self.interval_s
-                began = time.perf_counter()
-                if began > next_at:
-                    next_at = began + self.interval_s  # fell behind: no burst to catch up
-                total = 0.0
-                answered = 0
-                first: Any = None
-                row: list[float] | None = None
-                with _nvml_lock:
-                    for i, handle in enumerate(handles):
-                        # anything a binding may raise: a traceback from this thread would
-                        # land in the middle of the user's training output
-                        try:
-                            util = nvml.nvmlDeviceGetUtilizationRates(handle)
-                            total += float(util.gpu)
-                            answered += 1
-                            if i == 0:
-                                first = util
-                        except Exception:
-                            pass
-                    if reader is not None:
-                        row = reader.read(handles[0], first)
-                if reader is not None and len(reader.costs) < MAX_COSTS:
-                    reader.costs.append(time.perf_counter() - began)
-                # a MIG-mode or virtual GPU may refuse utilisation yet give power, clocks,
-                # memory and PCIe: the series goes on without the busy figure
-                has_row = row is not None and not all(map(math.isnan, row))
-                if not answered and not has_row:
+            for began in self._ticks(stop):
+                total, answered, row = _sample(nvml, handles, reader, began)
+                if not answered and row is None:
                     failed += 1
                     if failed >= MAX_FAILED_POLLS:
                         self.status = "none: NVML gives no utilisation for these GPUs"
@@ -447,10 +478,24 @@ class GpuBusySampler:
                     t = self.clock()
                     if answered:
                         buffer.add(t, total / answered)
-                    if series is not None and row is not None and has_row:
+                    if series is not None and row is not None:
                         series.add(t, row)
         finally:
             self.thread_cpu_s = time.thread_time()
+
+    def _ticks(self, stop: threading.Event) -> Iterator[float]:
+        """The perf_counter time of each poll, every ``interval_s``, until ``stop`` is set.
+
+        The schedule is fixed: a poll takes tens of ms (NVML's PCIe throughput call measures
+        over 20 ms each), and waiting a full interval after it would lower the rate.
+        """
+        next_at = time.perf_counter() + self.interval_s
+        while not stop.wait(max(next_at - time.perf_counter(), 0.0)):
+            next_at += self.interval_s
+            began = time.perf_counter()
+            if began > next_at:
+                next_at = began + self.interval_s  # fell behind: no burst to catch up
+            yield began
 
     def series_columns(self, origin: float) -> tuple[dict[str, list[float | None]], int]:
         """The NVML series as record columns, ``t`` in seconds from ``origin`` (a ``clock``

@@ -144,28 +144,36 @@ def _classify(
     fs_type = mount.fs_type
     if fs_type in NETWORK_FS_TYPES:
         info.device_class = "network"
-        return
-    if fs_type in MEMORY_FS_TYPES:
+    elif fs_type in MEMORY_FS_TYPES:
         info.device_class = "tmpfs"
+    elif fs_type == "overlay":
+        _classify_overlay(info, mount, mounts, sys_root, depth)
+    else:
+        _classify_block(info, mount, sys_root)
+
+
+def _classify_overlay(
+    info: FilesystemInfo, mount: Mount, mounts: list[Mount], sys_root: Path, depth: int
+) -> None:
+    # Written and newly created files live in the upper layer; its filesystem is the best
+    # single answer for where an overlay's data sits.
+    upper = _option(mount.options, "upperdir")
+    if upper is None or depth >= _MAX_OVERLAY_DEPTH:
         return
-    if fs_type == "overlay":
-        # Written and newly created files live in the upper layer; its filesystem is the
-        # best single answer for where an overlay's data sits.
-        upper = _option(mount.options, "upperdir")
-        if upper is None or depth >= _MAX_OVERLAY_DEPTH:
-            return
-        try:
-            upper_st = os.stat(upper)
-            upper_dev: tuple[int, int] | None = (
-                os.major(upper_st.st_dev),
-                os.minor(upper_st.st_dev),
-            )
-        except OSError:
-            upper_dev = None  # another mount namespace's path, as inside a container
-        below = _find_mount(upper, upper_dev, [m for m in mounts if m is not mount])
-        if below is not None and below.fs_type != "overlay":
-            _classify(info, below, mounts, sys_root, depth + 1)
-        return
+    below = _find_mount(upper, _device_number(upper), [m for m in mounts if m is not mount])
+    if below is not None and below.fs_type != "overlay":
+        _classify(info, below, mounts, sys_root, depth + 1)
+
+
+def _device_number(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None  # another mount namespace's path, as inside a container
+    return os.major(st.st_dev), os.minor(st.st_dev)
+
+
+def _classify_block(info: FilesystemInfo, mount: Mount, sys_root: Path) -> None:
     disk = _block_device(mount, sys_root)
     if disk is None:
         return
@@ -184,8 +192,7 @@ def device_class(
     Virtual devices are recognised before anything else because a hypervisor's disk can claim
     to rotate, or be NVMe, while its speed is the host's or the network's.
     """
-    label = f"{vendor or ''} {model or ''}".lower()
-    if _VIRTUAL_NAME.match(disk) or any(m in label for m in _VIRTUAL_MODEL_MARKERS):
+    if _is_virtual(disk, model, vendor):
         return "virtual"
     if _NETWORK_NAME.match(disk):
         return "network"
@@ -196,6 +203,13 @@ def device_class(
     if rotational is False and disk.startswith(("sd", "hd")):
         return "sata-ssd"
     return "unknown"
+
+
+def _is_virtual(disk: str, model: str | None, vendor: str | None) -> bool:
+    if _VIRTUAL_NAME.match(disk):
+        return True
+    label = f"{vendor or ''} {model or ''}".lower()
+    return any(m in label for m in _VIRTUAL_MODEL_MARKERS)
 
 
 def _block_device(mount: Mount, sys_root: Path) -> str | None:

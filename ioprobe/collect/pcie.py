@@ -147,23 +147,30 @@ def measure_copies(
             break
         for direction, is_pinned in COMBOS:
             host = hosts[is_pinned]
-            copier.wait(copier.start(host, device, size, direction, 1))  # warm-up
-            reps = _reps(size)
-            rates = []
-            for _ in range(TRIALS):
-                seconds = copier.wait(copier.start(host, device, size, direction, reps))
-                rates.append(size * reps / seconds if seconds > 0 else float("inf"))
-            points.append(
-                CopyPoint(
-                    direction=direction,
-                    memory="pinned" if is_pinned else "pageable",
-                    size_bytes=size,
-                    bytes_per_s=statistics.median(rates),
-                    trials=rates,
-                )
-            )
+            points.append(_measure_point(copier, host, is_pinned, device, size, direction))
         rep.update((i + 1) / len(sizes), _size_label(size))
     return points, link
+
+
+def _measure_point(
+    copier: Copier, host: Any, is_pinned: bool, device: Any, size: int, direction: Direction
+) -> CopyPoint:
+    """One size, direction and kind of host memory: an untimed copy, then the median of
+    ``TRIALS`` timed trials."""
+    # untimed: the first copy of a size and direction may pay one-off costs the trials must not
+    copier.wait(copier.start(host, device, size, direction, 1))
+    reps = _reps(size)
+    rates = []
+    for _ in range(TRIALS):
+        seconds = copier.wait(copier.start(host, device, size, direction, reps))
+        rates.append(size * reps / seconds if seconds > 0 else float("inf"))
+    return CopyPoint(
+        direction=direction,
+        memory="pinned" if is_pinned else "pageable",
+        size_bytes=size,
+        bytes_per_s=statistics.median(rates),
+        trials=rates,
+    )
 
 
 def _warm_up(copier: Copier, pinned: Any, device: Any, size: int, device_s: float = 0.2) -> None:

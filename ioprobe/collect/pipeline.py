@@ -15,13 +15,13 @@ import random
 import signal
 import time
 from collections.abc import Sequence
-from multiprocessing.pool import AsyncResult
+from multiprocessing.pool import AsyncResult, Pool
 from typing import Any
 
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.decode import Decoder, resolve
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
-from ioprobe.record import PipelineRun
+from ioprobe.record import PipelineRun, Track
 
 _fs: Any = None
 _decoder: Decoder | None = None
@@ -83,6 +83,72 @@ def _batch_task(batch: list[FileEntry]) -> BatchResult:
     return len(batch), nbytes, errors, os.getpid(), t_start, clock(), read_ns, cpu
 
 
+class _Consumer:
+    """The main process's side of the loop: what it waited for each batch, and the tracks."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []  # seconds blocked per batch, the first batch excluded
+        self.samples = 0  # in the batches of ``waits``
+        self.first_done = 0.0  # perf_counter when the first batch's compute ended
+        self.end = 0.0
+        self.main = Series(MAIN_COLUMNS, MAIN_ROWS)
+        self.per_worker: dict[int, Series] = {}  # by pid, numbered in order of first batch
+        self.origin = 0  # perf_counter ns of the first wait: the tracks' zero
+
+    def took(self, t0_ns: int, t1_ns: int, result: BatchResult) -> None:
+        """A batch arrived at ``t1_ns`` after waiting from ``t0_ns``."""
+        n, _, _, pid, w_start, w_end, read_ns, cpu_ns = result
+        self.origin = self.origin or t0_ns
+        self.main.add((t0_ns, t1_ns, t1_ns - t0_ns, 1, n, 0))
+        ws = self.per_worker.setdefault(pid, Series(WORKER_COLUMNS, WORKER_ROWS))
+        ws.add((w_start, w_end, 1, n, w_end - w_start, cpu_ns, read_ns))
+        if self.first_done:
+            self.waits.append(t1_ns / 1e9 - t0_ns / 1e9)
+            self.samples += n
+
+    def tracks(self) -> list[Track]:
+        if not self.origin:
+            return []
+        main = self.main.to_record("main process", None, self.origin)
+        workers = self.per_worker.values()
+        return [
+            main,
+            *(ws.to_record(f"worker {i}", i, self.origin) for i, ws in enumerate(workers)),
+        ]
+
+
+def _consume(
+    pool: Pool, batches: list[list[FileEntry]], workers: int, compute_s: float, budget_s: float
+) -> _Consumer:
+    """Take batches in order, ``2 x workers`` in flight, sleeping ``compute_s`` after each,
+    until every batch is taken or a batch arrives past the budget."""
+    consumer = _Consumer()
+    pending: list[AsyncResult[BatchResult]] = []
+    nxt = 0
+    deadline = time.perf_counter() + budget_s
+    while True:
+        while nxt < len(batches) and len(pending) < 2 * workers:
+            pending.append(pool.apply_async(_batch_task, (batches[nxt],)))
+            nxt += 1
+        if not pending:
+            break
+        t0_ns = time.perf_counter_ns()
+        result = pending.pop(0).get()
+        t1_ns = time.perf_counter_ns()
+        consumer.took(t0_ns, t1_ns, result)
+        time.sleep(compute_s)
+        if not consumer.first_done:
+            consumer.first_done = time.perf_counter()
+        if t1_ns / 1e9 >= deadline:
+            break
+    consumer.end = time.perf_counter()
+    return consumer
+
+
+def _wait_ms(ordered: list[float], q: float) -> float | None:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3 if ordered else None
+
+
 def run_pipeline(
     entries: Sequence[FileEntry],
     fs: Any,
@@ -99,62 +165,25 @@ def run_pipeline(
     random.Random(seed).shuffle(order)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     ctx = mp.get_context("spawn")
-    waits: list[float] = []
-    samples = 0
-    first_done = 0.0
-    main = Series(MAIN_COLUMNS, MAIN_ROWS)
-    per_worker: dict[int, Series] = {}  # by pid, numbered in order of first batch
-    origin = 0
     with ctx.Pool(workers, initializer=_init, initargs=(decoder_name, fs)) as pool:
-        pending: list[AsyncResult[BatchResult]] = []
-        nxt = 0
-        deadline = time.perf_counter() + budget_s
-        while True:
-            while nxt < len(batches) and len(pending) < 2 * workers:
-                pending.append(pool.apply_async(_batch_task, (batches[nxt],)))
-                nxt += 1
-            if not pending:
-                break
-            t0_ns = time.perf_counter_ns()
-            n, _, _, pid, w_start, w_end, read_ns, cpu_ns = pending.pop(0).get()
-            t1_ns = time.perf_counter_ns()
-            t0, t1 = t0_ns / 1e9, t1_ns / 1e9
-            origin = origin or t0_ns
-            main.add((t0_ns, t1_ns, t1_ns - t0_ns, 1, n, 0))
-            ws = per_worker.setdefault(pid, Series(WORKER_COLUMNS, WORKER_ROWS))
-            ws.add((w_start, w_end, 1, n, w_end - w_start, cpu_ns, read_ns))
-            if first_done:
-                waits.append(t1 - t0)
-                samples += n
-            time.sleep(compute_s)
-            if not first_done:
-                first_done = time.perf_counter()
-            if t1 >= deadline:
-                break
-        end = time.perf_counter()
+        run = _consume(pool, batches, workers, compute_s, budget_s)
         pool.terminate()  # batches still in flight are not needed
-    wall = max(end - first_done, 1e-9) if first_done else 0.0
-    wait_total = sum(waits)
-    ordered = sorted(waits)
-
-    def pct(q: float) -> float | None:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1e3 if ordered else None
-
+    first_done = run.first_done
+    wall = max(run.end - first_done, 1e-9) if first_done else 0.0
+    wait_total = sum(run.waits)
+    ordered = sorted(run.waits)
     return PipelineRun(
         workers=workers,
         batch_size=batch_size,
         compute_seconds_per_batch=compute_s,
-        batches=len(waits),
-        samples=samples,
+        batches=len(run.waits),
+        samples=run.samples,
         seconds=wall,
-        samples_per_s=samples / wall if wall else 0.0,
+        samples_per_s=run.samples / wall if wall else 0.0,
         wait_seconds=wait_total,
         gpu_idle_fraction=min(wait_total / wall, 1.0) if wall else 0.0,
         cache=cache,
-        wait_p50_ms=pct(0.5),
-        wait_p95_ms=pct(0.95),
-        tracks=[main.to_record("main process", None, origin)]
-        + [ws.to_record(f"worker {i}", i, origin) for i, ws in enumerate(per_worker.values())]
-        if origin
-        else [],
+        wait_p50_ms=_wait_ms(ordered, 0.5),
+        wait_p95_ms=_wait_ms(ordered, 0.95),
+        tracks=run.tracks(),
     )

@@ -65,24 +65,45 @@ def plan_items(entries: Sequence[FileEntry], chunk: int = CHUNK) -> list[Item]:
 
 # --------------------------------------------------------------------------- readers
 
+ReadOne = Callable[[str, int, int], int]  # (path, offset, length) -> bytes read
 
-def _local_reader(
-    items: Sequence[Item],
-    order: Sequence[int],
-    counter: itertools.count[int],
-    deadline_ns: int,
-    lat: list[int],
-    progress: list[int],
+
+@dataclass(slots=True)
+class _Level:
+    """What the threads of one level share: the work, the stop time and where results go.
+
+    ``counter`` hands out positions in ``order`` without a lock (``next`` on an
+    ``itertools.count`` is atomic under the GIL); each thread owns ``latencies[slot]`` and
+    ``progress[slot]``, so no write is contended.
+    """
+
+    items: Sequence[Item]
+    order: Sequence[int]
+    counter: itertools.count[int]
+    deadline_ns: int
+    latencies: list[list[int]]
+    progress: list[int]
+    errors: list[str]
+
+
+def _read_items(
+    level: _Level,
     slot: int,
-    errors: list[str],
+    read_one: ReadOne,
+    failure: type[Exception],
+    describe: Callable[[Exception], str],
 ) -> None:
-    # page-aligned (an anonymous mapping): copies out of the page cache into a buffer at an
-    # address 8-24 bytes past a 64-byte boundary run 4x slower on some CPUs, and a
-    # bytearray's alignment is luck
-    buf = memoryview(mmap.mmap(-1, BUFFER))
+    """One thread's share of a level: take items until they run out or the deadline passes.
+
+    A read that raises ``failure`` is counted with ``describe``'s text and not timed; any
+    other exception is a bug and ends the thread.
+    """
+    # locals, not attribute lookups, inside the loop: it runs once per file
+    items, order, counter = level.items, level.order, level.counter
+    deadline_ns, progress, errors = level.deadline_ns, level.progress, level.errors
+    lat = level.latencies[slot]
     n = len(order)
     clock = time.perf_counter_ns
-    preadv = os.preadv
     done = 0
     for k in counter:
         if k >= n:
@@ -90,60 +111,63 @@ def _local_reader(
         path, off, length = items[order[k]]
         t0 = clock()
         try:
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                end = off + length
-                pos = off
-                while pos < end:
-                    got = preadv(fd, [buf[: min(BUFFER, end - pos)]], pos)
-                    if got == 0:
-                        break  # the file shrank since it was listed
-                    pos += got
-            finally:
-                os.close(fd)
-        except OSError as exc:
-            errors.append(f"{path}: {exc.strerror or exc}")
+            got = read_one(path, off, length)
+        except failure as exc:
+            errors.append(f"{path}: {describe(exc)}")
             continue
         t1 = clock()
         lat.append(t1 - t0)
-        done += pos - off
+        done += got
         progress[slot] = done
         if t1 >= deadline_ns:
             break
 
 
-def _remote_reader_factory(fs: object) -> Callable[..., None]:
+def _os_error_text(exc: Exception) -> str:
+    # strerror alone where there is one: str(OSError) repeats the path the message starts with
+    return str(getattr(exc, "strerror", None) or exc)
+
+
+def _local_reader(level: _Level, slot: int) -> None:
+    # page-aligned (an anonymous mapping): copies out of the page cache into a buffer at an
+    # address 8-24 bytes past a 64-byte boundary run 4x slower on some CPUs, and a
+    # bytearray's alignment is luck
+    buf = memoryview(mmap.mmap(-1, BUFFER))
+    # bound once per thread: each lookup saved is saved once per file
+    preadv, open_, close, rdonly = os.preadv, os.open, os.close, os.O_RDONLY
+
+    def read_one(path: str, off: int, length: int) -> int:
+        fd = open_(path, rdonly)
+        try:
+            end = off + length
+            pos = off
+            while pos < end:
+                # a slice past the buffer's end stops at its end: at most BUFFER per call
+                got = preadv(fd, [buf[: end - pos]], pos)
+                if got == 0:
+                    break  # the file shrank since it was listed
+                pos += got
+        finally:
+            close(fd)
+        return pos - off
+
+    _read_items(level, slot, read_one, OSError, _os_error_text)
+
+
+def _remote_error_text(exc: Exception) -> str:
+    # botocore and aiohttp messages run over several lines and can be long
+    return " ".join(str(exc).split())[:200]
+
+
+def _remote_reader_factory(fs: object) -> Callable[[_Level, int], None]:
     cat_file = fs.cat_file  # type: ignore[attr-defined]
 
-    def reader(
-        items: Sequence[Item],
-        order: Sequence[int],
-        counter: itertools.count[int],
-        deadline_ns: int,
-        lat: list[int],
-        progress: list[int],
-        slot: int,
-        errors: list[str],
-    ) -> None:
-        n = len(order)
-        clock = time.perf_counter_ns
-        done = 0
-        for k in counter:
-            if k >= n:
-                break
-            path, off, length = items[order[k]]
-            t0 = clock()
-            try:
-                data = cat_file(path, start=off, end=off + length)
-            except Exception as exc:  # backends raise their own types
-                errors.append(f"{path}: {' '.join(str(exc).split())[:200]}")
-                continue
-            t1 = clock()
-            lat.append(t1 - t0)
-            done += len(data)
-            progress[slot] = done
-            if t1 >= deadline_ns:
-                break
+    def read_one(path: str, off: int, length: int) -> int:
+        return len(cat_file(path, start=off, end=off + length))
+
+    def reader(level: _Level, slot: int) -> None:
+        # backends raise their own types, not OSError: every exception is a failed read
+        _read_items(level, slot, read_one, Exception, _remote_error_text)
 
     return reader
 
@@ -160,19 +184,41 @@ def run_level(
     """Read ``items`` in a shuffled order with ``concurrency`` threads for at most ``seconds``."""
     order = list(range(len(items)))
     random.Random(seed).shuffle(order)
-    counter = itertools.count()
-    lats: list[list[int]] = [[] for _ in range(concurrency)]
-    progress = [0] * concurrency
-    errors: list[str] = []
     start = time.perf_counter_ns()
-    deadline = start + int(seconds * 1e9)
+    level = _Level(
+        items=items,
+        order=order,
+        counter=itertools.count(),
+        deadline_ns=start + int(seconds * 1e9),
+        latencies=[[] for _ in range(concurrency)],
+        progress=[0] * concurrency,
+        errors=[],
+    )
+    _run_threads(reader, level, concurrency, on_poll)
+    elapsed = (time.perf_counter_ns() - start) / 1e9
+    all_lat = [x for lst in level.latencies for x in lst]
+    errors = level.errors
+    return LevelResult(
+        concurrency=concurrency,
+        bytes=sum(level.progress),
+        items=len(all_lat),
+        seconds=elapsed,
+        latencies_ns=all_lat,
+        errors=len(errors),
+        first_error=errors[0] if errors else None,
+    )
+
+
+def _run_threads(
+    reader: Callable[..., None],
+    level: _Level,
+    concurrency: int,
+    on_poll: Callable[[int], None] | None,
+) -> None:
+    """Run ``reader(level, slot)`` on ``concurrency`` threads; ``on_poll`` sees the bytes
+    read so far every 0.1 s until all have finished."""
     threads = [
-        threading.Thread(
-            target=reader,
-            args=(items, order, counter, deadline, lats[i], progress, i, errors),
-            daemon=True,
-            name=f"ioprobe-read-{i}",
-        )
+        threading.Thread(target=reader, args=(level, i), daemon=True, name=f"ioprobe-read-{i}")
         for i in range(concurrency)
     ]
     for t in threads:
@@ -181,18 +227,7 @@ def run_level(
         while t.is_alive():
             t.join(0.1)
             if on_poll is not None:
-                on_poll(sum(progress))
-    elapsed = (time.perf_counter_ns() - start) / 1e9
-    all_lat = [x for lst in lats for x in lst]
-    return LevelResult(
-        concurrency=concurrency,
-        bytes=sum(progress),
-        items=len(all_lat),
-        seconds=elapsed,
-        latencies_ns=all_lat,
-        errors=len(errors),
-        first_error=errors[0] if errors else None,
-    )
+                on_poll(sum(level.progress))
 
 
 # --------------------------------------------------------------------------- page cache
@@ -327,6 +362,111 @@ def select_entries(entries: Sequence[FileEntry], max_bytes: int, seed: int) -> l
     return out
 
 
+def _eviction_note(local: bool, cache: str) -> str | None:
+    if not local:
+        return "none needed: a remote target has no local page cache"
+    if cache == "cold":
+        return "posix_fadvise(DONTNEED) before each level, checked with mincore"
+    return None
+
+
+@dataclass
+class _PassPlan:
+    """What every level of one pass reads, with which reader, in which cache state."""
+
+    reader: Callable[..., None]
+    items: list[Item]
+    total_bytes: int
+    paths: list[str]
+    check: list[str]  # the files whose residency is checked before each level
+    local: bool
+    cold: bool
+
+    @classmethod
+    def of(cls, ds: Dataset, selection: Sequence[FileEntry], cache: str, seed: int) -> _PassPlan:
+        local = not ds.remote
+        items = plan_items(selection)
+        paths = [e.path for e in selection]
+        # mincore on every file of a large selection would cost more than the level itself
+        check = (
+            paths
+            if len(paths) <= RESIDENCY_SAMPLE
+            else random.Random(seed).sample(paths, RESIDENCY_SAMPLE)
+        )
+        return cls(
+            reader=_local_reader if local else _remote_reader_factory(ds.fs),
+            items=items,
+            total_bytes=sum(length for _, _, length in items),
+            paths=paths,
+            check=check,
+            local=local,
+            cold=local and cache == "cold",
+        )
+
+    def settle_cache(self) -> float | None:
+        """Evict the files before a cold level; the resident share of ``check`` then, None
+        for a remote target (no local page cache)."""
+        if not self.local:
+            return None
+        if self.cold:
+            evict(self.paths)
+        return resident_fraction(self.check)
+
+
+class _Plateau:
+    """The sweep's stop rule: ``STALE_LEVELS`` levels in a row that gain less than
+    ``MIN_GAIN`` over the best rate so far."""
+
+    __slots__ = ("best", "stale")
+
+    def __init__(self) -> None:
+        self.best = 0.0
+        self.stale = 0
+
+    def reached(self, rate: float) -> bool:
+        gain = rate / self.best - 1 if self.best else 1.0
+        self.best = max(self.best, rate)
+        self.stale = self.stale + 1 if gain < MIN_GAIN else 0
+        return self.stale >= STALE_LEVELS
+
+
+def _measure_level(
+    plan: _PassPlan, concurrency: int, seconds: float, seed: int, rep: Reporter
+) -> SweepPoint:
+    """One level of the sweep, from its cache state to its progress lines."""
+    resident = plan.settle_cache()
+
+    def poll(done: int) -> None:
+        share = done / max(plan.total_bytes, 1)
+        rep.update(share, f"{concurrency} threads  {done / 1e6:8.1f} MB")
+
+    res = run_level(plan.reader, plan.items, concurrency, seconds, seed=seed, on_poll=poll)
+    if res.items == 0 and res.errors:
+        raise OSError(f"every read failed, e.g. {res.first_error}")
+    point = _point(res, resident)
+    rep.result(
+        f"{concurrency:>2} threads: {point.read_bytes_per_s / 1e6:9.1f} MB/s  "
+        f"{point.files_per_s:9.1f} items/s  p99 {point.latency_p99_ms or 0:.2f} ms"
+    )
+    return point
+
+
+def _summarise(out: StoragePass, cold: bool) -> None:
+    """Copy the fastest level's figures to the pass, and for a cold pass the most that any
+    level found still resident after eviction."""
+    top = max(out.sweep, key=lambda p: p.read_bytes_per_s)
+    out.best_concurrency = top.concurrency
+    out.read_bytes_per_s = top.read_bytes_per_s
+    out.files_per_s = top.files_per_s
+    out.latency_p50_ms = top.latency_p50_ms
+    out.latency_p95_ms = top.latency_p95_ms
+    out.latency_p99_ms = top.latency_p99_ms
+    residents = [p.resident_fraction_before for p in out.sweep] if cold else []
+    known = [r for r in residents if r is not None]
+    if known:
+        out.resident_fraction_after_evict = max(known)
+
+
 def measure_pass(
     ds: Dataset,
     selection: Sequence[FileEntry],
@@ -343,69 +483,24 @@ def measure_pass(
     two noisy levels on a shared disk should not end it), or when the budget is spent.
     """
     rep = reporter or SilentReporter()
-    local = not ds.remote
-    reader = _local_reader if local else _remote_reader_factory(ds.fs)
-    items = plan_items(selection)
-    total_bytes = sum(length for _, _, length in items)
-    paths = [e.path for e in selection]
-    check = (
-        paths
-        if len(paths) <= RESIDENCY_SAMPLE
-        else random.Random(seed).sample(paths, RESIDENCY_SAMPLE)
-    )
+    plan = _PassPlan.of(ds, selection, cache, seed)
     out = StoragePass(cache="cold" if cache == "cold" else "warm")
-    if not local:
-        out.eviction = "none needed: a remote target has no local page cache"
-    elif cache == "cold":
-        out.eviction = "posix_fadvise(DONTNEED) before each level, checked with mincore"
-    else:
-        # bring the selection into the page cache once, untimed
+    out.eviction = _eviction_note(plan.local, cache)
+    if plan.local and not plan.cold:
+        # a warm pass measures page-cache reads: fill the cache first, untimed, so the first
+        # level does not pay for the misses
         rep.update(0.0, "warming the page cache")
-        run_level(reader, items, 8, max(budget_s, 1.0), seed=seed)
+        run_level(plan.reader, plan.items, 8, max(budget_s, 1.0), seed=seed)
     deadline = time.monotonic() + budget_s
     per_level = max(budget_s / len(levels), 0.5)
-    best = 0.0
-    stale = 0
-    residents: list[float] = []
+    plateau = _Plateau()
     for i, c in enumerate(levels):
         left = deadline - time.monotonic()
         if left <= 0.05 and out.sweep:
             break
-        resident: float | None = None
-        if local and cache == "cold":
-            evict(paths)
-            resident = resident_fraction(check)
-            if resident is not None:
-                residents.append(resident)
-        elif local:
-            resident = resident_fraction(check)
-
-        def poll(done: int, c: int = c) -> None:
-            rep.update(done / max(total_bytes, 1), f"{c} threads  {done / 1e6:8.1f} MB")
-
-        res = run_level(
-            reader, items, c, min(per_level, max(left, 0.2)), seed=seed + i, on_poll=poll
-        )
-        if res.items == 0 and res.errors:
-            raise OSError(f"every read failed, e.g. {res.first_error}")
-        point = _point(res, resident)
+        point = _measure_level(plan, c, min(per_level, max(left, 0.2)), seed + i, rep)
         out.sweep.append(point)
-        rep.result(
-            f"{c:>2} threads: {point.read_bytes_per_s / 1e6:9.1f} MB/s  "
-            f"{point.files_per_s:9.1f} items/s  p99 {point.latency_p99_ms or 0:.2f} ms"
-        )
-        gain = point.read_bytes_per_s / best - 1 if best else 1.0
-        best = max(best, point.read_bytes_per_s)
-        stale = stale + 1 if gain < MIN_GAIN else 0
-        if stale >= STALE_LEVELS:
+        if plateau.reached(point.read_bytes_per_s):
             break
-    top = max(out.sweep, key=lambda p: p.read_bytes_per_s)
-    out.best_concurrency = top.concurrency
-    out.read_bytes_per_s = top.read_bytes_per_s
-    out.files_per_s = top.files_per_s
-    out.latency_p50_ms = top.latency_p50_ms
-    out.latency_p95_ms = top.latency_p95_ms
-    out.latency_p99_ms = top.latency_p99_ms
-    if residents:
-        out.resident_fraction_after_evict = max(residents)
+    _summarise(out, plan.cold)
     return out

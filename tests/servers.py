@@ -238,9 +238,9 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
     @property
     def achieved_rate(self) -> float | None:
         """Payload bytes over the span from the first chunk's slot to the end of the last one:
-        the rate the server really delivered. A host too busy to run the server's threads on
-        time (a loaded CI machine) delivers less than ``rate_bytes_per_s``; tests whose truth
-        is the server's rate compare with this."""
+        the rate the server really delivered, at most ``rate_bytes_per_s``. On a loaded host
+        (a CI machine) it can be less, because the server's threads ran late or because its
+        clients asked late: a lower bound on what the server could deliver."""
         with self._schedule_lock:
             first, last = self._first_slot, self._last_slot_end
         if first is None or last <= first:

@@ -81,46 +81,49 @@ RATE, SIZE = 2_000_000, 50_000
 
 def watch_http_files(tmp_path: Path, dataset_cls: type[HttpDataset]) -> tuple[RunRecord, float]:
     """60 files of SIZE bytes behind a server throttled to RATE, read by a watched loader;
-    the record and the rate the server delivered (RATE unless the host starved its threads)."""
+    the record, and the rate the server delivered over its busy span."""
     make_files(tmp_path, 60, SIZE)
     with ThrottledHTTPServer(tmp_path, rate_bytes_per_s=RATE) as srv:
         urls = [srv.url + f"p0/f{i:05d}.bin" for i in range(60)]
         loader = ioprobe.watch(DataLoader(dataset_cls(urls), batch_size=4, num_workers=2))
         consume(loader)
-        achieved = srv.achieved_rate
-    assert achieved is not None
-    return loader.run, min(achieved, RATE)
+        delivered = srv.achieved_rate
+    assert delivered is not None
+    return loader.run, delivered
 
 
-def _storage_vs_server(run: RunRecord, rate: float) -> str:
-    return (
-        f"server delivered {rate / 1e6:.2f} MB/s ({rate / SIZE:.1f} files/s); record: storage "
-        f"{run.stages.storage.capacity_samples_per_s} files/s, measured "
+def assert_storage_rate(run: RunRecord, delivered: float) -> None:
+    """Storage's capacity lies between what the server delivered and its throttle, each with
+    the 20% these tests allow. On a quiet host the two agree (RATE). A loaded one (CI: two
+    cores, other jobs) makes the server deliver less in two ways: its own threads run late,
+    and its capacity really drops; or the readers run late and it idles, and it does not."""
+    cap = run.stages.storage.capacity_samples_per_s
+    low, high = 0.8 * min(delivered, RATE) / SIZE, 1.2 * RATE / SIZE
+    assert cap is not None and low <= cap <= high, (
+        f"server delivered {delivered / 1e6:.2f} MB/s ({delivered / SIZE:.1f} files/s), "
+        f"throttled to {RATE / SIZE:.0f} files/s; record: storage {cap} files/s, measured "
         f"{run.measured_samples_per_s} samples/s"
     )
 
 
 def test_reads_from_a_throttled_server_make_storage_the_bottleneck(tmp_path: Path) -> None:
-    run, rate = watch_http_files(tmp_path, HttpDataset)
-    size = SIZE
+    run, delivered = watch_http_files(tmp_path, HttpDataset)
     assert run.bottleneck == "storage"
-    assert run.stages.storage.capacity_samples_per_s == pytest.approx(rate / size, rel=0.20), (
-        _storage_vs_server(run, rate)
-    )
+    assert_storage_rate(run, delivered)
     assert run.watch is not None
     assert "unmetered" in (run.stages.storage.basis or "")  # socket reads aren't in io counters
 
 
 def test_reads_through_the_metered_opener_give_storage_real_bytes(tmp_path: Path) -> None:
-    run, rate = watch_http_files(tmp_path, MeteredHttpDataset)
-    size = SIZE
+    run, delivered = watch_http_files(tmp_path, MeteredHttpDataset)
     assert run.watch is not None and run.watch.storage_metered
-    assert run.dataset.bytes == 60 * size
+    assert run.dataset.bytes == 60 * SIZE
     assert run.bottleneck == "storage"
     assert run.stages.storage.basis == "metered reads through ioprobe.loaders.files"
-    why = _storage_vs_server(run, rate)
-    assert run.stages.storage.capacity_samples_per_s == pytest.approx(rate / size, rel=0.20), why
-    assert run.stages.storage.read_bytes_per_s == pytest.approx(rate, rel=0.20), why
+    assert_storage_rate(run, delivered)
+    # the bytes are the dataset's own, so bytes/s is the capacity at the files' size
+    cap, bps = run.stages.storage.capacity_samples_per_s, run.stages.storage.read_bytes_per_s
+    assert cap is not None and bps == pytest.approx(cap * SIZE, rel=1e-9)
 
 
 def test_iterable_dataset_and_several_epochs_are_segments() -> None:

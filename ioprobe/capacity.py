@@ -10,6 +10,7 @@ workers, GPUs). ``ioprobe.analysis.scenario`` re-runs the same rules with the re
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -137,6 +138,12 @@ def dali_cpu_capacity(
     return min(by_wall, by_cores)
 
 
+def best_level(rates: Sequence[float]) -> float:
+    """A loader swept over worker counts delivers at best its fastest level: more workers than
+    that one only contend (for cores, memory bandwidth, the GIL of a shared process)."""
+    return max(rates)
+
+
 def sweep_rate(points: list[tuple[float, float]], x: float, extrapolate: bool) -> float:
     """A measured scaling curve read at ``x``: piecewise-linear through (0, 0) and
     ``points``; beyond the last point either its per-unit rate continues (``extrapolate``,
@@ -196,6 +203,12 @@ def gpu_emulated(batch_size: int, step_seconds: float, gpus: int) -> float | Non
     return batch_size / step_seconds * gpus if step_seconds > 0 else None
 
 
+def gpus_linear(per_gpu: float, gpus: float) -> float:
+    """``gpus`` GPUs each training at ``per_gpu`` samples/s when fed: data-parallel training
+    with one process per GPU and no synchronisation cost."""
+    return per_gpu * gpus
+
+
 def shared_gpu(gpu_capacity: float, decode_capacity: float) -> float:
     """The GPU's capacity when it also decodes: training and decode share the device, so
     their times per sample add."""
@@ -203,6 +216,34 @@ def shared_gpu(gpu_capacity: float, decode_capacity: float) -> float:
 
 
 # -- pcie ----------------------------------------------------------------------------------
+
+
+def pcie_from_rate(bytes_per_s: float, bytes_per_sample: float) -> float:
+    """Samples/s a link carries at ``bytes_per_s`` when each sample is ``bytes_per_sample`` on
+    the device (decoded, often larger than on disk)."""
+    return bytes_per_s / bytes_per_sample
+
+
+def copy_rate_at(points: Sequence[CopyPoint], direction: str, memory: str, size: float) -> float:
+    """The copy rate at ``size`` bytes, interpolated between the measured sizes.
+
+    Interpolation is on a log scale of size, the way copy rate curves rise from latency-bound
+    to bandwidth-bound; beyond the measured sizes the nearest measured rate holds.
+    """
+    pts = sorted(
+        (p.size_bytes, p.bytes_per_s)
+        for p in points
+        if p.direction == direction and p.memory == memory
+    )
+    if not pts:
+        raise ValueError(f"no {memory} {direction} copies measured")
+    if size <= pts[0][0]:
+        return pts[0][1]
+    for (s0, r0), (s1, r1) in itertools.pairwise(pts):
+        if size <= s1:
+            w = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
+            return r0 + w * (r1 - r0)
+    return pts[-1][1]
 
 
 def peak_copy_rate(copies: Sequence[CopyPoint], direction: str, memory: str) -> float | None:
@@ -216,13 +257,17 @@ __all__ = [
     "DENSITY_HIGH_MIN",
     "DENSITY_LOW_MAX",
     "CpuContext",
+    "best_level",
+    "copy_rate_at",
     "cpu_capacity",
     "cpu_context",
     "dali_cpu_capacity",
     "density_class",
     "gpu_emulated",
     "gpu_from_step",
+    "gpus_linear",
     "loader_cores",
+    "pcie_from_rate",
     "peak_copy_rate",
     "shared_gpu",
     "single_thread_rate",

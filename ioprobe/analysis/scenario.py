@@ -414,7 +414,7 @@ def pcie_estimate(
         per_sample = pcie.bytes_per_sample or rec.dataset.sample_bytes_mean
         if per_sample <= 0:
             raise BadInputError("the record has no bytes per sample, so --pcie can't be applied")
-        cap = parse_pcie(ch.pcie) * new.gpus / per_sample
+        cap = capacity.pcie_from_rate(parse_pcie(ch.pcie) * new.gpus, per_sample)
         pcie.method = f"what-if: {ch.pcie} per GPU"
         if not pcie.bytes_per_sample:
             why.append("samples cross PCIe at their stored size (decoded tensors are often larger)")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from ioprobe import capacity
 from ioprobe.analysis.cache import cache_for_hit_rate
 from ioprobe.analysis.catalog import read_rate
 from ioprobe.analysis.model import PipelineFindings, pipeline_model
@@ -66,7 +67,8 @@ def stages_for(cls: StorageClassInfo, gpus: int, inp: SizeInputs) -> Stages:
             usable_cores=int(inp.cores) if inp.cores else None,
         ),
         gpu=GpuStage(
-            capacity_samples_per_s=gpus * inp.nodes * inp.gpu_samples_per_s, method="given"
+            capacity_samples_per_s=capacity.gpus_linear(inp.gpu_samples_per_s, gpus * inp.nodes),
+            method="given",
         ),
     )
 

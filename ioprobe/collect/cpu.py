@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from multiprocessing.pool import AsyncResult, Pool
 from typing import Any
 
+from ioprobe import capacity
 from ioprobe.collect.decode import Decoder, output_nbytes, resolve
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.errors import BadInputError
@@ -168,7 +169,7 @@ def measure_cpu(
             )
     # the uncontended figure: one worker owns a core, no SMT sibling or memory contention
     stage.cpu_seconds_per_sample = stage.sweep[0].cpu_seconds_per_sample
-    stage.capacity_samples_per_s = max(lv.samples_per_s for lv in stage.sweep)
+    stage.capacity_samples_per_s = capacity.best_level([lv.samples_per_s for lv in stage.sweep])
     return stage
 
 

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import itertools
-import math
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ioprobe.capacity import peak_copy_rate
+from ioprobe.capacity import copy_rate_at, pcie_from_rate, peak_copy_rate
 from ioprobe.collect.cuda_copy import Copier, Direction
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.record import CopyPoint, PcieLink, PcieStage
@@ -197,28 +195,6 @@ def _size_label(size: int) -> str:
     return f"{size // MIB} MiB" if size >= MIB else f"{size // KIB} KiB"
 
 
-def rate_at(points: Sequence[CopyPoint], direction: Direction, memory: str, size: float) -> float:
-    """The copy rate at ``size`` bytes, interpolated between the measured sizes.
-
-    Interpolation is on a log scale of size, the way copy rate curves rise from latency-bound
-    to bandwidth-bound; beyond the measured sizes the nearest measured rate holds.
-    """
-    pts = sorted(
-        (p.size_bytes, p.bytes_per_s)
-        for p in points
-        if p.direction == direction and p.memory == memory
-    )
-    if not pts:
-        raise ValueError(f"no {memory} {direction} copies measured")
-    if size <= pts[0][0]:
-        return pts[0][1]
-    for (s0, r0), (s1, r1) in itertools.pairwise(pts):
-        if size <= s1:
-            w = (math.log(size) - math.log(s0)) / (math.log(s1) - math.log(s0))
-            return r0 + w * (r1 - r0)
-    return pts[-1][1]
-
-
 def pcie_stage(
     points: Sequence[CopyPoint],
     link: PcieLink | None,
@@ -240,13 +216,13 @@ def pcie_stage(
     if not points:
         return stage
     size = (per_sample or 0) * batch or float(max(p.size_bytes for p in points))
-    stage.pinned_bytes_per_s = rate_at(points, "h2d", "pinned", size)
-    stage.pageable_bytes_per_s = rate_at(points, "h2d", "pageable", size)
+    stage.pinned_bytes_per_s = copy_rate_at(points, "h2d", "pinned", size)
+    stage.pageable_bytes_per_s = copy_rate_at(points, "h2d", "pageable", size)
     stage.bytes_per_s = stage.pinned_bytes_per_s
     stage.method = "probe: pinned host-to-device copies, CUDA events"
     if per_sample:
         stage.bytes_per_sample = per_sample
-        stage.capacity_samples_per_s = stage.pinned_bytes_per_s / per_sample
+        stage.capacity_samples_per_s = pcie_from_rate(stage.pinned_bytes_per_s, per_sample)
         stage.method = (
             f"probe: pinned copies of one batch ({batch} x {per_sample / 1e3:,.1f} kB, "
             f"{basis}), CUDA events"
@@ -261,5 +237,4 @@ __all__ = [
     "measure_copies",
     "nvml_link",
     "pcie_stage",
-    "rate_at",
 ]

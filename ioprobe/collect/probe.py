@@ -523,7 +523,10 @@ class Probe:
                 capacity_samples_per_s=cap, method="emulated", step_seconds=step, batch_size=batch
             )
         if o.gpu_samples_per_s is not None:
-            return GpuStage(capacity_samples_per_s=o.gpu_samples_per_s * o.gpus, method="given")
+            return GpuStage(
+                capacity_samples_per_s=capacity.gpus_linear(o.gpu_samples_per_s, o.gpus),
+                method="given",
+            )
         return GpuStage(method="not measured: no --compute-ms-per-batch or --gpu-samples-per-s")
 
     def _storage_capacity(self, st: StorageStage, mean_bytes: float) -> None:

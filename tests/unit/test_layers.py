@@ -159,7 +159,7 @@ def test_the_function_keeps_the_name_of_its_package() -> None:
     import ioprobe.watch.api
     import ioprobe.watch.collector
     import ioprobe.watch.run_hook
-    import ioprobe.watch.stages  # noqa: F401
+    import ioprobe.watch.stages
 
     assert callable(ioprobe.watch)
     assert ioprobe.watch.__module__ == "ioprobe"

@@ -29,6 +29,7 @@ from ioprobe.analysis.pcie import (
     probe_pageable_rule,
 )
 from ioprobe.analysis.report import findings
+from ioprobe.capacity import copy_rate_at
 from ioprobe.collect import pcie
 from ioprobe.collect.cpu import output_bytes
 from ioprobe.collect.cuda_copy import open_copier
@@ -121,11 +122,11 @@ def test_rate_at_interpolates_on_log_size_and_holds_beyond_the_ends() -> None:
         CopyPoint("h2d", "pinned", MIB, 10e9),
         CopyPoint("h2d", "pinned", 4 * MIB, 20e9),
     ]
-    assert pcie.rate_at(pts, "h2d", "pinned", 2 * MIB) == pytest.approx(15e9)
-    assert pcie.rate_at(pts, "h2d", "pinned", 1024) == 10e9
-    assert pcie.rate_at(pts, "h2d", "pinned", 1 << 40) == 20e9
+    assert copy_rate_at(pts, "h2d", "pinned", 2 * MIB) == pytest.approx(15e9)
+    assert copy_rate_at(pts, "h2d", "pinned", 1024) == 10e9
+    assert copy_rate_at(pts, "h2d", "pinned", 1 << 40) == 20e9
     with pytest.raises(ValueError):
-        pcie.rate_at(pts, "d2h", "pinned", MIB)
+        copy_rate_at(pts, "d2h", "pinned", MIB)
 
 
 def test_stage_capacity_is_the_pinned_rate_at_one_batch_over_bytes_per_sample() -> None:
@@ -133,10 +134,10 @@ def test_stage_capacity_is_the_pinned_rate_at_one_batch_over_bytes_per_sample() 
     points, _ = pcie.measure_copies(c, sizes=(64 << 10, 256 << 10, MIB, 4 * MIB, 16 * MIB))
     per_sample, batch = 150_528.0, 32  # 224x224x3 uint8
     stage = pcie.pcie_stage(points, pcie.make_link(5, 5, 16, 16), per_sample, batch, "decoded")
-    truth = pcie.rate_at(points, "h2d", "pinned", per_sample * batch)
+    truth = copy_rate_at(points, "h2d", "pinned", per_sample * batch)
     assert stage.capacity_samples_per_s == pytest.approx(truth / per_sample)
     assert stage.pageable_bytes_per_s == pytest.approx(
-        pcie.rate_at(points, "h2d", "pageable", per_sample * batch)
+        copy_rate_at(points, "h2d", "pageable", per_sample * batch)
     )
     assert stage.efficiency == pytest.approx(
         max(p.bytes_per_s for p in points if p.direction == "h2d" and p.memory == "pinned")

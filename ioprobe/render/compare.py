@@ -42,8 +42,18 @@ def render_compare(c: Comparison) -> RenderableType:
     ]
     pred = prediction_line(c)
     if pred and c.applied is not None:
+        # within 10% the model's prediction held; further off, the reader should look closer
         close = abs(c.applied.error) <= 0.1
         parts.append(Text(pred, style="bold green" if close else "bold yellow"))
+    parts += [Text(""), _stage_table(c)]
+    if c.config:
+        parts += [Text(""), _config_table(c)]
+    for w in c.warnings:
+        parts.append(Text(f"note: {w}", style="dim"))
+    return Group(*parts)
+
+
+def _stage_table(c: Comparison) -> Table:
     table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
     table.add_column("stage")
     table.add_column("before", justify="right")
@@ -51,18 +61,18 @@ def render_compare(c: Comparison) -> RenderableType:
     table.add_column("change", justify="right")
     for s in c.stages:
         table.add_row(s.stage, rate(s.before), rate(s.after), ratio(s.ratio))
-    parts += [Text(""), table]
-    if c.config:
-        cfg = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
-        cfg.add_column("setting")
-        cfg.add_column("before", overflow="fold")
-        cfg.add_column("after", overflow="fold")
-        for ch in c.config:
-            cfg.add_row(Text(ch.what), Text(ch.before), Text(ch.after))
-        parts += [Text(""), cfg]
-    for w in c.warnings:
-        parts.append(Text(f"note: {w}", style="dim"))
-    return Group(*parts)
+    return table
+
+
+def _config_table(c: Comparison) -> Table:
+    """The recorded settings that differ; Text, not markup: paths and hostnames are the user's."""
+    cfg = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
+    cfg.add_column("setting")
+    cfg.add_column("before", overflow="fold")
+    cfg.add_column("after", overflow="fold")
+    for ch in c.config:
+        cfg.add_row(Text(ch.what), Text(ch.before), Text(ch.after))
+    return cfg
 
 
 def compare_markdown(c: Comparison) -> str:

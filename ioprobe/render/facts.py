@@ -5,10 +5,20 @@ renderer (terminal, HTML, Markdown) shows these same sentences; units come from
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ioprobe.analysis.decode_paths import current_path, label, measured
 from ioprobe.analysis.pcie import link_label
 from ioprobe.capacity import peak_copy_rate, single_thread_rate
-from ioprobe.record import PipelineRun, RunRecord, WatchData
+from ioprobe.record import (
+    CopyPoint,
+    DecodePath,
+    GpuSeries,
+    PipelineRun,
+    RunRecord,
+    WatchData,
+    WatchEpoch,
+)
 from ioprobe.render.format import change_flags, mb_per_s, rate
 
 Facts = list[tuple[str, str]]
@@ -218,33 +228,39 @@ def _dali_facts(rec: RunRecord) -> Facts:
 
 def _device_facts(w: WatchData) -> Facts:
     """Copies and the host's view of the wait, where the device's own clock was used."""
-    out = []
-    eps = w.epochs
+    return _copies_fact(w.epochs) + _host_stall_fact(w.epochs)
+
+
+def _copies_fact(eps: Sequence[WatchEpoch]) -> Facts:
     nbytes = sum(e.h2d_bytes for e in eps)
-    if nbytes:
-        pinned = sum(e.h2d_pinned_bytes for e in eps)
-        secs = sum(e.h2d_seconds for e in eps)
-        out.append(
-            (
-                "host-to-device",
-                f"{sum(e.h2d_copies for e in eps):,} copies, {nbytes / 1e6:,.1f} MB in "
-                f"{secs:.3f} s ({mb_per_s(nbytes / secs) if secs > 0 else 'n/a'}), "
-                f"{pinned / nbytes:.0%} from pinned memory",
-            )
+    if not nbytes:
+        return []
+    pinned = sum(e.h2d_pinned_bytes for e in eps)
+    secs = sum(e.h2d_seconds for e in eps)
+    return [
+        (
+            "host-to-device",
+            f"{sum(e.h2d_copies for e in eps):,} copies, {nbytes / 1e6:,.1f} MB in "
+            f"{secs:.3f} s ({mb_per_s(nbytes / secs) if secs > 0 else 'n/a'}), "
+            f"{pinned / nbytes:.0%} from pinned memory",
         )
+    ]
+
+
+def _host_stall_fact(eps: Sequence[WatchEpoch]) -> Facts:
+    """The host clock's stall share beside the device clock's, over the epochs timed on both."""
     timed = [e for e in eps if e.gpu_wait_seconds is not None]
-    if timed:
-        stall = sum(e.stall_seconds for e in timed)
-        wall = sum(e.seconds for e in timed)
-        if wall > 0:
-            out.append(
-                (
-                    "host stall",
-                    f"{stall / wall:.1%} of the time blocked in next() (host clock; the device "
-                    "clock above is the GPU's own)",
-                )
+    stall = sum(e.stall_seconds for e in timed)
+    wall = sum(e.seconds for e in timed)
+    if wall > 0:
+        return [
+            (
+                "host stall",
+                f"{stall / wall:.1%} of the time blocked in next() (host clock; the device "
+                "clock above is the GPU's own)",
             )
-    return out
+        ]
+    return []
 
 
 def _pipeline_line(p: PipelineRun) -> str:
@@ -266,7 +282,11 @@ def series_facts(rec: RunRecord) -> Facts:
         return []
     if not s.columns.get("t"):
         return [("NVML", s.status)]  # sampled, nothing came: say why
-    cols = s.columns
+    return [("NVML", "; ".join(_series_readings(s.columns)) + f" ({_series_sampling(s)})")]
+
+
+def _series_readings(cols: dict[str, list[float | None]]) -> list[str]:
+    """The readings a reader looks for first; a reading the device never gave is left out."""
     parts = []
     sm = _mean(cols.get("sm_util", []))
     if sm is not None:
@@ -277,12 +297,17 @@ def series_facts(rec: RunRecord) -> Facts:
     power = _mean(cols.get("power_w", []))
     if power is not None:
         parts.append(f"{power:.0f} W mean")
-    rate_hz = f"{1 / s.interval_s:.3g} Hz, {len(cols['t']):,} rows"
-    cost = ""
-    if s.poll_seconds is not None:  # µs for a stand-in or a fast driver, ms for a real GPU
-        p = s.poll_seconds
-        cost = f", {p * 1e6:.0f} µs per poll" if p < 1e-3 else f", {p * 1e3:.1f} ms per poll"
-    return [("NVML", "; ".join(parts) + f" ({rate_hz}{cost})")]
+    return parts
+
+
+def _series_sampling(s: GpuSeries) -> str:
+    """How often the sampler read, how many rows it kept, and what one poll cost."""
+    rate_hz = f"{1 / s.interval_s:.3g} Hz, {len(s.columns['t']):,} rows"
+    if s.poll_seconds is None:
+        return rate_hz
+    p = s.poll_seconds  # µs for a stand-in or a fast driver, ms for a real GPU
+    cost = f", {p * 1e6:.0f} µs per poll" if p < 1e-3 else f", {p * 1e3:.1f} ms per poll"
+    return rate_hz + cost
 
 
 def decode_facts(rec: RunRecord) -> Facts:
@@ -292,24 +317,24 @@ def decode_facts(rec: RunRecord) -> Facts:
     if not paths:
         return []
     base = measured(rec, "pillow")
-    out: Facts = []
-    for p in paths:
-        key = f"decode {p.path}"
-        if p.error is not None or not p.samples_per_s:
-            out.append((key, f"not measured: {p.error or 'no images decoded'}"))
-            continue
-        text = f"{p.samples_per_s:,.0f} images/s"
-        if base is not None and p is not base and base.samples_per_s:
-            text += f" ({p.samples_per_s / base.samples_per_s:.2f}x Pillow)"
-        if p.cpu_seconds_per_sample is not None:
-            text += f", {p.cpu_seconds_per_sample * 1e3:.2f} ms CPU/image"
-        unit = "worker" if p.path == "pillow" else "thread"
-        text += f", {p.threads} {unit}{'s' if p.threads != 1 else ''}, {p.files} files"
-        out.append((key, text))
+    out: Facts = [(f"decode {p.path}", _decode_line(p, base)) for p in paths]
     cur = current_path(rec)
     if cur is not None:
         out.append(("decode in use", f"{label(cur)}: the CPU stage's capacity is its rate"))
     return out
+
+
+def _decode_line(p: DecodePath, base: DecodePath | None) -> str:
+    """A path's rate (against Pillow's, ``base``), its CPU cost, and what it ran on."""
+    if p.error is not None or not p.samples_per_s:
+        return f"not measured: {p.error or 'no images decoded'}"
+    text = f"{p.samples_per_s:,.0f} images/s"
+    if base is not None and p is not base and base.samples_per_s:
+        text += f" ({p.samples_per_s / base.samples_per_s:.2f}x Pillow)"
+    if p.cpu_seconds_per_sample is not None:
+        text += f", {p.cpu_seconds_per_sample * 1e3:.2f} ms CPU/image"
+    unit = "worker" if p.path == "pillow" else "thread"
+    return text + f", {p.threads} {unit}{'s' if p.threads != 1 else ''}, {p.files} files"
 
 
 def link_facts(rec: RunRecord) -> Facts:
@@ -323,22 +348,26 @@ def link_facts(rec: RunRecord) -> Facts:
         out.append(("PCIe link", value))
     if not pc.copies:
         return out
-    parts = []
-    for direction, name in (("h2d", "host→device"), ("d2h", "device→host")):
-        pinned, pageable = (
-            peak_copy_rate(pc.copies, direction, "pinned"),
-            peak_copy_rate(pc.copies, direction, "pageable"),
-        )
-        if pinned is None:
-            continue
-        line = f"{name} pinned {pinned / 1e9:.1f} GB/s"
-        if pageable:
-            line += f", pageable {pageable / 1e9:.1f} GB/s"
-        parts.append(line)
+    parts = _copy_peaks(pc.copies)
     if pc.efficiency is not None:
         parts.append(f"pinned peak {pc.efficiency:.0%} of the link")
     out.append(("copies", "; ".join(parts)))
     return out
+
+
+def _copy_peaks(copies: Sequence[CopyPoint]) -> list[str]:
+    """Each direction's best pinned and pageable copy; a direction not measured is left out."""
+    parts = []
+    for direction, name in (("h2d", "host→device"), ("d2h", "device→host")):
+        pinned = peak_copy_rate(copies, direction, "pinned")
+        if pinned is None:
+            continue
+        line = f"{name} pinned {pinned / 1e9:.1f} GB/s"
+        pageable = peak_copy_rate(copies, direction, "pageable")
+        if pageable:
+            line += f", pageable {pageable / 1e9:.1f} GB/s"
+        parts.append(line)
+    return parts
 
 
 def _storage_beside(rec: RunRecord, cold: bool) -> str | None:

@@ -64,25 +64,28 @@ def percent(x: float | None) -> str:
 
 def change_flags(ch: Change) -> str:
     """A what-if's change as the flags a user would type: ``--workers 4  --storage nvme-gen4``."""
-    flags: list[tuple[str, str]] = []
-    if ch.workers is not None:
-        flags.append(("workers", str(ch.workers)))
-    if ch.cores is not None:
-        flags.append(("cores", str(ch.cores)))
-    if ch.storage is not None:
-        flags.append(("storage", ch.storage.name))
-    if ch.gpus is not None:
-        flags.append(("gpus", str(ch.gpus)))
-    if ch.cache_bytes is not None:
-        order = f" {ch.cache_order}" if ch.cache_order else ""
-        flags.append(("cache", f"{ch.cache_bytes / 1e9:g} GB{order}"))
-    if ch.pcie is not None:
-        flags.append(("pcie", ch.pcie))
-    if ch.gpu_decode:
-        flags.append(("gpu-decode", "yes"))
-    if ch.decode is not None:
-        flags.append(("decode", ch.decode))
-    return "  ".join(f"--{k} {v}" for k, v in flags)
+    flags = (
+        ("workers", _given(ch.workers)),
+        ("cores", _given(ch.cores)),
+        ("storage", ch.storage.name if ch.storage is not None else None),
+        ("gpus", _given(ch.gpus)),
+        ("cache", _cache_flag(ch)),
+        ("pcie", ch.pcie),
+        ("gpu-decode", "yes" if ch.gpu_decode else None),
+        ("decode", ch.decode),
+    )
+    return "  ".join(f"--{k} {v}" for k, v in flags if v is not None)
+
+
+def _given(n: int | None) -> str | None:
+    return None if n is None else str(n)
+
+
+def _cache_flag(ch: Change) -> str | None:
+    if ch.cache_bytes is None:
+        return None
+    order = f" {ch.cache_order}" if ch.cache_order else ""
+    return f"{ch.cache_bytes / 1e9:g} GB{order}"
 
 
 __all__ = [

@@ -13,16 +13,18 @@ import dataclasses
 import html
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ioprobe.analysis.pcie import CopyRow
 from ioprobe.analysis.report import (
     ConsumerPoint,
     Findings,
+    HeatCell,
     Heatmap,
     OperatorRow,
     SeriesView,
+    StageBar,
     SweepLine,
     Throughput,
 )
@@ -46,6 +48,7 @@ PALETTE = (
 )
 STALL = "#e15759"
 COMPUTE = "#4e79a7"
+Scale = Callable[[float], float]  # a value to its coordinate on one axis
 
 CSS = """
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;
@@ -117,7 +120,7 @@ def _num(x: float) -> str:
 def stage_chart(rec: RunRecord, f: Findings) -> str:
     """A bar per stage (its capacity) and a vertical line at the delivered rate; log scale
     when capacities span more than 20x, because they often differ by orders of magnitude."""
-    stages, delivered, label = f.stages, f.delivered, f.delivered_label
+    stages, delivered = f.stages, f.delivered
     vals = [b.capacity for b in stages if b.capacity]
     if delivered:
         vals.append(delivered)
@@ -126,59 +129,71 @@ def stage_chart(rec: RunRecord, f: Findings) -> str:
     left, right, row = 90, 110, 34
     height = row * len(stages) + 40
     plot = W - left - right
-    lo_v, hi_v = min(vals), max(vals)
-    log = hi_v / lo_v > 20
-    if log:
-        lo = 10 ** math.floor(math.log10(lo_v))
-        hi = 10 ** math.ceil(math.log10(hi_v))
-
-        def x(v: float) -> float:
-            return left + plot * (math.log10(v) - math.log10(lo)) / (
-                math.log10(hi) - math.log10(lo)
-            )
-
-        ticks = [10.0**k for k in range(round(math.log10(lo)), round(math.log10(hi)) + 1)]
-    else:
-        ticks = _ticks(hi_v)
-        hi = ticks[-1]
-
-        def x(v: float) -> float:
-            return left + plot * v / hi
-
-    body = []
-    for t in ticks:
-        body.append(
-            f'<line x1="{_n(x(t))}" y1="8" x2="{_n(x(t))}" y2="{height - 26}" stroke="#e3e6ea"/>'
-            f'<text x="{_n(x(t))}" y="{height - 10}" text-anchor="middle">{_num(t)}</text>'
-        )
-    for i, b in enumerate(stages):
-        y = 12 + i * row
-        weight = ' font-weight="700"' if b.limiting else ""
-        body.append(
-            f'<text x="{left - 8}" y="{y + 16}" text-anchor="end"{weight}>{e(b.stage)}</text>'
-        )
-        if b.capacity:
-            colour = STALL if b.limiting else "#8fb9d8"
-            body.append(
-                f'<rect x="{left}" y="{y + 3}" width="{_n(max(x(b.capacity) - left, 1))}" '
-                f'height="20" fill="{colour}"><title>{e(b.stage)}: {e(rate(b.capacity))} '
-                f"samples/s; {e(stage_detail(rec, b.stage))}</title></rect>"
-                f'<text x="{_n(x(b.capacity) + 6)}" y="{y + 17}">{e(rate(b.capacity))}</text>'
-            )
-        else:
-            body.append(f'<text x="{left + 6}" y="{y + 17}" fill="#8a949c">not measured</text>')
+    log = max(vals) / min(vals) > 20
+    x, ticks = (
+        _log_axis(min(vals), max(vals), left, plot) if log else _linear_axis(max(vals), left, plot)
+    )
+    body = [_stage_tick(_n(x(t)), t, height) for t in ticks]
+    body += [_stage_bar(rec, b, 12 + i * row, left, x) for i, b in enumerate(stages)]
     if delivered:
-        dx = _n(x(delivered))
-        body.append(
-            f'<line x1="{dx}" y1="4" x2="{dx}" y2="{height - 26}" stroke="#1d2329" '
-            f'stroke-width="2" stroke-dasharray="5,3"/>'
-            f'<text x="{dx}" y="{height - 28}" text-anchor="start" dx="4" font-weight="600">'
-            f"{e(label)} {e(rate(delivered))}</text>"
-        )
+        body.append(_delivered_line(_n(x(delivered)), delivered, f.delivered_label, height))
     scale = "log scale" if log else "linear scale"
     return _svg(W, height, body, f"stage capacities in samples/s ({scale})") + (
         f'<p class="note">Capacity of each stage in samples/s ({scale}); the dashed line is the '
-        f"{e(label)} rate.</p>"
+        f"{e(f.delivered_label)} rate.</p>"
+    )
+
+
+def _log_axis(lo_v: float, hi_v: float, left: float, plot: float) -> tuple[Scale, list[float]]:
+    """Whole decades around the values, a tick at each."""
+    lo = 10 ** math.floor(math.log10(lo_v))
+    hi = 10 ** math.ceil(math.log10(hi_v))
+
+    def x(v: float) -> float:
+        return left + plot * (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
+
+    return x, [10.0**k for k in range(round(math.log10(lo)), round(math.log10(hi)) + 1)]
+
+
+def _linear_axis(hi_v: float, left: float, plot: float) -> tuple[Scale, list[float]]:
+    """From zero to the round tick at or above the largest value."""
+    ticks = _ticks(hi_v)
+    hi = ticks[-1]
+
+    def x(v: float) -> float:
+        return left + plot * v / hi
+
+    return x, ticks
+
+
+def _stage_tick(x: str, t: float, height: int) -> str:
+    return (
+        f'<line x1="{x}" y1="8" x2="{x}" y2="{height - 26}" stroke="#e3e6ea"/>'
+        f'<text x="{x}" y="{height - 10}" text-anchor="middle">{_num(t)}</text>'
+    )
+
+
+def _stage_bar(rec: RunRecord, b: StageBar, y: int, left: int, x: Scale) -> str:
+    """The stage's name, then its bar and rate, or "not measured" where it has no capacity."""
+    weight = ' font-weight="700"' if b.limiting else ""
+    name = f'<text x="{left - 8}" y="{y + 16}" text-anchor="end"{weight}>{e(b.stage)}</text>'
+    if not b.capacity:
+        return name + f'<text x="{left + 6}" y="{y + 17}" fill="#8a949c">not measured</text>'
+    colour = STALL if b.limiting else "#8fb9d8"
+    return name + (
+        f'<rect x="{left}" y="{y + 3}" width="{_n(max(x(b.capacity) - left, 1))}" '
+        f'height="20" fill="{colour}"><title>{e(b.stage)}: {e(rate(b.capacity))} '
+        f"samples/s; {e(stage_detail(rec, b.stage))}</title></rect>"
+        f'<text x="{_n(x(b.capacity) + 6)}" y="{y + 17}">{e(rate(b.capacity))}</text>'
+    )
+
+
+def _delivered_line(x: str, delivered: float, label: str, height: int) -> str:
+    return (
+        f'<line x1="{x}" y1="4" x2="{x}" y2="{height - 26}" stroke="#1d2329" '
+        f'stroke-width="2" stroke-dasharray="5,3"/>'
+        f'<text x="{x}" y="{height - 28}" text-anchor="start" dx="4" font-weight="600">'
+        f"{e(label)} {e(rate(delivered))}</text>"
     )
 
 
@@ -188,38 +203,26 @@ def consumer_chart(points: Sequence[ConsumerPoint], batches: int) -> str:
         return '<p class="note">No batch timeline in this record.</p>'
     left, bottom, height = 60, 30, 220
     plot_w, plot_h = W - left - 10, height - bottom - 10
-    per = [
-        (p.stall_s * 1e3 / (p.last - p.first + 1), p.compute_s * 1e3 / (p.last - p.first + 1))
-        for p in points
-    ]
-    top = max((s + c for s, c in per), default=1.0) or 1.0
-    ticks = _ticks(top)
+    per = [_per_batch_ms(p) for p in points]
+    ticks = _ticks(max((s + c for s, c in per), default=1.0) or 1.0)
     top = ticks[-1]
     bw = plot_w / len(points)
-    body = []
-    for t in ticks:
-        y = 10 + plot_h * (1 - t / top)
-        body.append(
-            f'<line x1="{left}" y1="{_n(y)}" x2="{W - 10}" y2="{_n(y)}" stroke="#e3e6ea"/>'
-            f'<text x="{left - 6}" y="{_n(y + 4)}" text-anchor="end">{_num(t)}</text>'
-        )
-    for i, (p, (s, c)) in enumerate(zip(points, per, strict=True)):
-        x = left + i * bw
-        hs, hc = plot_h * s / top, plot_h * c / top
-        y0 = 10 + plot_h
-        which = f"batch {p.first:,}" if p.first == p.last else f"batches {p.first:,}-{p.last:,}"
-        tip = f"<title>{which}: stall {s:.2f} ms, compute {c:.2f} ms per batch</title>"
-        body.append(
-            f'<g>{tip}<rect x="{_n(x)}" y="{_n(y0 - hs)}" width="{_n(max(bw - 0.5, 0.5))}" '
-            f'height="{_n(hs)}" fill="{STALL}"/>'
-            f'<rect x="{_n(x)}" y="{_n(y0 - hs - hc)}" width="{_n(max(bw - 0.5, 0.5))}" '
-            f'height="{_n(hc)}" fill="{COMPUTE}"/></g>'
-        )
+
+    def y(v: float) -> float:
+        return 10 + plot_h * (1 - v / top)
+
+    def h(v: float) -> float:
+        return plot_h * v / top
+
+    body = _y_grid(ticks, y, left, W - 10)
+    body += [
+        _consumer_bar(p, s, c, x=left + i * bw, width=bw, base=10 + plot_h, h=h)
+        for i, (p, (s, c)) in enumerate(zip(points, per, strict=True))
+    ]
     body.append(
         f'<text x="{left}" y="{height - 8}">batch 1</text>'
         f'<text x="{W - 10}" y="{height - 8}" text-anchor="end">batch {batches:,}</text>'
-        f'<text x="12" y="{10 + plot_h / 2}" transform="rotate(-90 12 {10 + plot_h / 2})" '
-        f'text-anchor="middle">ms per batch</text>'
+        + _y_title(10 + plot_h / 2, "ms per batch")
     )
     group = points[0].last - points[0].first + 1
     grouping = f" Each bar sums {group:,} consecutive batches." if group > 1 else ""
@@ -227,6 +230,45 @@ def consumer_chart(points: Sequence[ConsumerPoint], batches: int) -> str:
         _legend([("waiting for data (stall)", STALL), ("compute (training step)", COMPUTE)])
         + _svg(W, height, body, "consumer timeline: stall vs compute per batch")
         + f'<p class="note">{batches:,} batches in order.{grouping}</p>'
+    )
+
+
+def _per_batch_ms(p: ConsumerPoint) -> tuple[float, float]:
+    n = p.last - p.first + 1
+    return p.stall_s * 1e3 / n, p.compute_s * 1e3 / n
+
+
+def _consumer_bar(
+    p: ConsumerPoint, stall: float, compute: float, *, x: float, width: float, base: float, h: Scale
+) -> str:
+    """The stall bar up from the axis at ``base``, the compute bar stacked on it; ``h`` turns
+    milliseconds into a bar's height."""
+    hs, hc = h(stall), h(compute)
+    w = _n(max(width - 0.5, 0.5))
+    which = f"batch {p.first:,}" if p.first == p.last else f"batches {p.first:,}-{p.last:,}"
+    tip = f"<title>{which}: stall {stall:.2f} ms, compute {compute:.2f} ms per batch</title>"
+    return (
+        f'<g>{tip}<rect x="{_n(x)}" y="{_n(base - hs)}" width="{w}" '
+        f'height="{_n(hs)}" fill="{STALL}"/>'
+        f'<rect x="{_n(x)}" y="{_n(base - hs - hc)}" width="{w}" '
+        f'height="{_n(hc)}" fill="{COMPUTE}"/></g>'
+    )
+
+
+def _y_grid(ticks: Sequence[float], y: Scale, left: int, right: int) -> list[str]:
+    """A light horizontal line across the plot at each tick, its value left of the axis."""
+    return [
+        f'<line x1="{left}" y1="{_n(y(t))}" x2="{right}" y2="{_n(y(t))}" stroke="#e3e6ea"/>'
+        f'<text x="{left - 6}" y="{_n(y(t) + 4)}" text-anchor="end">{_num(t)}</text>'
+        for t in ticks
+    ]
+
+
+def _y_title(mid: float, text: str) -> str:
+    """The y axis's title, turned to run up the axis; ``text`` is already escaped."""
+    return (
+        f'<text x="12" y="{mid}" transform="rotate(-90 12 {mid})" '
+        f'text-anchor="middle">{text}</text>'
     )
 
 
@@ -249,65 +291,90 @@ def line_chart(
     categories (concurrency 1, 2, 4, ...) rather than a numeric axis."""
     left, bottom, height = 70, 36, 240
     plot_w, plot_h = W - left - 16, height - bottom - 12
-    vals = [v for _, ys in lines for v in ys if v is not None]
-    ticks = _ticks(max(vals, default=1.0) or 1.0)
+    ticks = _line_ticks(lines)
     top = ticks[-1]
-    if x_names is not None:
-        span = max(len(xs) - 1, 1)
-
-        def px(i: int, v: float) -> float:
-            return left + plot_w * (i / span if len(xs) > 1 else 0.5)
-
-    else:
-        x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
-        width = (x1 - x0) or 1.0
-
-        def px(i: int, v: float) -> float:
-            return left + plot_w * (v - x0) / width
+    px = (
+        _x_categories(len(xs), left, plot_w)
+        if x_names is not None
+        else _x_numeric(xs, left, plot_w)
+    )
 
     def py(v: float) -> float:
         return 12 + plot_h * (1 - v / top)
 
-    body = []
-    for t in ticks:
-        body.append(
-            f'<line x1="{left}" y1="{_n(py(t))}" x2="{W - 16}" y2="{_n(py(t))}" stroke="#e3e6ea"/>'
-            f'<text x="{left - 6}" y="{_n(py(t) + 4)}" text-anchor="end">{_num(t)}</text>'
-        )
-    if x_names is not None:
-        for i, name in enumerate(x_names):
-            body.append(
-                f'<text x="{_n(px(i, 0))}" y="{height - 18}" text-anchor="middle">{e(name)}</text>'
-            )
-    elif xs:
-        for t in _ticks(max(xs)):
-            if t <= max(xs) + 1e-9 and t >= min(xs) - 1e-9:
-                body.append(
-                    f'<text x="{_n(px(0, t))}" y="{height - 18}" text-anchor="middle">'
-                    f"{_num(t)}</text>"
-                )
+    body = _y_grid(ticks, py, left, W - 16)
+    body += _x_labels(xs, x_names, px, height - 18)
     body.append(
         f'<text x="{left + plot_w / 2}" y="{height - 2}" text-anchor="middle">{e(x_label)}</text>'
-        f'<text x="12" y="{12 + plot_h / 2}" transform="rotate(-90 12 {12 + plot_h / 2})" '
-        f'text-anchor="middle">{e(y_label)}</text>'
+        + _y_title(12 + plot_h / 2, e(y_label))
     )
-    legend = []
-    for k, (name, ys) in enumerate(lines):
-        colour = PALETTE[k % len(PALETTE)]
-        legend.append((name, colour))
-        pts = [(px(i, xs[i]), py(v)) for i, v in enumerate(ys) if v is not None]
-        if not pts:
-            continue
-        body.append(
-            f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
-            + " ".join(f"{_n(a)},{_n(b)}" for a, b in pts)
-            + '"/>'
+    colours = [PALETTE[k % len(PALETTE)] for k in range(len(lines))]
+    for (_, ys), colour in zip(lines, colours, strict=True):
+        body += _polyline(
+            [(px(i, xs[i]), py(v)) for i, v in enumerate(ys) if v is not None], colour
         )
-        if len(pts) <= 24:
-            body.extend(
-                f'<circle cx="{_n(a)}" cy="{_n(b)}" r="3" fill="{colour}"/>' for a, b in pts
-            )
+    legend = [(name, colour) for (name, _), colour in zip(lines, colours, strict=True)]
     return _legend(legend) + _svg(W, height, body, f"{y_label} vs {x_label}")
+
+
+def _line_ticks(lines: Sequence[tuple[str, Sequence[float | None]]]) -> list[float]:
+    """The y axis's ticks: from zero to the round value at or above every line's top."""
+    vals = [v for _, ys in lines for v in ys if v is not None]
+    return _ticks(max(vals, default=1.0) or 1.0)
+
+
+# An x position from a point's index and its value: categories use the one, numbers the other.
+XScale = Callable[[int, float], float]
+
+
+def _x_categories(n: int, left: int, plot_w: int) -> XScale:
+    span = max(n - 1, 1)
+
+    def px(i: int, v: float) -> float:
+        return left + plot_w * (i / span if n > 1 else 0.5)
+
+    return px
+
+
+def _x_numeric(xs: Sequence[float], left: int, plot_w: int) -> XScale:
+    x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
+    width = (x1 - x0) or 1.0
+
+    def px(i: int, v: float) -> float:
+        return left + plot_w * (v - x0) / width
+
+    return px
+
+
+def _x_labels(xs: Sequence[float], names: Sequence[str] | None, px: XScale, y: int) -> list[str]:
+    """A label per category, or round ticks within the range of the numeric positions."""
+    if names is not None:
+        return [
+            f'<text x="{_n(px(i, 0))}" y="{y}" text-anchor="middle">{e(name)}</text>'
+            for i, name in enumerate(names)
+        ]
+    if not xs:
+        return []
+    lo, hi = min(xs), max(xs)
+    return [
+        f'<text x="{_n(px(0, t))}" y="{y}" text-anchor="middle">{_num(t)}</text>'
+        for t in _ticks(hi)
+        if t <= hi + 1e-9 and t >= lo - 1e-9
+    ]
+
+
+def _polyline(pts: Sequence[tuple[float, float]], colour: str) -> list[str]:
+    if not pts:
+        return []
+    out = [
+        f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
+        + " ".join(f"{_n(a)},{_n(b)}" for a, b in pts)
+        + '"/>'
+    ]
+    # a marker per point only while the points are few enough to tell apart
+    if len(pts) <= 24:
+        out += [f'<circle cx="{_n(a)}" cy="{_n(b)}" r="3" fill="{colour}"/>' for a, b in pts]
+    return out
 
 
 def throughput_chart(tp: Throughput | None) -> str:
@@ -332,64 +399,67 @@ def storage_section(lines: Sequence[SweepLine]) -> str:
     if not lines:
         return '<p class="note">No storage sweep in this record (a watched run times reads as they happen).</p>'
     levels = sorted({c for s in lines for c in s.concurrency})
-    names = [str(c) for c in levels]
-
-    def at(s: SweepLine, vals: Sequence[float | None]) -> list[float | None]:
-        by = dict(zip(s.concurrency, vals, strict=True))
-        return [by.get(c) for c in levels]
-
     chart = line_chart(
         list(range(len(levels))),
-        [(s.name, at(s, list(s.mb_per_s))) for s in lines],
+        [(s.name, _at_levels(s, levels)) for s in lines],
         "reads in flight (threads)",
         "MB/s",
-        x_names=names,
+        x_names=[str(c) for c in levels],
     )
-    rows = []
-    for s in lines:
-        for i, c in enumerate(s.concurrency):
-            best = " ◀ best" if c == s.best else ""
-            rows.append(
-                f"<tr><td>{e(s.name)}</td><td class=num>{c}{best}</td>"
-                f"<td class=num>{s.mb_per_s[i]:,.1f}</td>"
-                + "".join(
-                    f"<td class=num>{'-' if v is None else f'{v:.2f}'}</td>"
-                    for v in (s.p50_ms[i], s.p95_ms[i], s.p99_ms[i])
-                )
-                + "</tr>"
-            )
     table = (
         "<table><tr><th>pass</th><th>threads</th><th>MB/s</th><th>p50 ms</th><th>p95 ms</th>"
-        "<th>p99 ms</th></tr>" + "".join(rows) + "</table>"
+        "<th>p99 ms</th></tr>" + "".join(row for s in lines for row in _sweep_rows(s)) + "</table>"
     )
     return chart + f'<div class="card">{table}</div>'
+
+
+def _at_levels(s: SweepLine, levels: Sequence[int]) -> list[float | None]:
+    """A pass's MB/s at every level any pass swept, None where this one did not."""
+    by = dict(zip(s.concurrency, s.mb_per_s, strict=True))
+    return [by.get(c) for c in levels]
+
+
+def _sweep_rows(s: SweepLine) -> list[str]:
+    rows = []
+    for i, c in enumerate(s.concurrency):
+        best = " ◀ best" if c == s.best else ""
+        latencies = "".join(
+            f"<td class=num>{'-' if v is None else f'{v:.2f}'}</td>"
+            for v in (s.p50_ms[i], s.p95_ms[i], s.p99_ms[i])
+        )
+        rows.append(
+            f"<tr><td>{e(s.name)}</td><td class=num>{c}{best}</td>"
+            f"<td class=num>{s.mb_per_s[i]:,.1f}</td>{latencies}</tr>"
+        )
+    return rows
 
 
 def heatmap_table(hm: Heatmap | None) -> str:
     if hm is None:
         return ""
     head = "".join(f"<th>{g} GPU{'s' if g > 1 else ''}</th>" for g in hm.gpus)
-    rows = []
-    for name, cells in zip(hm.storage, hm.cells, strict=True):
-        tds = []
-        for cell in cells:
-            if cell is None:
-                tds.append("<td>-</td>")
-                continue
-            u = cell.utilization
-            # red (starved) through yellow to green (fed to the target)
-            hue = 120 * min(u / hm.target, 1.0) if hm.target > 0 else 0
-            tip = f"{rate(cell.samples_per_s)} samples/s, limited by {cell.bottleneck}"
-            tds.append(
-                f'<td style="background:hsl({hue:.0f},70%,72%)" title="{e(tip)}">'
-                f"{math.floor(u * 100 + 1e-9)}%</td>"
-            )
-        rows.append(f"<tr><th>{e(name)}</th>{''.join(tds)}</tr>")
+    rows = [
+        f"<tr><th>{e(name)}</th>{''.join(_heat_cell(c, hm.target) for c in cells)}</tr>"
+        for name, cells in zip(hm.storage, hm.cells, strict=True)
+    ]
     return (
         f'<div class="card"><table class="heat"><tr><th>storage</th>{head}</tr>'
         + "".join(rows)
         + f'</table><p class="note">GPU utilisation per storage class and GPU count; green '
         f"reaches the {hm.target:.0%} target. Hover a cell for the limiting stage.</p></div>"
+    )
+
+
+def _heat_cell(cell: HeatCell | None, target: float) -> str:
+    if cell is None:
+        return "<td>-</td>"
+    u = cell.utilization
+    # red (starved) through yellow to green (fed to the target)
+    hue = 120 * min(u / target, 1.0) if target > 0 else 0
+    tip = f"{rate(cell.samples_per_s)} samples/s, limited by {cell.bottleneck}"
+    return (
+        f'<td style="background:hsl({hue:.0f},70%,72%)" title="{e(tip)}">'
+        f"{math.floor(u * 100 + 1e-9)}%</td>"
     )
 
 
@@ -527,64 +597,16 @@ def _blob(rec: RunRecord, f: Findings) -> str:
 
 def render(rec: RunRecord, f: Findings) -> str:
     """The whole page as one string."""
-    ok = f.kind == "size" or not f.recommendations
     sections = [
-        f"<h1>{e(title(rec))}</h1>",
-        '<div class="meta">'
-        + " · ".join(
-            e(x)
-            for x in (
-                f"{rec.kind} record",
-                f"ioprobe {rec.ioprobe_version}" if rec.ioprobe_version else "",
-                rec.created,
-                rec.host.hostname,
-            )
-            if x
-        )
-        + "</div>",
-        f'<div id="verdict" class="verdict{" ok" if ok else ""}">{e(verdict(rec))}</div>',
+        *_head(rec, f),
+        *_answer(rec, f),
+        *_operators_section(f.operators),
+        *_measurements_section(rec),
+        *(x for x in (copies_table(f.copies), series_section(f.gpu_series)) if x),
+        *(_timelines(f) if f.kind in ("watch", "probe") else []),
+        *_notes_section(f.notes),
+        *_host_section(rec),
     ]
-    if f.kind != "size":
-        sections += ["<h2>What to change</h2>", _recs(f)]
-        sections += [
-            "<h2>Stage capacities</h2>",
-            stage_chart(rec, f),
-        ]
-    else:
-        sections += ["<h2>GPU utilisation by storage and GPU count</h2>", heatmap_table(f.heatmap)]
-    if f.operators:
-        sections += ["<h2>DALI operators</h2>", operators_table(f.operators)]
-    measured = key_facts(rec)
-    if measured:
-        sections += [f"<h2>{e(facts_title(rec))}</h2>", _kv_table(measured)]
-    sections += [x for x in (copies_table(f.copies), series_section(f.gpu_series)) if x]
-    if f.kind in ("watch", "probe"):
-        sections += [
-            "<h2>Consumer timeline</h2>",
-            consumer_chart(f.consumer, f.consumer_batches),
-            "<h2>Per-worker throughput</h2>",
-            throughput_chart(f.throughput),
-            "<h2>Storage sweep</h2>",
-            storage_section(f.storage_sweep),
-        ]
-        if f.cpu_sweep:
-            sections += [
-                "<h2>CPU sweep</h2>",
-                line_chart(
-                    list(range(len(f.cpu_sweep))),
-                    [("samples/s", [v for _, v in f.cpu_sweep])],
-                    "loader workers",
-                    "samples/s",
-                    x_names=[str(w) for w, _ in f.cpu_sweep],
-                ),
-            ]
-    if f.notes:
-        sections += [
-            "<h2>Notes</h2>",
-            '<ul class="note">' + "".join(f"<li>{e(n)}</li>" for n in f.notes) + "</ul>",
-        ]
-    if rec.host.hostname:  # a sizing from typed numbers ran on no host worth listing
-        sections += ["<h2>Host</h2>", _kv_table(host_facts(rec.host))]
     return (
         "<!DOCTYPE html>\n"
         '<html lang="en"><head><meta charset="utf-8">'
@@ -597,3 +619,78 @@ def render(rec: RunRecord, f: Findings) -> str:
         + f'</main><script type="application/json" id="ioprobe-data">{_blob(rec, f)}</script>'
         "</body></html>\n"
     )
+
+
+# The page's sections, top to bottom: each returns its heading and body, or nothing.
+
+
+def _head(rec: RunRecord, f: Findings) -> list[str]:
+    """The title, where and when the record was made, and the verdict."""
+    ok = f.kind == "size" or not f.recommendations
+    meta = (
+        f"{rec.kind} record",
+        f"ioprobe {rec.ioprobe_version}" if rec.ioprobe_version else "",
+        rec.created,
+        rec.host.hostname,
+    )
+    return [
+        f"<h1>{e(title(rec))}</h1>",
+        '<div class="meta">' + " · ".join(e(x) for x in meta if x) + "</div>",
+        f'<div id="verdict" class="verdict{" ok" if ok else ""}">{e(verdict(rec))}</div>',
+    ]
+
+
+def _answer(rec: RunRecord, f: Findings) -> list[str]:
+    """Above the fold: a run's advice and stages, or a sizing's table."""
+    if f.kind == "size":
+        return ["<h2>GPU utilisation by storage and GPU count</h2>", heatmap_table(f.heatmap)]
+    return ["<h2>What to change</h2>", _recs(f), "<h2>Stage capacities</h2>", stage_chart(rec, f)]
+
+
+def _operators_section(rows: Sequence[OperatorRow]) -> list[str]:
+    return ["<h2>DALI operators</h2>", operators_table(rows)] if rows else []
+
+
+def _measurements_section(rec: RunRecord) -> list[str]:
+    measured = key_facts(rec)
+    return [f"<h2>{e(facts_title(rec))}</h2>", _kv_table(measured)] if measured else []
+
+
+def _timelines(f: Findings) -> list[str]:
+    """A watched or probed run's evidence over time and over the sweeps."""
+    sections = [
+        "<h2>Consumer timeline</h2>",
+        consumer_chart(f.consumer, f.consumer_batches),
+        "<h2>Per-worker throughput</h2>",
+        throughput_chart(f.throughput),
+        "<h2>Storage sweep</h2>",
+        storage_section(f.storage_sweep),
+    ]
+    if f.cpu_sweep:
+        sections += ["<h2>CPU sweep</h2>", _cpu_sweep_chart(f.cpu_sweep)]
+    return sections
+
+
+def _cpu_sweep_chart(sweep: Sequence[tuple[int, float]]) -> str:
+    return line_chart(
+        list(range(len(sweep))),
+        [("samples/s", [v for _, v in sweep])],
+        "loader workers",
+        "samples/s",
+        x_names=[str(w) for w, _ in sweep],
+    )
+
+
+def _notes_section(notes: Sequence[str]) -> list[str]:
+    if not notes:
+        return []
+    return [
+        "<h2>Notes</h2>",
+        '<ul class="note">' + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>",
+    ]
+
+
+def _host_section(rec: RunRecord) -> list[str]:
+    if not rec.host.hostname:  # a sizing from typed numbers ran on no host worth listing
+        return []
+    return ["<h2>Host</h2>", _kv_table(host_facts(rec.host))]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import html
 import re
+from collections.abc import Sequence
 
-from ioprobe.analysis.report import Findings
+from ioprobe.analysis.pcie import CopyRow
+from ioprobe.analysis.report import Advice, Findings, HeatCell, Heatmap, OperatorRow, StageBar
 from ioprobe.record import RunRecord
 from ioprobe.render.facts import facts_title, key_facts, stage_detail, title, verdict
 from ioprobe.render.format import gbps, rate, size_label
@@ -28,66 +30,102 @@ def md(value: object) -> str:
 
 def render(rec: RunRecord, f: Findings) -> str:
     lines = [f"### {md(title(rec))}", "", f"**{md(verdict(rec))}**", ""]
-    if f.stages:
-        lines += ["| stage | samples/s | measured from |", "|---|--:|---|"]
-        for b in f.stages:
-            name = f"**{b.stage}** ◀" if b.limiting else b.stage
-            lines.append(f"| {name} | {rate(b.capacity)} | {md(stage_detail(rec, b.stage))} |")
-        lines.append("")
-    if f.kind != "size":
-        if f.recommendations:
-            lines.append("**What to change**")
-            lines.append("")
-            for i, a in enumerate(f.recommendations, 1):
-                gain = ""
-                if a.predicted is not None:
-                    times = f" ({a.gain:.1f}x)" if a.gain is not None else ""
-                    gain = f" → **{rate(a.predicted)} samples/s{times}**"
-                lines.append(f"{i}. {md(a.text)}{gain}")
-            lines.append("")
-        else:
-            lines += ["Nothing to change: no change the model knows predicts a 5% gain.", ""]
-    hm = f.heatmap
-    if hm is not None:
-        heads = [f"{g} GPU{'s' if g > 1 else ''}" for g in hm.gpus]
-        lines.append("| storage | " + " | ".join(heads) + " |")
-        lines.append("|---|" + "--:|" * len(hm.gpus))
-        for name, cells in zip(hm.storage, hm.cells, strict=True):
-            vals = [
-                "-" if c is None else f"{int(c.utilization * 100 + 1e-9)}% {c.bottleneck}"
-                for c in cells
-            ]
-            lines.append(f"| {md(name)} | " + " | ".join(vals) + " |")
-        lines.append("")
-    if f.operators:
-        lines += [
-            "| DALI operator | device | stage | CPU ms/batch | wall ms/batch | CPU share |",
-            "|---|---|---|--:|--:|--:|",
-        ]
-        lines += [
-            f"| {md(r.name)} | {r.device} | {r.stage} | {r.cpu_ms:,.2f} | {r.wall_ms:,.2f} | "
-            f"{r.cpu_share:.0%} |"
-            for r in f.operators
-        ]
-        lines.append("")
-    if f.copies:
-        lines += ["| copy size | H2D pinned GB/s | H2D pageable | D2H pinned | D2H pageable |"]
-        lines += ["|--:|--:|--:|--:|--:|"]
-        lines += [
-            f"| {size_label(r.size_bytes)} | {gbps(r.h2d_pinned)} | {gbps(r.h2d_pageable)} | "
-            f"{gbps(r.d2h_pinned)} | {gbps(r.d2h_pageable)} |"
-            for r in f.copies
-        ]
-        lines.append("")
-    measured = key_facts(rec)
-    if measured:
-        lines += [f"<details><summary>{md(facts_title(rec))}</summary>", ""]
-        lines += ["| | |", "|---|---|"]
-        lines += [f"| {md(k)} | {md(v)} |" for k, v in measured]
-        lines += ["", "</details>", ""]
-    for n in f.notes:
-        lines.append(f"> note: {md(n)}")
-    if f.notes:
-        lines.append("")
+    lines += _stage_table(rec, f.stages)
+    if f.kind != "size":  # a sizing's advice is its verdict and its table
+        lines += _recommendations(f.recommendations)
+    lines += _heatmap(f.heatmap)
+    lines += _operators(f.operators)
+    lines += _copies(f.copies)
+    lines += _measurements(rec)
+    lines += _notes(f.notes)
     lines.append("<sub>made with ioprobe</sub>")
     return "\n".join(lines) + "\n"
+
+
+# Each section below is its lines followed by a blank one, or nothing where the record has none.
+
+
+def _stage_table(rec: RunRecord, stages: Sequence[StageBar]) -> list[str]:
+    if not stages:
+        return []
+    lines = ["| stage | samples/s | measured from |", "|---|--:|---|"]
+    for b in stages:
+        name = f"**{b.stage}** ◀" if b.limiting else b.stage
+        lines.append(f"| {name} | {rate(b.capacity)} | {md(stage_detail(rec, b.stage))} |")
+    return [*lines, ""]
+
+
+def _recommendations(advice: Sequence[Advice]) -> list[str]:
+    if not advice:
+        return ["Nothing to change: no change the model knows predicts a 5% gain.", ""]
+    lines = ["**What to change**", ""]
+    lines += [f"{i}. {md(a.text)}{_gain(a)}" for i, a in enumerate(advice, 1)]
+    return [*lines, ""]
+
+
+def _gain(a: Advice) -> str:
+    if a.predicted is None:
+        return ""
+    times = f" ({a.gain:.1f}x)" if a.gain is not None else ""
+    return f" → **{rate(a.predicted)} samples/s{times}**"
+
+
+def _heatmap(hm: Heatmap | None) -> list[str]:
+    if hm is None:
+        return []
+    heads = [f"{g} GPU{'s' if g > 1 else ''}" for g in hm.gpus]
+    lines = ["| storage | " + " | ".join(heads) + " |", "|---|" + "--:|" * len(hm.gpus)]
+    for name, cells in zip(hm.storage, hm.cells, strict=True):
+        lines.append(f"| {md(name)} | " + " | ".join(_heat_cell(c) for c in cells) + " |")
+    return [*lines, ""]
+
+
+def _heat_cell(c: HeatCell | None) -> str:
+    return "-" if c is None else f"{int(c.utilization * 100 + 1e-9)}% {c.bottleneck}"
+
+
+def _operators(rows: Sequence[OperatorRow]) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "| DALI operator | device | stage | CPU ms/batch | wall ms/batch | CPU share |",
+        "|---|---|---|--:|--:|--:|",
+    ]
+    lines += [
+        f"| {md(r.name)} | {r.device} | {r.stage} | {r.cpu_ms:,.2f} | {r.wall_ms:,.2f} | "
+        f"{r.cpu_share:.0%} |"
+        for r in rows
+    ]
+    return [*lines, ""]
+
+
+def _copies(rows: Sequence[CopyRow]) -> list[str]:
+    if not rows:
+        return []
+    lines = [
+        "| copy size | H2D pinned GB/s | H2D pageable | D2H pinned | D2H pageable |",
+        "|--:|--:|--:|--:|--:|",
+    ]
+    lines += [
+        f"| {size_label(r.size_bytes)} | {gbps(r.h2d_pinned)} | {gbps(r.h2d_pageable)} | "
+        f"{gbps(r.d2h_pinned)} | {gbps(r.d2h_pageable)} |"
+        for r in rows
+    ]
+    return [*lines, ""]
+
+
+def _measurements(rec: RunRecord) -> list[str]:
+    """The key facts, folded: they are evidence, not the answer."""
+    measured = key_facts(rec)
+    if not measured:
+        return []
+    lines = [f"<details><summary>{md(facts_title(rec))}</summary>", ""]
+    lines += ["| | |", "|---|---|"]
+    lines += [f"| {md(k)} | {md(v)} |" for k, v in measured]
+    return [*lines, "", "</details>", ""]
+
+
+def _notes(notes: Sequence[str]) -> list[str]:
+    if not notes:
+        return []
+    return [*(f"> note: {md(n)}" for n in notes), ""]

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ioprobe.analysis.report import Findings
-from ioprobe.record import RunRecord
+from ioprobe.record import RunRecord, SizeData, SizeInputs, SizeRow
 from ioprobe.render.format import cache_size, rate, sample_size
 
 _INITIAL = {"storage": "S", "cpu": "C", "pcie": "P", "gpu": "G"}
@@ -27,22 +27,38 @@ def view(rec: RunRecord, f: Findings) -> RenderableType:
     sz = rec.sizing
     if sz is None:
         raise ValueError("not a size record")
-    inp = sz.inputs
-    nodes = f" x {inp.nodes} nodes" if inp.nodes > 1 else ""
-    head = Text.assemble(
-        ("ioprobe size", "bold"),
-        "  ",
-        (rec.dataset.target, "cyan"),
-        f"  {sample_size(inp.sample_bytes)}/sample, "
-        f"{rate(inp.gpu_samples_per_s)} samples/s per GPU"
-        + (
-            f", {inp.cpu_seconds_per_sample * 1e3:.2f} ms CPU/sample"
-            if inp.cpu_seconds_per_sample
-            else ""
-        )
-        + (f", {inp.cores:g} cores per node" if inp.cores else "")
-        + nodes,
+    parts: list[RenderableType] = [
+        Text.assemble(
+            ("ioprobe size", "bold"), "  ", (rec.dataset.target, "cyan"), _inputs(sz.inputs)
+        ),
+        Text(""),
+        Text("GPU utilisation by storage class and GPUs per node (S: storage-bound, C: CPU-bound)"),
+        _table(sz, rec.gpus_supported or {}),
+        Text(""),
+    ]
+    parts += _conclusions(sz, f.cache_gap)
+    parts.append(Text(""))
+    parts += _provenance(sz)
+    return Group(*parts)
+
+
+def _inputs(inp: SizeInputs) -> str:
+    """The numbers the table was computed from, in the order a reader checks them."""
+    line = (
+        f"  {sample_size(inp.sample_bytes)}/sample, {rate(inp.gpu_samples_per_s)} samples/s per GPU"
     )
+    if inp.cpu_seconds_per_sample:
+        line += f", {inp.cpu_seconds_per_sample * 1e3:.2f} ms CPU/sample"
+    if inp.cores:
+        line += f", {inp.cores:g} cores per node"
+    if inp.nodes > 1:
+        line += f" x {inp.nodes} nodes"
+    return line
+
+
+def _table(sz: SizeData, supported: dict[str, int]) -> Table:
+    """A row per storage class: its read rate, a cell per GPU count, the GPUs it keeps fed."""
+    inp = sz.inputs
     table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
     table.add_column("storage")
     table.add_column("MB/s" + (" all nodes" if inp.nodes > 1 else ""), justify="right")
@@ -50,54 +66,53 @@ def view(rec: RunRecord, f: Findings) -> RenderableType:
         table.add_column(f"{n} GPU" + ("s" if n != 1 else ""), justify="right")
     table.add_column(f"GPUs >= {inp.target_utilization:.0%}", justify="right")
     by = {(r.storage, r.gpus): r for r in sz.rows}
-    supported = rec.gpus_supported or {}
     for cls in sz.storage:
-        first = by[(cls.name, sz.gpu_counts[0])]
-        mbps = first.storage_samples_per_s * inp.sample_bytes / 1e6
-        cells = [
-            _cell(
-                by[(cls.name, n)].gpu_utilization,
-                by[(cls.name, n)].bottleneck,
-                inp.target_utilization,
-            )
-            for n in sz.gpu_counts
-        ]
-        table.add_row(
-            cls.name, f"{mbps:,.0f}", *cells, Text(str(supported.get(cls.name, 0)), style="bold")
-        )
-    parts: list[RenderableType] = [
-        head,
-        Text(""),
-        Text("GPU utilisation by storage class and GPUs per node (S: storage-bound, C: CPU-bound)"),
-        table,
-        Text(""),
-    ]
+        rows = [by[(cls.name, n)] for n in sz.gpu_counts]
+        # storage reads at the same rate whatever the GPU count: the first row's stands for all
+        mbps = rows[0].storage_samples_per_s * inp.sample_bytes / 1e6
+        cells = [_cell(r.gpu_utilization, r.bottleneck, inp.target_utilization) for r in rows]
+        gpus = Text(str(supported.get(cls.name, 0)), style="bold")
+        table.add_row(cls.name, f"{mbps:,.0f}", *cells, gpus)
+    return table
+
+
+def _conclusions(sz: SizeData, gap: SizeRow | None) -> list[RenderableType]:
+    """What the table means: the cheapest fit, the cores it takes, and where a cache helps."""
+    parts: list[RenderableType] = []
     if sz.cheapest:
         parts.append(Text(sz.cheapest.text, style="bold"))
+    cores = _cores(sz)
+    if cores is not None:
+        parts.append(Text(cores))
+    if gap is not None:
+        parts.append(Text(_cache(gap)))
+    return parts
+
+
+def _cores(sz: SizeData) -> str | None:
     top = max(sz.gpu_counts)
     row = next((r for r in sz.rows if r.gpus == top), None)
-    if row is not None and row.cores_needed:
-        parts.append(
-            Text(
-                f"{top} GPUs per node need about {math.ceil(row.cores_needed)} cores of loader workers per node."
-            )
-        )
-    gap = f.cache_gap
-    if gap is not None:
-        assert gap.cache_bytes_static is not None and gap.cache_bytes_lru is not None
-        parts.append(
-            Text(
-                f"A cache makes {gap.storage} keep {gap.gpus} GPUs per node busy: "
-                f"{cache_size(gap.cache_bytes_static)} as a pinned subset per node (an LRU page cache "
-                f"under shuffling needs {cache_size(gap.cache_bytes_lru)})."
-            )
-        )
-    parts.append(Text(""))
-    parts += [Text(f"assumes: {a}", style="dim") for a in sz.assumptions]
-    srcs = ", ".join(f"{k} from {v}" for k, v in sorted(inp.sources.items()) if v != "given")
+    if row is None or not row.cores_needed:
+        return None
+    return f"{top} GPUs per node need about {math.ceil(row.cores_needed)} cores of loader workers per node."
+
+
+def _cache(gap: SizeRow) -> str:
+    assert gap.cache_bytes_static is not None and gap.cache_bytes_lru is not None
+    return (
+        f"A cache makes {gap.storage} keep {gap.gpus} GPUs per node busy: "
+        f"{cache_size(gap.cache_bytes_static)} as a pinned subset per node (an LRU page cache "
+        f"under shuffling needs {cache_size(gap.cache_bytes_lru)})."
+    )
+
+
+def _provenance(sz: SizeData) -> list[RenderableType]:
+    """The model's assumptions and which inputs came from a run rather than the command line."""
+    parts: list[RenderableType] = [Text(f"assumes: {a}", style="dim") for a in sz.assumptions]
+    srcs = ", ".join(f"{k} from {v}" for k, v in sorted(sz.inputs.sources.items()) if v != "given")
     if srcs:
         parts.append(Text(f"from the run: {srcs}", style="dim"))
-    return Group(*parts)
+    return parts
 
 
 __all__ = ["view"]

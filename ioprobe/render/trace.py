@@ -15,6 +15,7 @@ Times are microseconds from the first batch request.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from ioprobe.analysis.report import Findings
@@ -208,78 +209,46 @@ def _counter_events(series: GpuSeries) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for name, parts in COUNTERS:
         present = [(col, label, k) for col, label, k in parts if col in cols]
-        if not present:
+        if present:
+            out += _counter_track(name, present, cols, times)
+    return out
+
+
+def _counter_track(
+    name: str,
+    present: Sequence[tuple[str, str, float]],
+    cols: dict[str, list[float | None]],
+    times: Sequence[float | None],
+) -> list[dict[str, Any]]:
+    """One counter track's events: a row's readings of the ``present`` columns, scaled."""
+    out: list[dict[str, Any]] = []
+    for i, t in enumerate(times):
+        if t is None:
             continue
-        for i, t in enumerate(times):
-            if t is None:
-                continue
-            args = {
-                label: round(v * k, 4)
-                for col, label, k in present
-                if (v := cols[col][i]) is not None
-            }
-            if args:
-                out.append(
-                    {"name": name, "ph": "C", "pid": NVML_PID, "tid": 0, "ts": _us(t), "args": args}
-                )
+        args = {
+            label: round(v * k, 4) for col, label, k in present if (v := cols[col][i]) is not None
+        }
+        if args:
+            out.append(
+                {"name": name, "ph": "C", "pid": NVML_PID, "tid": 0, "ts": _us(t), "args": args}
+            )
     return out
 
 
 def render(rec: RunRecord, f: Findings) -> str:
     """The trace file's text: ``{"traceEvents": [...]}``, keys sorted."""
-    tracks = f.timeline
-    meta: list[dict[str, Any]] = [
-        {
-            "name": "process_name",
-            "ph": "M",
-            "pid": PID,
-            "tid": MAIN_TID,
-            "args": {"name": f"ioprobe {rec.kind}: {rec.dataset.target}"},
-        }
-    ]
+    process = _meta(
+        "process_name", PID, MAIN_TID, {"name": f"ioprobe {rec.kind}: {rec.dataset.target}"}
+    )
+    meta: list[dict[str, Any]] = [process]
     events: list[dict[str, Any]] = []
-    if tracks:
-        for t in tracks:
-            tid = _tid(t)
-            meta.append(
-                {"name": "thread_name", "ph": "M", "pid": PID, "tid": tid, "args": {"name": t.name}}
-            )
-            meta.append(
-                {
-                    "name": "thread_sort_index",
-                    "ph": "M",
-                    "pid": PID,
-                    "tid": tid,
-                    "args": {"sort_index": tid},
-                }
-            )
-            events += _main_events(t) if t.worker is None else _worker_events(t)
-    else:
-        meta.append(
-            {
-                "name": "thread_name",
-                "ph": "M",
-                "pid": PID,
-                "tid": MAIN_TID,
-                "args": {"name": "probe phases (laid end to end)"},
-            }
-        )
-        events = _phase_events(rec)
-    gpu = f.device_timeline
-    if gpu is not None:
-        for name, args in (
-            ("process_name", {"name": f"device: {gpu.name} (placed at each epoch's first batch)"}),
-            ("thread_name", {"name": "current stream"}),
-        ):
-            meta.append({"name": name, "ph": "M", "pid": GPU_PID, "tid": MAIN_TID, "args": args})
-        events += _gpu_events(gpu)
-    series = rec.gpu_series
-    if series is not None and series.columns.get("t"):
-        name = f"NVML: GPU {series.device_index}, every {series.interval_s * 1e3:g} ms"
-        meta.append(
-            {"name": "process_name", "ph": "M", "pid": NVML_PID, "tid": 0, "args": {"name": name}}
-        )
-        events += _counter_events(series)
+    for part_meta, part_events in (
+        _host_part(rec, f.timeline),
+        _device_part(f.device_timeline),
+        _nvml_part(rec.gpu_series),
+    ):
+        meta += part_meta
+        events += part_events
     events.sort(key=lambda ev: (ev["pid"], ev["tid"], ev["ts"], -ev.get("dur", 0.0)))
     doc = {
         "displayTimeUnit": "ms",
@@ -292,3 +261,51 @@ def render(rec: RunRecord, f: Findings) -> str:
         "traceEvents": meta + events,
     }
     return json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False) + "\n"
+
+
+# Each process of the trace as its metadata events (names, track order) and its events.
+Part = tuple[list[dict[str, Any]], list[dict[str, Any]]]
+
+
+def _meta(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
+    """A metadata event: a process's or a thread's name, or a thread's place in the list."""
+    return {"name": name, "ph": "M", "pid": pid, "tid": tid, "args": args}
+
+
+def _host_part(rec: RunRecord, tracks: Sequence[Track]) -> Part:
+    """A thread per timeline; a probe without one lays its phases end to end on one thread."""
+    if not tracks:
+        name = _meta("thread_name", PID, MAIN_TID, {"name": "probe phases (laid end to end)"})
+        return [name], _phase_events(rec)
+    meta: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    for t in tracks:
+        tid = _tid(t)
+        meta += [
+            _meta("thread_name", PID, tid, {"name": t.name}),
+            _meta("thread_sort_index", PID, tid, {"sort_index": tid}),
+        ]
+        events += _main_events(t) if t.worker is None else _worker_events(t)
+    return meta, events
+
+
+def _device_part(gpu: Track | None) -> Part:
+    if gpu is None:
+        return [], []
+    meta = [
+        _meta(
+            "process_name",
+            GPU_PID,
+            MAIN_TID,
+            {"name": f"device: {gpu.name} (placed at each epoch's first batch)"},
+        ),
+        _meta("thread_name", GPU_PID, MAIN_TID, {"name": "current stream"}),
+    ]
+    return meta, _gpu_events(gpu)
+
+
+def _nvml_part(series: GpuSeries | None) -> Part:
+    if series is None or not series.columns.get("t"):
+        return [], []
+    name = f"NVML: GPU {series.device_index}, every {series.interval_s * 1e3:g} ms"
+    return [_meta("process_name", NVML_PID, 0, {"name": name})], _counter_events(series)

@@ -3,7 +3,7 @@ DALI operator tables."""
 
 from __future__ import annotations
 
-from rich.console import RenderableType
+from rich.console import JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -30,15 +30,16 @@ def recommendations(f: Findings, title: str) -> list[RenderableType]:
 def operator_table(rows: list[OperatorRow]) -> Table:
     """A watched DALI pipeline's operators, costliest first."""
     t = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
-    for col, just in (
+    columns: tuple[tuple[str, JustifyMethod], ...] = (
         ("DALI operator", "left"),
         ("device", "left"),
         ("stage", "left"),
         ("CPU ms/batch", "right"),
         ("wall ms/batch", "right"),
         ("CPU share", "right"),
-    ):
-        t.add_column(col, justify=just)  # type: ignore[arg-type]
+    )
+    for col, just in columns:
+        t.add_column(col, justify=just)
     for r in rows:
         t.add_row(
             r.name,

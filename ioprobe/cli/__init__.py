@@ -13,7 +13,6 @@ from importlib.util import find_spec
 from pathlib import Path
 
 import click
-from click.utils import make_default_short_help
 
 from ioprobe._version import __version__
 from ioprobe.errors import Interrupted, IoprobeError
@@ -54,7 +53,8 @@ class _LazyGroup(click.Group):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max(len(n) for n in names)
-        rows = [(n, make_default_short_help(module_help(n), limit).strip()) for n in names]
+        # a bare command built from the docstring gives click's own short help for it
+        rows = [(n, click.Command(n, help=module_help(n)).get_short_help_str(limit)) for n in names]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

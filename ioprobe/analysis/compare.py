@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from ioprobe.analysis.scenario import recorded_cores, recorded_gpus, recorded_workers
 from ioprobe.errors import BadInputError
-from ioprobe.record import STAGE_NAMES, Recommendation, RunRecord, StageName
+from ioprobe.record import STAGE_NAMES, Change, Recommendation, RunRecord, StageName
 
 # a recorded core count within this of the recommended one counts as applied: affinity
 # masks and cgroup quotas rarely land on the exact integer
@@ -98,10 +98,25 @@ def _matches(r: Recommendation, b: RunRecord) -> str | None:
     """How B shows it carried out ``r``, or None. Only what a record states can match:
     worker, core and GPU counts; storage, caches and decoders need ``--applied``."""
     c = r.change
-    if c is None:
+    if c is None or not _counts_only(c):
         return None
-    if c.storage is not None or c.cache_bytes is not None or c.gpu_decode or c.pcie or c.decode:
-        return None
+    how = _counts_applied(c, b)
+    return ", ".join(how) if how else None
+
+
+def _counts_only(c: Change) -> bool:
+    """``c`` changes nothing but worker, core and GPU counts."""
+    return (
+        c.storage is None
+        and c.cache_bytes is None
+        and not c.gpu_decode
+        and not c.pcie
+        and not c.decode
+    )
+
+
+def _counts_applied(c: Change, b: RunRecord) -> list[str] | None:
+    """Each count ``c`` sets that B's record shows, as a phrase; None when B contradicts one."""
     how = []
     if c.workers is not None:
         if recorded_workers(b) != c.workers:
@@ -115,7 +130,7 @@ def _matches(r: Recommendation, b: RunRecord) -> str | None:
         if recorded_gpus(b) != c.gpus:
             return None
         how.append(f"{c.gpus} GPUs")
-    return ", ".join(how) or None
+    return how
 
 
 def applied_check(
@@ -125,21 +140,7 @@ def applied_check(
     recorded settings) with its predicted rate against B's rate."""
     if rate_b is None:
         return None
-    chosen: tuple[Recommendation, str] | None = None
-    if kind is not None:
-        found = [r for r in a.recommendations if r.kind == kind]
-        if not found:
-            kinds = ", ".join(r.kind for r in a.recommendations) or "none"
-            raise BadInputError(
-                f"--applied {kind}: the first record has no such recommendation (it has: {kinds})"
-            )
-        chosen = (found[0], "named with --applied")
-    else:
-        for r in a.recommendations:
-            how = _matches(r, b)
-            if how is not None:
-                chosen = (r, f"the second run has {how}")
-                break
+    chosen = _applied(a, b, kind)
     if chosen is None:
         return None
     r, how = chosen
@@ -158,6 +159,29 @@ def applied_check(
     )
 
 
+def _applied(a: RunRecord, b: RunRecord, kind: str | None) -> tuple[Recommendation, str] | None:
+    """A's recommendation that B carried out, and how that is known: the one named ``kind``,
+    else the first whose change B's recorded counts show."""
+    if kind is not None:
+        return _named(a, kind), "named with --applied"
+    for r in a.recommendations:
+        how = _matches(r, b)
+        if how is not None:
+            return r, f"the second run has {how}"
+    return None
+
+
+def _named(a: RunRecord, kind: str) -> Recommendation:
+    """A's first recommendation of ``kind``; a user error when it has none."""
+    found = [r for r in a.recommendations if r.kind == kind]
+    if not found:
+        kinds = ", ".join(r.kind for r in a.recommendations) or "none"
+        raise BadInputError(
+            f"--applied {kind}: the first record has no such recommendation (it has: {kinds})"
+        )
+    return found[0]
+
+
 def compare(
     a: RunRecord, b: RunRecord, *, names: tuple[str, str], applied: str | None = None
 ) -> Comparison:
@@ -170,15 +194,6 @@ def compare(
         rate_a, rate_b, basis = a.measured_samples_per_s, b.measured_samples_per_s, "measured"
     else:
         rate_a, rate_b, basis = a.predicted_samples_per_s, b.predicted_samples_per_s, "predicted"
-    warnings = []
-    if a.dataset.target != b.dataset.target:
-        warnings.append("the two records read different datasets")
-    if a.kind != b.kind:
-        warnings.append(
-            f"a {a.kind} record against a {b.kind} record: rates are comparable, methods differ"
-        )
-    if not measured:
-        warnings.append("not both runs measured a delivered rate: comparing the model's rates")
     ca, cb = a.stages.capacities(), b.stages.capacities()
     check = applied_check(a, b, rate_a, rate_b, applied) if measured or applied else None
     return Comparison(
@@ -195,5 +210,19 @@ def compare(
         stages=[StageChange(s, ca[s], cb[s], _ratio(ca[s], cb[s])) for s in STAGE_NAMES],
         config=config_changes(a, b),
         applied=check,
-        warnings=warnings,
+        warnings=_warnings(a, b, measured),
     )
+
+
+def _warnings(a: RunRecord, b: RunRecord, measured: bool) -> list[str]:
+    """What makes A and B less than like for like."""
+    warnings = []
+    if a.dataset.target != b.dataset.target:
+        warnings.append("the two records read different datasets")
+    if a.kind != b.kind:
+        warnings.append(
+            f"a {a.kind} record against a {b.kind} record: rates are comparable, methods differ"
+        )
+    if not measured:
+        warnings.append("not both runs measured a delivered rate: comparing the model's rates")
+    return warnings

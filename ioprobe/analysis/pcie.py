@@ -89,26 +89,31 @@ def degraded_link_rule(rec: RunRecord, f: PipelineFindings | None) -> list[Recom
         if link.max_bytes_per_s and link.theoretical_bytes_per_s
         else None
     )
+    ending, pred = _restored_link(f, pc.capacity_samples_per_s, ratio)
     text = (
         f"The GPU's PCIe link runs at {link_label(link)} under load: check the card is seated in "
-        "a full-width slot, the riser, and the BIOS's link speed setting"
+        "a full-width slot, the riser, and the BIOS's link speed setting" + ending
     )
-    pred: float | None = None
-    cap = pc.capacity_samples_per_s
-    if f is not None and cap and ratio:
-        others = [v for k, v in f.capacities.items() if k != "pcie" and v]
-        pred = min([cap * ratio, *others])
-        if f.bottleneck == "pcie":
-            text += f"; restoring it lifts the pcie stage {ratio:.1f}x."
-        else:
-            text += f"; it does not limit this run ({f.bottleneck} does), but caps the copies at 1/{ratio:.1f} of their rate."
-            pred = None
-    else:
-        text += "."
     evidence = f"NVML, read during a copy burst; pinned copies {pc.efficiency or 0:.0%} of the link"
     return [
         Recommendation(kind="pcie_link", text=text, predicted_samples_per_s=pred, evidence=evidence)
     ]
+
+
+def _restored_link(
+    f: PipelineFindings | None, cap: float | None, ratio: float | None
+) -> tuple[str, float | None]:
+    """What restoring the link's full rate (``ratio`` times today's) does to this run: the end
+    of the advice's sentence, and the predicted rate, which is None unless the link limits."""
+    if f is None or not cap or not ratio:
+        return ".", None
+    if f.bottleneck != "pcie":
+        return (
+            f"; it does not limit this run ({f.bottleneck} does), but caps the copies at 1/{ratio:.1f} of their rate.",
+            None,
+        )
+    others = [v for k, v in f.capacities.items() if k != "pcie" and v]
+    return f"; restoring it lifts the pcie stage {ratio:.1f}x.", min([cap * ratio, *others])
 
 
 def probe_pageable_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:

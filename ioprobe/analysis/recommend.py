@@ -28,7 +28,16 @@ from ioprobe.analysis.scenario import (
     recorded_workers,
 )
 from ioprobe.errors import BadInputError
-from ioprobe.record import Change, Recommendation, RunRecord, StorageClassInfo
+from ioprobe.record import (
+    Change,
+    DecodePath,
+    PcieStage,
+    Recommendation,
+    RunRecord,
+    StageName,
+    StorageClassInfo,
+    WatchData,
+)
 
 Rule = Callable[[RunRecord, PipelineFindings], list[Recommendation]]
 
@@ -45,15 +54,27 @@ DEVICE_TO_CLASS = {
 }
 
 
-def _predict(rec: RunRecord, change: Change) -> float | None:
+def _scenario(rec: RunRecord, change: Change) -> Scenario | None:
+    """The record under ``change``, or None where the record cannot take it (no bytes per
+    sample for a storage class, no stage left to model)."""
     try:
-        return evaluate(rec, change).predicted_samples_per_s
+        return evaluate(rec, change)
     except (BadInputError, ValueError):
         return None
 
 
+def _predict(rec: RunRecord, change: Change) -> float | None:
+    sc = _scenario(rec, change)
+    return sc.predicted_samples_per_s if sc is not None else None
+
+
 def _gain(pred: float | None, f: PipelineFindings) -> bool:
     return pred is not None and pred >= f.predicted_samples_per_s * MIN_GAIN
+
+
+def _other_stages(f: PipelineFindings, stage: StageName) -> list[float]:
+    """The measured capacities of every stage but ``stage``: what caps a gain on it."""
+    return [v for k, v in f.capacities.items() if k != stage and v]
 
 
 def _if_gain(
@@ -80,31 +101,22 @@ def workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     """
     if rec.watch is None or f.bottleneck not in ("cpu", "storage"):
         return []
-    w0 = recorded_workers(rec)
-    cores = recorded_cores(rec)
-    top = max(int(2 * cores), w0 + 1)
-    preds = {w: _predict(rec, Change(workers=w)) for w in range(w0 + 1, min(top, 64) + 1)}
-    best = max((p for p in preds.values() if p is not None), default=None)
-    if best is None or not _gain(best, f):
+    found = _fewest_workers(rec, f)
+    if found is None:
         return []
-    w = min(k for k, p in preds.items() if p is not None and p >= best * 0.98)
-    p = preds[w]
-    assert p is not None
-    cpu = rec.stages.cpu
+    w, p = found
+    w0 = recorded_workers(rec)
     # DALI's thread pool is what stands for the workers there (loaders/dali.py)
     dali = rec.watch.settings.framework == "dali"
     who = "threads" if dali else "workers"
-    why = (
-        f"each sample costs {cpu.cpu_seconds_per_sample * 1e3:.1f} ms of CPU and "
-        f"{cores:.0f} cores are usable"
-        if f.bottleneck == "cpu" and cpu.cpu_seconds_per_sample
-        else f"{who} spend their time blocked on reads, so more of them keep more reads in flight"
-    )
     setting = "the DALI pipeline's num_threads" if dali else "num_workers"
     return [
         Recommendation(
             kind="num_workers",
-            text=f"Raise {setting} from {w0} to {w}: {why}; more {who} than that add nothing.",
+            text=(
+                f"Raise {setting} from {w0} to {w}: {_workers_why(rec, f, who)}; more {who} "
+                "than that add nothing."
+            ),
             predicted_samples_per_s=p,
             evidence=f"{f.bottleneck} delivers {f.predicted_samples_per_s:,.0f} samples/s with {w0}",
             change=Change(workers=w),
@@ -112,15 +124,43 @@ def workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     ]
 
 
+def _fewest_workers(rec: RunRecord, f: PipelineFindings) -> tuple[int, float] | None:
+    """The smallest worker count within 2% of the best predicted rate, and its rate; None
+    when no count gains enough."""
+    w0 = recorded_workers(rec)
+    top = max(int(2 * recorded_cores(rec)), w0 + 1)
+    preds = {
+        w: p
+        for w in range(w0 + 1, min(top, 64) + 1)
+        if (p := _predict(rec, Change(workers=w))) is not None
+    }
+    best = max(preds.values(), default=None)
+    if best is None or not _gain(best, f):
+        return None
+    w = min(k for k, p in preds.items() if p >= best * 0.98)
+    return w, preds[w]
+
+
+def _workers_why(rec: RunRecord, f: PipelineFindings, who: str) -> str:
+    """Why more workers help: the CPU cost per sample when the CPU limits, else blocked reads."""
+    cpu_s = rec.stages.cpu.cpu_seconds_per_sample
+    if f.bottleneck == "cpu" and cpu_s:
+        return (
+            f"each sample costs {cpu_s * 1e3:.1f} ms of CPU and "
+            f"{recorded_cores(rec):.0f} cores are usable"
+        )
+    return f"{who} spend their time blocked on reads, so more of them keep more reads in flight"
+
+
 def cores_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     """CPU-bound with workers already on every core: how many cores the next stage could use."""
     cpu = rec.stages.cpu
     if f.bottleneck != "cpu" or not cpu.cpu_seconds_per_sample:
         return []
-    others = [v for k, v in f.capacities.items() if k != "cpu" and v]
-    target = min(others) if others else None
-    if target is None:
+    others = _other_stages(f, "cpu")
+    if not others:
         return []
+    target = min(others)
     need = math.ceil(target * cpu.cpu_seconds_per_sample)
     cores = recorded_cores(rec)
     if need <= cores:
@@ -150,32 +190,31 @@ def decode_path_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation
     cur = measured(rec, cur_name)
     if cur is None or cur.samples_per_s is None or cur_name == "dali-gpu":
         return []
-    faster = [
-        p
-        for p in rec.stages.cpu.decode_paths
-        if p.path in ("pillow", "dali-cpu")
-        and p.path != cur_name
-        and measured(rec, p.path) is not None
-        and (p.samples_per_s or 0.0) > cur.samples_per_s
-    ]
-    if not faster:
+    best = _faster_cpu_path(rec, cur.path, cur.samples_per_s)
+    if best is None:
         return []
-    best = max(faster, key=lambda p: p.samples_per_s or 0.0)
-    assert best.samples_per_s is not None
-    how = (
-        "Decode with DALI on the CPU"
-        if best.path == "dali-cpu"
-        else f"Decode with {label(best.path)}"
-    )
     return _if_gain(
         rec,
         f,
         Change(decode=best.path),
         "decode_path",
-        f"{how}: {best.samples_per_s:,.0f} images/s vs {cur.samples_per_s:,.0f} with "
-        f"{label(cur.path)}, same cores ({best.threads} threads).",
+        f"Decode with {label(best.path)}: {best.samples_per_s:,.0f} images/s vs "
+        f"{cur.samples_per_s:,.0f} with {label(cur.path)}, same cores ({best.threads} threads).",
         f"measured side by side on the same {best.files} images",
     )
+
+
+def _faster_cpu_path(rec: RunRecord, current: str, rate: float) -> DecodePath | None:
+    """The fastest CPU decode path the probe measured above ``rate``, other than ``current``."""
+    faster = [
+        p
+        for p in rec.stages.cpu.decode_paths
+        if p.path in ("pillow", "dali-cpu")
+        and p.path != current
+        and measured(rec, p.path) is not None
+        and (p.samples_per_s or 0.0) > rate
+    ]
+    return max(faster, key=lambda p: p.samples_per_s or 0.0, default=None)
 
 
 def gpu_decode_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
@@ -186,36 +225,45 @@ def gpu_decode_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]
     """
     if f.bottleneck != "cpu" or not _is_images(rec) or decodes_on_gpu(rec):
         return []
-    gpu = measured(rec, "dali-gpu")
-    cur = measured(rec, current_path(rec))
     if rec.dali is not None:
-        text = (
+        how = (
             "Set device='mixed' on fn.decoders.image in the DALI pipeline: JPEG decode moves "
             "to the GPU."
         )
     else:
-        text = (
+        how = (
             "Decode images on the GPU with NVIDIA DALI (fn.decoders.image, device='mixed'): "
             "JPEG decode leaves the CPU."
         )
+    return _if_gain(
+        rec,
+        f,
+        Change(gpu_decode=True),
+        "gpu_decode",
+        how + _gpu_decode_basis(rec),
+        "CPU-bound on image decode",
+    )
+
+
+def _gpu_decode_basis(rec: RunRecord) -> str:
+    """The sentence that says what the GPU decode rate rests on: the probe's measurement, or
+    an assumption and why nothing was measured."""
+    gpu = measured(rec, "dali-gpu")
     if gpu is not None and gpu.samples_per_s:
+        cur = measured(rec, current_path(rec))
         versus = (
             f" vs {cur.samples_per_s:,.0f} with {label(cur.path)}"
             if cur is not None and cur.samples_per_s
             else ""
         )
-        text += f" The probe measured {gpu.samples_per_s:,.0f} images/s with it{versus}."
-    else:
-        tried = next((p for p in rec.stages.cpu.decode_paths if p.path == "dali-gpu"), None)
-        text += (
-            f" The gain assumes a GPU decode rate: the probe could not measure it here "
+        return f" The probe measured {gpu.samples_per_s:,.0f} images/s with it{versus}."
+    tried = next((p for p in rec.stages.cpu.decode_paths if p.path == "dali-gpu"), None)
+    if tried is not None and tried.error:
+        return (
+            " The gain assumes a GPU decode rate: the probe could not measure it here "
             f"({tried.error})."
-            if tried is not None and tried.error
-            else " The gain assumes a GPU decode rate; `ioprobe probe --loader dali` measures it."
         )
-    return _if_gain(
-        rec, f, Change(gpu_decode=True), "gpu_decode", text, "CPU-bound on image decode"
-    )
+    return " The gain assumes a GPU decode rate; `ioprobe probe --loader dali` measures it."
 
 
 def _is_images(rec: RunRecord) -> bool:
@@ -273,41 +321,48 @@ def shard_rule(rec: RunRecord, f: PipelineFindings, catalog: Catalog) -> list[Re
     if f.bottleneck != "storage" or rec.dataset.density != "low":
         return []
     cls = _current_class(rec, catalog) if catalog else None
-    pred = None
-    if cls is not None:
-        streaming = StorageClassInfo(
-            name=f"{cls.name}, sharded",
-            label="large sequential reads",
-            scope=cls.scope,
-            seq_read_bytes_per_s=cls.seq_read_bytes_per_s,
-            latency_s=cls.latency_s * rec.dataset.sample_bytes_mean / 100e6,
-        )
-        pred = _predict(rec, Change(storage=streaming))
+    pred = _sharded_rate(rec, cls) if cls is not None else None
     if pred is not None and not _gain(pred, f):
         return []
-    st = rec.stages.storage
-    p = st.cold or st.warm
+    basis = (
+        f"The gain assumes {cls.name}'s sequential rate."
+        if cls is not None and pred is not None
+        else "Gain not predicted: the storage class is unknown."
+    )
     return [
         Recommendation(
             kind="shard_small_files",
             text=(
                 f"Samples average {rec.dataset.sample_bytes_mean / 1024:.0f} KiB, so reads pay "
                 "per-file latency and IOPS. Pack them into shards (tar / WebDataset) of 100 MB "
-                "or more so storage streams. "
-                + (
-                    f"The gain assumes {cls.name if cls else ''}'s sequential rate."
-                    if pred is not None
-                    else "Gain not predicted: the storage class is unknown."
-                )
+                "or more so storage streams. " + basis
             ),
             predicted_samples_per_s=pred,
-            evidence=(
-                f"p99 read latency {p.latency_p99_ms:.1f} ms"
-                if p and p.latency_p99_ms is not None
-                else f"mean sample {rec.dataset.sample_bytes_mean:.0f} bytes"
-            ),
+            evidence=_read_latency(rec),
         )
     ]
+
+
+def _sharded_rate(rec: RunRecord, cls: StorageClassInfo) -> float | None:
+    """The predicted rate with the dataset in 100 MB shards on ``cls``: its sequential
+    bandwidth, and its per-request latency paid once per shard instead of once per sample."""
+    streaming = StorageClassInfo(
+        name=f"{cls.name}, sharded",
+        label="large sequential reads",
+        scope=cls.scope,
+        seq_read_bytes_per_s=cls.seq_read_bytes_per_s,
+        latency_s=cls.latency_s * rec.dataset.sample_bytes_mean / 100e6,
+    )
+    return _predict(rec, Change(storage=streaming))
+
+
+def _read_latency(rec: RunRecord) -> str:
+    """The evidence that reads are small: their p99 latency, else the mean sample size."""
+    st = rec.stages.storage
+    p = st.cold or st.warm
+    if p and p.latency_p99_ms is not None:
+        return f"p99 read latency {p.latency_p99_ms:.1f} ms"
+    return f"mean sample {rec.dataset.sample_bytes_mean:.0f} bytes"
 
 
 def _current_class(rec: RunRecord, catalog: Catalog) -> StorageClassInfo | None:
@@ -325,40 +380,51 @@ def faster_storage_rule(
     and how many GPUs it would carry at 90%."""
     if f.bottleneck != "storage" or rec.dataset.sample_bytes_mean <= 0 or not catalog:
         return []
-    others = [v for k, v in f.capacities.items() if k != "storage" and v]
-    goal = min(others) if others else None
-    best: tuple[float, StorageClassInfo, Scenario] | None = None
-    for cls in catalog.values():
-        try:
-            sc = evaluate(rec, Change(storage=cls))
-        except (BadInputError, ValueError):
-            continue
-        pred = sc.predicted_samples_per_s
-        if not _gain(pred, f):
-            continue
-        if best is None or pred > best[0] * 1.02:
-            best = (pred, cls, sc)
-        if goal is not None and pred >= goal * 0.98:
-            best = (pred, cls, sc)
-            break  # catalog order is cheapest first: the first that reaches the goal wins
-    if best is None:
+    found = _cheapest_faster_class(rec, f, catalog)
+    if found is None:
         return []
-    pred, cls, sc = best
-    carry = ""
-    gpu = rec.stages.gpu.capacity_samples_per_s
-    st_cap = sc.stages.storage.capacity_samples_per_s
-    if gpu and st_cap:
-        per_gpu = gpu / recorded_gpus(rec)
-        carry = f" It would feed {int(st_cap / (0.9 * per_gpu))} GPUs like this one at 90%."
+    cls, sc = found
     return [
         Recommendation(
             kind="faster_storage",
-            text=(f"Move the dataset to {cls.name} ({cls.label}).{carry}"),
-            predicted_samples_per_s=pred,
+            text=f"Move the dataset to {cls.name} ({cls.label}).{_gpus_fed(rec, sc)}",
+            predicted_samples_per_s=sc.predicted_samples_per_s,
             evidence=f"storage delivers {f.predicted_samples_per_s:,.0f} samples/s",
             change=Change(storage=cls),
         )
     ]
+
+
+def _cheapest_faster_class(
+    rec: RunRecord, f: PipelineFindings, catalog: Catalog
+) -> tuple[StorageClassInfo, Scenario] | None:
+    """The first class, in catalog order (cheapest first), that lifts the pipeline to the
+    next stage's rate; when none does, the best of those that gain, a class beating an
+    earlier one only by more than 2%."""
+    others = _other_stages(f, "storage")
+    goal = min(others) if others else None
+    best: tuple[StorageClassInfo, Scenario] | None = None
+    for cls in catalog.values():
+        sc = _scenario(rec, Change(storage=cls))
+        if sc is None or not _gain(sc.predicted_samples_per_s, f):
+            continue
+        pred = sc.predicted_samples_per_s
+        if goal is not None and pred >= goal * 0.98:
+            return cls, sc
+        if best is None or pred > best[1].predicted_samples_per_s * 1.02:
+            best = (cls, sc)
+    return best
+
+
+def _gpus_fed(rec: RunRecord, sc: Scenario) -> str:
+    """The sentence saying how many GPUs like the recorded ones the new storage feeds at
+    90%; empty when the GPU's or the new storage's rate is unknown."""
+    gpu = rec.stages.gpu.capacity_samples_per_s
+    st_cap = sc.stages.storage.capacity_samples_per_s
+    if not gpu or not st_cap:
+        return ""
+    per_gpu = gpu / recorded_gpus(rec)
+    return f" It would feed {int(st_cap / (0.9 * per_gpu))} GPUs like this one at 90%."
 
 
 def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
@@ -375,15 +441,10 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
         return []
     if rec.measured_samples_per_s >= 0.9 * f.predicted_samples_per_s:
         return []
-    stalls = sorted(w.stall_ms.values)
-    steps = w.step_ms.values
-    if len(stalls) < 20 or not steps:
+    spikes = _stall_spikes(w)
+    if spikes is None:
         return []
-    p50 = statistics.median(stalls)
-    p95 = stalls[int(0.95 * (len(stalls) - 1))]
-    step = statistics.median(steps)
-    if p95 <= max(3 * p50, 1.0) or step <= 0:
-        return []
+    p50, p95, step = spikes
     workers = recorded_workers(rec)
     current = w.settings.prefetch_factor or 2  # torch's default
     depth = math.ceil(p95 / step)
@@ -402,6 +463,22 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             evidence=f"measured {rec.measured_samples_per_s:,.0f} samples/s vs model {pred:.0f}",
         )
     ]
+
+
+def _stall_spikes(w: WatchData) -> tuple[float, float, float] | None:
+    """The median and 95th-percentile stall and the median step, in ms, when the stalls are
+    spiky (p95 over three times the median and over 1 ms); None otherwise, with too few
+    stalls (under 20) to tell, or without a step time."""
+    stalls = sorted(w.stall_ms.values)
+    steps = w.step_ms.values
+    if len(stalls) < 20 or not steps:
+        return None
+    p50 = statistics.median(stalls)
+    p95 = stalls[int(0.95 * (len(stalls) - 1))]
+    step = statistics.median(steps)
+    if p95 <= max(3 * p50, 1.0) or step <= 0:
+        return None
+    return p50, p95, step
 
 
 def share_gpu_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
@@ -447,44 +524,67 @@ def pin_memory_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]
     measured as all pinned (or a loader with pin_memory=True and no measured copies) leave
     nothing to gain.
     """
+    pcie = _unpinned_pcie(rec, f)
+    if pcie is None:
+        return []
     pc = rec.stages.pcie
-    pcie = pc.capacity_samples_per_s
-    flag = rec.watch.settings.pin_memory if rec.watch else False
-    pinned = pc.pinned_fraction >= 0.99 if pc.pinned_fraction is not None else flag
-    # a probe's capacity already assumes pinned copies: probe_pageable_rule speaks for it
-    if pcie is None or pinned or pc.copies:
-        return []
-    if f.bottleneck != "pcie" and not (rec.watch and rec.host.gpus):
-        return []
-    factor, why = 2.0, "pinned copies run about 2x pageable ones"
-    if pc.pinned_bytes_per_s and pc.pageable_bytes_per_s:
-        factor = pc.pinned_bytes_per_s / pc.pageable_bytes_per_s
-        why = (
-            f"pinned copies ran {pc.pinned_bytes_per_s / 1e9:.1f} GB/s here, pageable ones "
-            f"{pc.pageable_bytes_per_s / 1e9:.1f} GB/s"
-        )
-    share = f"{1 - pc.pinned_fraction:.0%} of the bytes copied" if pc.pinned_fraction else "copies"
+    factor, why = _pinned_speedup(pc)
     # only the pageable share speeds up
     pageable = 1.0 - (pc.pinned_fraction or 0.0)
     gain = 1.0 / (1.0 - pageable + pageable / factor) if factor > 0 else 1.0
-    others = [v for k, v in f.capacities.items() if k != "pcie" and v]
-    pred = min([gain * pcie, *others])
+    pred = min([gain * pcie, *_other_stages(f, "pcie")])
     if not _gain(pred, f):
         return []
-    first = (
-        f"pin_memory=True is set, yet {share} came from pageable memory: pin what the "
-        "collate_fn returns (tensors, not other types), then"
-        if flag
-        else "Use pin_memory=True and"
-    )
     return [
         Recommendation(
             kind="pin_memory",
-            text=f"{first} .to(device, non_blocking=True): {why}.",
+            text=f"{_pin_memory_first(rec)} .to(device, non_blocking=True): {why}.",
             predicted_samples_per_s=pred,
             evidence=f"PCIe delivers {pcie:,.0f} samples/s ({pc.method})",
         )
     ]
+
+
+def _pin_memory_set(rec: RunRecord) -> bool:
+    return rec.watch.settings.pin_memory if rec.watch else False
+
+
+def _unpinned_pcie(rec: RunRecord, f: PipelineFindings) -> float | None:
+    """The pcie stage's capacity when pinning could raise it: copies not all pinned (as
+    measured, else as the loader's flag says), the link limiting or a watched run on a GPU
+    host; None otherwise."""
+    pc = rec.stages.pcie
+    flag = _pin_memory_set(rec)
+    pinned = pc.pinned_fraction >= 0.99 if pc.pinned_fraction is not None else flag
+    # a probe's capacity already assumes pinned copies: probe_pageable_rule speaks for it
+    if pc.capacity_samples_per_s is None or pinned or pc.copies:
+        return None
+    if f.bottleneck != "pcie" and not (rec.watch and rec.host.gpus):
+        return None
+    return pc.capacity_samples_per_s
+
+
+def _pinned_speedup(pc: PcieStage) -> tuple[float, str]:
+    """How much faster pinned copies run than pageable ones, and the reason to print: the
+    ratio of the two measured rates where both were measured, else the usual 2x."""
+    if pc.pinned_bytes_per_s and pc.pageable_bytes_per_s:
+        return pc.pinned_bytes_per_s / pc.pageable_bytes_per_s, (
+            f"pinned copies ran {pc.pinned_bytes_per_s / 1e9:.1f} GB/s here, pageable ones "
+            f"{pc.pageable_bytes_per_s / 1e9:.1f} GB/s"
+        )
+    return 2.0, "pinned copies run about 2x pageable ones"
+
+
+def _pin_memory_first(rec: RunRecord) -> str:
+    """The advice's opening: set the flag, or, where it is set, pin what the loader returns."""
+    if not _pin_memory_set(rec):
+        return "Use pin_memory=True and"
+    pc = rec.stages.pcie
+    share = f"{1 - pc.pinned_fraction:.0%} of the bytes copied" if pc.pinned_fraction else "copies"
+    return (
+        f"pin_memory=True is set, yet {share} came from pageable memory: pin what the "
+        "collate_fn returns (tensors, not other types), then"
+    )
 
 
 def balanced_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:

@@ -273,21 +273,32 @@ def worker_throughput(tracks: list[Track], bins: int = MAX_TIME_BINS) -> Through
     width = span / bins
     out = Throughput(bin_s=width, hidden=max(len(workers) - MAX_WORKER_LINES, 0))
     for t in workers[:MAX_WORKER_LINES]:
-        acc = [0.0] * bins
-        c = t.columns
-        for s, e, n in zip(c["start"], c["end"], c["samples"], strict=True):
-            lo, hi = (s - t0) / width, (e - t0) / width
-            if hi - lo < 1e-9:
-                acc[min(int(lo), bins - 1)] += n
-                continue
-            # share the row's samples among the bins its span covers
-            b = int(lo)
-            while b < hi and b < bins:
-                overlap = min(hi, b + 1) - max(lo, b)
-                acc[b] += n * overlap / (hi - lo)
-                b += 1
+        acc = _binned_samples(t, t0, width, bins)
         out.lines.append(WorkerLine(name=t.name, samples_per_s=[round(a / width, 3) for a in acc]))
     return out
+
+
+def _binned_samples(track: Track, t0: float, width: float, bins: int) -> list[float]:
+    """The samples of ``track`` in each of ``bins`` bins ``width`` seconds wide from ``t0``."""
+    acc = [0.0] * bins
+    c = track.columns
+    for s, e, n in zip(c["start"], c["end"], c["samples"], strict=True):
+        _spread(acc, (s - t0) / width, (e - t0) / width, n)
+    return acc
+
+
+def _spread(acc: list[float], lo: float, hi: float, n: float) -> None:
+    """Add ``n`` samples to the bins of ``acc`` that the span ``lo``..``hi`` (in bins) covers,
+    each its share of the overlap; a span too short to cover any lands in its own bin."""
+    bins = len(acc)
+    if hi - lo < 1e-9:
+        acc[min(int(lo), bins - 1)] += n
+        return
+    b = int(lo)
+    while b < hi and b < bins:
+        overlap = min(hi, b + 1) - max(lo, b)
+        acc[b] += n * overlap / (hi - lo)
+        b += 1
 
 
 def storage_lines(rec: RunRecord) -> list[SweepLine]:
@@ -345,19 +356,20 @@ def cache_gap(rec: RunRecord) -> SizeRow | None:
     if sz is None:
         return None
     target = sz.inputs.target_utilization
-    rows = [
-        r
-        for r in sz.rows
-        if r.bottleneck == "storage"
-        and r.gpu_utilization < target
-        and r.cache_bytes_static
-        and r.cache_bytes_lru
-        and (r.cpu_samples_per_s is None or r.cpu_samples_per_s >= target * r.gpu_samples_per_s)
-    ]
+    rows = [r for r in sz.rows if _cache_would_lift(r, target)]
     if not rows:
         return None
     top = max(r.gpus for r in rows)
     return min((r for r in rows if r.gpus == top), key=lambda r: r.cache_bytes_static or 0.0)
+
+
+def _cache_would_lift(r: SizeRow, target: float) -> bool:
+    """Storage alone keeps the row below ``target`` and the sizing found the cache that lifts it."""
+    storage_binds = r.bottleneck == "storage" and r.gpu_utilization < target
+    cpu_keeps_up = (
+        r.cpu_samples_per_s is None or r.cpu_samples_per_s >= target * r.gpu_samples_per_s
+    )
+    return storage_binds and bool(r.cache_bytes_static and r.cache_bytes_lru) and cpu_keeps_up
 
 
 def dali_operators(rec: RunRecord) -> list[OperatorRow]:

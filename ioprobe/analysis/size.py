@@ -143,13 +143,7 @@ def size(
     predicted rate) is that of the cheapest configuration that keeps the most GPUs asked
     for at the target, or of the best one when none does."""
     _check(inp, classes, gpu_counts)
-    rows: list[SizeRow] = []
-    findings: dict[tuple[str, int], PipelineFindings] = {}
-    for cls in classes:
-        for n in gpu_counts:
-            row, f = _row(cls, n, inp)
-            rows.append(row)
-            findings[(cls.name, n)] = f
+    rows, findings = _grid(inp, classes, gpu_counts)
     supported = {cls.name: gpus_supported(cls, inp) for cls in classes}
     top = max(gpu_counts)
     cheapest = _cheapest(classes, rows, top, inp, supported)
@@ -158,12 +152,60 @@ def size(
     head = findings.get((head_cls.name, head_gpus)) or pipeline_model(
         stages_for(head_cls, head_gpus, inp)
     )
+    host, ds = _subject(inp, base)
+    util = head.gpu_utilization
+    return RunRecord(
+        kind="size",
+        host=host,
+        dataset=ds,
+        stages=stages_for(head_cls, head_gpus, inp),
+        bottleneck=head.bottleneck,
+        predicted_samples_per_s=head.predicted_samples_per_s,
+        gpu_idle_fraction=1.0 - util if util is not None else None,
+        gpu_idle_method="predicted: 1 - delivered / GPU capacity",
+        recommendations=_advice(inp, classes, supported, cheapest, head, len(rows)),
+        sizing=SizeData(
+            inputs=inp,
+            storage=list(classes),
+            gpu_counts=list(gpu_counts),
+            rows=rows,
+            cheapest=cheapest,
+            assumptions=_assumptions(inp),
+        ),
+        gpus_supported=supported,
+    )
+
+
+def _grid(
+    inp: SizeInputs, classes: list[StorageClassInfo], gpu_counts: list[int]
+) -> tuple[list[SizeRow], dict[tuple[str, int], PipelineFindings]]:
+    """A row per storage class x GPU count, and the model's findings for each, by (class
+    name, GPUs)."""
+    rows: list[SizeRow] = []
+    findings: dict[tuple[str, int], PipelineFindings] = {}
+    for cls in classes:
+        for n in gpu_counts:
+            row, f = _row(cls, n, inp)
+            rows.append(row)
+            findings[(cls.name, n)] = f
+    return rows, findings
+
+
+def _advice(
+    inp: SizeInputs,
+    classes: list[StorageClassInfo],
+    supported: dict[str, int],
+    cheapest: Cheapest,
+    head: PipelineFindings,
+    configurations: int,
+) -> list[Recommendation]:
+    """The cheapest balanced configuration first, then the GPUs each class keeps busy."""
     recs = [
         Recommendation(
             kind="size",
             text=cheapest.text,
             predicted_samples_per_s=head.predicted_samples_per_s,
-            evidence=f"{len(rows)} configurations through the pipeline model",
+            evidence=f"{configurations} configurations through the pipeline model",
         )
     ]
     for cls in classes:
@@ -177,46 +219,34 @@ def size(
                 ),
             )
         )
+    return recs
+
+
+def _subject(inp: SizeInputs, base: RunRecord | None) -> tuple[HostInfo, DatasetProfile]:
+    """The host and dataset the sizing is about: the run's, or ones described by the numbers."""
     if base is not None:
-        host, ds = base.host, base.dataset
-    else:
-        host = HostInfo(gpu_probe="not checked: sized from numbers")
-        ds = DatasetProfile(
-            target="(given numbers)",
-            files=int(inp.dataset_bytes / inp.sample_bytes) if inp.dataset_bytes else 0,
-            bytes=int(inp.dataset_bytes or 0),
-            sample_bytes_mean=inp.sample_bytes,
-            density=density_class(inp.sample_bytes),
-        )
-    util = head.gpu_utilization
-    return RunRecord(
-        kind="size",
-        host=host,
-        dataset=ds,
-        stages=stages_for(head_cls, head_gpus, inp),
-        bottleneck=head.bottleneck,
-        predicted_samples_per_s=head.predicted_samples_per_s,
-        gpu_idle_fraction=1.0 - util if util is not None else None,
-        gpu_idle_method="predicted: 1 - delivered / GPU capacity",
-        recommendations=recs,
-        sizing=SizeData(
-            inputs=inp,
-            storage=list(classes),
-            gpu_counts=list(gpu_counts),
-            rows=rows,
-            cheapest=cheapest,
-            assumptions=[
-                "throughput = min(stage capacities): stages overlap, prefetch absorbs jitter",
-                "GPUs scale linearly: each trains at its given rate when fed, no sync cost",
-                f"{inp.in_flight} reads in flight per node; local storage is per node, a "
-                "network filer is shared by all nodes, object storage is per connection",
-                "CPU not limiting"
-                if not (inp.cpu_seconds_per_sample and inp.cores)
-                else "CPU capacity = cores x nodes / CPU seconds per sample (linear in cores)",
-            ],
-        ),
-        gpus_supported=supported,
+        return base.host, base.dataset
+    host = HostInfo(gpu_probe="not checked: sized from numbers")
+    ds = DatasetProfile(
+        target="(given numbers)",
+        files=int(inp.dataset_bytes / inp.sample_bytes) if inp.dataset_bytes else 0,
+        bytes=int(inp.dataset_bytes or 0),
+        sample_bytes_mean=inp.sample_bytes,
+        density=density_class(inp.sample_bytes),
     )
+    return host, ds
+
+
+def _assumptions(inp: SizeInputs) -> list[str]:
+    return [
+        "throughput = min(stage capacities): stages overlap, prefetch absorbs jitter",
+        "GPUs scale linearly: each trains at its given rate when fed, no sync cost",
+        f"{inp.in_flight} reads in flight per node; local storage is per node, a "
+        "network filer is shared by all nodes, object storage is per connection",
+        "CPU not limiting"
+        if not (inp.cpu_seconds_per_sample and inp.cores)
+        else "CPU capacity = cores x nodes / CPU seconds per sample (linear in cores)",
+    ]
 
 
 def _cheapest(
@@ -233,27 +263,22 @@ def _cheapest(
     for cls in classes:
         r = at_top[cls.name]
         if r.gpu_utilization >= inp.target_utilization - 1e-12:
-            return Cheapest(
-                storage=cls.name,
-                gpus=top,
-                utilization=r.gpu_utilization,
-                cores_needed=r.cores_needed,
-                text=(
-                    f"Cheapest balanced: {cls.name} keeps {top} GPUs per node at "
-                    f"{r.gpu_utilization:.0%}"
-                    + (
-                        f"; {math.ceil(r.cores_needed)} cores of loader workers per node feed "
-                        "them fully"
-                        if r.cores_needed
-                        else ""
-                    )
-                    + "."
-                ),
-            )
+            return _balanced(cls, top, r)
+    return _most_kept(classes, at_top, top, inp, supported)
+
+
+def _most_kept(
+    classes: list[StorageClassInfo],
+    at_top: dict[str, SizeRow],
+    top: int,
+    inp: SizeInputs,
+    supported: dict[str, int],
+) -> Cheapest:
+    """No class keeps ``top`` GPUs: the cheapest of those that keep the most, and what binds
+    one GPU beyond that (``at_top``: each class's row at ``top`` GPUs)."""
     most = max(supported[c.name] for c in classes)
     best = next(c for c in classes if supported[c.name] == most)
     if most == 0:
-        r = at_top[best.name]
         return Cheapest(
             storage=best.name,
             gpus=0,
@@ -261,18 +286,10 @@ def _cheapest(
             cores_needed=None,
             text=(
                 f"No class here keeps even one GPU per node at {inp.target_utilization:.0%}: "
-                f"{r.bottleneck} binds first."
+                f"{at_top[best.name].bottleneck} binds first."
             ),
         )
     at, _ = _row(best, most, inp)
-    beyond, _ = _row(best, most + 1, inp)
-    why = f"{beyond.bottleneck} binds beyond that"
-    if beyond.bottleneck == "cpu" and beyond.cores_needed:
-        why += f" ({most + 1} GPUs need {math.ceil(beyond.cores_needed)} cores per node)"
-    elif beyond.bottleneck == "storage" and beyond.cache_bytes_static:
-        n = beyond.cache_bytes_static
-        cache = f"{n / 1e9:,.0f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
-        why += f" (or add a {cache} pinned cache per node)"
     return Cheapest(
         storage=best.name,
         gpus=most,
@@ -281,9 +298,42 @@ def _cheapest(
         text=(
             f"No class keeps {top} GPUs per node at {inp.target_utilization:.0%}. Cheapest "
             f"balanced: {best.name} with {most} GPU{'s' if most != 1 else ''} per node, the "
-            f"most any class here keeps; {why}."
+            f"most any class here keeps; {_binds_beyond(best, most, inp)}."
         ),
     )
+
+
+def _balanced(cls: StorageClassInfo, top: int, r: SizeRow) -> Cheapest:
+    """``cls`` keeps all ``top`` GPUs at the target (row ``r``), and the cores that takes."""
+    cores = (
+        f"; {math.ceil(r.cores_needed)} cores of loader workers per node feed them fully"
+        if r.cores_needed
+        else ""
+    )
+    return Cheapest(
+        storage=cls.name,
+        gpus=top,
+        utilization=r.gpu_utilization,
+        cores_needed=r.cores_needed,
+        text=(
+            f"Cheapest balanced: {cls.name} keeps {top} GPUs per node at "
+            f"{r.gpu_utilization:.0%}{cores}."
+        ),
+    )
+
+
+def _binds_beyond(cls: StorageClassInfo, most: int, inp: SizeInputs) -> str:
+    """What binds one GPU beyond the ``most`` that ``cls`` keeps, and what would lift it: the
+    cores that GPU needs, or the pinned cache that would let storage keep up."""
+    beyond, _ = _row(cls, most + 1, inp)
+    why = f"{beyond.bottleneck} binds beyond that"
+    if beyond.bottleneck == "cpu" and beyond.cores_needed:
+        why += f" ({most + 1} GPUs need {math.ceil(beyond.cores_needed)} cores per node)"
+    elif beyond.bottleneck == "storage" and beyond.cache_bytes_static:
+        n = beyond.cache_bytes_static
+        cache = f"{n / 1e9:,.0f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
+        why += f" (or add a {cache} pinned cache per node)"
+    return why
 
 
 def _check(inp: SizeInputs, classes: list[StorageClassInfo], gpu_counts: list[int]) -> None:

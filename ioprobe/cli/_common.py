@@ -115,27 +115,40 @@ def plan_outputs(
         if path:
             plan[fmt].append(path)
     for path in outputs:
-        low = path.lower()
-        picked = next((f for ext, f in EXTENSIONS if low.endswith(ext)), None)
-        if picked is None:
-            raise BadInputError(
-                f"-o {path}: cannot tell the format from the name; end it in .html, .md, "
-                ".trace.json or .json"
-            )
-        plan[picked].append(path)
+        plan[_format_of(path)].append(path)
+    _check_stdout(plan)
+    _check_directories(plan)
+    return plan
+
+
+def _format_of(path: str) -> str:
+    """The format an -o path asks for by its ending."""
+    low = path.lower()
+    picked = next((f for ext, f in EXTENSIONS if low.endswith(ext)), None)
+    if picked is None:
+        raise BadInputError(
+            f"-o {path}: cannot tell the format from the name; end it in .html, .md, "
+            ".trace.json or .json"
+        )
+    return picked
+
+
+def _check_stdout(plan: dict[str, list[str]]) -> None:
+    """At most one output goes to stdout ('-'), and not a page or a trace: they need a file."""
     stdout = [f"--{f} -" for f, paths in plan.items() for p in paths if p == "-"]
     if len(stdout) > 1:
         raise BadInputError(f"only one output can go to stdout, got {', '.join(stdout)}")
     for fmt in ("html", "trace"):
         if "-" in plan[fmt]:
             raise BadInputError(f"--{fmt} needs a file name, not '-'")
+
+
+def _check_directories(plan: dict[str, list[str]]) -> None:
     for paths in plan.values():
         for path in paths:
-            if path != "-":
-                parent = Path(path).parent
-                if not parent.is_dir():
-                    raise BadInputError(f"{path}: no such directory {str(parent)!r}")
-    return plan
+            parent = Path(path).parent
+            if path != "-" and not parent.is_dir():
+                raise BadInputError(f"{path}: no such directory {str(parent)!r}")
 
 
 def write_text(path: str, text: str, flag: str) -> None:

@@ -16,7 +16,7 @@ from ioprobe.analysis import finalize
 from ioprobe.analysis.catalog import try_load_catalog
 from ioprobe.cli._common import output_options, plan_outputs, show, write_outputs
 from ioprobe.collect.probe import Probe, ProbeOptions
-from ioprobe.collect.progress import make_reporter
+from ioprobe.collect.progress import Reporter, make_reporter
 from ioprobe.errors import BadInputError
 
 
@@ -88,17 +88,9 @@ def command(
 ) -> None:
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
     reporter = make_reporter(quiet)
-    if pcie_only and target is not None:
-        raise BadInputError("--pcie-only takes no TARGET: it measures the link alone")
-    if target is None and not pcie_only:
-        from ioprobe.collect.sample_data import ensure_sample
-
-        reporter.phase("sample dataset")
-        root = ensure_sample(on_progress=lambda i, n: reporter.update(i / n, f"{i}/{n} images"))
-        target = str(root)
     passes = ["cold", "warm"] if cold is None else (["cold"] if cold else ["warm"])
     opts = ProbeOptions(
-        target=target or "",
+        target=_target(target, pcie_only, reporter),
         passes=passes,
         loader=loader,
         time_budget_s=time_budget,
@@ -115,3 +107,17 @@ def command(
         reporter.close()
     if not write_outputs(record, plan):
         show(record)
+
+
+def _target(target: str | None, pcie_only: bool, reporter: Reporter) -> str:
+    """What to probe: TARGET, else the built-in sample dataset (fetched on first use); nothing
+    with --pcie-only."""
+    if pcie_only and target is not None:
+        raise BadInputError("--pcie-only takes no TARGET: it measures the link alone")
+    if target is None and not pcie_only:
+        from ioprobe.collect.sample_data import ensure_sample
+
+        reporter.phase("sample dataset")
+        root = ensure_sample(on_progress=lambda i, n: reporter.update(i / n, f"{i}/{n} images"))
+        return str(root)
+    return target or ""

@@ -64,10 +64,24 @@ def command(
     cmd: tuple[str, ...],
 ) -> None:
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
+    _check(plan, cmd)
+    code, runs = _run_watched(cmd)
+    _show_all(runs)
+    _write_all(runs, plan)
+    sys.exit(code)
+
+
+def _check(plan: dict[str, list[str]], cmd: tuple[str, ...]) -> None:
+    """Refuse, before the script starts, outputs to stdout and a command that isn't there."""
     if any(p == "-" for paths in plan.values() for p in paths):
         raise BadInputError("ioprobe run: stdout is the script's; give the outputs file names")
     if shutil.which(cmd[0]) is None and not Path(cmd[0]).exists():
         raise BadInputError(f"{cmd[0]}: command not found")
+
+
+def _run_watched(cmd: tuple[str, ...]) -> tuple[int, list[RunRecord]]:
+    """Run ``cmd`` with the hook on its path: its exit code, and the judged record of each
+    loader it iterated, the one that delivered the most samples first."""
     tmp = Path(tempfile.mkdtemp(prefix="ioprobe-run-"))
     try:
         hook = tmp / "hook"
@@ -75,22 +89,36 @@ def command(
         hook.mkdir()
         records.mkdir()
         (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hook), env.get("PYTHONPATH")) if p)
-        env["IOPROBE_RUN_DIR"] = str(records)
-        # DALI's per-operator timing, set before the script builds a pipeline
-        env.update(nvtx.injection_env())
-        # Ctrl-C reaches the script too (same process group): let it decide, then report
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            code = subprocess.call(list(cmd), env=env)
-        finally:
-            signal.signal(signal.SIGINT, previous)
+        code = _call_script(cmd, _child_env(hook, records))
         catalog = try_load_catalog()
         runs = [finalize_watch(RunRecord.load(p), catalog) for p in sorted(records.glob("*.json"))]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     runs.sort(key=lambda r: -sum(e.samples for e in (r.watch.epochs if r.watch else [])))
+    return code, runs
+
+
+def _child_env(hook: Path, records: Path) -> dict[str, str]:
+    """The script's environment: the hook first on its path, and where to save records."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hook), env.get("PYTHONPATH")) if p)
+    env["IOPROBE_RUN_DIR"] = str(records)
+    # DALI's per-operator timing, set before the script builds a pipeline
+    env.update(nvtx.injection_env())
+    return env
+
+
+def _call_script(cmd: tuple[str, ...], env: dict[str, str]) -> int:
+    # Ctrl-C reaches the script too (same process group): let it decide, then report
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return subprocess.call(list(cmd), env=env)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _show_all(runs: list[RunRecord]) -> None:
+    """Each loader's summary on stderr, the script's stdout being its own."""
     err = Console(stderr=True, highlight=False)
     if not runs:
         err.print("ioprobe: no DataLoader was iterated: nothing to report")
@@ -98,11 +126,14 @@ def command(
         if len(runs) > 1:
             err.print(f"\n[bold]loader {i} of {len(runs)}[/bold]")
         show(rec, err=True)
+
+
+def _write_all(runs: list[RunRecord], plan: dict[str, list[str]]) -> None:
+    """The planned outputs of the first loader, and of each other one beside them (``_nth``)."""
     for i, rec in enumerate(runs, 1):
         write_outputs(
             rec, plan if i == 1 else {f: [_nth(p, i) for p in ps] for f, ps in plan.items()}
         )
-    sys.exit(code)
 
 
 def _nth(path: str, i: int) -> str:

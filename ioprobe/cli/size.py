@@ -16,12 +16,18 @@ from __future__ import annotations
 
 import click
 
-from ioprobe.analysis.catalog import load_catalog, parse_bytes, parse_rate, resolve_storage
+from ioprobe.analysis.catalog import (
+    Catalog,
+    load_catalog,
+    parse_bytes,
+    parse_rate,
+    resolve_storage,
+)
 from ioprobe.analysis.scenario import recorded_gpus
 from ioprobe.analysis.size import DEFAULT_GPU_COUNTS, size
 from ioprobe.cli._common import catalog_option, json_option, load_analysable, show, write_record
 from ioprobe.errors import BadInputError
-from ioprobe.record import RunRecord, SizeInputs
+from ioprobe.record import RunRecord, SizeInputs, StorageClassInfo
 
 
 def _int_list(text: str) -> list[int]:
@@ -112,13 +118,8 @@ def command(
 ) -> None:
     catalog = load_catalog(catalog_path)
     gpu_counts = _int_list(gpus_text) if gpus_text else list(DEFAULT_GPU_COUNTS)
-    specs = [s for s in storage_text.split(",") if s.strip()] if storage_text else list(catalog)
-    classes = [resolve_storage(s, catalog) for s in specs]
-    nic_rate = None
-    if nic is not None:
-        nic_rate = parse_rate(nic)
-        if nic_rate is None:
-            raise BadInputError(f"--nic {nic!r}: expected a rate such as 12.5GB/s")
+    classes = _classes(storage_text, catalog)
+    nic_rate = _rate("--nic", nic)
     base = load_analysable(run_file) if run_file else None
     inp = _inputs(
         base,
@@ -139,6 +140,21 @@ def command(
         show(rec)
 
 
+def _classes(text: str | None, catalog: Catalog) -> list[StorageClassInfo]:
+    """The storage classes or rates of --storage, else every class in the catalog."""
+    specs = [s for s in text.split(",") if s.strip()] if text else list(catalog)
+    return [resolve_storage(s, catalog) for s in specs]
+
+
+def _rate(flag: str, text: str | None) -> float | None:
+    if text is None:
+        return None
+    value = parse_rate(text)
+    if value is None:
+        raise BadInputError(f"{flag} {text!r}: expected a rate such as 12.5GB/s")
+    return value
+
+
 def _inputs(
     base: RunRecord | None,
     *,
@@ -149,44 +165,13 @@ def _inputs(
     dataset_bytes: float | None,
 ) -> SizeInputs:
     """Each figure from its flag, else from the run, with where it came from."""
+    recorded = _recorded(base) if base is not None else {}
     src: dict[str, str] = {}
-
-    def pick(name: str, flag: float | None, recorded: float | None, where: str) -> float | None:
-        if flag is not None:
-            src[name] = "given"
-            return flag
-        if recorded:
-            src[name] = where
-            return recorded
-        return None
-
-    ds = base.dataset if base else None
-    st = base.stages if base else None
-    gpu_cap = st.gpu.capacity_samples_per_s if st else None
-    per_gpu = gpu_cap / recorded_gpus(base) if gpu_cap and base else None
-    b = pick(
-        "sample_bytes",
-        sample_bytes,
-        ds.sample_bytes_mean if ds else None,
-        "dataset.sample_bytes_mean",
-    )
-    r = pick("gpu_samples_per_s", gpu_rate, per_gpu, "stages.gpu (per GPU)")
-    c = pick(
-        "cpu_seconds_per_sample",
-        cpu_s,
-        st.cpu.cpu_seconds_per_sample if st else None,
-        "stages.cpu.cpu_seconds_per_sample",
-    )
-    n = pick(
-        "cores",
-        cores,
-        float(st.cpu.usable_cores) if st and st.cpu.usable_cores else None,
-        "stages.cpu.usable_cores",
-    )
-    total = None
-    if ds is not None and ds.files and ds.sample_bytes_mean:
-        total = ds.files * ds.sample_bytes_mean
-    d = pick("dataset_bytes", dataset_bytes, total, "dataset (samples x mean size)")
+    b = _pick(src, "sample_bytes", sample_bytes, recorded)
+    r = _pick(src, "gpu_samples_per_s", gpu_rate, recorded)
+    c = _pick(src, "cpu_seconds_per_sample", cpu_s, recorded)
+    n = _pick(src, "cores", cores, recorded)
+    d = _pick(src, "dataset_bytes", dataset_bytes, recorded)
     if b is None:
         raise BadInputError(
             "bytes per sample unknown: give --sample-bytes (or a run whose reads were metered)"
@@ -203,3 +188,42 @@ def _inputs(
         dataset_bytes=d,
         sources=src,
     )
+
+
+def _recorded(base: RunRecord) -> dict[str, tuple[float | None, str]]:
+    """Each figure as the run recorded it (None where it did not), and where in the record."""
+    ds, st = base.dataset, base.stages
+    gpu_cap = st.gpu.capacity_samples_per_s
+    cores = st.cpu.usable_cores
+    total = ds.files * ds.sample_bytes_mean if ds.files and ds.sample_bytes_mean else None
+    return {
+        "sample_bytes": (ds.sample_bytes_mean, "dataset.sample_bytes_mean"),
+        "gpu_samples_per_s": (
+            gpu_cap / recorded_gpus(base) if gpu_cap else None,
+            "stages.gpu (per GPU)",
+        ),
+        "cpu_seconds_per_sample": (
+            st.cpu.cpu_seconds_per_sample,
+            "stages.cpu.cpu_seconds_per_sample",
+        ),
+        "cores": (float(cores) if cores else None, "stages.cpu.usable_cores"),
+        "dataset_bytes": (total, "dataset (samples x mean size)"),
+    }
+
+
+def _pick(
+    src: dict[str, str],
+    name: str,
+    flag: float | None,
+    recorded: dict[str, tuple[float | None, str]],
+) -> float | None:
+    """The figure ``name`` from its flag, else from the run where it recorded one; notes in
+    ``src`` where it came from."""
+    value, where = recorded.get(name, (None, ""))
+    if flag is not None:
+        src[name] = "given"
+        return flag
+    if value:
+        src[name] = where
+        return value
+    return None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from ioprobe.analysis.measures import KeyNumbers, key_numbers
 from ioprobe.analysis.pcie import CopyRow, copy_rows
 from ioprobe.record import (
     MERGE_RULES,
@@ -181,6 +182,7 @@ class Findings:
     copies: list[CopyRow] = field(default_factory=list)  # the host-to-device probe, by size
     gpu_series: SeriesView | None = None  # NVML over the run, reduced
     cache_gap: SizeRow | None = None  # a sizing's row where a cache helps most
+    numbers: KeyNumbers = field(default_factory=KeyNumbers)  # behind the key measurements
     notes: list[str] = field(default_factory=list)
     # the record's timelines at most MAX_TRACE_ROWS rows each (the trace lays them out): the
     # host's (main process first, then workers) and the device's stream
@@ -438,6 +440,7 @@ def findings(rec: RunRecord) -> Findings:
         copies=copy_rows(rec),
         gpu_series=gpu_series_view(rec),
         cache_gap=cache_gap(rec),
+        numbers=key_numbers(rec),
         notes=list(rec.notes),
         timeline=[coarsen(t, MAX_TRACE_ROWS) for t in tracks],
         device_timeline=_device_timeline(rec),

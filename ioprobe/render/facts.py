@@ -5,20 +5,18 @@ renderer (terminal, HTML, Markdown) shows these same sentences; units come from
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from ioprobe.analysis.decode_paths import current_path, label, measured
-from ioprobe.analysis.pcie import link_label
-from ioprobe.capacity import peak_copy_rate, single_thread_rate
-from ioprobe.record import (
-    CopyPoint,
-    DecodePath,
-    GpuSeries,
-    PipelineRun,
-    RunRecord,
-    WatchData,
-    WatchEpoch,
+from ioprobe.analysis.decode_paths import label
+from ioprobe.analysis.measures import (
+    CopyPeak,
+    CopyTotals,
+    DaliTotals,
+    DecodeRow,
+    Delivery,
+    SeriesSummary,
 )
+from ioprobe.analysis.pcie import link_label
+from ioprobe.analysis.report import Findings
+from ioprobe.record import GpuSeries, PipelineRun, RunRecord, WatchData
 from ioprobe.render.format import change_flags, mb_per_s, rate
 
 Facts = list[tuple[str, str]]
@@ -30,12 +28,12 @@ def title(rec: RunRecord) -> str:
     )
 
 
-def verdict(rec: RunRecord) -> str:
+def verdict(rec: RunRecord, f: Findings) -> str:
     """The one line that answers "what limits me": the binding stage, the rate it allows,
     the measured rate when there is one, and the GPU's waiting share."""
     if rec.kind == "size" and rec.sizing is not None and rec.sizing.cheapest is not None:
         return rec.sizing.cheapest.text
-    link_only = link_verdict(rec)
+    link_only = link_verdict(rec, f)
     if link_only is not None:
         return link_only
     line = (
@@ -49,13 +47,13 @@ def verdict(rec: RunRecord) -> str:
     return line
 
 
-def link_verdict(rec: RunRecord) -> str | None:
+def link_verdict(rec: RunRecord, f: Findings) -> str | None:
     """The verdict of a probe with no pipeline (``--pcie-only``); None for any other record."""
     pc = rec.stages.pcie
     if any(rec.stages.capacities().values()) or not pc.copies:
         return None
-    pinned = peak_copy_rate(pc.copies, "h2d", "pinned") or 0.0
-    line = f"host-to-device: pinned copies reach {pinned / 1e9:.1f} GB/s"
+    h2d = next((c for c in f.numbers.copy_peaks if c.direction == "h2d"), None)
+    line = f"host-to-device: pinned copies reach {(h2d.pinned if h2d else 0.0) / 1e9:.1f} GB/s"
     if pc.link is not None:
         line += f" on a {link_label(pc.link)} link"
     if pc.efficiency is not None:
@@ -131,25 +129,26 @@ def facts_title(rec: RunRecord) -> str:
     return {"size": "Inputs", "whatif": "The change"}.get(rec.kind, "Key measurements")
 
 
-def key_facts(rec: RunRecord) -> Facts:
+def key_facts(rec: RunRecord, f: Findings) -> Facts:
     """The facts a report lists for ``rec``: a sizing's inputs, a what-if's change and its
     measurements, or a run's measurements."""
     if rec.kind == "size":
         return size_facts(rec)
-    return whatif_facts(rec) + measurements(rec)
+    return whatif_facts(rec) + measurements(rec, f)
 
 
-def measurements(rec: RunRecord) -> Facts:
+def measurements(rec: RunRecord, f: Findings) -> Facts:
     """The handful of numbers a reader checks first, as (label, value) pairs."""
+    n = f.numbers
     out = _rates(rec)
     w = rec.watch
     if w is not None:
-        out += _dali_facts(rec) if rec.dali is not None else [_loader_line(w)]
-        out += _device_facts(w) + _batch_facts(w)
-    out += decode_facts(rec) + link_facts(rec) + disk_to_gpu_facts(rec) + series_facts(rec)
-    p = rec.pipeline
-    if p is not None:
-        out.append(("pipeline run", _pipeline_line(p)))
+        out += _dali_facts(rec, n.dali) if rec.dali is not None else [_loader_line(w)]
+        out += _copies_fact(n.copies) + _delivery_facts(n.delivery)
+    out += decode_facts(rec, f) + link_facts(rec, f) + disk_to_gpu_facts(rec, f)
+    out += series_facts(rec, f)
+    if rec.pipeline is not None:
+        out.append(("pipeline run", _pipeline_line(rec.pipeline)))
     gpu = rec.stages.gpu
     if gpu.busy_fraction is not None:
         out.append(("GPU busy", f"{gpu.busy_fraction:.0%} ({gpu.busy_method})"))
@@ -184,23 +183,31 @@ def _loader_line(w: WatchData) -> tuple[str, str]:
     return ("loader", ", ".join(f"{k}={w.loader[k]}" for k in keys if k in w.loader))
 
 
-def _batch_facts(w: WatchData) -> Facts:
-    out = [("batches", f"{sum(e.batches for e in w.epochs):,} in {len(w.epochs)} epoch(s)")]
-    if w.stall_ms.count:
-        vals = sorted(w.stall_ms.values)
+def _delivery_facts(d: Delivery | None) -> Facts:
+    """The host clock's stall share where the device's own clock timed the run, the batches,
+    and the consumer's wait per batch."""
+    if d is None:
+        return []
+    out = []
+    if d.host_stall_share is not None:
         out.append(
             (
-                "stall per batch",
-                f"median {vals[len(vals) // 2]:.2f} ms, p95 "
-                f"{vals[min(len(vals) - 1, int(0.95 * len(vals)))]:.2f} ms",
+                "host stall",
+                f"{d.host_stall_share:.1%} of the time blocked in next() (host clock; the "
+                "device clock above is the GPU's own)",
             )
+        )
+    out.append(("batches", f"{d.batches:,} in {d.epochs} epoch(s)"))
+    if d.stall_p50_ms is not None and d.stall_p95_ms is not None:
+        out.append(
+            ("stall per batch", f"median {d.stall_p50_ms:.2f} ms, p95 {d.stall_p95_ms:.2f} ms")
         )
     return out
 
 
-def _dali_facts(rec: RunRecord) -> Facts:
+def _dali_facts(rec: RunRecord, t: DaliTotals | None) -> Facts:
     d = rec.dali
-    if d is None:
+    if d is None or t is None:
         return []
     p = d.pipeline
     keys = ("batch_size", "num_threads", "prefetch_queue_depth", "exec_dynamic")
@@ -212,10 +219,10 @@ def _dali_facts(rec: RunRecord) -> Facts:
             if d.timing == "nvtx"
             else f"DALI threads' CPU time only: {d.timing_note}",
         ),
-        ("DALI threads' CPU", f"{sum(d.threads.values()):,.2f} s in {len(d.threads)} threads"),
+        ("DALI threads' CPU", f"{t.thread_cpu_seconds:,.2f} s in {t.threads} threads"),
     ]
-    if d.reads:
-        out.append(("reader fetches", f"{d.reads:,}, {d.read_seconds / d.reads * 1e3:.3f} ms each"))
+    if t.fetch_ms is not None:
+        out.append(("reader fetches", f"{d.reads:,}, {t.fetch_ms:.3f} ms each"))
     if d.consumer_cpu_seconds:
         out.append(("consumer CPU in next()", f"{d.consumer_cpu_seconds:,.2f} s"))
     if d.worker_cpu_seconds:
@@ -226,41 +233,17 @@ def _dali_facts(rec: RunRecord) -> Facts:
     return out
 
 
-def _device_facts(w: WatchData) -> Facts:
-    """Copies and the host's view of the wait, where the device's own clock was used."""
-    return _copies_fact(w.epochs) + _host_stall_fact(w.epochs)
-
-
-def _copies_fact(eps: Sequence[WatchEpoch]) -> Facts:
-    nbytes = sum(e.h2d_bytes for e in eps)
-    if not nbytes:
+def _copies_fact(c: CopyTotals | None) -> Facts:
+    if c is None:
         return []
-    pinned = sum(e.h2d_pinned_bytes for e in eps)
-    secs = sum(e.h2d_seconds for e in eps)
+    speed = mb_per_s(c.bytes_per_s) if c.bytes_per_s is not None else "n/a"
     return [
         (
             "host-to-device",
-            f"{sum(e.h2d_copies for e in eps):,} copies, {nbytes / 1e6:,.1f} MB in "
-            f"{secs:.3f} s ({mb_per_s(nbytes / secs) if secs > 0 else 'n/a'}), "
-            f"{pinned / nbytes:.0%} from pinned memory",
+            f"{c.copies:,} copies, {c.bytes / 1e6:,.1f} MB in {c.seconds:.3f} s ({speed}), "
+            f"{c.pinned_share:.0%} from pinned memory",
         )
     ]
-
-
-def _host_stall_fact(eps: Sequence[WatchEpoch]) -> Facts:
-    """The host clock's stall share beside the device clock's, over the epochs timed on both."""
-    timed = [e for e in eps if e.gpu_wait_seconds is not None]
-    stall = sum(e.stall_seconds for e in timed)
-    wall = sum(e.seconds for e in timed)
-    if wall > 0:
-        return [
-            (
-                "host stall",
-                f"{stall / wall:.1%} of the time blocked in next() (host clock; the device "
-                "clock above is the GPU's own)",
-            )
-        ]
-    return []
 
 
 def _pipeline_line(p: PipelineRun) -> str:
@@ -270,39 +253,32 @@ def _pipeline_line(p: PipelineRun) -> str:
     )
 
 
-def _mean(values: list[float | None]) -> float | None:
-    got = [v for v in values if v is not None]
-    return sum(got) / len(got) if got else None
-
-
-def series_facts(rec: RunRecord) -> Facts:
+def series_facts(rec: RunRecord, f: Findings) -> Facts:
     """One key-measurements line for the NVML series: means and peaks, rate and cost."""
     s = rec.gpu_series
     if s is None:
         return []
-    if not s.columns.get("t"):
+    summary = f.numbers.series
+    if summary is None:
         return [("NVML", s.status)]  # sampled, nothing came: say why
-    return [("NVML", "; ".join(_series_readings(s.columns)) + f" ({_series_sampling(s)})")]
+    return [("NVML", "; ".join(_series_readings(summary)) + f" ({_series_sampling(s, summary)})")]
 
 
-def _series_readings(cols: dict[str, list[float | None]]) -> list[str]:
+def _series_readings(s: SeriesSummary) -> list[str]:
     """The readings a reader looks for first; a reading the device never gave is left out."""
     parts = []
-    sm = _mean(cols.get("sm_util", []))
-    if sm is not None:
-        parts.append(f"SM busy {sm:.0f}% mean")
-    rx = [v for v in cols.get("pcie_rx_bytes_per_s", []) if v is not None]
-    if rx:
-        parts.append(f"PCIe to GPU {max(rx) / 1e9:.1f} GB/s peak")
-    power = _mean(cols.get("power_w", []))
-    if power is not None:
-        parts.append(f"{power:.0f} W mean")
+    if s.sm_mean is not None:
+        parts.append(f"SM busy {s.sm_mean:.0f}% mean")
+    if s.pcie_rx_peak is not None:
+        parts.append(f"PCIe to GPU {s.pcie_rx_peak / 1e9:.1f} GB/s peak")
+    if s.power_mean is not None:
+        parts.append(f"{s.power_mean:.0f} W mean")
     return parts
 
 
-def _series_sampling(s: GpuSeries) -> str:
+def _series_sampling(s: GpuSeries, summary: SeriesSummary) -> str:
     """How often the sampler read, how many rows it kept, and what one poll cost."""
-    rate_hz = f"{1 / s.interval_s:.3g} Hz, {len(s.columns['t']):,} rows"
+    rate_hz = f"{summary.hz:.3g} Hz, {summary.rows:,} rows"
     if s.poll_seconds is None:
         return rate_hz
     p = s.poll_seconds  # µs for a stand-in or a fast driver, ms for a real GPU
@@ -310,34 +286,33 @@ def _series_sampling(s: GpuSeries) -> str:
     return rate_hz + cost
 
 
-def decode_facts(rec: RunRecord) -> Facts:
+def decode_facts(rec: RunRecord, f: Findings) -> Facts:
     """Key-measurement lines comparing the measured decode paths, as (label, value) pairs:
     one per path, rates relative to Pillow's, and the path the CPU stage uses."""
-    paths = rec.stages.cpu.decode_paths
-    if not paths:
-        return []
-    base = measured(rec, "pillow")
-    out: Facts = [(f"decode {p.path}", _decode_line(p, base)) for p in paths]
-    cur = current_path(rec)
-    if cur is not None:
-        out.append(("decode in use", f"{label(cur)}: the CPU stage's capacity is its rate"))
+    n = f.numbers
+    out: Facts = [(f"decode {r.path.path}", _decode_line(r)) for r in n.decode]
+    if n.decode_in_use is not None:
+        out.append(
+            ("decode in use", f"{label(n.decode_in_use)}: the CPU stage's capacity is its rate")
+        )
     return out
 
 
-def _decode_line(p: DecodePath, base: DecodePath | None) -> str:
-    """A path's rate (against Pillow's, ``base``), its CPU cost, and what it ran on."""
+def _decode_line(r: DecodeRow) -> str:
+    """A path's rate (against Pillow's), its CPU cost, and what it ran on."""
+    p = r.path
     if p.error is not None or not p.samples_per_s:
         return f"not measured: {p.error or 'no images decoded'}"
     text = f"{p.samples_per_s:,.0f} images/s"
-    if base is not None and p is not base and base.samples_per_s:
-        text += f" ({p.samples_per_s / base.samples_per_s:.2f}x Pillow)"
+    if r.vs_pillow is not None:
+        text += f" ({r.vs_pillow:.2f}x Pillow)"
     if p.cpu_seconds_per_sample is not None:
         text += f", {p.cpu_seconds_per_sample * 1e3:.2f} ms CPU/image"
     unit = "worker" if p.path == "pillow" else "thread"
     return text + f", {p.threads} {unit}{'s' if p.threads != 1 else ''}, {p.files} files"
 
 
-def link_facts(rec: RunRecord) -> Facts:
+def link_facts(rec: RunRecord, f: Findings) -> Facts:
     """Key measurements of the host-to-device probe, as (label, value) pairs."""
     pc = rec.stages.pcie
     out: Facts = []
@@ -348,41 +323,22 @@ def link_facts(rec: RunRecord) -> Facts:
         out.append(("PCIe link", value))
     if not pc.copies:
         return out
-    parts = _copy_peaks(pc.copies)
+    parts = [_copy_peak(c) for c in f.numbers.copy_peaks]
     if pc.efficiency is not None:
         parts.append(f"pinned peak {pc.efficiency:.0%} of the link")
     out.append(("copies", "; ".join(parts)))
     return out
 
 
-def _copy_peaks(copies: Sequence[CopyPoint]) -> list[str]:
-    """Each direction's best pinned and pageable copy; a direction not measured is left out."""
-    parts = []
-    for direction, name in (("h2d", "host→device"), ("d2h", "device→host")):
-        pinned = peak_copy_rate(copies, direction, "pinned")
-        if pinned is None:
-            continue
-        line = f"{name} pinned {pinned / 1e9:.1f} GB/s"
-        pageable = peak_copy_rate(copies, direction, "pageable")
-        if pageable:
-            line += f", pageable {pageable / 1e9:.1f} GB/s"
-        parts.append(line)
-    return parts
+def _copy_peak(c: CopyPeak) -> str:
+    name = {"h2d": "host→device", "d2h": "device→host"}[c.direction]
+    line = f"{name} pinned {c.pinned / 1e9:.1f} GB/s"
+    if c.pageable:
+        line += f", pageable {c.pageable / 1e9:.1f} GB/s"
+    return line
 
 
-def _storage_beside(rec: RunRecord, cold: bool) -> str | None:
-    """The storage pass's rate to set beside the path: one thread, as the path reads, in the
-    same page-cache state where that pass ran; the best rate where no one-thread level is."""
-    st = rec.stages.storage
-    one = single_thread_rate(st, cold)
-    if one is not None:
-        return f"{one[0] / 1e9:,.2f} GB/s ({one[1]}, 1 thread as the path reads)"
-    if st.read_bytes_per_s:
-        return f"{st.read_bytes_per_s / 1e9:,.2f} GB/s"
-    return None
-
-
-def disk_to_gpu_facts(rec: RunRecord) -> Facts:
+def disk_to_gpu_facts(rec: RunRecord, f: Findings) -> Facts:
     """The disk-to-GPU path beside the stages it joins: its end-to-end rate, the storage
     pass's rate on its own, and what cuFile did where kvikio was there."""
     path = rec.stages.pcie.disk_to_gpu
@@ -391,9 +347,11 @@ def disk_to_gpu_facts(rec: RunRecord) -> Facts:
     if path.bytes_per_s is None:
         return [("disk→GPU", path.method)]
     line = f"{path.bytes_per_s / 1e9:,.2f} GB/s end to end ({path.cache}, {path.method})"
-    storage = _storage_beside(rec, path.cache == "cold")
-    if storage:
-        line += f"; storage alone {storage}"
+    beside = f.numbers.storage_beside_path
+    if beside is not None:
+        one, cache = beside
+        how = f" ({cache}, 1 thread as the path reads)" if cache is not None else ""
+        line += f"; storage alone {one / 1e9:,.2f} GB/s{how}"
     if path.cufile_bytes_per_s is not None:
         line += f"; cuFile {path.cufile_bytes_per_s / 1e9:,.2f} GB/s ({path.cufile})"
     elif path.cufile:

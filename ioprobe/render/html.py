@@ -579,8 +579,8 @@ def _blob(rec: RunRecord, f: Findings) -> str:
     findings = {
         **plain,
         "title": title(rec),
-        "verdict": verdict(rec),
-        "measurements": [list(kv) for kv in key_facts(rec)],
+        "verdict": verdict(rec, f),
+        "measurements": [list(kv) for kv in key_facts(rec, f)],
         "measurements_title": facts_title(rec),
         "stages": [{**to_plain(b), "detail": stage_detail(rec, b.stage)} for b in shown.stages],
     }
@@ -601,7 +601,7 @@ def render(rec: RunRecord, f: Findings) -> str:
         *_head(rec, f),
         *_answer(rec, f),
         *_operators_section(f.operators),
-        *_measurements_section(rec),
+        *_measurements_section(rec, f),
         *(x for x in (copies_table(f.copies), series_section(f.gpu_series)) if x),
         *(_timelines(f) if f.kind in ("watch", "probe") else []),
         *_notes_section(f.notes),
@@ -614,7 +614,7 @@ def render(rec: RunRecord, f: Findings) -> str:
         # no request may leave the page: forbid every fetch, allow the inline style only
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'; img-src data:\">"
-        f"<title>{e(verdict(rec))}</title><style>{CSS}</style></head><body><main>"
+        f"<title>{e(verdict(rec, f))}</title><style>{CSS}</style></head><body><main>"
         + "\n".join(sections)
         + f'</main><script type="application/json" id="ioprobe-data">{_blob(rec, f)}</script>'
         "</body></html>\n"
@@ -636,7 +636,7 @@ def _head(rec: RunRecord, f: Findings) -> list[str]:
     return [
         f"<h1>{e(title(rec))}</h1>",
         '<div class="meta">' + " · ".join(e(x) for x in meta if x) + "</div>",
-        f'<div id="verdict" class="verdict{" ok" if ok else ""}">{e(verdict(rec))}</div>',
+        f'<div id="verdict" class="verdict{" ok" if ok else ""}">{e(verdict(rec, f))}</div>',
     ]
 
 
@@ -651,8 +651,8 @@ def _operators_section(rows: Sequence[OperatorRow]) -> list[str]:
     return ["<h2>DALI operators</h2>", operators_table(rows)] if rows else []
 
 
-def _measurements_section(rec: RunRecord) -> list[str]:
-    measured = key_facts(rec)
+def _measurements_section(rec: RunRecord, f: Findings) -> list[str]:
+    measured = key_facts(rec, f)
     return [f"<h2>{e(facts_title(rec))}</h2>", _kv_table(measured)] if measured else []
 
 

@@ -29,14 +29,14 @@ def md(value: object) -> str:
 
 
 def render(rec: RunRecord, f: Findings) -> str:
-    lines = [f"### {md(title(rec))}", "", f"**{md(verdict(rec))}**", ""]
+    lines = [f"### {md(title(rec))}", "", f"**{md(verdict(rec, f))}**", ""]
     lines += _stage_table(rec, f.stages)
     if f.kind != "size":  # a sizing's advice is its verdict and its table
         lines += _recommendations(f.recommendations)
     lines += _heatmap(f.heatmap)
     lines += _operators(f.operators)
     lines += _copies(f.copies)
-    lines += _measurements(rec)
+    lines += _measurements(rec, f)
     lines += _notes(f.notes)
     lines.append("<sub>made with ioprobe</sub>")
     return "\n".join(lines) + "\n"
@@ -114,9 +114,9 @@ def _copies(rows: Sequence[CopyRow]) -> list[str]:
     return [*lines, ""]
 
 
-def _measurements(rec: RunRecord) -> list[str]:
+def _measurements(rec: RunRecord, f: Findings) -> list[str]:
     """The key facts, folded: they are evidence, not the answer."""
-    measured = key_facts(rec)
+    measured = key_facts(rec, f)
     if not measured:
         return []
     lines = [f"<details><summary>{md(facts_title(rec))}</summary>", ""]

@@ -73,7 +73,7 @@ def _summary(rec: RunRecord, f: Findings) -> RenderableType:
     parts: list[RenderableType] = [
         _header(rec),
         Text(""),
-        Text(verdict(rec), style="bold"),
+        Text(verdict(rec, f), style="bold"),
         Text(""),
         _stage_table(rec),
     ]
@@ -84,7 +84,7 @@ def _summary(rec: RunRecord, f: Findings) -> RenderableType:
         parts += [Text(""), copies]
     parts += recommendations(f, "What to change")
     # the header already names the dataset and its size
-    parts += facts([(k, v) for k, v in measurements(rec) if k not in ("dataset", "size")])
+    parts += facts([(k, v) for k, v in measurements(rec, f) if k not in ("dataset", "size")])
     parts += [Text(f"note: {n}", style="dim") for n in _notes(rec)]
     return Group(*parts)
 
@@ -106,13 +106,13 @@ def _link_only(rec: RunRecord, f: Findings) -> RenderableType:
     parts: list[RenderableType] = [
         Text.assemble(("ioprobe probe --pcie-only", "bold"), "  ", (gpu, "cyan")),
         Text(""),
-        Text(verdict(rec), style="bold"),
+        Text(verdict(rec, f), style="bold"),
     ]
     table = copy_table(f.copies)
     if table is not None:
         parts += [Text(""), table]
     parts += recommendations(f, "What to check")
-    parts += facts([(k, v) for k, v in measurements(rec) if k != "dataset"])
+    parts += facts([(k, v) for k, v in measurements(rec, f) if k != "dataset"])
     parts += [Text(f"note: {n}", style="dim") for n in rec.notes]
     return Group(*parts)
 

@@ -17,14 +17,13 @@ def view(rec: RunRecord, f: Findings) -> RenderableType:
     w = rec.whatif
     if w is None:
         raise ValueError("not a what-if record")
-    was = w.base_measured_samples_per_s or w.base_predicted_samples_per_s
-    gain = rec.predicted_samples_per_s / was if was else None
+    gain = f.numbers.whatif_gain
     parts: list[RenderableType] = [
         Text.assemble(("ioprobe whatif", "bold"), "  ", (rec.dataset.target, "cyan")),
         Text(f"change: {change_flags(w.change)}"),
         Text(""),
         Text(f"was {was_line(rec)}"),
-        Text(verdict(rec) + (f"  ({gain:.2f}x)" if gain else ""), style="bold"),
+        Text(verdict(rec, f) + (f"  ({gain:.2f}x)" if gain else ""), style="bold"),
         Text(""),
         _stages(rec),
     ]

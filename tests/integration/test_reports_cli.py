@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from ioprobe.analysis.report import findings
 from ioprobe.record import RunRecord
 from ioprobe.render.facts import verdict
 from tests.browser import chromium_path, non_blank_fraction, open_page
@@ -50,7 +51,7 @@ def test_run_writes_a_page_that_opens_offline_with_the_verdict_on_top(watched: P
     _require_chromium()
     rec = RunRecord.load(watched / "run.json")
     page = open_page(watched / "run.html", ["#verdict", "#recommendations", "svg"], height=900)
-    assert page.texts["#verdict"] == verdict(rec)
+    assert page.texts["#verdict"] == verdict(rec, findings(rec))
     assert page.texts["#recommendations"]
     assert page.texts["svg"] is not None
     assert page.requests == [(watched / "run.html").resolve().as_uri()]

@@ -12,6 +12,7 @@ from PIL import Image
 
 from ioprobe.analysis import finalize
 from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu
+from ioprobe.analysis.report import findings
 from ioprobe.analysis.scenario import (
     GPU_DECODE_CPU_FRACTION,
     GPU_DECODE_IMAGES_PER_S,
@@ -213,14 +214,15 @@ def test_dali_thread_advice_names_num_threads() -> None:
 
 def test_facts_compare_every_path_with_pillow() -> None:
     rec = with_paths(dali_cpu(rate=510.0, cpu=0.0078), no_gpu())
-    lines = dict(facts(rec))
+    lines = dict(facts(rec, findings(rec)))
     assert lines["decode pillow"] == "340 images/s, 11.50 ms CPU/image, 4 workers, 64 files"
     assert lines["decode dali-cpu"] == (
         "510 images/s (1.50x Pillow), 7.80 ms CPU/image, 4 threads, 64 files"
     )
     assert lines["decode dali-gpu"] == f"not measured: {NO_GPU}"
     assert lines["decode in use"].startswith("Pillow")
-    assert facts(probe_record()) == []
+    rec = probe_record()
+    assert facts(rec, findings(rec)) == []
 
 
 # -- the probe's choice of path ----------------------------------------------------------------

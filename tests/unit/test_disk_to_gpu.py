@@ -265,7 +265,7 @@ def test_the_probe_runs_the_path_and_reports_it_beside_the_stages(
     assert path is not None and path.bytes_per_s is not None and path.files == len(files)
     assert path.cache in ("cold", "warm")
     assert rec.stages.pcie.copies  # the host-to-device probe kept it
-    facts = dict(measurements(rec))
+    facts = dict(measurements(rec, findings(rec)))
     line = facts["disk→GPU"]
     assert line.startswith(f"{path.bytes_per_s / 1e9:,.2f} GB/s end to end ({path.cache}, pinned")
     assert "1 thread as the path reads" in line
@@ -298,7 +298,7 @@ def test_a_remote_probe_says_why_it_has_no_path_and_succeeds() -> None:
     )
     path = rec.stages.pcie.disk_to_gpu
     assert path is not None and path.method.startswith("not measured: remote target")
-    assert dict(measurements(rec))["disk→GPU"] == path.method
+    assert dict(measurements(rec, findings(rec)))["disk→GPU"] == path.method
 
 
 def test_without_a_gpu_the_probe_has_no_path_and_still_succeeds(files: list[FileEntry]) -> None:
@@ -314,4 +314,5 @@ def test_without_a_gpu_the_probe_has_no_path_and_still_succeeds(files: list[File
     ).run()
     assert rec.stages.pcie.disk_to_gpu is None
     assert rec.stages.pcie.method == "not measured: no CUDA device"
-    assert "disk→GPU" not in dict(measurements(finalize(rec)))
+    done = finalize(rec)
+    assert "disk→GPU" not in dict(measurements(done, findings(done)))

@@ -245,7 +245,7 @@ def test_a_gpu_that_gives_nothing_records_an_empty_series_that_says_why(
     )
     rec = RunRecord(kind="watch", host=HostInfo(), dataset=DatasetProfile(target="x"))
     rec.gpu_series = series
-    assert series_facts(rec) == [("NVML", series.status)]
+    assert series_facts(rec, findings(rec)) == [("NVML", series.status)]
     assert gpu_series_view(rec) is None
     assert not [
         e for e in json.loads(render_trace(rec, findings(rec)))["traceEvents"] if e["ph"] == "C"

@@ -185,7 +185,7 @@ def test_html_escapes_every_data_string_and_its_json_blob() -> None:
     assert "<" not in blob.group(1)
     data = json.loads(blob.group(1))
     assert data["record"]["dataset"]["target"] == XSS
-    assert data["findings"]["verdict"] == verdict(rec)
+    assert data["findings"]["verdict"] == verdict(rec, findings(rec))
     assert page.count("<script") == 1  # the data blob, nothing else
 
 

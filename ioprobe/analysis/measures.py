@@ -1,0 +1,216 @@
+"""The numbers behind a report's key measurements, computed once from the record: batches and
+stall percentiles, the copies a watched run timed, DALI's totals, the NVML series' means and
+peaks, the decode paths against Pillow, the probe's peak copy rates, a what-if's gain. The
+renderers put them in words (``ioprobe.render.facts``) and compute nothing themselves."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ioprobe.analysis.decode_paths import current_path, measured
+from ioprobe.capacity import peak_copy_rate, single_thread_rate
+from ioprobe.record import DaliData, DecodePath, GpuSeries, RunRecord, WatchData, WatchEpoch
+
+
+@dataclass
+class Delivery:
+    """A watched run's batches, and how long the consumer waited for one."""
+
+    batches: int
+    epochs: int
+    stall_p50_ms: float | None = None
+    stall_p95_ms: float | None = None
+    # the host clock's stall share over the epochs the device's own clock also timed
+    host_stall_share: float | None = None
+
+
+@dataclass
+class CopyTotals:
+    """The host-to-device copies a watched run timed (``ioprobe.to_device``)."""
+
+    copies: int
+    bytes: int
+    seconds: float
+    bytes_per_s: float | None
+    pinned_share: float
+
+
+@dataclass
+class DaliTotals:
+    thread_cpu_seconds: float
+    threads: int
+    fetch_ms: float | None  # per sample a reader fetched
+
+
+@dataclass
+class SeriesSummary:
+    """The NVML series in a line: how often it read, and the readings looked at first."""
+
+    rows: int
+    hz: float
+    sm_mean: float | None
+    pcie_rx_peak: float | None  # bytes/s
+    power_mean: float | None  # W
+
+
+@dataclass
+class DecodeRow:
+    path: DecodePath
+    vs_pillow: float | None  # its rate over Pillow's, both measured on the same images
+
+
+@dataclass
+class CopyPeak:
+    """A direction's best copy rate over all sizes (bytes/s), from each kind of memory."""
+
+    direction: str  # h2d, d2h
+    pinned: float
+    pageable: float | None
+
+
+@dataclass
+class KeyNumbers:
+    delivery: Delivery | None = None
+    copies: CopyTotals | None = None
+    dali: DaliTotals | None = None
+    series: SeriesSummary | None = None
+    decode: list[DecodeRow] = field(default_factory=list)
+    decode_in_use: str | None = None
+    copy_peaks: list[CopyPeak] = field(default_factory=list)
+    # the storage pass's rate beside the disk-to-GPU path: one thread as the path reads, and
+    # that pass's cache; the cache is None where the stage's best rate stands in
+    storage_beside_path: tuple[float, str | None] | None = None
+    whatif_gain: float | None = None  # predicted over the run it started from
+
+
+def key_numbers(rec: RunRecord) -> KeyNumbers:
+    w = rec.watch
+    return KeyNumbers(
+        delivery=delivery(w) if w is not None else None,
+        copies=copy_totals(w.epochs) if w is not None else None,
+        dali=dali_totals(rec.dali) if rec.dali is not None else None,
+        series=series_summary(rec.gpu_series),
+        decode=decode_rows(rec),
+        decode_in_use=current_path(rec) if rec.stages.cpu.decode_paths else None,
+        copy_peaks=copy_peaks(rec),
+        storage_beside_path=storage_beside_path(rec),
+        whatif_gain=whatif_gain(rec),
+    )
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The value at rank ``q`` of the sorted values (no interpolation: a value that was seen)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def delivery(w: WatchData) -> Delivery:
+    out = Delivery(batches=sum(e.batches for e in w.epochs), epochs=len(w.epochs))
+    if w.stall_ms.count:
+        out.stall_p50_ms = percentile(w.stall_ms.values, 0.5)
+        out.stall_p95_ms = percentile(w.stall_ms.values, 0.95)
+    timed = [e for e in w.epochs if e.gpu_wait_seconds is not None]
+    wall = sum(e.seconds for e in timed)
+    if wall > 0:
+        out.host_stall_share = sum(e.stall_seconds for e in timed) / wall
+    return out
+
+
+def copy_totals(eps: Sequence[WatchEpoch]) -> CopyTotals | None:
+    nbytes = sum(e.h2d_bytes for e in eps)
+    if not nbytes:
+        return None
+    secs = sum(e.h2d_seconds for e in eps)
+    return CopyTotals(
+        copies=sum(e.h2d_copies for e in eps),
+        bytes=nbytes,
+        seconds=secs,
+        bytes_per_s=nbytes / secs if secs > 0 else None,
+        pinned_share=sum(e.h2d_pinned_bytes for e in eps) / nbytes,
+    )
+
+
+def dali_totals(d: DaliData) -> DaliTotals:
+    return DaliTotals(
+        thread_cpu_seconds=sum(d.threads.values()),
+        threads=len(d.threads),
+        fetch_ms=d.read_seconds / d.reads * 1e3 if d.reads else None,
+    )
+
+
+def _mean(values: Sequence[float | None]) -> float | None:
+    got = [v for v in values if v is not None]
+    return sum(got) / len(got) if got else None
+
+
+def series_summary(s: GpuSeries | None) -> SeriesSummary | None:
+    """None without a series, or when the sampler got nothing (its status says why)."""
+    if s is None or not s.columns.get("t"):
+        return None
+    cols = s.columns
+    rx = [v for v in cols.get("pcie_rx_bytes_per_s", []) if v is not None]
+    return SeriesSummary(
+        rows=len(cols["t"]),
+        hz=1 / s.interval_s,
+        sm_mean=_mean(cols.get("sm_util", [])),
+        pcie_rx_peak=max(rx) if rx else None,
+        power_mean=_mean(cols.get("power_w", [])),
+    )
+
+
+def decode_rows(rec: RunRecord) -> list[DecodeRow]:
+    base = measured(rec, "pillow")
+    rows = []
+    for p in rec.stages.cpu.decode_paths:
+        ratio = None
+        if base is not None and p is not base and base.samples_per_s and p.samples_per_s:
+            ratio = p.samples_per_s / base.samples_per_s
+        rows.append(DecodeRow(path=p, vs_pillow=ratio))
+    return rows
+
+
+def copy_peaks(rec: RunRecord) -> list[CopyPeak]:
+    """Each direction's best pinned and pageable copy; a direction not measured is left out."""
+    copies = rec.stages.pcie.copies
+    out = []
+    for direction in ("h2d", "d2h"):
+        pinned = peak_copy_rate(copies, direction, "pinned")
+        if pinned is not None:
+            out.append(CopyPeak(direction, pinned, peak_copy_rate(copies, direction, "pageable")))
+    return out
+
+
+def storage_beside_path(rec: RunRecord) -> tuple[float, str | None] | None:
+    """The storage pass's rate to set beside the disk-to-GPU path: one thread, as the path
+    reads, in the same page-cache state where that pass ran; the best rate where no one-thread
+    level is."""
+    path = rec.stages.pcie.disk_to_gpu
+    if path is None:
+        return None
+    st = rec.stages.storage
+    one = single_thread_rate(st, path.cache == "cold")
+    if one is not None:
+        return one
+    return (st.read_bytes_per_s, None) if st.read_bytes_per_s else None
+
+
+def whatif_gain(rec: RunRecord) -> float | None:
+    w = rec.whatif
+    if w is None:
+        return None
+    was = w.base_measured_samples_per_s or w.base_predicted_samples_per_s
+    return rec.predicted_samples_per_s / was if was else None
+
+
+__all__ = [
+    "CopyPeak",
+    "CopyTotals",
+    "DaliTotals",
+    "DecodeRow",
+    "Delivery",
+    "KeyNumbers",
+    "SeriesSummary",
+    "key_numbers",
+    "percentile",
+]

@@ -17,6 +17,7 @@ import copy
 import dataclasses
 import math
 import re
+from typing import Any
 
 from ioprobe import capacity
 from ioprobe.analysis.cache import steady_hit_rate
@@ -99,22 +100,30 @@ class Decode:
     assumptions: tuple[str, ...] = ()
 
 
+# The record's fields a what-if keeps from the run it started from, as WhatIfData.base_<name>:
+# the one statement of that mirror, read both ways (base_of packs, split_base unpacks).
+BASE_FIELDS = (
+    "kind",
+    "stages",
+    "bottleneck",
+    "predicted_samples_per_s",
+    "measured_samples_per_s",
+    "gpu_idle_fraction",
+)
+
+
+def base_of(rec: RunRecord) -> dict[str, Any]:
+    """``rec``'s fields as a what-if keeps them: ``WhatIfData(**base_of(rec), ...)``."""
+    return {f"base_{name}": getattr(rec, name) for name in BASE_FIELDS}
+
+
 def split_base(rec: RunRecord) -> tuple[RunRecord, Change]:
     """The measured record a what-if started from, and the change already applied to it."""
-    if rec.whatif is None:
-        return rec, Change()
     w = rec.whatif
-    base = dataclasses.replace(
-        rec,
-        kind=w.base_kind,
-        stages=w.base_stages,
-        bottleneck=w.base_bottleneck,
-        predicted_samples_per_s=w.base_predicted_samples_per_s,
-        measured_samples_per_s=w.base_measured_samples_per_s,
-        gpu_idle_fraction=w.base_gpu_idle_fraction,
-        whatif=None,
-    )
-    return base, w.change
+    if w is None:
+        return rec, Change()
+    kept = {name: getattr(w, f"base_{name}") for name in BASE_FIELDS}
+    return dataclasses.replace(rec, **kept, whatif=None), w.change
 
 
 def merge(first: Change, then: Change) -> Change:

@@ -11,7 +11,7 @@ import dataclasses
 
 from ioprobe.analysis.catalog import Catalog
 from ioprobe.analysis.model import pipeline_model
-from ioprobe.analysis.scenario import evaluate, merge, split_base
+from ioprobe.analysis.scenario import base_of, evaluate, merge, split_base
 from ioprobe.analysis.verdict import finalize
 from ioprobe.record import Change, RunRecord, WhatIfData
 
@@ -22,6 +22,9 @@ def whatif(rec: RunRecord, change: Change, catalog: Catalog | None = None) -> Ru
     sc = evaluate(rec, change)
     base, before = split_base(rec)
     was = pipeline_model(base.stages)  # the verdict as this version of the model sees it
+    judged = dataclasses.replace(
+        base, bottleneck=was.bottleneck, predicted_samples_per_s=was.predicted_samples_per_s
+    )
     f = sc.findings
     gpu_cap = f.capacities["gpu"]
     out = dataclasses.replace(
@@ -34,13 +37,8 @@ def whatif(rec: RunRecord, change: Change, catalog: Catalog | None = None) -> Ru
         recommendations=[],
         pipeline=None,
         whatif=WhatIfData(
+            **base_of(judged),
             change=merge(before, change),
-            base_kind=base.kind,
-            base_stages=base.stages,
-            base_bottleneck=was.bottleneck,
-            base_predicted_samples_per_s=was.predicted_samples_per_s,
-            base_measured_samples_per_s=base.measured_samples_per_s,
-            base_gpu_idle_fraction=base.gpu_idle_fraction,
             deltas=list(sc.deltas),
             assumptions=list(sc.assumptions) + list(f.assumptions),
         ),

@@ -14,6 +14,8 @@ Examples:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import click
 
 from ioprobe.analysis.catalog import (
@@ -42,13 +44,20 @@ def _int_list(text: str) -> list[int]:
     return sorted(set(out))
 
 
-def _bytes(flag: str, text: str | None) -> float | None:
+def _parsed(
+    flag: str, text: str | None, parse: Callable[[str], float | None], expected: str
+) -> float | None:
+    """``text`` of ``flag`` parsed, None when not given, one line naming the flag if bad."""
     if text is None:
         return None
-    value = parse_bytes(text)
+    value = parse(text)
     if value is None:
-        raise BadInputError(f"{flag} {text!r}: expected a positive size such as 110kB or 4MiB")
+        raise BadInputError(f"{flag} {text!r}: expected {expected}")
     return value
+
+
+def _bytes(flag: str, text: str | None) -> float | None:
+    return _parsed(flag, text, parse_bytes, "a positive size such as 110kB or 4MiB")
 
 
 @click.command(help=__doc__)
@@ -147,12 +156,7 @@ def _classes(text: str | None, catalog: Catalog) -> list[StorageClassInfo]:
 
 
 def _rate(flag: str, text: str | None) -> float | None:
-    if text is None:
-        return None
-    value = parse_rate(text)
-    if value is None:
-        raise BadInputError(f"{flag} {text!r}: expected a rate such as 12.5GB/s")
-    return value
+    return _parsed(flag, text, parse_rate, "a rate such as 12.5GB/s")
 
 
 def _inputs(

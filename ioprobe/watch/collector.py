@@ -88,15 +88,8 @@ class Adapter(Protocol):
     ``wrap(obj, device, finish)``; ``ioprobe.watch.api.FRAMEWORKS`` lists the module.
     """
 
-    @property
-    def settings(self) -> LoaderSettings:
-        """The loader's settings, typed."""
-        ...
-
-    @property
-    def description(self) -> dict[str, str]:
-        """The loader's settings as the user wrote them, for reports."""
-        ...
+    settings: LoaderSettings  # the loader's settings, typed
+    description: dict[str, str]  # the loader's settings as the user wrote them, for reports
 
     def begin_epoch(self) -> None:
         """Mark the start of a pass (e.g. read counters to diff at its end)."""

@@ -252,10 +252,10 @@ class DaliAdapter:
 
     def __init__(self, pipes: list[Any], description: dict[str, str]) -> None:
         self.pipes = pipes
-        self._description = description
+        self.description = description
         # samples one pipeline iteration makes; a delivered batch has one per pipeline
         self.iter_batch = _int(description.get("batch_size")) or 1
-        self._settings = LoaderSettings(
+        self.settings = LoaderSettings(
             framework="dali",
             dataset=description.get("dataset", "DALI pipeline"),
             workers=_int(description.get("num_threads")) or 1,
@@ -269,14 +269,6 @@ class DaliAdapter:
         self._mark: tuple[Any, ...] | None = None
         self._files: tuple[str, int, int, int] | None = None
         self._files_read = False
-
-    @property
-    def settings(self) -> LoaderSettings:
-        return self._settings
-
-    @property
-    def description(self) -> dict[str, str]:
-        return self._description
 
     def begin_epoch(self) -> None:
         self._mark = (nvtx.snapshot(), _threads(), read_io(), _children_cpu())
@@ -304,7 +296,7 @@ class DaliAdapter:
         reads = self.ranges.get(READ_RANGE)
         return DaliData(
             pipeline={
-                k: v for k, v in self._description.items() if k not in ("framework", "dataset")
+                k: v for k, v in self.description.items() if k not in ("framework", "dataset")
             },
             timing="nvtx" if ops else "thread cpu",
             timing_note=None if ops else (nvtx.status() or "no DALI operator ranges were seen"),

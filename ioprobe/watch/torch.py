@@ -291,20 +291,12 @@ class DataLoaderAdapter:
     measured per epoch."""
 
     def __init__(self, settings: LoaderSettings, description: dict[str, str]) -> None:
-        self._settings = settings
-        self._description = description
+        self.settings = settings
+        self.description = description
 
     @classmethod
     def of(cls, loader: DataLoader[Any]) -> DataLoaderAdapter:
         return cls(settings(loader), describe(loader))
-
-    @property
-    def settings(self) -> LoaderSettings:
-        return self._settings
-
-    @property
-    def description(self) -> dict[str, str]:
-        return self._description
 
     def begin_epoch(self) -> None:
         return None

@@ -169,9 +169,18 @@ class Stamped:
         self.batch = batch
         self.stats = stats
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # the stats cross as a plain tuple, the type restored on arrival: pickling the named
+        # tuple itself would look its class up by name for every batch (about 1 µs)
+        return (_restamp, (self.batch, tuple(self.stats)))
+
     def pin_memory(self, device: str | None = None) -> Stamped:
         # DataLoader's pin thread calls this for objects it doesn't know: pin the real batch
         return Stamped(_pin(self.batch, device), self.stats)  # type: ignore[no-untyped-call]
+
+
+def _restamp(batch: Any, stats: tuple[Any, ...]) -> Stamped:
+    return Stamped(batch, BatchStats._make(stats))
 
 
 class TimedCollate:

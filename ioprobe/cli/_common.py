@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
-from ioprobe.analysis.report import findings
+from ioprobe.analysis.report import Findings, findings
 from ioprobe.errors import BadInputError, RecordError
 from ioprobe.record import STAGE_NAMES, RunRecord, atomic_write
 
@@ -170,26 +170,34 @@ RENDERERS = {
 }
 
 
-def write_outputs(rec: RunRecord, plan: dict[str, list[str]]) -> bool:
-    """Render each planned format once and write it; True when one of them went to stdout."""
+def deliver(rec: RunRecord, plan: dict[str, list[str]]) -> None:
+    """Write each planned output, and show the terminal view unless an output went to stdout;
+    every view is rendered from one set of findings."""
     for path in plan["json"]:
         write_record(rec, path)
-    wanted = [fmt for fmt in RENDERERS if plan[fmt]]
-    f = findings(rec) if wanted else None
-    for fmt in wanted:
-        module, flag = RENDERERS[fmt]
-        text = import_module(module).render(rec, f)
-        for path in plan[fmt]:
-            write_text(path, text, flag)
-    return any(p == "-" for paths in plan.values() for p in paths)
+    to_stdout = any(p == "-" for paths in plan.values() for p in paths)
+    if to_stdout and not any(plan[fmt] for fmt in RENDERERS):
+        return  # the record alone, on stdout: nothing to render
+    f = findings(rec)
+    write_rendered(rec, f, plan)
+    if not to_stdout:
+        show(rec, f)
 
 
-def show(rec: RunRecord, *, err: bool = False) -> None:
+def write_rendered(rec: RunRecord, f: Findings, plan: dict[str, list[str]]) -> None:
+    """Each planned page, summary and trace, rendered once and written to its paths."""
+    for fmt, (module, flag) in RENDERERS.items():
+        if plan[fmt]:
+            text = import_module(module).render(rec, f)
+            for path in plan[fmt]:
+                write_text(path, text, flag)
+
+
+def show(rec: RunRecord, f: Findings, *, err: bool = False) -> None:
     """The record's terminal view on stdout (stderr with ``err``): as wide as the terminal,
     in colour where it is one."""
     from ioprobe.render import terminal
 
     out = Console(highlight=False, stderr=err)
-    text = terminal.render(rec, findings(rec), width=out.width, color=out.is_terminal)
-    out.file.write(text)
+    out.file.write(terminal.render(rec, f, width=out.width, color=out.is_terminal))
     out.file.flush()

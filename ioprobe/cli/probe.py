@@ -14,7 +14,7 @@ import click
 
 from ioprobe.analysis import finalize
 from ioprobe.analysis.catalog import try_load_catalog
-from ioprobe.cli._common import output_options, plan_outputs, show, write_outputs
+from ioprobe.cli._common import deliver, output_options, plan_outputs
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import Reporter, make_reporter
 from ioprobe.errors import BadInputError
@@ -105,8 +105,7 @@ def command(
         record = finalize(Probe(opts, reporter).run(), try_load_catalog())
     finally:
         reporter.close()
-    if not write_outputs(record, plan):
-        show(record)
+    deliver(record, plan)
 
 
 def _target(target: str | None, pcie_only: bool, reporter: Reporter) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from ioprobe.cli._common import output_options, plan_outputs, show, write_outputs
+from ioprobe.cli._common import deliver, output_options, plan_outputs
 from ioprobe.record import RunRecord
 
 
@@ -23,5 +23,4 @@ def command(
 ) -> None:
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
     record = RunRecord.load(run_file)
-    if not write_outputs(record, plan):
-        show(record)
+    deliver(record, plan)

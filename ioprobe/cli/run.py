@@ -22,7 +22,15 @@ from rich.console import Console
 
 from ioprobe.analysis import finalize_watch
 from ioprobe.analysis.catalog import try_load_catalog
-from ioprobe.cli._common import EXTENSIONS, output_options, plan_outputs, show, write_outputs
+from ioprobe.analysis.report import findings
+from ioprobe.cli._common import (
+    EXTENSIONS,
+    output_options,
+    plan_outputs,
+    show,
+    write_record,
+    write_rendered,
+)
 from ioprobe.collect import nvtx
 from ioprobe.errors import BadInputError
 from ioprobe.record import RunRecord
@@ -66,8 +74,7 @@ def command(
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
     _check(plan, cmd)
     code, runs = _run_watched(cmd)
-    _show_all(runs)
-    _write_all(runs, plan)
+    _report_all(runs, plan)
     sys.exit(code)
 
 
@@ -117,23 +124,22 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str]) -> int:
         signal.signal(signal.SIGINT, previous)
 
 
-def _show_all(runs: list[RunRecord]) -> None:
-    """Each loader's summary on stderr, the script's stdout being its own."""
+def _report_all(runs: list[RunRecord], plan: dict[str, list[str]]) -> None:
+    """Each loader's summary on stderr (the script's stdout is its own), then its planned
+    outputs: the first loader's at the paths given, each other one's beside them (``_nth``)."""
     err = Console(stderr=True, highlight=False)
     if not runs:
         err.print("ioprobe: no DataLoader was iterated: nothing to report")
-    for i, rec in enumerate(runs, 1):
+    judged = [(rec, findings(rec)) for rec in runs]
+    for i, (rec, f) in enumerate(judged, 1):
         if len(runs) > 1:
             err.print(f"\n[bold]loader {i} of {len(runs)}[/bold]")
-        show(rec, err=True)
-
-
-def _write_all(runs: list[RunRecord], plan: dict[str, list[str]]) -> None:
-    """The planned outputs of the first loader, and of each other one beside them (``_nth``)."""
-    for i, rec in enumerate(runs, 1):
-        write_outputs(
-            rec, plan if i == 1 else {f: [_nth(p, i) for p in ps] for f, ps in plan.items()}
-        )
+        show(rec, f, err=True)
+    for i, (rec, f) in enumerate(judged, 1):
+        mine = plan if i == 1 else {k: [_nth(p, i) for p in ps] for k, ps in plan.items()}
+        for path in mine["json"]:
+            write_record(rec, path)
+        write_rendered(rec, f, mine)
 
 
 def _nth(path: str, i: int) -> str:

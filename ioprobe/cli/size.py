@@ -25,6 +25,7 @@ from ioprobe.analysis.catalog import (
     parse_rate,
     resolve_storage,
 )
+from ioprobe.analysis.report import findings
 from ioprobe.analysis.scenario import recorded_gpus
 from ioprobe.analysis.size import DEFAULT_GPU_COUNTS, size
 from ioprobe.cli._common import catalog_option, json_option, load_analysable, show, write_record
@@ -146,7 +147,7 @@ def command(
     if json_path:
         write_record(rec, json_path)
     if json_path != "-":
-        show(rec)
+        show(rec, findings(rec))
 
 
 def _classes(text: str | None, catalog: Catalog) -> list[StorageClassInfo]:

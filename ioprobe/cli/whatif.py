@@ -13,6 +13,7 @@ from typing import cast
 import click
 
 from ioprobe.analysis.catalog import load_catalog, resolve_storage, try_load_catalog
+from ioprobe.analysis.report import findings
 from ioprobe.analysis.scenario import parse_pcie
 from ioprobe.analysis.whatif import whatif
 from ioprobe.cli._common import catalog_option, json_option, load_analysable, show, write_record
@@ -87,4 +88,4 @@ def command(
     if json_path:
         write_record(out, json_path)
     if json_path != "-":
-        show(out)
+        show(out, findings(out))

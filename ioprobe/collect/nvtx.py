@@ -65,14 +65,19 @@ def _dali_installed() -> bool:
         return False
 
 
-def injection_env() -> dict[str, str]:
-    """The variable that arms NVTX for a process about to start (``ioprobe run``'s child):
-    empty when the user disabled it, another tool owns it, DALI is not installed (nothing
-    would use it) or the library was not built."""
-    if os.environ.get(DISABLE_ENV) == "0" or os.environ.get(ENV) or not _dali_installed():
+def _ours() -> dict[str, str]:
+    """The variable pointing NVTX at our library, unless the user disabled it, another tool
+    owns it or the library was not built."""
+    if os.environ.get(DISABLE_ENV) == "0" or os.environ.get(ENV):
         return {}
     path = library_path()
     return {ENV: str(path)} if path is not None else {}
+
+
+def injection_env() -> dict[str, str]:
+    """The variable that arms NVTX for a process about to start (``ioprobe run``'s child);
+    empty where ``_ours`` gives nothing or DALI is not installed (nothing would use it)."""
+    return _ours() if _dali_installed() else {}
 
 
 def arm() -> str | None:
@@ -80,7 +85,7 @@ def arm() -> str | None:
     None when ranges will be captured, otherwise why not (in words for the record)."""
     if not _dali_installed():
         return "NVIDIA DALI cannot be imported here: there are no operators to time"
-    os.environ.update(injection_env())
+    os.environ.update(_ours())
     return _unarmed()
 
 

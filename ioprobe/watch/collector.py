@@ -189,11 +189,10 @@ class WatchCollector:
         device: str | None = None,
     ) -> None:
         self.adapter = adapter
-        self.settings = adapter.settings
         self.device = device
         self.batch_size = batch_size
         self.dataset_len = dataset_len
-        self._startup_batches = max(self.settings.workers, 1)
+        self._startup_batches = max(adapter.settings.workers, 1)
         self.epochs: list[WatchEpoch] = []
         self.workers: dict[int, WorkerStats] = {}
         # nanoseconds in, milliseconds out
@@ -421,7 +420,7 @@ class WatchCollector:
         """The inputs of the stage rules, as they stand."""
         tl = self.timeline
         return Measured(
-            settings=self.settings,
+            settings=self.adapter.settings,
             epochs=self.epochs,
             usable_cores=usable,
             sample_bytes=mean_bytes,
@@ -467,7 +466,7 @@ class WatchCollector:
     def _dataset(self, read_total: int, mean_bytes: float) -> DatasetProfile:
         samples = sum(e.samples for e in self.epochs)
         return DatasetProfile(
-            target=self.settings.dataset,
+            target=self.adapter.settings.dataset,
             files=self.dataset_len if self.dataset_len is not None else samples,
             bytes=read_total,
             sample_bytes_mean=mean_bytes,
@@ -477,7 +476,7 @@ class WatchCollector:
     def _watch_data(self, mean_bytes: float) -> WatchData:
         return WatchData(
             loader=dict(self.adapter.description),
-            settings=self.settings,
+            settings=self.adapter.settings,
             epochs=list(self.epochs),
             workers=sorted(self.workers.values(), key=lambda w: w.worker),
             stall_ms=self.stall.to_record(),

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from ioprobe.collect import cpu
@@ -21,6 +24,25 @@ def test_cpu_seconds_per_sample_matches_a_known_cost() -> None:
     assert stage.sweep[0].samples_per_s <= 250 * 1.05
     assert stage.capacity_samples_per_s is not None
     assert stage.capacity_samples_per_s <= 500 * 1.05
+
+
+def test_a_decoders_per_process_set_up_is_not_counted_as_a_samples_cost() -> None:
+    # eight idle workers: at one task in flight successive tasks land on different ones, so
+    # without a warm-up each of them would charge its 200 ms set-up to the one-worker level
+    stage = cpu.measure_cpu(
+        "tests.fixtures.burn:burn_4ms_after_200ms_setup", [b"x"] * 8, 8, 2.0, levels=[1, 8]
+    )
+    assert stage.cpu_seconds_per_sample == pytest.approx(0.004, rel=0.10)
+
+
+def test_the_payloads_temporary_file_is_removed_after_the_sweep_and_after_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    cpu.measure_cpu("tests.fixtures.burn:burn_4ms", [b"x"] * 4, 1, budget_s=0.3)
+    with pytest.raises(BadInputError):
+        cpu.measure_cpu("tests.fixtures.burn:always_fails", [b"x"], 1, budget_s=0.3)
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.slow

@@ -5,6 +5,7 @@ itself on a few small JPEGs (CPU only: device_id=None)."""
 from __future__ import annotations
 
 import io
+import time
 
 import numpy as np
 import pytest
@@ -19,8 +20,16 @@ from ioprobe.analysis.scenario import (
     evaluate,
 )
 from ioprobe.analysis.whatif import whatif
-from ioprobe.collect.decode_paths import NO_GPU, measure_dali, measure_paths, one_line, pillow_path
+from ioprobe.collect.decode_paths import (
+    NO_GPU,
+    _warm_up,
+    measure_dali,
+    measure_paths,
+    one_line,
+    pillow_path,
+)
 from ioprobe.collect.probe import use_fastest_path
+from ioprobe.collect.progress import SilentReporter
 from ioprobe.errors import BadInputError
 from ioprobe.record import (
     Change,
@@ -333,3 +342,28 @@ def test_dali_errors_shrink_to_their_cause() -> None:
     )
     assert one_line(RuntimeError(text)) == "RuntimeError: nvImageCodec failure: '#4'"
     assert one_line(ImportError("No module named 'nvidia'")).startswith("ImportError: No module")
+
+
+class _SlowStartPipe:
+    """A pipeline whose first iterations run slow and then settle, as nvJPEG's do."""
+
+    def __init__(self, seconds: list[float]) -> None:
+        self.seconds = seconds
+        self.runs = 0
+
+    def run(self) -> None:
+        time.sleep(self.seconds[min(self.runs, len(self.seconds) - 1)])
+        self.runs += 1
+
+
+def test_warm_up_runs_on_until_iterations_stop_getting_faster() -> None:
+    pipe = _SlowStartPipe([0.32, 0.08, 0.02, 0.005])
+    _warm_up(pipe, DecodePath(path="dali-gpu"), 2, budget_s=30.0, rep=SilentReporter())
+    # two iterations were the old rule; the fifth is the first no faster than the fourth
+    assert pipe.runs == 5
+
+
+def test_warm_up_stops_at_a_third_of_the_paths_time() -> None:
+    pipe = _SlowStartPipe([0.32, 0.08, 0.02, 0.005])
+    _warm_up(pipe, DecodePath(path="dali-gpu"), 2, budget_s=0.9, rep=SilentReporter())
+    assert pipe.runs == 2  # 0.4 s spent after two: past a third of 0.9 s

@@ -315,6 +315,9 @@ class WatchEpoch:
     startup_seconds: float = 0.0
     startup_metered_read_seconds: float = 0.0  # the first round's opens pay session set-up
     startup_metered_open_seconds: float = 0.0
+    # what the workers read() in that round: a worker's first samples import the modules
+    # its dataset loads lazily (fsspec, aiohttp, codecs), bytes that are not the dataset's
+    startup_read_chars: int = 0
     sample_wall_seconds: float = 0.0  # in the workers, per sample
     sample_cpu_seconds: float = 0.0
     runqueue_seconds: float = 0.0  # workers runnable but waiting for a core

@@ -261,14 +261,15 @@ class WatchCollector:
         ep.metered_bytes += mbytes
         ep.metered_read_seconds += mns / 1e9
         ep.metered_open_seconds += mopen / 1e9
+        ep.read_chars += rchar
+        ep.read_bytes += rbytes
         if ep.batches == self._startup_batches:
             ep.startup_metered_read_seconds = ep.metered_read_seconds
             ep.startup_metered_open_seconds = ep.metered_open_seconds
+            ep.startup_read_chars = ep.read_chars
         ep.sample_wall_seconds += wall_s
         ep.sample_cpu_seconds += cpu_s
         ep.collate_seconds += collate / 1e9
-        ep.read_chars += rchar
-        ep.read_bytes += rbytes
         ep.runqueue_seconds += runq / 1e9
         w = self.workers.get(worker)
         if w is None:
@@ -434,11 +435,21 @@ class WatchCollector:
 
     def _bytes_read(self) -> tuple[int, float]:
         """Bytes the loader read, and per sample (0 when below what IPC alone accounts for).
-        Metered reads also count in rchar when they are local: never add the two."""
+        Metered reads also count in rchar when they are local: never add the two. Metered
+        bytes are the dataset's by construction; the workers' rchar also holds what their
+        first samples imported, so its per-sample figure comes from the steady batches."""
         eps = self.epochs
         samples = sum(e.samples for e in eps)
-        total = sum(e.metered_bytes for e in eps) or sum(e.read_chars for e in eps)
-        mean = total / samples if samples else 0.0
+        metered = sum(e.metered_bytes for e in eps)
+        if metered:
+            return metered, metered / samples if samples else 0.0
+        total = sum(e.read_chars for e in eps)
+        ok = steady(eps)
+        n = sum(e.samples - e.startup_samples for e in ok)
+        if n:
+            mean = sum(e.read_chars - e.startup_read_chars for e in ok) / n
+        else:
+            mean = total / samples if samples else 0.0
         return total, mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
 
     def _delivered(self) -> float | None:

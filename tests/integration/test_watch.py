@@ -18,6 +18,7 @@ from tests.fixtures.datasets import (
     BurnDataset,
     FailingDataset,
     HttpDataset,
+    LazyImportDataset,
     MeteredHttpDataset,
     RangeIterable,
     SleepDataset,
@@ -124,6 +125,27 @@ def test_reads_through_the_metered_opener_give_storage_real_bytes(tmp_path: Path
     # the bytes are the dataset's own, so bytes/s is the capacity at the files' size
     cap, bps = run.stages.storage.capacity_samples_per_s, run.stages.storage.read_bytes_per_s
     assert cap is not None and bps == pytest.approx(cap * SIZE, rel=1e-9)
+
+
+def test_bytes_a_workers_first_samples_import_are_not_dataset_reads(tmp_path: Path) -> None:
+    # each worker reads 2 MB once, in its first sample, and nothing after: spread over 128
+    # samples that read 31 KiB each, as a lazily imported HTTP client made it look
+    module = tmp_path / "module.bin"
+    module.write_bytes(b"\0" * (2 << 20))
+    loader = ioprobe.watch(
+        DataLoader(
+            LazyImportDataset(128, str(module), 2 << 20),
+            batch_size=8,
+            num_workers=2,
+            multiprocessing_context="spawn",
+        )
+    )
+    consume(loader)
+    run = loader.run
+    assert run.watch is not None
+    assert sum(e.read_chars for e in run.watch.epochs) >= 2 * (2 << 20)  # the reads were seen
+    assert not run.watch.storage_metered
+    assert run.dataset.sample_bytes_mean == 0
 
 
 def test_iterable_dataset_and_several_epochs_are_segments() -> None:

@@ -26,6 +26,32 @@ DENSITY_LOW_MAX = 256 * 1024
 DENSITY_HIGH_MIN = 8 * 1024 * 1024
 
 
+# A worker's index queue arrives over a pipe, and those read()s count in its rchar: a few
+# dozen bytes per sample. Less than this per sample is IPC, not the dataset reading.
+METERED_MIN_BYTES_PER_SAMPLE = 512
+
+
+def steady(epochs: Sequence[WatchEpoch]) -> list[WatchEpoch]:
+    """The epochs that ran past their first round of batches (one per worker): made together
+    and arriving bunched, that round is left out of steady-state rates. An epoch too short to
+    finish it keeps ``startup_*`` at zero and counts whole."""
+    return [e for e in epochs if e.samples > e.startup_samples and e.seconds > e.startup_seconds]
+
+
+def file_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
+    """Bytes the workers passed to read() per sample, from the steady batches (a worker's
+    first samples also read the modules its dataset imports lazily); 0 when that is no more
+    than IPC, as reads over sockets and through memory maps leave it."""
+    ok = steady(epochs)
+    n = sum(e.samples - e.startup_samples for e in ok)
+    if n:
+        mean = sum(e.read_chars - e.startup_read_chars for e in ok) / n
+    else:
+        samples = sum(e.samples for e in epochs)
+        mean = sum(e.read_chars for e in epochs) / samples if samples else 0.0
+    return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
+
+
 def density_class(mean_bytes: float) -> str:
     """``low``, ``medium`` or ``high``: the mean sample size against the thresholds above."""
     if mean_bytes < DENSITY_LOW_MAX:

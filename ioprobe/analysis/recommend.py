@@ -14,6 +14,7 @@ import math
 import statistics
 from collections.abc import Callable
 
+from ioprobe import capacity
 from ioprobe.analysis.cache import steady_hit_rate
 from ioprobe.analysis.catalog import Catalog, shipped_catalog
 from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu, label, measured
@@ -114,7 +115,7 @@ def workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
         Recommendation(
             kind="num_workers",
             text=(
-                f"Raise {setting} from {w0} to {w}: {_workers_why(rec, f, who)}; more {who} "
+                f"Raise {setting} from {w0} to {w}: {_workers_why(rec, f, who, w)}; more {who} "
                 "than that add nothing."
             ),
             predicted_samples_per_s=p,
@@ -141,13 +142,17 @@ def _fewest_workers(rec: RunRecord, f: PipelineFindings) -> tuple[int, float] | 
     return w, preds[w]
 
 
-def _workers_why(rec: RunRecord, f: PipelineFindings, who: str) -> str:
-    """Why more workers help: the CPU cost per sample when the CPU limits, else blocked reads."""
+def _workers_why(rec: RunRecord, f: PipelineFindings, who: str, w: int) -> str:
+    """Why more workers help: the CPU cost per sample when the CPU limits and the count
+    fits the cores, else blocked reads (which is also why a count beyond the cores helps)."""
     cpu_s = rec.stages.cpu.cpu_seconds_per_sample
-    if f.bottleneck == "cpu" and cpu_s:
+    cores = recorded_cores(rec)
+    if f.bottleneck == "cpu" and cpu_s and w <= cores:
+        return f"each sample costs {cpu_s * 1e3:.1f} ms of CPU and {cores:.0f} cores are usable"
+    if w > cores:
         return (
-            f"each sample costs {cpu_s * 1e3:.1f} ms of CPU and "
-            f"{recorded_cores(rec):.0f} cores are usable"
+            f"{who} spend part of their time blocked on reads, so {w} of them keep the "
+            f"{cores:.0f} usable cores busy"
         )
     return f"{who} spend their time blocked on reads, so more of them keep more reads in flight"
 
@@ -283,11 +288,16 @@ def cache_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     """
     if f.bottleneck != "storage":
         return []
+    through = reads_through_page_cache(rec)
+    if through is None:
+        return []  # no file reads seen (sockets, memory maps): the premise cannot be checked
     total = dataset_bytes(rec)
     avail = rec.host.memory_available_bytes
     if total <= 0 or not avail:
         return []
     budget = 0.8 * avail
+    if not through:
+        return _local_cache(rec, f, total, avail) if total <= budget else []
     if total <= budget:
         change = Change(cache_bytes=total)
         text = (
@@ -311,6 +321,33 @@ def cache_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     )
 
 
+def reads_through_page_cache(rec: RunRecord) -> bool | None:
+    """Whether the dataset's reads pass through this host's page cache: a probe knows from
+    its target (local files do, fsspec URLs do not); a watched run from its workers' file
+    reads in steady state (bytes read() per sample), None where it saw none, since reads
+    over sockets and through memory maps both read as none."""
+    if rec.watch is None:
+        return not rec.dataset.remote
+    return True if capacity.file_bytes_per_sample(rec.watch.epochs) > 0 else None
+
+
+def _local_cache(
+    rec: RunRecord, f: PipelineFindings, total: float, avail: float
+) -> list[Recommendation]:
+    """Remote data that fits in RAM: the page cache never sees it, a local copy would."""
+    return _if_gain(
+        rec,
+        f,
+        Change(cache_bytes=total),
+        "local_cache",
+        f"Reads go over the network, where the page cache never sees them; the dataset "
+        f"({total / 1e9:.1f} GB) fits in free RAM ({avail / 1e9:.1f} GB): cache it on this "
+        "host (copy it to local disk, or open it through fsspec's simplecache:: or "
+        "filecache:: URL prefix), and from the second epoch local reads serve it.",
+        f"storage delivers {f.predicted_samples_per_s:,.0f} samples/s",
+    )
+
+
 def shard_rule(rec: RunRecord, f: PipelineFindings, catalog: Catalog) -> list[Recommendation]:
     """Storage-bound on small files: pack them into shards so reads stream.
 
@@ -318,7 +355,9 @@ def shard_rule(rec: RunRecord, f: PipelineFindings, catalog: Catalog) -> list[Re
     mattering and the store delivers its sequential bandwidth; the prediction models the
     store as its catalog class read in large requests (object storage per connection).
     """
-    if f.bottleneck != "storage" or rec.dataset.density != "low":
+    mean = rec.dataset.sample_bytes_mean
+    # unknown sizes (unmetered reads) read as 0: no claim about them
+    if f.bottleneck != "storage" or rec.dataset.density != "low" or mean <= 0:
         return []
     cls = _current_class(rec, catalog) if catalog else None
     pred = _sharded_rate(rec, cls) if cls is not None else None
@@ -333,7 +372,7 @@ def shard_rule(rec: RunRecord, f: PipelineFindings, catalog: Catalog) -> list[Re
         Recommendation(
             kind="shard_small_files",
             text=(
-                f"Samples average {rec.dataset.sample_bytes_mean / 1024:.0f} KiB, so reads pay "
+                f"Samples average {_kib(mean)}, so reads pay "
                 "per-file latency and IOPS. Pack them into shards (tar / WebDataset) of 100 MB "
                 "or more so storage streams. " + basis
             ),
@@ -341,6 +380,10 @@ def shard_rule(rec: RunRecord, f: PipelineFindings, catalog: Catalog) -> list[Re
             evidence=_read_latency(rec),
         )
     ]
+
+
+def _kib(n: float) -> str:
+    return f"{n / 1024:.0f} KiB" if n >= 10 * 1024 else f"{n / 1024:.1f} KiB"
 
 
 def _sharded_rate(rec: RunRecord, cls: StorageClassInfo) -> float | None:
@@ -434,7 +477,8 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     falls more than 10% short of the model's and the consumer's stalls are spiky (the 95th
     percentile far above the median), the queue is too shallow for the stragglers. The queue
     must hold a straggler's worth of steps: p95 stall / median step batches, spread over the
-    workers. The prediction is the model's rate, the one a deep enough queue reaches.
+    workers, and fewer than an epoch's batches (deeper, it is no longer a queue). The
+    prediction is the model's rate, the one a deep enough queue reaches.
     """
     w = rec.watch
     if w is None or rec.measured_samples_per_s is None or recorded_workers(rec) == 0:
@@ -449,6 +493,10 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     current = w.settings.prefetch_factor or 2  # torch's default
     depth = math.ceil(p95 / step)
     factor = max(current + 1, current + math.ceil(depth / workers))
+    # a queue as deep as an epoch is no queue: stalls that long are not stragglers it
+    # could absorb (an epoch's start, a stop in the data), and it would hold the epoch
+    if factor * workers >= max((e.batches for e in w.epochs), default=0):
+        return []
     pred = f.predicted_samples_per_s
     return [
         Recommendation(
@@ -648,4 +696,18 @@ def recommend(
                 predicted_samples_per_s=f.predicted_samples_per_s,
             )
         ]
-    return sorted(out, key=lambda r: -(r.predicted_samples_per_s or 0.0))
+    return sorted(out, key=_rank)
+
+
+# advice that asks for hardware this host does not have
+NEEDS_HARDWARE = frozenset({"more_cpu", "faster_storage"})
+
+
+def _rank(r: Recommendation) -> tuple[bool, bool, float]:
+    """What the user can change today first (best predicted rate first), then what needs
+    new hardware; advice without a prediction after the predicted advice of its group."""
+    return (
+        r.kind in NEEDS_HARDWARE,
+        r.predicted_samples_per_s is None,
+        -(r.predicted_samples_per_s or 0.0),
+    )

@@ -45,9 +45,6 @@ from ioprobe.watch.stages import Measured, steady
 MAX_KEPT = 100_000  # values kept exactly per series before switching to a reservoir
 # collectors whose epoch is running, innermost last: where ioprobe.to_device reports copies
 ACTIVE: list[WatchCollector] = []
-# A worker's index queue arrives over a pipe, and those read()s count in its rchar: a few
-# dozen bytes per sample. Less than this per sample is IPC, not the dataset reading.
-METERED_MIN_BYTES_PER_SAMPLE = 512
 
 # What a wrapper's ``.run`` applies to the collected record: the verdict comes from the
 # caller (this package measures, it never judges).
@@ -443,14 +440,7 @@ class WatchCollector:
         metered = sum(e.metered_bytes for e in eps)
         if metered:
             return metered, metered / samples if samples else 0.0
-        total = sum(e.read_chars for e in eps)
-        ok = steady(eps)
-        n = sum(e.samples - e.startup_samples for e in ok)
-        if n:
-            mean = sum(e.read_chars - e.startup_read_chars for e in ok) / n
-        else:
-            mean = total / samples if samples else 0.0
-        return total, mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
+        return sum(e.read_chars for e in eps), capacity.file_bytes_per_sample(eps)
 
     def _delivered(self) -> float | None:
         """Samples/s delivered in steady state: the first round of batches of each epoch

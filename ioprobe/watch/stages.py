@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ioprobe import capacity
+from ioprobe.capacity import steady
 from ioprobe.record import (
     CpuStage,
     DaliData,
@@ -52,13 +53,6 @@ class Measured:
     @property
     def samples(self) -> int:
         return sum(e.samples for e in self.epochs)
-
-
-def steady(epochs: Sequence[WatchEpoch]) -> list[WatchEpoch]:
-    """The epochs that ran past their first round of batches (one per worker): made together
-    and arriving bunched, that round is left out of steady-state rates. An epoch too short to
-    finish it keeps ``startup_*`` at zero and counts whole."""
-    return [e for e in epochs if e.samples > e.startup_samples and e.seconds > e.startup_seconds]
 
 
 def gpu_stage(m: Measured, step_ns: Sequence[int], method: str) -> GpuStage | None:

@@ -4,6 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ioprobe.analysis import finalize, pipeline_model
+from ioprobe.analysis.recommend import NEEDS_HARDWARE
 from ioprobe.record import (
     CpuStage,
     DatasetProfile,
@@ -88,7 +89,19 @@ def test_every_kind_of_bottleneck_gets_a_recommendation_with_a_prediction() -> N
     assert all(r.predicted_samples_per_s is not None for r in cpu_bound.recommendations)
 
 
-def test_recommendations_are_ranked_by_predicted_gain() -> None:
+def test_recommendations_are_ranked_by_gain_what_needs_no_new_hardware_first() -> None:
     rec = finalize(record(10.0, 100.0, None))
-    predicted = [r.predicted_samples_per_s or 0.0 for r in rec.recommendations]
-    assert predicted == sorted(predicted, reverse=True)
+    kinds = [r.kind for r in rec.recommendations]
+    hardware = [k in NEEDS_HARDWARE for k in kinds]
+    assert True in hardware and False in hardware, kinds  # the case holds both
+    # every change the user can make today comes before every one that needs new hardware
+    assert hardware == sorted(hardware), kinds
+    for group in (False, True):
+        predicted = [
+            r.predicted_samples_per_s
+            for r in rec.recommendations
+            if (r.kind in NEEDS_HARDWARE) == group
+        ]
+        known = [p for p in predicted if p is not None]
+        assert known == sorted(known, reverse=True)
+        assert predicted[: len(known)] == known  # unpredicted advice last in its group

@@ -7,7 +7,8 @@ import pytest
 
 from ioprobe.analysis import finalize
 from ioprobe.analysis.catalog import load_catalog
-from ioprobe.analysis.scenario import evaluate
+from ioprobe.analysis.recommend import NEEDS_HARDWARE
+from ioprobe.analysis.scenario import dataset_bytes, evaluate
 from ioprobe.record import Change, Distribution, FilesystemInfo, PcieStage, RunRecord
 from tests.unit.test_whatif import probe_record, watch_record
 
@@ -44,6 +45,7 @@ def test_spiky_stalls_below_the_model_rate_suggest_prefetch_factor() -> None:
     rec = watch_record(cpu_s=0.001, workers=2, storage=None, gpu=400.0, cores=8)
     assert rec.watch is not None
     rec.measured_samples_per_s = 250.0  # the model says 400: stragglers stall the queue
+    rec.watch.epochs[0].batches = 500
     rec.watch.stall_ms = Distribution(count=100, values=[0.1] * 90 + [120.0] * 10)
     rec.watch.step_ms = Distribution(count=100, values=[20.0] * 100)
     out = finalize(rec)
@@ -53,6 +55,21 @@ def test_spiky_stalls_below_the_model_rate_suggest_prefetch_factor() -> None:
     assert pred == pytest.approx(400.0)
     rec.measured_samples_per_s = 390.0  # close to the model: nothing to absorb
     assert "prefetch_factor" not in kinds(finalize(rec))
+
+
+def test_no_prefetch_depth_as_deep_as_the_epoch() -> None:
+    # an epoch of 125 batches whose stalls last 5,924 steps: no queue absorbs that, and the
+    # advice once asked for prefetch_factor 1481 (5,924 batches queued)
+    rec = watch_record(cpu_s=0.001, workers=4, storage=None, gpu=400.0, cores=8)
+    assert rec.watch is not None
+    rec.measured_samples_per_s = 250.0
+    rec.watch.epochs[0].batches = 125
+    rec.watch.stall_ms = Distribution(count=100, values=[0.1] * 90 + [592.4] * 10)
+    rec.watch.step_ms = Distribution(count=100, values=[0.1] * 100)
+    assert "prefetch_factor" not in kinds(finalize(rec))
+    rec.watch.step_ms = Distribution(count=100, values=[20.0] * 100)  # 30 steps: a queue's
+    text, _ = rec_of(finalize(rec), "prefetch_factor")
+    assert "from 2 to 10 so 40 batches are queued" in text
 
 
 def test_mostly_idle_gpu_suggests_sharing_it() -> None:
@@ -108,4 +125,68 @@ def test_every_recommendation_predicts_and_ranking_is_by_prediction() -> None:
         out = finalize(rec)
         preds = [r.predicted_samples_per_s for r in out.recommendations]
         assert preds and all(p is not None for p in preds), kinds(out)
-        assert preds == sorted(preds, reverse=True)  # type: ignore[type-var]
+        for group in (False, True):  # what needs no new hardware first, each by prediction
+            mine = [
+                r.predicted_samples_per_s
+                for r in out.recommendations
+                if (r.kind in NEEDS_HARDWARE) == group
+            ]
+            assert mine == sorted(mine, reverse=True)  # type: ignore[type-var]
+        hardware = [r.kind in NEEDS_HARDWARE for r in out.recommendations]
+        assert hardware == sorted(hardware)
+
+
+def _storage_bound_probe() -> RunRecord:
+    rec = probe_record()
+    rec.dataset.density = "low"
+    rec.dataset.sample_bytes_mean = 20_000.0
+    rec.stages.storage.capacity_samples_per_s = 30.0
+    return rec
+
+
+def test_page_cache_advice_only_where_reads_go_through_the_page_cache() -> None:
+    local = finalize(_storage_bound_probe())
+    assert "cache_in_ram" in kinds(local) and "local_cache" not in kinds(local)
+    remote = _storage_bound_probe()
+    remote.dataset.remote = True  # an fsspec URL: the page cache never sees these reads
+    out = finalize(remote)
+    assert "cache_in_ram" not in kinds(out)
+    text, pred = rec_of(out, "local_cache")
+    assert "simplecache::" in text and "page cache never sees" in text
+    assert (
+        pred == evaluate(remote, Change(cache_bytes=dataset_bytes(remote))).predicted_samples_per_s
+    )
+
+
+def test_a_watched_run_gets_page_cache_advice_only_with_file_reads_in_steady_state() -> None:
+    rec = watch_record(cpu_s=0.001, workers=2, storage=40.0, gpu=400.0, cores=8)
+    assert rec.watch is not None
+    rec.dataset.sample_bytes_mean = 100_000.0
+    rec.dataset.files = 1000
+    ep = rec.watch.epochs[0]
+    ep.samples, ep.startup_samples, ep.startup_seconds = 400, 16, 0.5
+    # workers read 2 MB of modules in their first batches and nothing after (sockets)
+    ep.read_chars = ep.startup_read_chars = 2 << 20
+    out = finalize(rec)
+    assert out.bottleneck == "storage"
+    assert not {"cache_in_ram", "local_cache"} & set(kinds(out))
+    ep.read_chars += 384 * 100_000  # 100 kB per steady sample through read(): local files
+    assert "cache_in_ram" in kinds(finalize(rec))
+
+
+def test_worker_advice_beyond_the_cores_does_not_say_the_cores_limit() -> None:
+    # blocked on reads: 4 workers on 2 cores help, and the reason must say why
+    rec = finalize(watch_record(cpu_s=0.001, workers=1, storage=40.0, gpu=400.0, cores=2))
+    text, _ = rec_of(rec, "num_workers")
+    assert "from 1 to 4" in text and "keep the 2 usable cores busy" in text
+    assert "cores are usable" not in text
+    # CPU-bound within the cores: the CPU cost is the reason
+    rec = finalize(watch_record(cpu_s=0.01, workers=1, storage=None, gpu=350.0, cores=2))
+    text, _ = rec_of(rec, "num_workers")
+    assert "from 1 to 2" in text and "10.0 ms of CPU and 2 cores are usable" in text
+
+
+def test_no_shard_advice_without_a_known_sample_size() -> None:
+    rec = _storage_bound_probe()
+    rec.dataset.sample_bytes_mean = 0.0  # unmetered reads: the size is unknown, not zero
+    assert "shard_small_files" not in kinds(finalize(rec))

@@ -30,6 +30,7 @@ from ioprobe.cli._common import (
     show,
     write_record,
     write_rendered,
+    writes_stdout,
 )
 from ioprobe.collect import nvtx
 from ioprobe.errors import BadInputError
@@ -80,7 +81,7 @@ def command(
 
 def _check(plan: dict[str, list[str]], cmd: tuple[str, ...]) -> None:
     """Refuse, before the script starts, outputs to stdout and a command that isn't there."""
-    if any(p == "-" for paths in plan.values() for p in paths):
+    if any(writes_stdout(p) for paths in plan.values() for p in paths):
         raise BadInputError("ioprobe run: stdout is the script's; give the outputs file names")
     if shutil.which(cmd[0]) is None and not Path(cmd[0]).exists():
         raise BadInputError(f"{cmd[0]}: command not found")

@@ -188,3 +188,38 @@ def test_run_refuses_dev_stdout_as_it_refuses_dash() -> None:
     # the script's own output goes there; a record mixed into it would be lost in it
     proc = run_cli("run", "--json", "/dev/stdout", "--", sys.executable, "-c", "print(1)")
     assert_one_line_error(proc, "stdout is the script's")
+
+
+@pytest.mark.parametrize("kind", ["file", "directory"])
+def test_run_of_a_command_it_cannot_execute_is_one_line(tmp_path: Path, kind: str) -> None:
+    target = tmp_path / "train.py"
+    if kind == "file":
+        target.write_text("print('hi')\n")
+        target.chmod(0o644)
+    else:
+        target.mkdir()
+    proc = run_cli("run", "--", str(target))
+    assert_one_line_error(proc, str(target), "not executable" if kind == "file" else "directory")
+
+
+def test_run_of_a_script_in_the_current_directory_says_to_give_its_path(tmp_path: Path) -> None:
+    # exec looks a bare name up on PATH only, so ./train.py is what would run it
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "ioprobe", "run", "--", "train.py"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert_one_line_error(proc, "train.py: not on PATH", "./train.py")
+
+
+def test_run_of_an_executable_exec_refuses_is_one_line(tmp_path: Path) -> None:
+    # executable, but neither a #! script nor a binary: exec fails after the checks pass
+    target = tmp_path / "no-shebang"
+    target.write_bytes(b"\x00\x01 not a program")
+    target.chmod(0o755)
+    proc = run_cli("run", "--", str(target))
+    assert_one_line_error(proc, str(target), "cannot run", "Exec format error")

@@ -14,13 +14,13 @@ import dataclasses
 import json
 import math
 import os
-import tempfile
 import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from ioprobe.errors import RecordError
+from ioprobe.outputs import write_output
 
 SCHEMA = "ioprobe.run/1"
 
@@ -703,8 +703,11 @@ class RunRecord:
         return json.dumps(self.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write atomically: a crash mid-write never leaves a half record behind."""
-        atomic_write(path, self.dumps())
+        """Write as ``outputs.write_output`` does: a file atomically (a crash mid-write never
+        leaves half a record), a symlink's target, a device or FIFO in place; anything else
+        (a directory, a socket) raises BadInputError, and nothing but a regular file is ever
+        replaced."""
+        write_output(path, self.dumps())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RunRecord:
@@ -724,25 +727,6 @@ class RunRecord:
                 f"{name}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
             ) from None
         return cls.from_json(data, source=name)
-
-
-def atomic_write(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``: a
-    crash or Ctrl-C mid-write leaves the old file (or none), never half a new one."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
-    try:
-        # mkstemp makes the file private (0600); a report is as readable as any file the
-        # user creates
-        mask = os.umask(0)
-        os.umask(mask)
-        os.fchmod(fd, 0o666 & ~mask)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 T = TypeVar("T")

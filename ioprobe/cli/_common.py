@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from importlib import import_module
-from pathlib import Path
 from typing import Any, TypeVar
 
 import click
@@ -13,7 +12,8 @@ from rich.console import Console
 
 from ioprobe.analysis.report import Findings, findings
 from ioprobe.errors import BadInputError, RecordError
-from ioprobe.record import STAGE_NAMES, RunRecord, atomic_write
+from ioprobe.outputs import check_output, fd_of, write_output
+from ioprobe.record import STAGE_NAMES, RunRecord
 
 
 def write_record(rec: RunRecord, path: str) -> None:
@@ -104,20 +104,23 @@ def plan_outputs(
     outputs: tuple[str, ...],
 ) -> dict[str, list[str]]:
     """format -> paths, from the explicit flags and each -o's ending; checked before any
-    measuring starts, so a typo costs nothing."""
+    measuring starts, so a typo or an unwritable path costs nothing."""
+    named = [
+        (f"--{fmt}", fmt, path)
+        for fmt, path in (
+            ("json", json_path),
+            ("html", html_path),
+            ("md", md_path),
+            ("trace", trace_path),
+        )
+        if path
+    ]
+    named += [("-o", _format_of(path), path) for path in outputs]
     plan: dict[str, list[str]] = {"json": [], "html": [], "md": [], "trace": []}
-    for fmt, path in (
-        ("json", json_path),
-        ("html", html_path),
-        ("md", md_path),
-        ("trace", trace_path),
-    ):
-        if path:
-            plan[fmt].append(path)
-    for path in outputs:
-        plan[_format_of(path)].append(path)
+    for _, fmt, path in named:
+        plan[fmt].append(path)
     _check_stdout(plan)
-    _check_directories(plan)
+    check_outputs([(flag, path) for flag, _, path in named])
     return plan
 
 
@@ -133,9 +136,14 @@ def _format_of(path: str) -> str:
     return picked
 
 
+def writes_stdout(path: str | None) -> bool:
+    """Whether an output goes to standard output: '-', /dev/stdout, /dev/fd/1."""
+    return path is not None and (path == "-" or fd_of(path) == 1)
+
+
 def _check_stdout(plan: dict[str, list[str]]) -> None:
     """At most one output goes to stdout ('-'), and not a page or a trace: they need a file."""
-    stdout = [f"--{f} -" for f, paths in plan.items() for p in paths if p == "-"]
+    stdout = [f"--{f} {p}" for f, paths in plan.items() for p in paths if writes_stdout(p)]
     if len(stdout) > 1:
         raise BadInputError(f"only one output can go to stdout, got {', '.join(stdout)}")
     for fmt in ("html", "trace"):
@@ -143,20 +151,35 @@ def _check_stdout(plan: dict[str, list[str]]) -> None:
             raise BadInputError(f"--{fmt} needs a file name, not '-'")
 
 
-def _check_directories(plan: dict[str, list[str]]) -> None:
-    for paths in plan.values():
-        for path in paths:
-            parent = Path(path).parent
-            if path != "-" and not parent.is_dir():
-                raise BadInputError(f"{path}: no such directory {str(parent)!r}")
+def check_outputs(named: list[tuple[str, str | None]]) -> None:
+    """Each (flag, path) output can be written (its directory exists and accepts a file, it
+    is a kind ioprobe may write), and no two replace the same file: the second would destroy
+    the first. Called before any work, so a bad path costs nothing."""
+    seen: dict[str, str] = {}
+    for flag, path in named:
+        if path is None or path == "-":
+            continue
+        try:
+            dest = check_output(path)
+        except BadInputError as exc:
+            raise BadInputError(f"{flag} {exc}") from None
+        if dest.kind == "file":
+            if dest.path in seen:
+                raise BadInputError(f"{flag} {path}: names the same file as {seen[dest.path]}")
+            seen[dest.path] = f"{flag} {path}"
 
 
 def write_text(path: str, text: str, flag: str) -> None:
-    if path == "-":
-        sys.stdout.write(text)
-        return
+    """Write an output: '-' on stdout, any other path as ``outputs.write_output`` does; a
+    failure is one line naming the flag."""
     try:
-        atomic_write(path, text)
+        if path == "-":
+            sys.stdout.write(text)
+            sys.stdout.flush()  # a full or closed stdout fails here, not at exit
+        else:
+            write_output(path, text)
+    except BadInputError as exc:
+        raise BadInputError(f"{flag} {exc}") from None
     except OSError as exc:
         raise BadInputError(f"{flag} {path}: cannot write: {exc.strerror or exc}") from None
 
@@ -175,7 +198,7 @@ def deliver(rec: RunRecord, plan: dict[str, list[str]]) -> None:
     every view is rendered from one set of findings."""
     for path in plan["json"]:
         write_record(rec, path)
-    to_stdout = any(p == "-" for paths in plan.values() for p in paths)
+    to_stdout = any(writes_stdout(p) for paths in plan.values() for p in paths)
     if to_stdout and not any(plan[fmt] for fmt in RENDERERS):
         return  # the record alone, on stdout: nothing to render
     f = findings(rec)

@@ -10,7 +10,7 @@ import json
 import click
 
 from ioprobe.analysis.compare import compare
-from ioprobe.cli._common import console, write_text
+from ioprobe.cli._common import check_outputs, console, write_text, writes_stdout
 from ioprobe.errors import BadInputError
 from ioprobe.record import RunRecord, to_plain
 from ioprobe.render.compare import compare_markdown, render_compare
@@ -32,8 +32,9 @@ from ioprobe.render.compare import compare_markdown, render_compare
 def command(
     before: str, after: str, applied: str | None, json_path: str | None, md_path: str | None
 ) -> None:
-    if json_path == "-" and md_path == "-":
+    if writes_stdout(json_path) and writes_stdout(md_path):
         raise BadInputError("only one output can go to stdout")
+    check_outputs([("--json", json_path), ("--md", md_path)])
     a, b = RunRecord.load(before), RunRecord.load(after)
     c = compare(a, b, names=(before, after), applied=applied)
     if json_path:
@@ -41,5 +42,5 @@ def command(
         write_text(json_path, text, "--json")
     if md_path:
         write_text(md_path, compare_markdown(c), "--md")
-    if "-" not in (json_path, md_path):
+    if not (writes_stdout(json_path) or writes_stdout(md_path)):
         console().print(render_compare(c))

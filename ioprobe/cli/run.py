@@ -30,6 +30,7 @@ from ioprobe.cli._common import (
     show,
     write_record,
     write_rendered,
+    writes_stdout,
 )
 from ioprobe.collect import nvtx
 from ioprobe.errors import BadInputError
@@ -79,11 +80,31 @@ def command(
 
 
 def _check(plan: dict[str, list[str]], cmd: tuple[str, ...]) -> None:
-    """Refuse, before the script starts, outputs to stdout and a command that isn't there."""
-    if any(p == "-" for paths in plan.values() for p in paths):
+    """Refuse, before the script starts, outputs to stdout and a command that cannot run."""
+    if any(writes_stdout(p) for paths in plan.values() for p in paths):
         raise BadInputError("ioprobe run: stdout is the script's; give the outputs file names")
-    if shutil.which(cmd[0]) is None and not Path(cmd[0]).exists():
-        raise BadInputError(f"{cmd[0]}: command not found")
+    _check_command(cmd[0])
+
+
+def _check_command(program: str) -> None:
+    """``program`` is one the OS will run: a name found on PATH, or (with a slash, which is
+    how exec reads it) an executable file."""
+    if os.sep not in program:
+        if shutil.which(program) is not None:
+            return
+        if Path(program).exists():  # exec looks a bare name up on PATH only
+            raise BadInputError(f"{program}: not on PATH; give it as ./{program}")
+        raise BadInputError(f"{program}: command not found")
+    path = Path(program)
+    if not path.exists():
+        raise BadInputError(f"{program}: no such file")
+    if path.is_dir():
+        raise BadInputError(f"{program}: is a directory, not a command")
+    if not os.access(path, os.X_OK):
+        raise BadInputError(
+            f"{program}: not executable; chmod +x it, or give its interpreter first "
+            f"(ioprobe run -- python {program})"
+        )
 
 
 def _run_watched(cmd: tuple[str, ...]) -> tuple[int, list[RunRecord]]:
@@ -120,6 +141,8 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str]) -> int:
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         return subprocess.call(list(cmd), env=env)
+    except OSError as exc:  # passed the checks but exec refused it: no #! line, a bad ELF
+        raise BadInputError(f"{cmd[0]}: cannot run: {exc.strerror or exc}") from None
     finally:
         signal.signal(signal.SIGINT, previous)
 

@@ -28,7 +28,15 @@ from ioprobe.analysis.catalog import (
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.scenario import recorded_gpus
 from ioprobe.analysis.size import DEFAULT_GPU_COUNTS, size
-from ioprobe.cli._common import catalog_option, json_option, load_analysable, show, write_record
+from ioprobe.cli._common import (
+    catalog_option,
+    check_outputs,
+    json_option,
+    load_analysable,
+    show,
+    write_record,
+    writes_stdout,
+)
 from ioprobe.errors import BadInputError
 from ioprobe.record import RunRecord, SizeInputs, StorageClassInfo
 
@@ -126,6 +134,7 @@ def command(
     catalog_path: str | None,
     json_path: str | None,
 ) -> None:
+    check_outputs([("--json", json_path)])
     catalog = load_catalog(catalog_path)
     gpu_counts = _int_list(gpus_text) if gpus_text else list(DEFAULT_GPU_COUNTS)
     classes = _classes(storage_text, catalog)
@@ -146,7 +155,7 @@ def command(
     rec = size(inp, classes, gpu_counts, base)
     if json_path:
         write_record(rec, json_path)
-    if json_path != "-":
+    if not writes_stdout(json_path):
         show(rec, findings(rec))
 
 

@@ -16,7 +16,15 @@ from ioprobe.analysis.catalog import load_catalog, resolve_storage, try_load_cat
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.scenario import parse_pcie
 from ioprobe.analysis.whatif import whatif
-from ioprobe.cli._common import catalog_option, json_option, load_analysable, show, write_record
+from ioprobe.cli._common import (
+    catalog_option,
+    check_outputs,
+    json_option,
+    load_analysable,
+    show,
+    write_record,
+    writes_stdout,
+)
 from ioprobe.errors import BadInputError
 from ioprobe.record import CacheOrder, Change
 
@@ -61,6 +69,7 @@ def command(
     catalog_path: str | None,
     json_path: str | None,
 ) -> None:
+    check_outputs([("--json", json_path)])
     if pcie is not None:
         parse_pcie(pcie)  # a typo fails before the record is read
     # a class asked for must come from a catalog that loads; otherwise the catalog only
@@ -87,5 +96,5 @@ def command(
     out = whatif(rec, change, catalog)
     if json_path:
         write_record(out, json_path)
-    if json_path != "-":
+    if not writes_stdout(json_path):
         show(out, findings(out))

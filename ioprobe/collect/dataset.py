@@ -139,8 +139,10 @@ def _resolve_local(target: str, path: str, seed: int) -> Dataset:
 
 def _local_candidates(target: str, path: str, skipped: Counter[str]) -> Iterator[str]:
     """The names a local target stands for (a glob's matches, a tree's files, or the one
-    file), lazily for a tree; a target that cannot be used raises TargetError here."""
-    if any(ch in path for ch in "*?["):
+    file), lazily for a tree; a target that cannot be used raises TargetError here. A path
+    that exists as written is that path, even with ``[``, ``*`` or ``?`` in its name
+    (``data[1]``); only one that does not is a pattern."""
+    if any(ch in path for ch in "*?[") and not os.path.lexists(path):
         names = sorted(globlib.iglob(path, recursive=True))
         if not names:
             raise TargetError(f"{target}: the pattern matches no files")

@@ -41,6 +41,18 @@ def test_a_single_file_and_a_glob_are_targets(tmp_path: Path) -> None:
     assert [e.size for e in ds.resolve(f"file://{f}").entries] == [10]
 
 
+def test_a_directory_named_like_a_pattern_is_that_directory(tmp_path: Path) -> None:
+    # as a pattern, data[1] would name the sibling data1 and not itself
+    write(tmp_path / "data[1]" / "a.npy", 10)
+    write(tmp_path / "data[1]" / "sub" / "b.npy", 20)
+    write(tmp_path / "data1" / "c.npy", 99)
+    literal = ds.resolve(str(tmp_path / "data[1]"))
+    assert sorted(e.size for e in literal.entries) == [10, 20]
+    # a name that does not exist as written is still a pattern
+    pattern = ds.resolve(str(tmp_path / "data[12]" / "*.npy"))
+    assert [e.size for e in pattern.entries] == [99]
+
+
 @pytest.mark.parametrize(
     ("setup", "message"),
     [

@@ -1,0 +1,200 @@
+"""Writing a file the user named (a record, a page, a summary, a trace) without destroying
+anything.
+
+A regular file, or a new one, is replaced atomically: a temporary file beside it, then a
+rename. A symlink is followed and its target written the same way, so the link stays a link.
+A character device or a FIFO (a terminal, /dev/null, a named pipe) is written in place,
+never replaced; /dev/stdout, /dev/stderr and /dev/fd/N are this process's own descriptors
+and are written through them, never reopened (reopening a redirected stdout would truncate
+it). Anything else (a directory, a socket, a block device) is refused.
+
+``check_output`` answers, before any work starts, whether a path can be written;
+``write_output`` writes it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ioprobe.errors import BadInputError
+
+# names of this process's own descriptors; /dev/fd is a link to /proc/self/fd on Linux
+_FD_PATH = re.compile(r"/dev/(stdout|stderr)|/dev/fd/(\d+)|/proc/self/fd/(\d+)")
+
+# the kinds refused, by the name a user knows them by
+_REFUSED_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+@dataclass(frozen=True)
+class Destination:
+    """Where an output path leads, and so how it is written.
+
+    ``file``: replaced atomically at ``path``, the real path (a link's target).
+    ``stream``: a character device or FIFO, opened at ``path`` and written in place.
+    ``fd``: one of this process's descriptors, ``fd``, written through.
+    """
+
+    kind: Literal["file", "stream", "fd"]
+    path: str
+    fd: int = -1
+
+
+def fd_of(path: str | os.PathLike[str]) -> int | None:
+    """The descriptor a path names (/dev/stdout: 1, /dev/fd/3: 3), None for any other path."""
+    m = _FD_PATH.fullmatch(os.fspath(path))
+    if m is None:
+        return None
+    std, fd, proc_fd = m.groups()
+    if std is not None:
+        return 1 if std == "stdout" else 2
+    return int(fd if fd is not None else proc_fd)
+
+
+def destination(path: str | os.PathLike[str]) -> Destination:
+    """What writing ``path`` would write to; BadInputError naming the path if it is a kind
+    ioprobe must not write (a directory, a socket, a block device, a read-only file, a link
+    into a missing directory)."""
+    name = os.fspath(path)
+    fd = fd_of(name)
+    if fd is not None:
+        return Destination("fd", name, fd)
+    try:
+        st = os.stat(name)  # follows links: a link is judged by what it points at
+    except (FileNotFoundError, NotADirectoryError):
+        return _new_file(name)
+    except OSError as exc:  # a link loop, a parent that cannot be searched
+        raise BadInputError(f"{name}: cannot be used as an output: {exc.strerror}") from None
+    if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+        return Destination("stream", name)
+    if not stat.S_ISREG(st.st_mode):
+        kind = next((k for test, k in _REFUSED_KINDS if test(st.st_mode)), "not a regular file")
+        raise BadInputError(f"{name}: is {kind}; give a file name")
+    if not os.access(name, os.W_OK):
+        # replacing it would succeed (the rename needs only its directory), but the user
+        # made it read-only to keep it
+        raise BadInputError(f"{name}: the file is read-only; ioprobe will not replace it")
+    return Destination("file", os.path.realpath(name))
+
+
+def _new_file(name: str) -> Destination:
+    """A path that does not exist yet, or a link to one: the file it names, whose directory
+    must exist."""
+    real = os.path.realpath(name)
+    parent = os.path.dirname(real)
+    if not os.path.isdir(parent):
+        if os.path.islink(name):
+            raise BadInputError(f"{name}: is a symlink to {real!r}, whose directory does not exist")
+        given = os.path.dirname(name) or "."
+        if os.path.exists(given):
+            raise BadInputError(f"{name}: {given!r} is not a directory")
+        raise BadInputError(f"{name}: no such directory {given!r}")
+    return Destination("file", real)
+
+
+def check_output(path: str | os.PathLike[str]) -> Destination:
+    """``destination(path)``, having made sure it can be written, without writing it: a
+    file's directory accepts a new file, a device or FIFO is writable, a descriptor is open
+    for writing. Raises BadInputError with one line naming the path."""
+    name = os.fspath(path)
+    dest = destination(name)
+    if dest.kind == "file":
+        _check_directory(name, os.path.dirname(dest.path))
+    elif dest.kind == "stream":
+        # a FIFO is not opened here: that would wait for a reader
+        if not os.access(dest.path, os.W_OK):
+            raise BadInputError(f"{name}: permission denied")
+    else:
+        _check_descriptor(name, dest.fd)
+    return dest
+
+
+def _check_directory(name: str, parent: str) -> None:
+    """A file can be created in ``parent``: a temporary one is made and removed, which also
+    catches what permission bits cannot show (a read-only mount, /proc, a full disk's inode
+    table, root's write to a directory that refuses it anyway)."""
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise BadInputError(f"{name}: cannot write in {parent!r}: permission denied")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".ioprobe-check-", dir=parent)
+    except OSError as exc:
+        raise BadInputError(f"{name}: cannot write in {parent!r}: {exc.strerror}") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def _check_descriptor(name: str, fd: int) -> None:
+    try:
+        flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    except OSError:
+        raise BadInputError(f"{name}: descriptor {fd} is not open in this process") from None
+    if flags & os.O_ACCMODE == os.O_RDONLY:
+        raise BadInputError(f"{name}: descriptor {fd} is open for reading only")
+
+
+def write_output(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` as ``destination`` says: a file atomically, a device, a
+    FIFO or a descriptor in place. Raises BadInputError for a kind ioprobe must not write and
+    OSError when the write itself fails (a full disk, /dev/full, a closed pipe)."""
+    dest = destination(path)
+    data = text.encode("utf-8")
+    if dest.kind == "file":
+        atomic_write(dest.path, text)
+    elif dest.kind == "stream":
+        _write_stream(dest.path, data)
+    else:
+        # what Python has buffered for the same descriptor goes first
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        _write_all(dest.fd, data)
+
+
+def _write_stream(path: str, data: bytes) -> None:
+    # no O_CREAT: a node removed since it was looked at is not recreated as a file
+    fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
+            # replaced by something else since it was looked at: writing in place would
+            # overwrite the start of a file and leave its old tail
+            raise BadInputError(f"{path}: changed while ioprobe was writing it; not written")
+        _write_all(fd, data)
+    finally:
+        os.close(fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def atomic_write(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to a temporary file beside ``path``, then rename it over ``path``: a
+    crash or Ctrl-C mid-write leaves the old file (or none), never half a new one. ``path``
+    must be a regular file or a new one: ``write_output`` decides that."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    try:
+        # mkstemp makes the file private (0600); a report is as readable as any file the
+        # user creates
+        mask = os.umask(0)
+        os.umask(mask)
+        os.fchmod(fd, 0o666 & ~mask)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
 from ioprobe.errors import RecordError
+from ioprobe.redact import redact_url
 
 SCHEMA = "ioprobe.run/1"
 
@@ -842,7 +843,8 @@ def _scalar(tp: Any, data: Any, path: str) -> Any:
     if tp is bool or tp is str:
         if not isinstance(data, tp):
             raise RecordError(f"{path}: expected {tp.__name__}, got {_json_type(data)}")
-        return data
+        # a record written before targets were redacted may still hold a URL's credentials
+        return redact_url(data) if isinstance(data, str) else data
     raise TypeError(f"unsupported field type {tp!r} at {path}")  # a bug in this module
 
 

@@ -22,16 +22,17 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "errors": (),
     "version": (),
     "loaders": (),
-    "record": ("errors",),
+    "redact": (),
+    "record": ("errors", "redact"),
     "capacity": ("record", "errors"),
-    "collect": ("capacity", "record", "errors", "version", "loaders"),
-    "watch": ("collect", "capacity", "record", "errors", "version", "loaders"),
-    "analysis": ("capacity", "record", "errors"),
-    "render": ("analysis", "capacity", "record", "errors"),
+    "collect": ("capacity", "record", "errors", "redact", "version", "loaders"),
+    "watch": ("collect", "capacity", "record", "errors", "redact", "version", "loaders"),
+    "analysis": ("capacity", "record", "errors", "redact"),
+    "render": ("analysis", "capacity", "record", "errors", "redact"),
     "edge": ("cli", "render", "analysis", "watch", "collect", "capacity", "record", "errors",
-             "version", "loaders"),
+             "redact", "version", "loaders"),
     "cli": ("edge", "render", "analysis", "watch", "collect", "capacity", "record", "errors",
-            "version", "loaders"),
+            "redact", "version", "loaders"),
 }  # fmt: skip
 
 
@@ -87,7 +88,8 @@ def test_every_import_points_down_the_layers() -> None:
 
 def test_the_ground_floor_imports_nothing_above_it() -> None:
     # the record is the contract between layers: it must load without any of them
-    assert imports(ROOT / "record.py") <= {"ioprobe.errors"}
+    assert imports(ROOT / "record.py") <= {"ioprobe.errors", "ioprobe.redact"}
+    assert imports(ROOT / "redact.py") == frozenset()
     assert imports(ROOT / "capacity.py") <= {"ioprobe.record", "ioprobe.errors"}
     assert imports(ROOT / "loaders" / "files.py") == frozenset()
 

@@ -156,3 +156,11 @@ def test_an_error_line_quoting_a_path_with_an_escape_shows_it_as_text(tmp_path: 
     proc = run_cli("probe", str(tmp_path / EVIL_NAME / "missing"), "-q")
     assert_one_line_error(proc, r"evil\x1b]0;pwned\x07dir/missing", "no such file")
     assert _no_raw_escapes(proc.stderr)
+
+
+def test_an_error_line_quoting_a_url_argument_masks_its_secrets() -> None:
+    # the run file's name is quoted as given, by a message no target code built: the CLI's
+    # error line itself masks it
+    proc = run_cli("report", "http://user:s3cr3tpw@h/run.json?token=tok999")
+    assert_one_line_error(proc, "http://user:***@h/run.json?token=***")
+    assert _leaks({"stderr": proc.stderr}, SECRETS) == []

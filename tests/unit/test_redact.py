@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass, field
 
@@ -10,6 +11,7 @@ import pytest
 from ioprobe.analysis import finalize
 from ioprobe.analysis.compare import compare
 from ioprobe.analysis.report import findings
+from ioprobe.collect.progress import LineReporter
 from ioprobe.record import RunRecord
 from ioprobe.redact import SENSITIVE_PARAMS, printable, printable_all, redact_url
 from ioprobe.render import terminal
@@ -160,3 +162,11 @@ def test_html_and_markdown_hold_no_raw_control_byte() -> None:
     assert RAW_CONTROL.search(summary) is None
     assert r"evil\x1b]0;pwned\x07dir" in page
     assert r"evil\\x1b\]0;pwned\\x07dir" in summary  # markdown escapes the backslash and "]"
+
+
+def test_progress_lines_escape_what_a_phase_or_a_result_quotes() -> None:
+    out = io.StringIO()
+    rep = LineReporter(out)
+    rep.phase("storage \x1b[2J")
+    rep.result("read \x1b]0;pwned\x07 failed")
+    assert out.getvalue() == "ioprobe: storage \\x1b[2J: read \\x1b]0;pwned\\x07 failed\n"

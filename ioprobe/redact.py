@@ -123,7 +123,8 @@ def printable(text: str) -> str:
 def printable_all(value: T) -> T:
     """``value`` with ``printable`` applied to every string in it, through dataclasses,
     lists, tuples and dicts (keys too). Parts holding nothing to escape are returned as they
-    are, not copied, so a clean record costs one walk and no allocation."""
+    are, not copied, so a clean record costs one walk and no allocation; a list that starts
+    and ends with numbers is taken to hold only numbers and is not walked."""
     return _printable_any(value)  # type: ignore[no-any-return]
 
 
@@ -131,6 +132,10 @@ def _printable_any(value: Any) -> Any:
     if isinstance(value, str):
         return printable(value)
     if isinstance(value, list | tuple):
+        if value and _is_number(value[0]) and _is_number(value[-1]):
+            # the lists of records and findings hold one type each: a series of a million
+            # numbers holds no string, and walking it would cost seconds per render
+            return value
         items = [_printable_any(v) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
@@ -145,6 +150,10 @@ def _printable_any(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _printable_dataclass(value)
     return value
+
+
+def _is_number(value: Any) -> bool:
+    return value is None or isinstance(value, int | float)
 
 
 def _printable_dataclass(value: Any) -> Any:

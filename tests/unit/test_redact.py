@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -12,10 +13,11 @@ from ioprobe.analysis import finalize
 from ioprobe.analysis.compare import compare
 from ioprobe.analysis.report import findings
 from ioprobe.collect.progress import LineReporter
-from ioprobe.record import RunRecord
+from ioprobe.record import FilesystemInfo, HostInfo, RunRecord
 from ioprobe.redact import SENSITIVE_PARAMS, printable, printable_all, redact_url
 from ioprobe.render import terminal
 from ioprobe.render.compare import compare_markdown, render_compare
+from ioprobe.render.host import render_host
 from ioprobe.render.html import render as render_html
 from ioprobe.render.markdown import render as render_markdown
 from ioprobe.render.terminal import to_text
@@ -116,6 +118,14 @@ def test_printable_all_returns_clean_parts_as_they_are() -> None:
     assert printable_all(clean) is clean
 
 
+def test_printable_all_does_not_walk_long_number_series() -> None:
+    # a watched run's series can hold millions of numbers; walking them cost seconds per view
+    series = _Inner("main", [0.5] * 5_000_000)
+    t0 = time.perf_counter()
+    assert printable_all(_Outer(series, {}, [])).inner is series
+    assert time.perf_counter() - t0 < 1.0
+
+
 def test_a_record_loaded_from_disk_has_its_secrets_redacted() -> None:
     data = finalize(probe_record()).to_json()
     data["dataset"]["target"] = SECRET_URL
@@ -170,3 +180,10 @@ def test_progress_lines_escape_what_a_phase_or_a_result_quotes() -> None:
     rep.phase("storage \x1b[2J")
     rep.result("read \x1b]0;pwned\x07 failed")
     assert out.getvalue() == "ioprobe: storage \\x1b[2J: read \\x1b]0;pwned\\x07 failed\n"
+
+
+def test_env_host_panel_escapes_the_path_it_was_given() -> None:
+    host = HostInfo(hostname=EVIL, filesystem=FilesystemInfo(path=EVIL))
+    text = to_text(render_host(host), width=120)
+    assert RAW_CONTROL.search(text) is None
+    assert r"evil\x1b]0;pwned\x07dir" in text

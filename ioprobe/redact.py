@@ -132,9 +132,9 @@ def _printable_any(value: Any) -> Any:
     if isinstance(value, str):
         return printable(value)
     if isinstance(value, list | tuple):
-        if value and _is_number(value[0]) and _is_number(value[-1]):
-            # the lists of records and findings hold one type each: a series of a million
-            # numbers holds no string, and walking it would cost seconds per render
+        if isinstance(value, list) and value and _is_number(value[0]) and _is_number(value[-1]):
+            # the lists of records and findings hold one type each (a tuple may mix): a series
+            # of a million numbers holds no string, and walking it would cost seconds per view
             return value
         items = [_printable_any(v) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):

@@ -101,20 +101,20 @@ class _Inner:
 class _Outer:
     inner: _Inner
     tags: dict[str, str]
-    pairs: list[tuple[str, int]]
+    pairs: list[tuple[int, str, int]]
 
 
 def test_printable_all_escapes_every_string_and_leaves_the_original_alone() -> None:
-    value = _Outer(_Inner("a\x1bb", [1.0]), {"k\x07": "v\x1b"}, [("x\x9b", 1)])
+    value = _Outer(_Inner("a\x1bb", [1.0]), {"k\x07": "v\x1b"}, [(0, "x\x9b", 1)])
     out = printable_all(value)
     assert out.inner.name == r"a\x1bb"
     assert out.tags == {r"k\x07": r"v\x1b"}
-    assert out.pairs == [(r"x\x9b", 1)]
+    assert out.pairs == [(0, r"x\x9b", 1)]  # a tuple that starts with a number is walked
     assert value.inner.name == "a\x1bb"  # a copy: the caller's record is not changed
 
 
 def test_printable_all_returns_clean_parts_as_they_are() -> None:
-    clean = _Outer(_Inner("a", [1.0, 2.0]), {"k": "v"}, [("x", 1)])
+    clean = _Outer(_Inner("a", [1.0, 2.0]), {"k": "v"}, [(0, "x", 1)])
     assert printable_all(clean) is clean
 
 

@@ -21,6 +21,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 from ioprobe.errors import RecordError
 from ioprobe.outputs import write_output
+from ioprobe.redact import redact_url
 
 SCHEMA = "ioprobe.run/1"
 
@@ -829,7 +830,8 @@ def _scalar(tp: Any, data: Any, path: str) -> Any:
     if tp is bool or tp is str:
         if not isinstance(data, tp):
             raise RecordError(f"{path}: expected {tp.__name__}, got {_json_type(data)}")
-        return data
+        # a record written before targets were redacted may still hold a URL's credentials
+        return redact_url(data) if isinstance(data, str) else data
     raise TypeError(f"unsupported field type {tp!r} at {path}")  # a bug in this module
 
 

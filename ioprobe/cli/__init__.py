@@ -16,6 +16,7 @@ import click
 
 from ioprobe._version import __version__
 from ioprobe.errors import Interrupted, IoprobeError
+from ioprobe.redact import printable, redact_url
 
 # name -> module under ioprobe.cli; each module exposes a click command named `command`.
 SUBCOMMANDS = {
@@ -93,6 +94,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _fail(message: str, code: int) -> None:
-    line = " ".join(message.split())  # one line, whatever the message held
+    # one line, whatever the message held; a URL a library quoted in it loses its secrets,
+    # and an escape sequence from a path or a URL shows as text instead of acting
+    line = printable(redact_url(" ".join(message.split())))
     click.echo(f"ioprobe: error: {line}", err=True)
     sys.exit(code)

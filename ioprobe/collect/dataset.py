@@ -23,6 +23,7 @@ from typing import Any
 from ioprobe.capacity import density_class
 from ioprobe.errors import TargetError
 from ioprobe.record import DatasetProfile
+from ioprobe.redact import redact_url
 
 STAT_SAMPLE = 20_000  # files stat-ed at most; beyond, sizes are a random sample
 MAX_LISTED = 2_000_000  # names walked at most, so listing alone can't eat the time budget
@@ -83,7 +84,8 @@ class FileEntry:
 
 @dataclass
 class Dataset:
-    """A resolved target: what to read and how to reach it."""
+    """A resolved target: what to read and how to reach it. ``target`` is the form that may
+    be shown (credentials redacted); the entries and ``fs`` hold what reads use."""
 
     target: str
     entries: list[FileEntry]  # files with a known size, in listing order
@@ -105,11 +107,15 @@ def is_remote(target: str) -> bool:
 def resolve(
     target: str, *, seed: int = 0, storage_options: dict[str, Any] | None = None
 ) -> Dataset:
-    """List the files of ``target``; raise TargetError with one clear line if it can't be used."""
+    """List the files of ``target``; raise TargetError with one clear line if it can't be used.
+
+    The returned dataset and every error quote the target redacted (``redact_url``): a signed
+    URL's signature or a password in it never reaches a record, a report or an error line.
+    """
     if is_remote(target):
         return _resolve_remote(target, storage_options or {})
     path = target[len("file://") :] if target.startswith("file://") else target
-    return _resolve_local(target, os.path.expanduser(path), seed)
+    return _resolve_local(redact_url(target), os.path.expanduser(path), seed)
 
 
 def _resolve_local(target: str, path: str, seed: int) -> Dataset:
@@ -250,8 +256,9 @@ def _skip_summary(skipped: Counter[str]) -> str:
     return ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(skipped.items()))
 
 
-def _resolve_remote(target: str, storage_options: dict[str, Any]) -> Dataset:
-    fs, path = _open_remote(target, storage_options)
+def _resolve_remote(url: str, storage_options: dict[str, Any]) -> Dataset:
+    target = redact_url(url)  # what is shown; ``url`` itself only opens the filesystem
+    fs, path = _open_remote(url, target, storage_options)
     files = [i for i in _list_remote(target, fs, path) if i.get("type") in (None, "file")]
     listed = len(files)
     skipped: Counter[str] = Counter()
@@ -272,14 +279,15 @@ def _resolve_remote(target: str, storage_options: dict[str, Any]) -> Dataset:
     )
 
 
-def _open_remote(target: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
-    """The fsspec filesystem and the path within it that ``target`` names."""
+def _open_remote(url: str, target: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
+    """The fsspec filesystem and the path within it that ``url`` names; errors quote
+    ``target``, its redacted form."""
     try:
         import fsspec
     except ImportError:  # pragma: no cover - fsspec is a core dependency
         raise TargetError(f"{target}: remote targets need fsspec") from None
     opts = dict(storage_options)
-    scheme = target.split("://", 1)[0]
+    scheme = url.split("://", 1)[0]
     if scheme in ("http", "https"):
         import aiohttp
 
@@ -289,7 +297,7 @@ def _open_remote(target: str, storage_options: dict[str, Any]) -> tuple[Any, str
             {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=60)},
         )
     try:
-        fs, path = fsspec.core.url_to_fs(target, **opts)
+        fs, path = fsspec.core.url_to_fs(url, **opts)
     except (ImportError, ValueError) as exc:
         raise TargetError(f"{target}: {_one_line(exc)}") from None
     return fs, path
@@ -361,7 +369,9 @@ def _safe_info(fs: Any, name: str) -> dict[str, Any] | None:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    """A library's error as one line; the URLs it quotes (aiohttp's and botocore's do, whole)
+    redacted."""
+    text = redact_url(" ".join(str(exc).split())) or type(exc).__name__
     return text if len(text) < 300 else text[:297] + "..."
 
 
@@ -381,6 +391,9 @@ def _magic_format(head: bytes) -> str | None:
 
 def detect_format(name: str, head: bytes) -> str:
     """Name a file's format from its magic bytes, falling back to its extension."""
+    if "://" in name:
+        # a signed URL's query is no part of the name: "x.jpg?X-Amz-Signature=..." is a JPEG
+        name = name.split("?", 1)[0].split("#", 1)[0]
     fmt = _magic_format(head)
     if fmt is None:
         ext = os.path.splitext(name)[1].lower()

@@ -43,6 +43,7 @@ from ioprobe.record import (
     Stages,
     StorageStage,
 )
+from ioprobe.redact import redact_url
 
 FIT_TOLERANCE = 1.05
 COLD_MAX_BYTES = 4 << 30
@@ -274,7 +275,7 @@ class Probe:
         )
         dali = o.loader == "dali"
         if dali:
-            _check_images(o.target, prof.formats)  # before any progress line: one error line
+            _check_images(ds.target, prof.formats)  # before any progress line: one error line
         self.reporter.result(
             f"{prof.files} files, {prof.bytes / 1e6:.1f} MB, {prof.density} density"
         )
@@ -310,7 +311,8 @@ class Probe:
                     plan.ds, selection, p, plan.budget[p], reporter=self.reporter, seed=o.seed
                 )
             except OSError as exc:
-                raise TargetError(f"{o.target}: {exc}") from None
+                # a failed read's message quotes the file's URL, credentials and all
+                raise TargetError(redact_url(f"{plan.ds.target}: {exc}")) from None
             setattr(st, p, result)
         self._storage_capacity(st, plan.profile.sample_bytes_mean)
 
@@ -337,7 +339,9 @@ class Probe:
         try:
             return cpu_mod.load_payloads(lambda e: pipe_mod.read_whole(ds.fs, e, limit), entries)
         except OSError as exc:
-            raise TargetError(f"{o.target}: cannot read samples for decoding: {exc}") from None
+            raise TargetError(
+                redact_url(f"{ds.target}: cannot read samples for decoding: {exc}")
+            ) from None
 
     def _cpu(self, plan: _Plan, loader: str, payloads: list[bytes]) -> CpuStage:
         cpu = cpu_mod.measure_cpu(

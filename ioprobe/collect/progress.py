@@ -1,7 +1,8 @@
 """Progress for slow phases: a live rich display on a terminal, plain lines otherwise.
 
 Collectors call ``phase``/``update``/``result``; they never print. Updates come from the
-collector's control loop (a few per second), never from the per-item read path.
+collector's control loop (a few per second), never from the per-item read path. What is
+shown has its control characters escaped: a detail may quote a file name or a library's error.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from typing import IO, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
+
+from ioprobe.redact import printable
 
 
 class Reporter(Protocol):
@@ -42,13 +45,13 @@ class LineReporter:
         self._phase = ""
 
     def phase(self, name: str) -> None:
-        self._phase = name
+        self._phase = printable(name)
 
     def update(self, fraction: float, detail: str = "") -> None:
         pass
 
     def result(self, line: str) -> None:
-        print(f"ioprobe: {self._phase}: {line}", file=self._stream, flush=True)
+        print(f"ioprobe: {self._phase}: {printable(line)}", file=self._stream, flush=True)
 
     def close(self) -> None:
         pass
@@ -70,15 +73,16 @@ class RichReporter:
     def phase(self, name: str) -> None:
         if self._task is not None:
             self._progress.update(self._task, completed=1.0)
-        self._task = self._progress.add_task(name, total=1.0, detail="")
+        self._task = self._progress.add_task(printable(name), total=1.0, detail="")
 
     def update(self, fraction: float, detail: str = "") -> None:
         if self._task is not None:
-            self._progress.update(self._task, completed=min(max(fraction, 0.0), 1.0), detail=detail)
+            done = min(max(fraction, 0.0), 1.0)
+            self._progress.update(self._task, completed=done, detail=printable(detail))
 
     def result(self, line: str) -> None:
         if self._task is not None:
-            self._progress.update(self._task, detail=line)
+            self._progress.update(self._task, detail=printable(line))
 
     def close(self) -> None:
         if self._task is not None:

@@ -7,6 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ioprobe.analysis.compare import Comparison
+from ioprobe.redact import printable_all
 from ioprobe.render.format import percent, rate, ratio
 from ioprobe.render.markdown import md
 
@@ -33,6 +34,7 @@ def prediction_line(c: Comparison) -> str | None:
 
 
 def render_compare(c: Comparison) -> RenderableType:
+    c = printable_all(c)  # file names and settings are the user's: no escape reaches a terminal
     parts: list[RenderableType] = [
         Text.assemble(
             ("ioprobe compare", "bold"), "  ", (c.before, "cyan"), " -> ", (c.after, "cyan")

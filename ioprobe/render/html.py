@@ -3,8 +3,9 @@
 The page needs nothing from the network: styles are inlined, charts are SVG drawn here, and
 the findings (plus the record, less its long series) ride along as one JSON blob with sorted
 keys, so the same record always gives the same bytes. Every string that comes from data
-(paths, URLs, hostnames, loader names) goes through ``html.escape``; the JSON blob escapes
-``<``, ``>`` and ``&`` so no value can close its script element.
+(paths, URLs, hostnames, loader names) goes through ``html.escape`` with its control characters
+made visible (``\\x1b``); the JSON blob escapes ``<``, ``>`` and ``&`` so no value can close its
+script element, and every control character, so the page holds no raw escape byte.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from ioprobe.analysis.report import (
     Throughput,
 )
 from ioprobe.record import RunRecord, to_plain
+from ioprobe.redact import printable
 from ioprobe.render.facts import facts_title, key_facts, stage_detail, title, verdict
 from ioprobe.render.format import gbps, rate, size_label
 from ioprobe.render.host import host_facts
@@ -80,8 +82,9 @@ svg text{font:12px system-ui,sans-serif;fill:#39424a}
 
 
 def e(value: object) -> str:
-    """Data to HTML text: every character that could open markup is escaped."""
-    return html.escape(str(value), quote=True)
+    """Data to HTML text: every character that could open markup is escaped, and control
+    characters are shown as ``\\xNN`` (a page viewed with ``cat`` must not drive the terminal)."""
+    return html.escape(printable(str(value)), quote=True)
 
 
 def _n(x: float) -> str:
@@ -592,6 +595,7 @@ def _blob(rec: RunRecord, f: Findings) -> str:
         .replace(">", "\\u003e")
         .replace("\u2028", "\\u2028")
         .replace("\u2029", "\\u2029")
+        .replace("\x7f", "\\u007f")  # json.dumps escapes every other control character
     )
 
 

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from ioprobe.analysis.pcie import CopyRow
 from ioprobe.analysis.report import Advice, Findings, HeatCell, Heatmap, OperatorRow, StageBar
 from ioprobe.record import RunRecord
+from ioprobe.redact import printable
 from ioprobe.render.facts import facts_title, key_facts, stage_detail, title, verdict
 from ioprobe.render.format import gbps, rate, size_label
 
@@ -23,7 +24,7 @@ _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 def md(value: object) -> str:
     """Data to Markdown text that renders literally."""
-    text = html.escape(str(value), quote=False).replace("\n", " ")
+    text = html.escape(printable(str(value)), quote=False)  # control characters as \xNN
     # '>' became &gt; above; the rest of Markdown's markup gets a backslash
     return _MD_SPECIAL.sub(r"\\\1", text)
 

@@ -10,6 +10,7 @@ from rich.console import Console, RenderableType
 
 from ioprobe.analysis.report import Findings
 from ioprobe.record import RunRecord
+from ioprobe.redact import printable_all
 from ioprobe.render import sizing, summary, whatif
 
 
@@ -19,7 +20,13 @@ def render(rec: RunRecord, f: Findings, *, width: int = 100, color: bool = False
 
 
 def view(rec: RunRecord, f: Findings) -> RenderableType:
-    """The view as rich renderables, for a console of the caller's."""
+    """The view as rich renderables, for a console of the caller's.
+
+    Every string of the record and its findings (a path, a URL, a loader's name, a library's
+    error) has its control characters escaped first, so data can't drive the terminal; the
+    view's own colours are rich's, added after.
+    """
+    rec, f = printable_all(rec), printable_all(f)
     if rec.kind == "size" and rec.sizing is not None:
         return sizing.view(rec, f)
     if rec.kind == "whatif" and rec.whatif is not None:

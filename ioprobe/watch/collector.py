@@ -40,6 +40,7 @@ from ioprobe.record import (
     WatchEpoch,
     WorkerStats,
 )
+from ioprobe.redact import redact_url
 from ioprobe.watch.stages import Measured, steady
 
 MAX_KEPT = 100_000  # values kept exactly per series before switching to a reservoir
@@ -467,7 +468,7 @@ class WatchCollector:
     def _dataset(self, read_total: int, mean_bytes: float) -> DatasetProfile:
         samples = sum(e.samples for e in self.epochs)
         return DatasetProfile(
-            target=self.adapter.settings.dataset,
+            target=redact_url(self.adapter.settings.dataset),
             files=self.dataset_len if self.dataset_len is not None else samples,
             bytes=read_total,
             sample_bytes_mean=mean_bytes,

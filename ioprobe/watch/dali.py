@@ -36,6 +36,7 @@ from ioprobe.record import (
     Stages,
     WatchEpoch,
 )
+from ioprobe.redact import redact_url
 from ioprobe.watch.collector import Finish, WatchCollector
 from ioprobe.watch.stages import Measured, dali_stages
 
@@ -343,7 +344,7 @@ class DaliAdapter:
             return
         target, n, total, listed = files
         ds = record.dataset
-        ds.target, ds.files = target, n
+        ds.target, ds.files = redact_url(target), n
         ds.sample_bytes_mean = total / listed if listed else 0.0
         ds.bytes = round(ds.sample_bytes_mean * n)
         ds.sizes_estimated = listed < n

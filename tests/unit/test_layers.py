@@ -23,16 +23,17 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "version": (),
     "loaders": (),
     "outputs": ("errors",),
-    "record": ("errors", "outputs"),
+    "redact": (),
+    "record": ("errors", "outputs", "redact"),
     "capacity": ("record", "errors"),
-    "collect": ("capacity", "record", "errors", "version", "loaders"),
-    "watch": ("collect", "capacity", "record", "errors", "version", "loaders"),
-    "analysis": ("capacity", "record", "errors"),
-    "render": ("analysis", "capacity", "record", "errors"),
+    "collect": ("capacity", "record", "errors", "redact", "version", "loaders"),
+    "watch": ("collect", "capacity", "record", "errors", "redact", "version", "loaders"),
+    "analysis": ("capacity", "record", "errors", "redact"),
+    "render": ("analysis", "capacity", "record", "errors", "redact"),
     "edge": ("cli", "render", "analysis", "watch", "collect", "capacity", "record", "errors",
-             "version", "loaders", "outputs"),
+             "redact", "version", "loaders", "outputs"),
     "cli": ("edge", "render", "analysis", "watch", "collect", "capacity", "record", "errors",
-            "version", "loaders", "outputs"),
+            "redact", "version", "loaders", "outputs"),
 }  # fmt: skip
 
 
@@ -88,8 +89,9 @@ def test_every_import_points_down_the_layers() -> None:
 
 def test_the_ground_floor_imports_nothing_above_it() -> None:
     # the record is the contract between layers: it must load without any of them
-    assert imports(ROOT / "record.py") <= {"ioprobe.errors", "ioprobe.outputs"}
+    assert imports(ROOT / "record.py") <= {"ioprobe.errors", "ioprobe.outputs", "ioprobe.redact"}
     assert imports(ROOT / "outputs.py") <= {"ioprobe.errors"}
+    assert imports(ROOT / "redact.py") == frozenset()
     assert imports(ROOT / "capacity.py") <= {"ioprobe.record", "ioprobe.errors"}
     assert imports(ROOT / "loaders" / "files.py") == frozenset()
 

@@ -1,0 +1,189 @@
+"""Secrets in URLs are masked and control characters made visible, wherever data is shown."""
+
+from __future__ import annotations
+
+import io
+import re
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+from ioprobe.analysis import finalize
+from ioprobe.analysis.compare import compare
+from ioprobe.analysis.report import findings
+from ioprobe.collect.progress import LineReporter
+from ioprobe.record import FilesystemInfo, HostInfo, RunRecord
+from ioprobe.redact import SENSITIVE_PARAMS, printable, printable_all, redact_url
+from ioprobe.render import terminal
+from ioprobe.render.compare import compare_markdown, render_compare
+from ioprobe.render.host import render_host
+from ioprobe.render.html import render as render_html
+from ioprobe.render.markdown import render as render_markdown
+from ioprobe.render.terminal import to_text
+from tests.unit.test_whatif import probe_record
+
+SECRET_URL = "https://alice:hunter2@data.example.com/train/?X-Amz-Signature=abc123&part=7"
+EVIL = "evil\x1b]0;pwned\x07dir\x1b[2J\n\t\x7f\x9b"
+RAW_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # newline and tab aside: layout
+
+
+def test_password_is_masked_and_the_user_kept() -> None:
+    assert redact_url("http://user:s3cr3tpw@127.0.0.1:8000/data/") == (
+        "http://user:***@127.0.0.1:8000/data/"
+    )
+    assert redact_url("s3://AKIDEXAMPLE:pass@bucket/key") == "s3://AKIDEXAMPLE:***@bucket/key"
+
+
+def test_a_password_with_an_unencoded_slash_or_at_sign_is_masked_whole() -> None:
+    # AWS secret keys hold "/" and "+"; people paste them as they are
+    assert redact_url("s3://AKID:abc/def+ghi@bucket/x") == "s3://AKID:***@bucket/x"
+    assert redact_url("http://u:p@ss@host/x") == "http://u:***@host/x"
+
+
+@pytest.mark.parametrize("name", sorted(SENSITIVE_PARAMS))
+def test_every_credential_parameter_is_masked_in_any_case(name: str) -> None:
+    url = f"https://h/p?a=1&{name.upper()}=topsecret&b=2"
+    assert redact_url(url) == f"https://h/p?a=1&{name.upper()}=***&b=2"
+
+
+def test_the_brief_list_of_signed_url_parameters_is_covered() -> None:
+    named = {"x-amz-signature", "x-amz-credential", "x-amz-security-token", "signature", "sig"}
+    named |= {"token", "x-goog-signature", "x-goog-credential", "key", "access_token"}
+    assert named | {"awsaccesskeyid"} <= SENSITIVE_PARAMS
+
+
+def test_other_parameters_paths_and_local_names_are_left_alone() -> None:
+    kept = [
+        "https://h/p?part=7&X-Amz-Date=20240101T000000Z&X-Amz-Expires=3600",
+        "http://127.0.0.1:8080/img/icon@2x.png",  # an "@" in a path is no userinfo
+        "/data/train?token=1",  # a local path: no scheme, nothing is a query
+        "s3://bucket/img?.jpg",  # a glob's "?", not a query
+        "https://user@h/p",  # a user with no password hides nothing
+    ]
+    assert [redact_url(u) for u in kept] == kept
+
+
+def test_fragment_parameters_and_percent_encoded_names_are_masked() -> None:
+    assert (
+        redact_url("https://h/cb#access_token=zz&state=1")
+        == "https://h/cb#access_token=***&state=1"
+    )
+    assert redact_url("https://h/p?X%2DAmz%2DSignature=zz") == "https://h/p?X%2DAmz%2DSignature=***"
+
+
+def test_urls_quoted_in_a_message_are_masked_and_the_punctuation_kept() -> None:
+    msg = f"{SECRET_URL}: cannot reach it: 403, url='http://a:b@c/x?sig=q' (see http://u:p@h/)."
+    assert redact_url(msg) == (
+        "https://alice:***@data.example.com/train/?X-Amz-Signature=***&part=7: cannot reach it: "
+        "403, url='http://a:***@c/x?sig=***' (see http://u:***@h/)."
+    )
+
+
+def test_redaction_is_idempotent() -> None:
+    once = redact_url(SECRET_URL)
+    assert redact_url(once) == once
+    assert "hunter2" not in once and "abc123" not in once
+
+
+def test_printable_escapes_c0_del_and_c1_and_keeps_other_text() -> None:
+    assert printable(EVIL) == r"evil\x1b]0;pwned\x07dir\x1b[2J\x0a\x09\x7f\x9b"
+    assert printable("données/été ✓ [x]") == "données/été ✓ [x]"
+
+
+@dataclass(frozen=True)
+class _Inner:
+    name: str
+    values: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _Outer:
+    inner: _Inner
+    tags: dict[str, str]
+    pairs: list[tuple[int, str, int]]
+
+
+def test_printable_all_escapes_every_string_and_leaves_the_original_alone() -> None:
+    value = _Outer(_Inner("a\x1bb", [1.0]), {"k\x07": "v\x1b"}, [(0, "x\x9b", 1)])
+    out = printable_all(value)
+    assert out.inner.name == r"a\x1bb"
+    assert out.tags == {r"k\x07": r"v\x1b"}
+    assert out.pairs == [(0, r"x\x9b", 1)]  # a tuple that starts with a number is walked
+    assert value.inner.name == "a\x1bb"  # a copy: the caller's record is not changed
+
+
+def test_printable_all_returns_clean_parts_as_they_are() -> None:
+    clean = _Outer(_Inner("a", [1.0, 2.0]), {"k": "v"}, [(0, "x", 1)])
+    assert printable_all(clean) is clean
+
+
+def test_printable_all_does_not_walk_long_number_series() -> None:
+    # a watched run's series can hold millions of numbers; walking them cost seconds per view
+    series = _Inner("main", [0.5] * 5_000_000)
+    t0 = time.perf_counter()
+    assert printable_all(_Outer(series, {}, [])).inner is series
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_a_record_loaded_from_disk_has_its_secrets_redacted() -> None:
+    data = finalize(probe_record()).to_json()
+    data["dataset"]["target"] = SECRET_URL
+    data["notes"] = [f"read from {SECRET_URL} twice"]
+    rec = RunRecord.from_json(data)
+    assert rec.dataset.target == redact_url(SECRET_URL)
+    assert "hunter2" not in rec.dumps() and "abc123" not in rec.dumps()
+
+
+def _hostile() -> RunRecord:
+    rec = finalize(probe_record())
+    rec.dataset.target = EVIL
+    rec.dataset.formats = {EVIL: 3}
+    rec.notes.append(f"note about {EVIL}")
+    rec.host.hostname = EVIL
+    return rec
+
+
+@pytest.mark.parametrize("color", [False, True])
+def test_terminal_view_escapes_data_and_keeps_its_own_colours(color: bool) -> None:
+    rec = _hostile()
+    text = terminal.render(rec, findings(rec), width=120, color=color)
+    assert r"evil\x1b]0;pwned\x07dir" in text
+    # with colour on, the only escapes are rich's own styling (CSI ... m)
+    styling = re.sub(r"\x1b\[[0-9;]*m", "", text)
+    assert RAW_CONTROL.search(styling) is None
+    assert ("\x1b[" in text) is color
+    assert rec.dataset.target == EVIL  # the record itself is untouched
+
+
+def test_compare_view_and_markdown_escape_file_names() -> None:
+    a = finalize(probe_record())
+    c = compare(a, a, names=(EVIL, "b.json"))
+    assert RAW_CONTROL.search(to_text(render_compare(c), width=120)) is None
+    assert RAW_CONTROL.search(compare_markdown(c)) is None
+
+
+def test_html_and_markdown_hold_no_raw_control_byte() -> None:
+    rec = _hostile()
+    f = findings(rec)
+    page = render_html(rec, f)
+    summary = render_markdown(rec, f)
+    assert re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", page) is None
+    assert RAW_CONTROL.search(summary) is None
+    assert r"evil\x1b]0;pwned\x07dir" in page
+    assert r"evil\\x1b\]0;pwned\\x07dir" in summary  # markdown escapes the backslash and "]"
+
+
+def test_progress_lines_escape_what_a_phase_or_a_result_quotes() -> None:
+    out = io.StringIO()
+    rep = LineReporter(out)
+    rep.phase("storage \x1b[2J")
+    rep.result("read \x1b]0;pwned\x07 failed")
+    assert out.getvalue() == "ioprobe: storage \\x1b[2J: read \\x1b]0;pwned\\x07 failed\n"
+
+
+def test_env_host_panel_escapes_the_path_it_was_given() -> None:
+    host = HostInfo(hostname=EVIL, filesystem=FilesystemInfo(path=EVIL))
+    text = to_text(render_host(host), width=120)
+    assert RAW_CONTROL.search(text) is None
+    assert r"evil\x1b]0;pwned\x07dir" in text

@@ -40,22 +40,63 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
 
 def _patch(module: ModuleType) -> None:
+    """Watch every DataLoader the script iterates, subclasses that define their own
+    ``__iter__`` included (torchdata's StatefulDataLoader: it is defined after this module
+    is imported, so ``__init_subclass__`` patches it as it is created)."""
     dl_cls = module.DataLoader
-    original = dl_cls.__iter__
     by_loader: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+    _patch_class(dl_cls, by_loader)
+    previous = dl_cls.__dict__.get("__init_subclass__")
 
+    def init_subclass(cls: type, /, **kwargs: Any) -> None:
+        if previous is not None:
+            previous.__func__(cls, **kwargs)
+        else:
+            super(dl_cls, cls).__init_subclass__(**kwargs)
+        _patch_class(cls, by_loader)
+
+    dl_cls.__init_subclass__ = classmethod(init_subclass)
+
+
+def _patch_class(cls: Any, by_loader: weakref.WeakKeyDictionary[Any, Any]) -> None:
+    """Patch what ``cls`` itself defines: ``__iter__`` hands iteration to the loader's
+    watcher, and a checkpoint (``state_dict``, ``load_state_dict``) goes to the watcher too,
+    whose sibling loader is the one that iterates."""
+    own = cls.__dict__
+    if "__iter__" in own:
+        cls.__iter__ = _patched_iter(own["__iter__"], by_loader)
+    for name in ("state_dict", "load_state_dict"):
+        if name in own:
+            setattr(cls, name, _routed(name, own[name], by_loader))
+
+
+def _watcher(loader: Any, by_loader: weakref.WeakKeyDictionary[Any, Any]) -> Any:
+    watched = by_loader.get(loader)
+    if watched is None:
+        from ioprobe.watch.torch import Watched
+
+        watched = by_loader[loader] = Watched(loader)
+        _watchers.append(watched)
+    return watched
+
+
+def _patched_iter(original: Any, by_loader: weakref.WeakKeyDictionary[Any, Any]) -> Any:
     def patched_iter(self: Any) -> Any:
         if getattr(self, "_ioprobe_inner", False):
             return original(self)  # the sibling loader ioprobe iterates on the user's behalf
-        watched = by_loader.get(self)
-        if watched is None:
-            from ioprobe.watch.torch import Watched
+        return iter(_watcher(self, by_loader))
 
-            watched = by_loader[self] = Watched(self)
-            _watchers.append(watched)
-        return iter(watched)
+    return patched_iter
 
-    dl_cls.__iter__ = patched_iter
+
+def _routed(name: str, original: Any, by_loader: weakref.WeakKeyDictionary[Any, Any]) -> Any:
+    def routed(self: Any, *args: Any) -> Any:
+        if getattr(self, "_ioprobe_inner", False):
+            return original(self, *args)
+        # before the first iteration too: the watcher's sibling is the loader that will run
+        return getattr(_watcher(self, by_loader), name)(*args)
+
+    return routed
 
 
 def _write_records() -> None:

@@ -250,15 +250,41 @@ def rebuild(loader: DataLoader[Any]) -> DataLoader[Any]:
     }
     if loader.num_workers > 0:
         kw["prefetch_factor"] = loader.prefetch_factor
+    cls, extra = _sibling_class(loader)
+    kw.update(extra)
+    inner: DataLoader[Any]
     if isinstance(ds, IterableDataset):
-        inner = DataLoader(wrapped, batch_size=loader.batch_size, drop_last=loader.drop_last, **kw)
+        inner = cls(wrapped, batch_size=loader.batch_size, drop_last=loader.drop_last, **kw)
     elif loader.batch_sampler is not None:
         # the user's own batch sampler object: same order, and set_epoch on it still works
-        inner = DataLoader(wrapped, batch_sampler=loader.batch_sampler, **kw)
+        inner = cls(wrapped, batch_sampler=loader.batch_sampler, **kw)
     else:
-        inner = DataLoader(wrapped, batch_size=None, sampler=loader.sampler, **kw)
+        inner = cls(wrapped, batch_size=None, sampler=loader.sampler, **kw)
     inner._ioprobe_inner = True  # `ioprobe run` patches __iter__: this one runs unpatched
+    pending = getattr(loader, "next_iter_state", None)
+    if pending is not None:  # a state loaded before the first iteration: resume from it
+        inner.load_state_dict(pending)  # type: ignore[attr-defined]
     return inner
+
+
+# Loaders that keep their iteration state (position, RNG, worker snapshots) in their own
+# iterator: the sibling must be one of them, or state_dict() would describe an iterator that
+# never ran and a resumed job would replay other samples.
+STATEFUL_LOADERS = {"torchdata.stateful_dataloader.stateful_dataloader": "StatefulDataLoader"}
+
+
+def _sibling_class(loader: DataLoader[Any]) -> tuple[type[Any], dict[str, Any]]:
+    """The class to build the sibling from, and the arguments only it takes: a stateful
+    loader's own base class (with how often it snapshots), else a plain DataLoader."""
+    for klass in type(loader).__mro__:
+        if STATEFUL_LOADERS.get(klass.__module__) == klass.__name__:
+            return klass, {"snapshot_every_n_steps": loader.snapshot_every_n_steps}  # type: ignore[attr-defined]
+    return DataLoader, {}
+
+
+def stateful(inner: DataLoader[Any]) -> bool:
+    """Whether the sibling keeps its own iteration state (see ``STATEFUL_LOADERS``)."""
+    return type(inner) is not DataLoader
 
 
 def describe(loader: DataLoader[Any]) -> dict[str, str]:
@@ -647,6 +673,20 @@ class Watched:
 
     def __len__(self) -> int:
         return len(self._loader)
+
+    def state_dict(self) -> Any:
+        """The loader's checkpoint state: the sibling's where it keeps one (it is the one that
+        iterates), so the position saved is the position reached."""
+        if stateful(self._inner):
+            return self._inner.state_dict()  # type: ignore[attr-defined]
+        return self._loader.state_dict()
+
+    def load_state_dict(self, state: Any) -> None:
+        """Resume from ``state``: the next iteration starts where it was saved."""
+        if stateful(self._inner):
+            self._inner.load_state_dict(state)  # type: ignore[attr-defined]
+        else:
+            self._loader.load_state_dict(state)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)

@@ -1,0 +1,64 @@
+"""torchdata's StatefulDataLoader watched: a checkpoint taken mid-epoch saves the position
+reached and resuming from it gives the batches an unwatched job gets, through
+``ioprobe.watch`` and under ``ioprobe run`` alike."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import ioprobe
+from ioprobe.record import RunRecord
+from tests.fixtures import stateful_train
+from tests.integration.cli import REPO, run_cli
+
+pytest.importorskip("torchdata")
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_watched_checkpoint_saves_the_position_reached_and_resumes_like_unwatched(
+    workers: int,
+) -> None:
+    plain = stateful_train.job(workers)
+    watched = stateful_train.job(workers, watch=ioprobe.watch)
+    assert plain["position"] == stateful_train.BEFORE
+    # the position the watched loader saved was 0 before: resuming replayed other samples
+    assert watched == plain
+
+
+def test_a_state_loaded_before_watching_is_where_the_watched_loader_resumes() -> None:
+    first = stateful_train.make(2)
+    it = iter(first)
+    for _ in range(stateful_train.BEFORE):
+        next(it)
+    state = first.state_dict()
+    plain = stateful_train.make(2)
+    plain.load_state_dict(state)
+    again = stateful_train.make(2)
+    again.load_state_dict(state)  # the job loads its checkpoint, then the loader is watched
+    watched = ioprobe.watch(again)
+    assert [b.tolist() for b in watched] == [b.tolist() for b in plain]
+
+
+def test_ioprobe_run_watches_a_stateful_loader_and_the_job_resumes_as_unwatched(
+    tmp_path: Path,
+) -> None:
+    cmd = [sys.executable, "-m", "tests.fixtures.stateful_train", "2"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    plain = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
+    assert plain.returncode == 0, plain.stderr
+    out = tmp_path / "run.json"
+    proc = run_cli("run", "--json", str(out), "--", *cmd)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == json.loads(plain.stdout)
+    assert "no DataLoader was iterated" not in proc.stderr
+    # both loaders were watched: the one checkpointed after 5 batches, and the resumed one
+    runs = [RunRecord.load(out), RunRecord.load(tmp_path / "run.loader2.json")]
+    batches = sorted(r.watch.epochs[0].batches for r in runs if r.watch)
+    assert batches == [stateful_train.BEFORE, stateful_train.SAMPLES // 4 - stateful_train.BEFORE]

@@ -157,18 +157,29 @@ def measurements(rec: RunRecord, f: Findings) -> Facts:
     return out
 
 
+def size_line(rec: RunRecord, formats: str = "") -> str:
+    """How big the dataset is, its density (and ``formats``); for a watched run whose workers
+    read no file bytes, that they were not seen rather than a mean of 0 kB."""
+    ds = rec.dataset
+    if rec.watch is not None and not rec.watch.storage_metered:
+        return (
+            f"{ds.files:,} samples; bytes per sample not seen (reads over sockets or through "
+            "memory maps do not show in the I/O counters; ioprobe.loaders.files meters them)"
+        )
+    unit = "samples" if rec.watch is not None else "files"
+    return (
+        f"{ds.files:,} {unit}, {ds.bytes / 1e6:,.1f} MB, mean "
+        f"{ds.sample_bytes_mean / 1e3:,.1f} kB ({ds.density} density"
+        + (f", {formats})" if formats else ")")
+    )
+
+
 def _rates(rec: RunRecord) -> Facts:
     """The dataset, and the rates measured and modelled on it."""
     ds = rec.dataset
     out = [("dataset", ds.target)]
     if ds.files:
-        out.append(
-            (
-                "size",
-                f"{ds.files:,} samples, {ds.bytes / 1e6:,.1f} MB, mean "
-                f"{ds.sample_bytes_mean / 1e3:,.1f} kB ({ds.density} density)",
-            )
-        )
+        out.append(("size", size_line(rec)))
     if rec.measured_samples_per_s is not None:
         out.append(("measured", f"{rate(rec.measured_samples_per_s)} samples/s"))
     if any(rec.stages.capacities().values()):

@@ -74,3 +74,14 @@ def test_renderers_fit_any_width(width: int) -> None:
     rec = finalize(watch_record())
     for r in (shown(rec), shown(whatif(rec, Change(workers=3)))):
         assert all(len(line) <= width for line in text(r, width).splitlines())
+
+
+def test_a_watched_run_with_no_file_reads_says_its_bytes_were_not_seen() -> None:
+    # a Hugging Face Arrow dataset reads through memory maps: it showed "mean 0.0 KB"
+    rec = finalize(watch_record(cpu_s=0.004, workers=2, storage=None, gpu=1000.0, cores=4))
+    assert rec.watch is not None
+    rec.watch.storage_metered = False
+    rec.dataset.sample_bytes_mean = 0.0
+    got = text(shown(rec), width=160) + render_markdown(rec, findings(rec))
+    assert "bytes per sample not seen" in got and "memory maps" in got
+    assert "mean 0.0" not in got

@@ -39,10 +39,23 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         return spec
 
 
+# Loaders that keep their iteration state (position, RNG, worker snapshots) in their own
+# iterator, by module and class name: their ``__iter__`` does not go through DataLoader's, and
+# a watcher must iterate one of them, or state_dict() would describe an iterator that never
+# ran and a resumed job would replay other samples.
+STATEFUL_LOADERS = {"torchdata.stateful_dataloader.stateful_dataloader": "StatefulDataLoader"}
+
+
+def is_stateful(cls: type) -> bool:
+    return STATEFUL_LOADERS.get(cls.__module__) == cls.__name__
+
+
 def _patch(module: ModuleType) -> None:
-    """Watch every DataLoader the script iterates, subclasses that define their own
-    ``__iter__`` included (torchdata's StatefulDataLoader: it is defined after this module
-    is imported, so ``__init_subclass__`` patches it as it is created)."""
+    """Watch every DataLoader the script iterates: DataLoader's own ``__iter__``, which the
+    subclasses that wrap it (Accelerate's, Lightning's) reach through ``super()`` with their
+    own logic around it intact, and the stateful loaders', which do not reach it (they are
+    defined after this module is imported: ``__init_subclass__`` patches them as they are
+    created)."""
     dl_cls = module.DataLoader
     by_loader: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
     _patch_class(dl_cls, by_loader)
@@ -53,7 +66,8 @@ def _patch(module: ModuleType) -> None:
             previous.__func__(cls, **kwargs)
         else:
             super(dl_cls, cls).__init_subclass__(**kwargs)
-        _patch_class(cls, by_loader)
+        if is_stateful(cls):
+            _patch_class(cls, by_loader)
 
     dl_cls.__init_subclass__ = classmethod(init_subclass)
 

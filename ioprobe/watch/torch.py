@@ -33,6 +33,7 @@ from ioprobe.errors import BadInputError
 from ioprobe.loaders import files as _files
 from ioprobe.record import GpuAlone, LoaderSettings, RunRecord, Stages, WatchEpoch
 from ioprobe.watch.collector import BatchStats, Finish, WatchCollector, unjudged
+from ioprobe.watch.run_hook import is_stateful
 from ioprobe.watch.stages import Measured, loader_stages
 
 # ----------------------------------------------------------------------------- worker side
@@ -267,23 +268,18 @@ def rebuild(loader: DataLoader[Any]) -> DataLoader[Any]:
     return inner
 
 
-# Loaders that keep their iteration state (position, RNG, worker snapshots) in their own
-# iterator: the sibling must be one of them, or state_dict() would describe an iterator that
-# never ran and a resumed job would replay other samples.
-STATEFUL_LOADERS = {"torchdata.stateful_dataloader.stateful_dataloader": "StatefulDataLoader"}
-
-
 def _sibling_class(loader: DataLoader[Any]) -> tuple[type[Any], dict[str, Any]]:
     """The class to build the sibling from, and the arguments only it takes: a stateful
-    loader's own base class (with how often it snapshots), else a plain DataLoader."""
+    loader's own base class (``run_hook.STATEFUL_LOADERS``, with how often it snapshots),
+    else a plain DataLoader."""
     for klass in type(loader).__mro__:
-        if STATEFUL_LOADERS.get(klass.__module__) == klass.__name__:
+        if is_stateful(klass):
             return klass, {"snapshot_every_n_steps": loader.snapshot_every_n_steps}  # type: ignore[attr-defined]
     return DataLoader, {}
 
 
 def stateful(inner: DataLoader[Any]) -> bool:
-    """Whether the sibling keeps its own iteration state (see ``STATEFUL_LOADERS``)."""
+    """Whether the sibling keeps its own iteration state (see ``_sibling_class``)."""
     return type(inner) is not DataLoader
 
 

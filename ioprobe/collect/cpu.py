@@ -26,9 +26,18 @@ _payloads: list[bytes] = []
 _decoder: Decoder | None = None
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    # SIGTERM (the pool's terminate, or a service manager's stop reaching every process)
+    # exits through Python, which releases the pool's queue locks: a worker that dies at once
+    # while it holds one (an idle worker waits for a task holding it) hangs the parent's
+    # terminate() for ever
+    raise SystemExit(128 + signum)
+
+
 def _init(decoder_name: str, payloads: list[bytes]) -> None:
     # Ctrl-C reaches the whole process group: the parent handles it and ends the pool
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     global _payloads, _decoder
     _payloads = payloads
     _decoder = resolve(decoder_name)

@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ioprobe.analysis.report import Findings
 from ioprobe.record import STAGE_NAMES, RunRecord
-from ioprobe.render.facts import measurements, stage_detail, verdict
+from ioprobe.render.facts import incomplete, measurements, stage_detail, verdict
 from ioprobe.render.format import rate
 from ioprobe.render.widgets import copy_table, facts, operator_table, recommendations
 
@@ -45,6 +45,7 @@ def _header(rec: RunRecord) -> Text:
         (ds.target, "cyan"),
         f"  {ds.files:,} files, {ds.bytes / 1e6:,.1f} MB, mean {ds.sample_bytes_mean / 1e3:,.1f} KB"
         f" ({ds.density} density{', ' + fmt if fmt else ''})",
+        ("\n" + incomplete(rec) if not rec.complete else "", "bold yellow"),
     )
 
 

@@ -62,11 +62,17 @@ def _write_records() -> None:
     out = os.environ.get("IOPROBE_RUN_DIR")
     if not out:
         return
+    # the script ended on Ctrl-C: Python sets this before the exit hooks run
+    interrupted = isinstance(getattr(sys, "last_value", None), KeyboardInterrupt)
     for i, w in enumerate(_watchers):
         try:
             rec = w.run
             if rec.watch is None or not any(e.batches for e in rec.watch.epochs):
                 continue
+            if interrupted and rec.complete:
+                from ioprobe.watch.collector import mark_interrupted
+
+                mark_interrupted(rec)
             rec.save(os.path.join(out, f"loader-{os.getpid()}-{i}.json"))
         except Exception as exc:  # never turn the user's clean exit into a crash
             print(f"ioprobe: could not save the record of loader {i}: {exc}", file=sys.stderr)

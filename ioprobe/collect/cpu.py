@@ -9,8 +9,6 @@ I/O or IPC. Each sample's cost is the worker thread's CPU time around the decode
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import signal
 import time
 from collections.abc import Sequence
 from multiprocessing.pool import AsyncResult, Pool
@@ -19,6 +17,7 @@ from typing import Any
 from ioprobe import capacity
 from ioprobe.collect.decode import Decoder, output_nbytes, resolve
 from ioprobe.collect.progress import Reporter, SilentReporter
+from ioprobe.collect.workers import quiet_worker, spawn_pool
 from ioprobe.errors import BadInputError
 from ioprobe.record import CpuLevel, CpuStage
 
@@ -26,18 +25,8 @@ _payloads: list[bytes] = []
 _decoder: Decoder | None = None
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
-    # SIGTERM (the pool's terminate, or a service manager's stop reaching every process)
-    # exits through Python, which releases the pool's queue locks: a worker that dies at once
-    # while it holds one (an idle worker waits for a task holding it) hangs the parent's
-    # terminate() for ever
-    raise SystemExit(128 + signum)
-
-
 def _init(decoder_name: str, payloads: list[bytes]) -> None:
-    # Ctrl-C reaches the whole process group: the parent handles it and ends the pool
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    quiet_worker()
     global _payloads, _decoder
     _payloads = payloads
     _decoder = resolve(decoder_name)
@@ -151,14 +140,13 @@ def measure_cpu(
     rep = reporter or SilentReporter()
     resolve(decoder_name)  # fail fast, in this process, on a bad --loader
     levels = list(levels or levels_for(usable_cores))
-    ctx = mp.get_context("spawn")
     stage = CpuStage(loader=decoder_name, usable_cores=usable_cores)
     # a floor keeps a level long enough to decode a few dozen images per worker; on a host
     # of many cores a small budget is still spread over five or more levels
     per_level = max(budget_s / len(levels), 0.3)
     feed = _Feed()
     base: float | None = None
-    with ctx.Pool(max(levels), initializer=_init, initargs=(decoder_name, payloads)) as pool:
+    with spawn_pool(max(levels), _init, (decoder_name, payloads)) as pool:
         pool.map(_ready, range(max(levels)), chunksize=1)
         for k in levels:
             samples, cpu, wall = _decode_for(pool, feed, k, per_level, stage, decoder_name, rep)

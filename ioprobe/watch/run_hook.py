@@ -9,6 +9,7 @@ as measured: ``ioprobe run`` judges them in its own process.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.abc
 import importlib.machinery
 import os
@@ -76,6 +77,18 @@ def _write_records() -> None:
             rec.save(os.path.join(out, f"loader-{os.getpid()}-{i}.json"))
         except Exception as exc:  # never turn the user's clean exit into a crash
             print(f"ioprobe: could not save the record of loader {i}: {exc}", file=sys.stderr)
+    if interrupted:
+        _keep_sigint_exit()
+
+
+def _keep_sigint_exit() -> None:
+    """Let the script still end as Ctrl-C ends it, by SIGINT (status 130 in a shell).
+
+    CPython decides that from a flag that every evaluation of a string clears, and saving
+    the records evaluates some (a namedtuple made by a module imported here), so the script
+    would exit 1. The flag is set again by a string that raises KeyboardInterrupt."""
+    with contextlib.suppress(KeyboardInterrupt):
+        exec("raise KeyboardInterrupt")
 
 
 def install() -> None:

@@ -125,7 +125,7 @@ def _stopped(
     if partial is None:
         return error(word)  # nothing measured yet: nothing written
     deliver(finalize(partial, try_load_catalog()), plan)
-    return error(f"{word} during {partial.interrupted}: the report holds what was measured before")
+    return error(f"{word} during {partial.interrupted}; what was measured before is reported")
 
 
 def _target(target: str | None, pcie_only: bool, reporter: Reporter) -> str:

@@ -531,18 +531,6 @@ def _device_idle(epochs: list[WatchEpoch]) -> float | None:
     return wait / span if span > 0 else None
 
 
-__all__ = [
-    "ACTIVE",
-    "MAX_KEPT",
-    "Adapter",
-    "BatchStats",
-    "Finish",
-    "Reservoir",
-    "WatchCollector",
-    "unjudged",
-]
-
-
 def mark_interrupted(rec: RunRecord) -> None:
     """Mark a watched run's record as cut short by Ctrl-C, naming the epoch it stopped in."""
     epochs = rec.watch.epochs if rec.watch is not None else []
@@ -552,3 +540,16 @@ def mark_interrupted(rec: RunRecord) -> None:
         if epochs
         else "the first epoch"
     )
+
+
+__all__ = [
+    "ACTIVE",
+    "MAX_KEPT",
+    "Adapter",
+    "BatchStats",
+    "Finish",
+    "Reservoir",
+    "WatchCollector",
+    "mark_interrupted",
+    "unjudged",
+]

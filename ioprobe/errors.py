@@ -29,3 +29,18 @@ class Interrupted(IoprobeError):
     """The user pressed Ctrl-C; temporary files have been removed."""
 
     exit_code = 130
+
+
+class Terminated(Interrupted):
+    """SIGTERM stopped ioprobe; temporary files have been removed."""
+
+    exit_code = 143
+
+
+class TermSignal(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread by the handler ``ioprobe.cli.main`` installs.
+
+    A KeyboardInterrupt, so SIGTERM takes every path Ctrl-C takes (the ``finally`` blocks that
+    remove temporary files and end worker pools, the probe's partial record) and no
+    ``except Exception`` swallows it; ``cli.main`` ends it as ``Terminated``.
+    """

@@ -684,6 +684,9 @@ class RunRecord:
     ioprobe_version: str = ""
     duration_s: float | None = None
     schema: str = SCHEMA
+    # False when Ctrl-C or SIGTERM stopped the run: the record holds what was measured before
+    complete: bool = True
+    interrupted: str | None = None  # where it stopped: the probe's phase, the watched epoch
 
     def to_json(self) -> dict[str, Any]:
         return to_plain(self)  # type: ignore[no-any-return]

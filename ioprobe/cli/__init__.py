@@ -7,7 +7,9 @@ and printed as one line on stderr with exit code 2; nothing the user did produce
 from __future__ import annotations
 
 import ast
+import signal
 import sys
+import threading
 from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
@@ -15,7 +17,7 @@ from pathlib import Path
 import click
 
 from ioprobe._version import __version__
-from ioprobe.errors import Interrupted, IoprobeError
+from ioprobe.errors import Interrupted, IoprobeError, Terminated, TermSignal
 from ioprobe.redact import printable, redact_url
 
 # name -> module under ioprobe.cli; each module exposes a click command named `command`.
@@ -76,21 +78,47 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # SIGTERM's default action ends the process at once, skipping every ``finally`` (temporary
+    # files stay, pool workers are orphaned): make it raise in the main thread, as SIGINT does
+    here = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if here else None
+    try:
+        _main(argv)
+    finally:
+        if here:
+            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+
+
+def _main(argv: list[str] | None) -> None:
     try:
         rv = cli.main(args=argv, prog_name="ioprobe", standalone_mode=False)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
-    except click.exceptions.Abort:
-        _fail("interrupted", Interrupted.exit_code)
+    except click.exceptions.Abort as exc:
+        _fail_stopped(exc.__cause__)  # click wraps the KeyboardInterrupt it caught
     except click.ClickException as exc:
         _fail(exc.format_message(), 2)
     except Interrupted as exc:
-        _fail(str(exc) or "interrupted", exc.exit_code)
-    except KeyboardInterrupt:
-        _fail("interrupted", Interrupted.exit_code)
+        _fail(str(exc) or _stopped_word(exc), exc.exit_code)
+    except KeyboardInterrupt as exc:
+        _fail_stopped(exc)
     except IoprobeError as exc:
         _fail(str(exc), exc.exit_code)
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise TermSignal()
+
+
+def _stopped_word(exc: BaseException | None) -> str:
+    return "terminated" if isinstance(exc, TermSignal | Terminated) else "interrupted"
+
+
+def _fail_stopped(exc: BaseException | None) -> None:
+    """Ctrl-C (130) or SIGTERM (143) that reached here unhandled: one line, no traceback."""
+    code = Terminated.exit_code if isinstance(exc, TermSignal) else Interrupted.exit_code
+    _fail(_stopped_word(exc), code)
 
 
 def _fail(message: str, code: int) -> None:

@@ -17,7 +17,8 @@ from ioprobe.analysis.catalog import try_load_catalog
 from ioprobe.cli._common import deliver, output_options, plan_outputs
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import Reporter, make_reporter
-from ioprobe.errors import BadInputError
+from ioprobe.errors import BadInputError, Interrupted, Terminated, TermSignal
+from ioprobe.record import RunRecord
 
 
 @click.command(help=__doc__)
@@ -101,11 +102,30 @@ def command(
         gpus=gpus,
         pcie_only=pcie_only,
     )
+    probe = Probe(opts, reporter)
+    stop: KeyboardInterrupt | None = None
     try:
-        record = finalize(Probe(opts, reporter).run(), try_load_catalog())
+        measured = probe.run()
+    except KeyboardInterrupt as exc:
+        stop = exc  # handled once the progress display has closed
     finally:
         reporter.close()
-    deliver(record, plan)
+    if stop is not None:
+        raise _stopped(stop, probe.partial, plan)
+    deliver(finalize(measured, try_load_catalog()), plan)
+
+
+def _stopped(
+    exc: KeyboardInterrupt, partial: RunRecord | None, plan: dict[str, list[str]]
+) -> Interrupted:
+    """Ctrl-C or SIGTERM during the probe: the outputs asked for, from what was measured
+    (the record says it is incomplete), and the error that exits 130 or 143."""
+    error = Terminated if isinstance(exc, TermSignal) else Interrupted
+    word = "terminated" if error is Terminated else "interrupted"
+    if partial is None:
+        return error(word)  # nothing measured yet: nothing written
+    deliver(finalize(partial, try_load_catalog()), plan)
+    return error(f"{word} during {partial.interrupted}; what was measured before is reported")
 
 
 def _target(target: str | None, pcie_only: bool, reporter: Reporter) -> str:

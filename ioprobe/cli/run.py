@@ -5,6 +5,10 @@
 The script's stdout, stderr and exit code pass through. At exit the summary of each loader
 is printed on stderr; each output flag writes the loader that delivered the most samples to
 its file, and any other loaders beside it with .loader2, .loader3, ... before the ending.
+
+Ctrl-C stops the script as it would stop it unwatched; SIGTERM, or SIGINT sent to ioprobe
+alone from outside a terminal, is passed on to it. What it saved is still reported, marked
+incomplete. A second Ctrl-C kills the script and ends ioprobe at once.
 """
 
 from __future__ import annotations
@@ -74,9 +78,10 @@ def command(
 ) -> None:
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
     _check(plan, cmd)
-    code, runs = _run_watched(cmd)
-    _report_all(runs, plan)
-    sys.exit(code)
+    returncode, runs = _run_watched(cmd)
+    _report_all(runs, plan, -returncode if returncode < 0 else None)
+    # a death by signal N exits 128+N, as a shell reports it
+    sys.exit(128 - returncode if returncode < 0 else returncode)
 
 
 def _check(plan: dict[str, list[str]], cmd: tuple[str, ...]) -> None:
@@ -108,7 +113,7 @@ def _check_command(program: str) -> None:
 
 
 def _run_watched(cmd: tuple[str, ...]) -> tuple[int, list[RunRecord]]:
-    """Run ``cmd`` with the hook on its path: its exit code, and the judged record of each
+    """Run ``cmd`` with the hook on its path: its return code, and the judged record of each
     loader it iterated, the one that delivered the most samples first."""
     tmp = Path(tempfile.mkdtemp(prefix="ioprobe-run-"))
     try:
@@ -137,21 +142,122 @@ def _child_env(hook: Path, records: Path) -> dict[str, str]:
 
 
 def _call_script(cmd: tuple[str, ...], env: dict[str, str]) -> int:
-    # Ctrl-C reaches the script too (same process group): let it decide, then report
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    """Run the script and wait for it, passing on the signals ioprobe gets meanwhile; its
+    return code (-N for a death by signal N).
+
+    In a terminal's foreground the script shares ioprobe's process group, so that it can read
+    the terminal (a debugger's prompt) and Ctrl-C reaches it directly. Anywhere else it gets a
+    group of its own, so a signal to ioprobe's group reaches it once, passed on by ioprobe."""
+    in_terminal = _terminal_foreground()
+    relay = _Relay()
+    previous = {s: signal.signal(s, relay.handle) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return subprocess.call(list(cmd), env=env)
-    except OSError as exc:  # passed the checks but exec refused it: no #! line, a bad ELF
-        raise BadInputError(f"{cmd[0]}: cannot run: {exc.strerror or exc}") from None
+        try:
+            child = subprocess.Popen(list(cmd), env=env, process_group=None if in_terminal else 0)
+        except OSError as exc:  # passed the checks but exec refused it: no #! line, a bad ELF
+            raise BadInputError(f"{cmd[0]}: cannot run: {exc.strerror or exc}") from None
+        relay.start(child)
+        code = relay.wait()
     finally:
-        signal.signal(signal.SIGINT, previous)
+        relay.reap()
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
+    return code
 
 
-def _report_all(runs: list[RunRecord], plan: dict[str, list[str]]) -> None:
+def _terminal_foreground() -> bool:
+    """Whether ioprobe runs in the foreground of its controlling terminal, where Ctrl-C sends
+    SIGINT to every process of its group."""
+    try:
+        fd = os.open("/dev/tty", os.O_RDONLY)
+    except OSError:  # no controlling terminal: a service, a batch job, a test
+        return False
+    try:
+        return os.tcgetpgrp(fd) == os.getpgrp()
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+class _Relay:
+    """The signal handler while the script runs: SIGTERM, and SIGINT from anything but the
+    keyboard, are passed on to the script; a second SIGINT kills it and ends ioprobe at once.
+
+    Ctrl-C in the terminal already reached the script, which shares ioprobe's process group
+    then: sending it again would interrupt the script's own handling of the first (a Python
+    script's ``finally`` blocks, the exit hook that saves its records)."""
+
+    def __init__(self) -> None:
+        self.child: subprocess.Popen[bytes] | None = None
+        self.early: list[int] = []  # signals that came before the script started
+        self.interrupts = 0
+
+    def start(self, child: subprocess.Popen[bytes]) -> None:
+        self.child = child
+        for signum in self.early:
+            self._pass_on(signum)
+
+    def wait(self) -> int:
+        assert self.child is not None
+        return self.child.wait()
+
+    def handle(self, signum: int, frame: object) -> None:
+        if signum == signal.SIGINT:
+            self.interrupts += 1
+            if self.interrupts > 1:
+                self._kill()
+                raise KeyboardInterrupt  # the second Ctrl-C: stop waiting
+            if self._shares_group():
+                return
+        self._pass_on(signum)
+
+    def _shares_group(self) -> bool:
+        """Whether the script is in ioprobe's process group, so a Ctrl-C reached it too."""
+        child = self.child
+        try:
+            return child is not None and os.getpgid(child.pid) == os.getpgrp()
+        except ProcessLookupError:
+            return False
+
+    def _pass_on(self, signum: int) -> None:
+        if self.child is None:
+            self.early.append(signum)
+        else:
+            self.child.send_signal(signum)
+
+    def _kill(self) -> None:
+        """SIGKILL to the script, and to its whole group (its DataLoader workers) when it has
+        one of its own."""
+        child = self.child
+        if child is None or child.poll() is not None:
+            return
+        try:
+            if os.getpgid(child.pid) == child.pid:
+                os.killpg(child.pid, signal.SIGKILL)
+            else:
+                child.kill()
+        except ProcessLookupError:
+            pass
+
+    def reap(self) -> None:
+        """Wait for a script that ioprobe stops waiting for (a second Ctrl-C killed it): it
+        must not outlive ioprobe, nor linger as a zombie."""
+        child = self.child
+        if child is not None and child.poll() is None:
+            self._kill()
+            child.wait()
+
+
+def _report_all(runs: list[RunRecord], plan: dict[str, list[str]], killed_by: int | None) -> None:
     """Each loader's summary on stderr (the script's stdout is its own), then its planned
     outputs: the first loader's at the paths given, each other one's beside them (``_nth``)."""
     err = Console(stderr=True, highlight=False)
-    if not runs:
+    if not runs and killed_by is not None and killed_by != signal.SIGINT:
+        # a death by signal skips the exit hook that saves the records (a Python script's
+        # KeyboardInterrupt runs it, then ends by SIGINT)
+        err.print(f"ioprobe: the script was killed by {_signal_name(killed_by)}: no record saved")
+    elif not runs:
         err.print("ioprobe: no DataLoader was iterated: nothing to report")
     judged = [(rec, findings(rec)) for rec in runs]
     for i, (rec, f) in enumerate(judged, 1):
@@ -163,6 +269,13 @@ def _report_all(runs: list[RunRecord], plan: dict[str, list[str]]) -> None:
         for path in mine["json"]:
             write_record(rec, path)
         write_rendered(rec, f, mine)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _nth(path: str, i: int) -> str:

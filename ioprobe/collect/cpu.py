@@ -16,10 +16,8 @@ a sample's uncontended cost, read 36 ms per image where 3 ms was right. Each sam
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import pickle
-import signal
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
@@ -30,6 +28,7 @@ from typing import Any
 from ioprobe import capacity
 from ioprobe.collect.decode import Decoder, output_nbytes, resolve
 from ioprobe.collect.progress import Reporter, SilentReporter
+from ioprobe.collect.workers import quiet_worker, spawn_pool
 from ioprobe.errors import BadInputError
 from ioprobe.record import CpuLevel, CpuStage
 
@@ -38,8 +37,7 @@ _decoder: Decoder | None = None
 
 
 def _init(decoder_name: str, payload_file: str) -> None:
-    # Ctrl-C reaches the whole process group: the parent handles it and ends the pool
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet_worker()
     global _payloads, _decoder
     with open(payload_file, "rb") as fh:
         _payloads = pickle.load(fh)
@@ -158,13 +156,12 @@ def measure_cpu(
     rep = reporter or SilentReporter()
     resolve(decoder_name)  # fail fast, in this process, on a bad --loader
     levels = list(levels or levels_for(usable_cores))
-    ctx = mp.get_context("spawn")
     stage = CpuStage(loader=decoder_name, usable_cores=usable_cores)
     feed = _Feed()
     base: float | None = None
     with (
         _payload_file(payloads) as path,
-        ctx.Pool(max(levels), initializer=_init, initargs=(decoder_name, path)) as pool,
+        spawn_pool(max(levels), _init, (decoder_name, path)) as pool,
     ):
         pool.map(_ready, range(max(levels)), chunksize=1)
         # the pool's start is part of the phase: the levels share what it left. A floor keeps

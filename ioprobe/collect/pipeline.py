@@ -9,10 +9,8 @@ wall time, the first batch excluded because it includes worker start-up.
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import random
-import signal
 import time
 from collections.abc import Sequence
 from multiprocessing.pool import AsyncResult, Pool
@@ -21,6 +19,7 @@ from typing import Any
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.decode import Decoder, resolve
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
+from ioprobe.collect.workers import quiet_worker, spawn_pool
 from ioprobe.record import PipelineRun, Track
 
 _fs: Any = None
@@ -28,8 +27,7 @@ _decoder: Decoder | None = None
 
 
 def _init(decoder_name: str, fs: Any) -> None:
-    # Ctrl-C reaches the whole process group: the parent handles it and ends the pool
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    quiet_worker()
     global _fs, _decoder
     _fs = fs
     _decoder = resolve(decoder_name)
@@ -164,8 +162,7 @@ def run_pipeline(
     order = list(entries)
     random.Random(seed).shuffle(order)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
-    ctx = mp.get_context("spawn")
-    with ctx.Pool(workers, initializer=_init, initargs=(decoder_name, fs)) as pool:
+    with spawn_pool(workers, _init, (decoder_name, fs)) as pool:
         run = _consume(pool, batches, workers, compute_s, budget_s)
         pool.terminate()  # batches still in flight are not needed
     first_done = run.first_done

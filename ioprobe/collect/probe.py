@@ -225,19 +225,32 @@ class Probe:
     def __init__(self, options: ProbeOptions, reporter: Reporter | None = None) -> None:
         options.validate()
         self.options = options
-        self.reporter = reporter or SilentReporter()
+        self.reporter = _PhaseNoting(reporter or SilentReporter())
         self.notes: list[str] = []
+        # what the phases measured so far, kept for the record of an interrupted probe
+        self._so_far: tuple[_Plan, Stages, str] | None = None
+        self.partial: RunRecord | None = None
 
     def run(self) -> RunRecord:
-        """Every phase, with NVML sampled in the background throughout where there is a GPU."""
+        """Every phase, with NVML sampled in the background throughout where there is a GPU.
+
+        Ctrl-C (or SIGTERM turned into a KeyboardInterrupt) propagates unchanged; before it
+        does, ``partial`` is set to the record of the phases that had ended, marked incomplete
+        and naming the phase it stopped in, or stays None when no stage had been measured."""
         o = self.options
         started = time.perf_counter()
         sampler = gpu_sampler.new_sampler()
         sampler.start()  # no GPU or NVML: False, and the record simply has no series
         try:
-            record = self._pcie_only(started) if o.pcie_only else self._run(started)
-        finally:
-            sampler.stop()
+            try:
+                record = self._pcie_only(started) if o.pcie_only else self._run(started)
+            finally:
+                sampler.stop()
+        except KeyboardInterrupt:
+            self.partial = self._interrupted(started)
+            if self.partial is not None:
+                self.partial.gpu_series = gpu_sampler.series_record(sampler, started)
+            raise
         record.gpu_series = gpu_sampler.series_record(sampler, started)
         return record
 
@@ -246,9 +259,10 @@ class Probe:
         the GPU, decode it, copy to the GPU, compare decode paths, and run it end to end."""
         plan = self._plan(started)
         stages = Stages(storage=StorageStage(), pcie=self._pcie_unmeasured())
+        loader = "image" if plan.dali else choose(self.options.loader, plan.profile.formats)
+        self._so_far = (plan, stages, loader)
         self._storage(plan, stages.storage)
         path = self._disk_to_gpu(plan, stages.storage) if plan.device else None
-        loader = "image" if plan.dali else choose(self.options.loader, plan.profile.formats)
         payloads = self._payloads(plan, loader, stages.storage)
         stages.cpu = self._cpu(plan, loader, payloads)
         stages.gpu = self._gpu_stage()
@@ -261,6 +275,23 @@ class Probe:
             self._end_to_end(plan, record, loader)
         record.duration_s = time.perf_counter() - started
         self.reporter.close()
+        return record
+
+    def _interrupted(self, started: float) -> RunRecord | None:
+        """The record of what an interrupted probe measured: the phases that ended, the stage
+        of the phase in progress left as it was; None before a storage pass had ended."""
+        if self._so_far is None:
+            return None
+        plan, stages, loader = self._so_far
+        st = stages.storage
+        if st.cold is None and st.warm is None:
+            return None  # nothing measured: an empty record would only mislead
+        if st.capacity_samples_per_s is None:  # stopped between the passes
+            self._storage_capacity(st, plan.profile.sample_bytes_mean)
+        record = self._record(plan, stages, loader)
+        record.duration_s = time.perf_counter() - started
+        record.complete = False
+        record.interrupted = self.reporter.current
         return record
 
     def _plan(self, started: float) -> _Plan:
@@ -542,3 +573,25 @@ class Probe:
             st.basis = "cold: a first epoch, or any epoch of a dataset larger than the page cache"
         else:
             st.basis = chosen.cache
+
+
+class _PhaseNoting:
+    """The caller's reporter, remembering the phase it was last told: the record of an
+    interrupted probe names the phase it stopped in."""
+
+    def __init__(self, inner: Reporter) -> None:
+        self.inner = inner
+        self.current = "the start"
+
+    def phase(self, name: str) -> None:
+        self.current = name
+        self.inner.phase(name)
+
+    def update(self, fraction: float, detail: str = "") -> None:
+        self.inner.update(fraction, detail)
+
+    def result(self, line: str) -> None:
+        self.inner.result(line)
+
+    def close(self) -> None:
+        self.inner.close()

@@ -28,6 +28,13 @@ def title(rec: RunRecord) -> str:
     )
 
 
+def incomplete(rec: RunRecord) -> str:
+    """The header's warning on a record that Ctrl-C or SIGTERM cut short; "" when complete."""
+    if rec.complete:
+        return ""
+    return f"incomplete: interrupted during {rec.interrupted or 'the run'}"
+
+
 def verdict(rec: RunRecord, f: Findings) -> str:
     """The one line that answers "what limits me": the binding stage, the rate it allows,
     the measured rate when there is one, and the GPU's waiting share."""

@@ -31,7 +31,14 @@ from ioprobe.analysis.report import (
 )
 from ioprobe.record import RunRecord, to_plain
 from ioprobe.redact import printable
-from ioprobe.render.facts import facts_title, key_facts, stage_detail, title, verdict
+from ioprobe.render.facts import (
+    facts_title,
+    incomplete,
+    key_facts,
+    stage_detail,
+    title,
+    verdict,
+)
 from ioprobe.render.format import gbps, rate, size_label
 from ioprobe.render.host import host_facts
 
@@ -639,6 +646,11 @@ def _head(rec: RunRecord, f: Findings) -> list[str]:
     )
     return [
         f"<h1>{e(title(rec))}</h1>",
+        *(
+            [f'<div class="verdict incomplete">{e(incomplete(rec))}</div>']
+            if not rec.complete
+            else []
+        ),
         '<div class="meta">' + " · ".join(e(x) for x in meta if x) + "</div>",
         f'<div id="verdict" class="verdict{" ok" if ok else ""}">{e(verdict(rec, f))}</div>',
     ]

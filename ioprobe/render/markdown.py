@@ -15,7 +15,14 @@ from ioprobe.analysis.pcie import CopyRow
 from ioprobe.analysis.report import Advice, Findings, HeatCell, Heatmap, OperatorRow, StageBar
 from ioprobe.record import RunRecord
 from ioprobe.redact import printable
-from ioprobe.render.facts import facts_title, key_facts, stage_detail, title, verdict
+from ioprobe.render.facts import (
+    facts_title,
+    incomplete,
+    key_facts,
+    stage_detail,
+    title,
+    verdict,
+)
 from ioprobe.render.format import gbps, rate, size_label
 
 # data never starts a line here, so only the characters that act mid-line need escaping
@@ -31,6 +38,7 @@ def md(value: object) -> str:
 
 def render(rec: RunRecord, f: Findings) -> str:
     lines = [f"### {md(title(rec))}", "", f"**{md(verdict(rec, f))}**", ""]
+    lines[1:1] = ["", f"**{md(incomplete(rec))}**"] if not rec.complete else []
     lines += _stage_table(rec, f.stages)
     if f.kind != "size":  # a sizing's advice is its verdict and its table
         lines += _recommendations(f.recommendations)

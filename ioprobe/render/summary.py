@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ioprobe.analysis.report import Findings
 from ioprobe.record import STAGE_NAMES, RunRecord
-from ioprobe.render.facts import measurements, size_line, stage_detail, verdict
+from ioprobe.render.facts import incomplete, measurements, size_line, stage_detail, verdict
 from ioprobe.render.format import rate
 from ioprobe.render.widgets import copy_table, facts, operator_table, recommendations
 
@@ -44,6 +44,7 @@ def _header(rec: RunRecord) -> Text:
         "  ",
         (ds.target, "cyan"),
         f"  {size_line(rec, fmt)}",
+        ("\n" + incomplete(rec) if not rec.complete else "", "bold yellow"),
     )
 
 

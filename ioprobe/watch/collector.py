@@ -15,6 +15,7 @@ import datetime as dt
 import math
 import os
 import random
+import sys
 import time
 import weakref
 from array import array
@@ -214,6 +215,7 @@ class WatchCollector:
         self.gpu_step = Reservoir(MAX_KEPT, 1e-6)
         self.timeline_error: str | None = None
         self.created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        self.interrupted = False  # a KeyboardInterrupt broke out of the loader's own wait
 
     # -- hot path: one call per batch -------------------------------------------------------
     def begin_epoch(self) -> None:
@@ -310,6 +312,7 @@ class WatchCollector:
         ep.main_cpu_seconds = time.process_time() - self._cpu_start
         if error is not None:
             ep.error = f"{type(error).__name__}: {error}"
+            self.interrupted |= isinstance(error, KeyboardInterrupt)
         if self in ACTIVE:
             ACTIVE.remove(self)
         self.adapter.end_epoch(ep)
@@ -413,6 +416,11 @@ class WatchCollector:
         if self._gpu is not None and self._origin:
             rec.gpu_series = gpu_sampler.series_record(self._gpu, self._origin / 1e9)
         self.adapter.complete(rec)
+        # Ctrl-C in the loop's body reaches the loader only as the end of its iteration, as
+        # a ``break`` does; the record is read while the exception is handled (an except or
+        # finally block, a with block's exit) or at exit (``ioprobe run``), where it shows
+        if self.interrupted or isinstance(sys.exc_info()[1], KeyboardInterrupt):
+            mark_interrupted(rec)
         return rec
 
     def measured(self, usable: int, mean_bytes: float) -> Measured:
@@ -525,6 +533,17 @@ def _device_idle(epochs: list[WatchEpoch]) -> float | None:
     return wait / span if span > 0 else None
 
 
+def mark_interrupted(rec: RunRecord) -> None:
+    """Mark a watched run's record as cut short by Ctrl-C, naming the epoch it stopped in."""
+    epochs = rec.watch.epochs if rec.watch is not None else []
+    rec.complete = False
+    rec.interrupted = (
+        f"epoch {epochs[-1].index + 1}, after {epochs[-1].batches} batches"
+        if epochs
+        else "the first epoch"
+    )
+
+
 __all__ = [
     "ACTIVE",
     "MAX_KEPT",
@@ -533,5 +552,6 @@ __all__ = [
     "Finish",
     "Reservoir",
     "WatchCollector",
+    "mark_interrupted",
     "unjudged",
 ]

@@ -9,6 +9,7 @@ as measured: ``ioprobe run`` judges them in its own process.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.abc
 import importlib.machinery
 import os
@@ -16,6 +17,8 @@ import sys
 import weakref
 from types import ModuleType
 from typing import Any
+
+from ioprobe.watch.stateful import is_stateful
 
 TARGET = "torch.utils.data.dataloader"
 _watchers: list[Any] = []
@@ -37,17 +40,6 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
         loader.exec_module = exec_and_patch  # type: ignore[method-assign]
         return spec
-
-
-# Loaders that keep their iteration state (position, RNG, worker snapshots) in their own
-# iterator, by module and class name: their ``__iter__`` does not go through DataLoader's, and
-# a watcher must iterate one of them, or state_dict() would describe an iterator that never
-# ran and a resumed job would replay other samples.
-STATEFUL_LOADERS = {"torchdata.stateful_dataloader.stateful_dataloader": "StatefulDataLoader"}
-
-
-def is_stateful(cls: type) -> bool:
-    return STATEFUL_LOADERS.get(cls.__module__) == cls.__name__
 
 
 def _patch(module: ModuleType) -> None:
@@ -117,14 +109,32 @@ def _write_records() -> None:
     out = os.environ.get("IOPROBE_RUN_DIR")
     if not out:
         return
+    # the script ended on Ctrl-C: Python sets this before the exit hooks run
+    interrupted = isinstance(getattr(sys, "last_value", None), KeyboardInterrupt)
     for i, w in enumerate(_watchers):
         try:
             rec = w.run
             if rec.watch is None or not any(e.batches for e in rec.watch.epochs):
                 continue
+            if interrupted and rec.complete:
+                from ioprobe.watch.collector import mark_interrupted
+
+                mark_interrupted(rec)
             rec.save(os.path.join(out, f"loader-{os.getpid()}-{i}.json"))
         except Exception as exc:  # never turn the user's clean exit into a crash
             print(f"ioprobe: could not save the record of loader {i}: {exc}", file=sys.stderr)
+    if interrupted:
+        _keep_sigint_exit()
+
+
+def _keep_sigint_exit() -> None:
+    """Let the script still end as Ctrl-C ends it, by SIGINT (status 130 in a shell).
+
+    CPython decides that from a flag that every evaluation of a string clears, and saving
+    the records evaluates some (a namedtuple made by a module imported here), so the script
+    would exit 1. The flag is set again by a string that raises KeyboardInterrupt."""
+    with contextlib.suppress(KeyboardInterrupt):
+        exec("raise KeyboardInterrupt")
 
 
 def install() -> None:

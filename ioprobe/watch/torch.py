@@ -33,8 +33,8 @@ from ioprobe.errors import BadInputError
 from ioprobe.loaders import files as _files
 from ioprobe.record import GpuAlone, LoaderSettings, RunRecord, Stages, WatchEpoch
 from ioprobe.watch.collector import BatchStats, Finish, WatchCollector, unjudged
-from ioprobe.watch.run_hook import is_stateful
 from ioprobe.watch.stages import Measured, loader_stages
+from ioprobe.watch.stateful import is_stateful
 
 # ----------------------------------------------------------------------------- worker side
 
@@ -270,7 +270,7 @@ def rebuild(loader: DataLoader[Any]) -> DataLoader[Any]:
 
 def _sibling_class(loader: DataLoader[Any]) -> tuple[type[Any], dict[str, Any]]:
     """The class to build the sibling from, and the arguments only it takes: a stateful
-    loader's own base class (``run_hook.STATEFUL_LOADERS``, with how often it snapshots),
+    loader's own base class (``watch.stateful``, with how often it snapshots),
     else a plain DataLoader."""
     for klass in type(loader).__mro__:
         if is_stateful(klass):

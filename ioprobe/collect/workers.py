@@ -1,0 +1,61 @@
+"""Process pools that Ctrl-C and SIGTERM end quietly, with no traceback from a worker.
+
+Ctrl-C reaches the whole process group: the parent handles it and ends the pool, so workers
+ignore SIGINT. They must ignore it from their first instruction (a worker still importing
+its modules when Ctrl-C comes prints a traceback), and only an ignored disposition survives
+exec: the pool starts with SIGINT ignored in the parent. It is blocked meanwhile, which
+keeps a Ctrl-C that comes then pending for the parent instead of discarding it.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import signal
+import threading
+from collections.abc import Callable
+from multiprocessing import resource_tracker
+from multiprocessing.pool import Pool
+from typing import Any
+
+
+def spawn_pool(processes: int, initializer: Callable[..., None], initargs: tuple[Any, ...]) -> Pool:
+    """A spawn pool (safe beside threads and fsspec's event loop) of quiet workers; each
+    ``initializer`` must call ``quiet_worker`` first."""
+    ctx = mp.get_context("spawn")
+    if threading.current_thread() is not threading.main_thread():
+        # signal handlers belong to the main thread, and so does the Ctrl-C to handle
+        return ctx.Pool(processes, initializer=initializer, initargs=initargs)
+    # started first: starting it unblocks SIGINT in this thread
+    resource_tracker.ensure_running()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    pool: Pool | None = None
+    try:
+        pool = ctx.Pool(processes, initializer=initializer, initargs=initargs)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if handler is None else handler)
+        _unblock(mask, pool)
+    return pool
+
+
+def _unblock(mask: set[int | signal.Signals], pool: Pool | None) -> None:
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C that came is raised here
+    except BaseException:
+        if pool is not None:
+            pool.terminate()  # nobody else holds it yet
+        raise
+
+
+def quiet_worker() -> None:
+    """A pool worker's signals: SIGINT ignored, SIGTERM an exit through Python."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    # SIGTERM (the pool's terminate, or a service manager's stop reaching every process)
+    # exits through Python, which releases the pool's queue locks: a worker that dies at once
+    # while it holds one (an idle worker waits for a task holding it) hangs the parent's
+    # terminate() for ever
+    raise SystemExit(128 + signum)

@@ -1,0 +1,137 @@
+"""Ctrl-C and SIGTERM during ``ioprobe run``: the script stops as it would unwatched, is
+never left running, its temporary folder goes, and what it saved is still reported.
+
+The script (tests/fixtures/interrupted_script.py) prints one line once it is training: its
+pid, its SIGINT handler, and the records folder inside ioprobe's temporary one."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import select
+import signal
+import subprocess
+import sys
+import termios
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cli import REPO
+
+pytestmark = pytest.mark.slow
+
+SCRIPT = str(REPO / "tests" / "fixtures" / "interrupted_script.py")
+READY = re.compile(r"ready pid=(\d+) sigint=(\S+) records=(\S+)")
+
+
+@dataclass
+class Watched:
+    proc: subprocess.Popen[str]
+    script_pid: int
+    sigint: str  # "default" when the script got Python's own Ctrl-C handler
+    temp_dir: Path  # ioprobe's ioprobe-run-* folder
+
+    def finish(self, timeout: float = 30) -> tuple[int, str, str]:
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out, err
+
+    def next_line(self, deadline_s: float) -> str:
+        assert self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], deadline_s)
+        assert ready, f"no line from the script within {deadline_s} s"
+        return self.proc.stdout.readline().strip()
+
+    def assert_nothing_left(self) -> None:
+        assert not self.temp_dir.exists()
+        # reaped by ioprobe, not orphaned: a running orphan would still answer
+        with pytest.raises(ProcessLookupError):
+            os.kill(self.script_pid, 0)
+
+
+def start(mode: str, tmp_path: Path, *, terminal: int | None = None) -> Watched:
+    """``ioprobe run`` of the script, in a session of its own; with ``terminal`` (a pty's
+    follower side) that is its controlling terminal, else it has none."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ioprobe", "run", "--", sys.executable, SCRIPT, mode],
+        stdin=terminal if terminal is not None else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)},
+        start_new_session=terminal is None,
+        preexec_fn=_own_terminal if terminal is not None else None,
+    )
+    line = proc.stdout.readline() if proc.stdout else ""
+    found = READY.search(line)
+    if found is None:
+        proc.kill()
+        raise AssertionError(f"the script never got ready: {line!r} {proc.communicate()}")
+    return Watched(proc, int(found[1]), found[2], Path(found[3]).parent)
+
+
+def _own_terminal() -> None:
+    # a new session whose controlling terminal is stdin, as a login shell's job has
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+def test_ctrl_c_to_the_group_stops_the_script_and_reports_what_it_saved(tmp_path: Path) -> None:
+    run = start("plain", tmp_path)
+    assert run.sigint == "default"  # the script can be interrupted at all
+    os.killpg(run.proc.pid, signal.SIGINT)
+    code, _, err = run.finish()
+    assert code == 130, err
+    assert "KeyboardInterrupt" in err  # the script's own traceback, as unwatched
+    assert "incomplete: interrupted during epoch 1" in err  # the loader's summary
+    run.assert_nothing_left()
+
+
+def test_sigterm_to_ioprobe_alone_is_passed_on_and_the_script_is_not_orphaned(
+    tmp_path: Path,
+) -> None:
+    run = start("plain", tmp_path)
+    os.kill(run.proc.pid, signal.SIGTERM)
+    code, _, err = run.finish()
+    assert code == 143, err
+    assert "killed by SIGTERM" in err
+    run.assert_nothing_left()
+
+
+def test_the_script_gets_one_sigint_and_may_clean_up_before_it_exits(tmp_path: Path) -> None:
+    # a second SIGINT would interrupt the cleanup and end the script with 130
+    run = start("cleanup", tmp_path)
+    os.killpg(run.proc.pid, signal.SIGINT)
+    code, out, err = run.finish()
+    assert (code, out.strip()) == (3, "cleaned up"), err
+    run.assert_nothing_left()
+
+
+def test_a_second_ctrl_c_kills_a_script_that_carries_on(tmp_path: Path) -> None:
+    run = start("stubborn", tmp_path)
+    os.killpg(run.proc.pid, signal.SIGINT)
+    assert run.next_line(deadline_s=10) == "carrying on"  # it shrugged the first one off
+    os.killpg(run.proc.pid, signal.SIGINT)
+    sent = time.monotonic()
+    code, _, err = run.finish(timeout=10)
+    assert time.monotonic() - sent < 5
+    assert code == 130, err
+    assert err.strip().splitlines()[-1] == "ioprobe: error: interrupted"
+    run.assert_nothing_left()
+
+
+def test_ctrl_c_typed_at_a_terminal_reaches_the_script_once(tmp_path: Path) -> None:
+    leader, follower = os.openpty()
+    try:
+        run = start("cleanup", tmp_path, terminal=follower)
+        os.write(leader, b"\x03")  # the terminal sends SIGINT to its foreground group
+        code, out, err = run.finish()
+    finally:
+        os.close(leader)
+        os.close(follower)
+    assert (code, out.strip()) == (3, "cleaned up"), err
+    run.assert_nothing_left()

@@ -1,0 +1,110 @@
+"""An interrupted probe keeps what it measured: the record of the phases that ended, marked
+incomplete with the phase it stopped in, and every report says so in its header.
+
+Ctrl-C is raised where a phase begins (the reporter is told its name), the same
+KeyboardInterrupt a signal raises in the main thread, at a point the test chooses."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from ioprobe.analysis import finalize
+from ioprobe.analysis.report import findings
+from ioprobe.collect.probe import Probe, ProbeOptions
+from ioprobe.collect.progress import SilentReporter
+from ioprobe.record import RunRecord
+from ioprobe.render import html, markdown, terminal
+from tests.unit.test_record import make_record
+
+
+class CtrlCAt(SilentReporter):
+    """Raises KeyboardInterrupt as the phase whose name starts with ``prefix`` begins."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def phase(self, name: str) -> None:
+        if name.startswith(self.prefix):
+            raise KeyboardInterrupt
+
+
+def interrupted_probe(tmp_path: Path, prefix: str) -> Probe:
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(60):
+        (data / f"{i}.bin").write_bytes(os.urandom(2000))
+    opts = ProbeOptions(target=str(data), loader="raw", time_budget_s=2.0)
+    probe = Probe(opts, CtrlCAt(prefix))
+    with pytest.raises(KeyboardInterrupt):
+        probe.run()
+    return probe
+
+
+def test_ctrl_c_in_the_cpu_phase_keeps_the_storage_passes_marked_incomplete(
+    tmp_path: Path,
+) -> None:
+    rec = interrupted_probe(tmp_path, "cpu").partial
+    assert rec is not None
+    assert rec.complete is False
+    assert rec.interrupted == "cpu (raw)"
+    st = rec.stages.storage
+    assert st.cold is not None and st.warm is not None
+    assert st.capacity_samples_per_s and st.capacity_samples_per_s > 0
+    assert rec.stages.cpu.capacity_samples_per_s is None  # the phase that was cut short
+    assert rec.dataset.files == 60
+    # the record as written by --json says so too
+    data = json.loads(rec.dumps())
+    assert data["complete"] is False and data["interrupted"] == "cpu (raw)"
+
+
+def test_ctrl_c_between_the_storage_passes_keeps_the_cold_one_as_the_capacity(
+    tmp_path: Path,
+) -> None:
+    rec = interrupted_probe(tmp_path, "storage (warm)").partial
+    assert rec is not None
+    assert rec.interrupted == "storage (warm)"
+    st = rec.stages.storage
+    assert st.cold is not None and st.warm is None
+    assert st.read_bytes_per_s == st.cold.read_bytes_per_s
+    assert st.capacity_samples_per_s and st.capacity_samples_per_s > 0
+
+
+def test_ctrl_c_before_any_stage_was_measured_leaves_no_record(tmp_path: Path) -> None:
+    assert interrupted_probe(tmp_path, "storage (cold)").partial is None
+
+
+def incomplete_record() -> RunRecord:
+    rec = make_record()
+    rec.complete = False
+    rec.interrupted = "cpu (raw)"
+    return finalize(rec)
+
+
+def test_every_report_of_an_incomplete_record_says_so_in_its_header_and_only_then() -> None:
+    rec = incomplete_record()
+    f = findings(rec)
+    line = "incomplete: interrupted during cpu (raw)"
+    text = terminal.render(rec, f).splitlines()
+    assert text[1] == line  # under the title line
+    md = markdown.render(rec, f)
+    assert md.index(line) < md.index(rec.bottleneck + "-bound")  # above the verdict
+    page = html.render(rec, f)
+    assert page.index(line) < page.index('id="verdict"')
+    done = finalize(make_record())
+    f = findings(done)
+    for report in (terminal.render(done, f), markdown.render(done, f), html.render(done, f)):
+        assert "incomplete" not in report
+
+
+def test_a_record_written_before_the_field_existed_loads_as_complete(tmp_path: Path) -> None:
+    data = make_record().to_json()
+    del data["complete"], data["interrupted"]
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps(data))
+    rec = RunRecord.load(path)
+    assert rec.complete is True
+    assert rec.interrupted is None

@@ -114,7 +114,7 @@ def test_wrong_type_deep_inside_names_the_json_path() -> None:
 def test_missing_required_key_is_named() -> None:
     data = make_record().to_json()
     del data["dataset"]
-    with pytest.raises(RecordError, match=r"x\.json\.dataset: required key is missing"):
+    with pytest.raises(RecordError, match=r"x\.json: dataset: required key is missing"):
         RunRecord.from_json(data, source="x.json")
 
 

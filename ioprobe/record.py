@@ -4,7 +4,8 @@ A ``RunRecord`` carries no behaviour beyond (de)serialisation. Collectors build 
 reads one and returns findings, renderers turn findings into text. A record saved today can be
 re-analysed and re-rendered by a later ioprobe (``ioprobe report run.json``).
 
-The JSON form is versioned by ``schema``; loading checks every field's type and names the
+The JSON form is versioned by ``schema``; loading checks every field's type, that every
+number is finite, within 1e30 and (but for a few signed fields) not negative, and names the
 offending path (``stages.storage.sweep[2].concurrency``) when something is wrong.
 """
 
@@ -892,6 +893,9 @@ def _json_type(value: Any) -> str:
 
 def _shown(value: Any) -> str:
     """A JSON value as the file writes it (NaN, Infinity), cut short if long."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        # str() of an integer past 4,300 digits raises; its size says enough
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
     text = json.dumps(value) if isinstance(value, int | float) else repr(value)
     return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
 

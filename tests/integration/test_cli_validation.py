@@ -5,11 +5,14 @@ record holding a bad figure is refused by the field that holds it."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ioprobe.collect.probe import ProbeOptions
+from ioprobe.errors import BadInputError
 from tests.integration.cli import assert_one_line_error, run_cli
 from tests.unit.test_whatif import probe_record
 
@@ -118,3 +121,20 @@ def test_a_record_with_a_bad_figure_is_one_line_naming_the_field(
     }[command]
     proc = run_cli(*args, timeout=30)
     assert_one_line_error(proc, f"{bad}: {fragment}")
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"time_budget_s": math.nan},
+        {"time_budget_s": math.inf},
+        {"compute_ms_per_batch": math.nan},
+        {"gpu_samples_per_s": math.inf},
+        {"gpu_samples_per_s": math.nan},
+    ],
+    ids=str,
+)
+def test_probe_options_from_python_refuse_non_finite_numbers(bad: dict[str, float]) -> None:
+    # what the CLI's flags refuse, a caller building the options in Python gets refused too
+    with pytest.raises(BadInputError, match="--"):
+        ProbeOptions(target=".", **bad).validate()

@@ -4,7 +4,8 @@ A ``RunRecord`` carries no behaviour beyond (de)serialisation. Collectors build 
 reads one and returns findings, renderers turn findings into text. A record saved today can be
 re-analysed and re-rendered by a later ioprobe (``ioprobe report run.json``).
 
-The JSON form is versioned by ``schema``; loading checks every field's type and names the
+The JSON form is versioned by ``schema``; loading checks every field's type, that every
+number is finite, within 1e30 and (but for a few signed fields) not negative, and names the
 offending path (``stages.storage.sweep[2].concurrency``) when something is wrong.
 """
 
@@ -700,7 +701,10 @@ class RunRecord:
             raise RecordError(
                 f"{source}: unsupported schema {schema!r} (this ioprobe reads {SCHEMA!r})"
             )
-        rec: RunRecord = _from_plain(cls, data, source)
+        try:
+            rec: RunRecord = _from_plain(cls, data, "", signed=False)
+        except RecordError as exc:
+            raise RecordError(f"{source}: {exc}") from None
         return rec
 
     def dumps(self) -> str:
@@ -730,6 +734,9 @@ class RunRecord:
             raise RecordError(
                 f"{name}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
             ) from None
+        except (ValueError, RecursionError) as exc:
+            # an integer of thousands of digits, or lists nested thousands deep
+            raise RecordError(f"{name}: not a usable JSON document: {exc}") from None
         return cls.from_json(data, source=name)
 
 
@@ -758,24 +765,25 @@ def _hints(cls: type) -> dict[str, Any]:
     return _HINTS[cls]
 
 
-def _from_plain(tp: Any, data: Any, path: str) -> Any:
+def _from_plain(tp: Any, data: Any, path: str, *, signed: bool) -> Any:
     """``data`` (parsed JSON) as the type ``tp`` annotates, checked all the way down; a
-    ``RecordError`` names the first ``path`` that does not fit."""
+    ``RecordError`` names the first ``path`` that does not fit. Numbers must be finite and,
+    unless ``signed``, not negative."""
     origin = get_origin(tp)
     if origin is Union or origin is types.UnionType:
-        return _union(get_args(tp), data, path)
+        return _union(get_args(tp), data, path, signed=signed)
     if origin is Literal:
         return _literal(get_args(tp), data, path)
     if origin is list:
-        return _list(get_args(tp)[0], data, path)
+        return _list(get_args(tp)[0], data, path, signed=signed)
     if origin is dict:
-        return _dict(get_args(tp)[1], data, path)
+        return _dict(get_args(tp)[1], data, path, signed=signed)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return _dataclass(tp, data, path)
-    return _scalar(tp, data, path)
+    return _scalar(tp, data, path, signed=signed)
 
 
-def _union(args: tuple[Any, ...], data: Any, path: str) -> Any:
+def _union(args: tuple[Any, ...], data: Any, path: str, *, signed: bool) -> Any:
     if data is None:
         if type(None) in args:
             return None
@@ -785,7 +793,7 @@ def _union(args: tuple[Any, ...], data: Any, path: str) -> Any:
         if arg is type(None):
             continue
         try:
-            return _from_plain(arg, data, path)
+            return _from_plain(arg, data, path, signed=signed)
         except RecordError as exc:
             last = exc
     assert last is not None
@@ -795,41 +803,48 @@ def _union(args: tuple[Any, ...], data: Any, path: str) -> Any:
 def _literal(allowed: tuple[Any, ...], data: Any, path: str) -> Any:
     if data not in allowed:
         choices = ", ".join(repr(a) for a in allowed)
-        raise RecordError(f"{path}: {data!r} is not one of {choices}")
+        raise RecordError(f"{path}: {_shown(data)} is not one of {choices}")
     return data
 
 
-def _list(item: Any, data: Any, path: str) -> list[Any]:
+def _list(item: Any, data: Any, path: str, *, signed: bool) -> list[Any]:
     if not isinstance(data, list):
         raise RecordError(f"{path}: expected a list, got {_json_type(data)}")
-    return [_from_plain(item, v, f"{path}[{i}]") for i, v in enumerate(data)]
+    return [_from_plain(item, v, f"{path}[{i}]", signed=signed) for i, v in enumerate(data)]
 
 
-def _dict(value_tp: Any, data: Any, path: str) -> dict[str, Any]:
+def _dict(value_tp: Any, data: Any, path: str, *, signed: bool) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise RecordError(f"{path}: expected an object, got {_json_type(data)}")
-    return {k: _from_plain(value_tp, v, f"{path}.{k}") for k, v in data.items()}
+    return {k: _from_plain(value_tp, v, _join(path, k), signed=signed) for k, v in data.items()}
 
 
 def _dataclass(tp: type, data: Any, path: str) -> Any:
     if not isinstance(data, dict):
-        raise RecordError(f"{path}: expected an object, got {_json_type(data)}")
+        raise RecordError(f"{path or 'the record'}: expected an object, got {_json_type(data)}")
     hints = _hints(tp)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(tp):
-        sub = f"{path}.{f.name}"
+        sub = _join(path, f.name)
         if f.name in data:
-            kwargs[f.name] = _from_plain(hints[f.name], data[f.name], sub)
+            signed = f"{tp.__name__}.{f.name}" in SIGNED_FIELDS
+            kwargs[f.name] = _from_plain(hints[f.name], data[f.name], sub, signed=signed)
         elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             raise RecordError(f"{sub}: required key is missing")
+    if "columns" in kwargs and tp in _COLUMN_TABLES:
+        _check_columns(kwargs["columns"], _join(path, "columns"))
     return tp(**kwargs)
 
 
-def _scalar(tp: Any, data: Any, path: str) -> Any:
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _scalar(tp: Any, data: Any, path: str, *, signed: bool) -> Any:
     if tp is Any:
         return data
     if tp is float or tp is int:
-        return _number(tp, data, path)
+        return _number(tp, data, path, signed=signed)
     if tp is bool or tp is str:
         if not isinstance(data, tp):
             raise RecordError(f"{path}: expected {tp.__name__}, got {_json_type(data)}")
@@ -838,15 +853,22 @@ def _scalar(tp: Any, data: Any, path: str) -> Any:
     raise TypeError(f"unsupported field type {tp!r} at {path}")  # a bug in this module
 
 
-def _number(tp: type, data: Any, path: str) -> float | int:
+def _number(tp: type, data: Any, path: str, *, signed: bool) -> float | int:
     # JSON's true and false are not numbers, though Python's bool is an int
-    if tp is float:
-        if isinstance(data, bool) or not isinstance(data, int | float):
-            raise RecordError(f"{path}: expected a number, got {_json_type(data)}")
-        return float(data)
-    if isinstance(data, bool) or not isinstance(data, int):
+    if isinstance(data, bool) or not isinstance(data, int | float):
+        expected = "a number" if tp is float else "an integer"
+        raise RecordError(f"{path}: expected {expected}, got {_json_type(data)}")
+    if tp is int and not isinstance(data, int):
         raise RecordError(f"{path}: expected an integer, got {_json_type(data)}")
-    return data
+    if isinstance(data, float) and not math.isfinite(data):
+        raise RecordError(f"{path}: not a finite number: {_shown(data)}")
+    if not -MAX_FIGURE <= data <= MAX_FIGURE:
+        raise RecordError(
+            f"{path}: out of range: {_shown(data)} (a record's figures are at most {MAX_FIGURE:.0e})"
+        )
+    if data < 0 and not signed:
+        raise RecordError(f"{path}: must not be negative, got {_shown(data)}")
+    return float(data) if tp is float else data
 
 
 def _json_type(value: Any) -> str:
@@ -859,6 +881,42 @@ def _json_type(value: Any) -> str:
         float: "a number",
         type(None): "null",
     }.get(type(value), type(value).__name__)
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as the file writes it (NaN, Infinity), cut short if long."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        # str() of an integer past 4,300 digits raises; its size says enough
+        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
+    text = json.dumps(value) if isinstance(value, int | float) else repr(value)
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+
+
+# Far beyond any figure a machine measures or a flag accepts (the CLI's limits keep what it
+# derives from them below this): a larger one is a damaged file, and small enough that the
+# model's products of a few figures stay finite
+MAX_FIGURE = 1e30
+# Fields whose numbers may be negative: a worker index of -1 is the main process; timelines
+# and the NVML series hold times relative to the run's origin, which a sampler started
+# before it precedes; every other count, size, rate and duration a record holds is >= 0
+SIGNED_FIELDS = frozenset(
+    {
+        "WorkerStats.worker",
+        "Track.worker",
+        "Track.columns",
+        "GpuSeries.t0_host",
+        "GpuSeries.columns",
+    }
+)
+# Tables held column by column: a row per index, so every column has one length
+_COLUMN_TABLES: tuple[type, ...] = (Track, GpuSeries)
+
+
+def _check_columns(columns: dict[str, list[Any]], path: str) -> None:
+    lengths = {name: len(values) for name, values in columns.items()}
+    if len(set(lengths.values())) > 1:
+        shown = ", ".join(f"{name} {n}" for name, n in lengths.items())
+        raise RecordError(f"{path}: columns of unequal length ({shown})")
 
 
 __all__ = [

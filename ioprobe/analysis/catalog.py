@@ -27,6 +27,10 @@ StorageClass = StorageClassInfo
 
 Catalog = dict[str, StorageClass]
 
+# a datasheet's MB/s, IOPS or milliseconds beyond this is a typo, and a class built from it
+# would overflow the rates (MB/s x 1e6 stays within MAX_BYTES)
+MAX_DATASHEET = 1e12
+
 _KEYS = {"label", "scope", "seq_read_MBps", "iops_4k", "iops_128k", "latency_ms", "source"}
 
 
@@ -46,8 +50,11 @@ def _parse_class(name: str, raw: Any, where: str) -> StorageClass:
     nums: dict[str, float] = {}
     for key in ("seq_read_MBps", "iops_4k", "iops_128k", "latency_ms"):
         v = raw[key]
-        if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-            raise BadInputError(f"{where}: classes.{name}.{key} must be a positive number")
+        # TOML has inf and nan; NaN fails every comparison, so `0 < v <= ...` refuses it too
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= MAX_DATASHEET:
+            raise BadInputError(
+                f"{where}: classes.{name}.{key} must be a positive number up to {MAX_DATASHEET:g}"
+            )
         nums[key] = float(v)
     return StorageClass(
         name=name,
@@ -130,13 +137,19 @@ _UNIT = {
 }
 
 
+# The largest size or rate a flag may give: an exabyte (per second). A larger one is a typo
+# (1e400 reads as infinity), and would overflow the model's products
+MAX_BYTES = 1e18
+
+
 def parse_bytes(text: str) -> float | None:
-    """``110kB``, ``4MiB``, ``1.5GB``, ``110000`` to bytes; None when not a positive size."""
+    """``110kB``, ``4MiB``, ``1.5GB``, ``110000`` to bytes; None when not a positive size up
+    to ``MAX_BYTES``."""
     m = _QUANTITY.match(text)
     if not m:
         return None
     value = float(m.group(1)) * _UNIT[m.group(2)]
-    return value if value > 0 else None
+    return value if 0 < value <= MAX_BYTES else None
 
 
 def parse_rate(text: str) -> float | None:
@@ -207,6 +220,7 @@ def read_rate(cls: StorageClass, sample_bytes: float, in_flight: int) -> float:
 
 __all__ = [
     "CATALOG_ENV",
+    "MAX_BYTES",
     "Catalog",
     "StorageClass",
     "iops_at",

@@ -48,7 +48,7 @@ class SeriesSummary:
     """The NVML series in a line: how often it read, and the readings looked at first."""
 
     rows: int
-    hz: float
+    hz: float | None  # None: no sampling interval recorded
     sm_mean: float | None
     pcie_rx_peak: float | None  # bytes/s
     power_mean: float | None  # W
@@ -107,7 +107,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 def delivery(w: WatchData) -> Delivery:
     out = Delivery(batches=sum(e.batches for e in w.epochs), epochs=len(w.epochs))
-    if w.stall_ms.count:
+    if w.stall_ms.values:  # a count without values (a damaged record) has no percentiles
         out.stall_p50_ms = percentile(w.stall_ms.values, 0.5)
         out.stall_p95_ms = percentile(w.stall_ms.values, 0.95)
     timed = [e for e in w.epochs if e.gpu_wait_seconds is not None]
@@ -152,7 +152,7 @@ def series_summary(s: GpuSeries | None) -> SeriesSummary | None:
     rx = [v for v in cols.get("pcie_rx_bytes_per_s", []) if v is not None]
     return SeriesSummary(
         rows=len(cols["t"]),
-        hz=1 / s.interval_s,
+        hz=1 / s.interval_s if s.interval_s > 0 else None,
         sm_mean=_mean(cols.get("sm_util", [])),
         pcie_rx_peak=max(rx) if rx else None,
         power_mean=_mean(cols.get("power_w", [])),

@@ -199,6 +199,41 @@ def tracks_of(rec: RunRecord) -> list[Track]:
     return []
 
 
+# The columns the report reads from each kind of timeline; a track lacking one (a damaged or
+# hand-made record) is left out of the charts and the trace, with a note saying so
+MAIN_READS = ("start", "end", "stall", "batches")
+WORKER_READS = ("start", "end", "batches", "samples", "wall", "cpu", "read")
+DEVICE_READS = ("start", "end", "wait", "copy", "batches")
+
+
+def complete_tracks(rec: RunRecord) -> tuple[list[Track], Track | None, list[str]]:
+    """The record's host timelines and its device timeline that hold every column the report
+    reads, and a note for each one left out."""
+    kept, notes = [], []
+    for t in tracks_of(rec):
+        lacking = _lacking(t, MAIN_READS if t.worker is None else WORKER_READS)
+        if lacking:
+            notes.append(_left_out(t, lacking))
+        else:
+            kept.append(t)
+    device = rec.watch.gpu_track if rec.watch is not None else None
+    if device is not None and (lacking := _lacking(device, DEVICE_READS)):
+        notes.append(_left_out(device, lacking))
+        device = None
+    return kept, device, notes
+
+
+def _lacking(track: Track, reads: tuple[str, ...]) -> list[str]:
+    return [c for c in reads if c not in track.columns]
+
+
+def _left_out(track: Track, lacking: list[str]) -> str:
+    return (
+        f"the timeline {track.name!r} lacks its {', '.join(lacking)} column"
+        f"{'s' if len(lacking) > 1 else ''}: left out of the charts and the trace"
+    )
+
+
 def coarsen(track: Track, max_rows: int) -> Track:
     """``track`` with neighbouring rows merged until at most ``max_rows`` remain, by the
     rules the collector itself merges a long run with (``record.MERGE_RULES``)."""
@@ -417,7 +452,7 @@ def advice(rec: RunRecord) -> list[Advice]:
 
 def findings(rec: RunRecord) -> Findings:
     """All of a report's content for ``rec``."""
-    tracks = tracks_of(rec)
+    tracks, device, left_out = complete_tracks(rec)
     main = next((t for t in tracks if t.worker is None), None)
     consumer, batches = consumer_points(main) if main is not None else ([], 0)
     delivered = rec.measured_samples_per_s
@@ -441,14 +476,13 @@ def findings(rec: RunRecord) -> Findings:
         gpu_series=gpu_series_view(rec),
         cache_gap=cache_gap(rec),
         numbers=key_numbers(rec),
-        notes=list(rec.notes),
+        notes=list(rec.notes) + left_out,
         timeline=[coarsen(t, MAX_TRACE_ROWS) for t in tracks],
-        device_timeline=_device_timeline(rec),
+        device_timeline=_device_timeline(device),
     )
 
 
-def _device_timeline(rec: RunRecord) -> Track | None:
-    gpu = rec.watch.gpu_track if rec.watch is not None else None
+def _device_timeline(gpu: Track | None) -> Track | None:
     if gpu is None or not gpu.columns.get("start"):
         return None
     return coarsen(gpu, MAX_TRACE_ROWS)

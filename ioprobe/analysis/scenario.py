@@ -207,6 +207,12 @@ def evaluate(rec: RunRecord, change: Change) -> Scenario:
     pcie, pcie_why = pcie_estimate(base, ch, old, new)
     gpu, gpu_why = gpu_estimate(base, old, new, decode)
     stages = Stages(storage=storage, cpu=cpu, pcie=pcie, gpu=gpu)
+    if not any(stages.capacities().values()):
+        # e.g. a cache that serves every read of a run that measured its storage alone
+        raise BadInputError(
+            "under this change no measured stage limits the pipeline any more, so there is "
+            "no rate to predict; the record needs another measured stage"
+        )
     assumptions = (*decode.assumptions, *cpu_why, *storage_why, *pcie_why, *gpu_why)
     return Scenario(stages, pipeline_model(stages), _deltas(base.stages, stages, ch), assumptions)
 
@@ -337,7 +343,8 @@ def storage_estimate(
         why = _new_class(rec, ch, st, lanes)
     else:
         why = _more_readers(rec, st, old, lanes)
-    if ch.cache_bytes is not None and st.capacity_samples_per_s is not None:
+    # a zero capacity is no measurement (the model leaves it out too): nothing to cache
+    if ch.cache_bytes is not None and st.capacity_samples_per_s:
         why.append(_cached(rec, ch, st))
     return st, why
 
@@ -392,7 +399,7 @@ def _more_readers(rec: RunRecord, st: StorageStage, old: Resources, lanes: float
 def _cached(rec: RunRecord, ch: Change, st: StorageStage) -> str:
     """``st`` behind a cache of ``ch.cache_bytes``: a sample costs a miss's share of the
     uncached time and a hit's share of the warm (page-cache) time."""
-    assert ch.cache_bytes is not None and st.capacity_samples_per_s is not None
+    assert ch.cache_bytes is not None and st.capacity_samples_per_s
     size = rec.dataset.sample_bytes_mean
     total = dataset_bytes(rec)
     order = ch.cache_order or recorded_order(rec)

@@ -33,6 +33,7 @@ from ioprobe.record import (
 
 DEFAULT_GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 MAX_GPUS = 1 << 20
+CHECK_STEPS = 8  # model runs that check the closed form of gpus_supported
 
 
 def storage_samples_per_s(cls: StorageClassInfo, inp: SizeInputs) -> float:
@@ -118,17 +119,24 @@ def gpus_supported(cls: StorageClassInfo, inp: SizeInputs) -> int:
     probe = stages_for(cls, 1, inp).capacities()
     supply = min(v for k, v in probe.items() if k != "gpu" and v is not None)
     per_node = inp.gpu_samples_per_s * inp.nodes * inp.target_utilization
-    n = min(int(supply / per_node), MAX_GPUS) if math.isfinite(supply) else MAX_GPUS
+    # infinite where storage and CPU do not limit, or where R x U is too small for a float
+    ratio = supply / per_node if per_node > 0 else math.inf
+    n = min(int(ratio), MAX_GPUS) if math.isfinite(ratio) else MAX_GPUS
 
     def ok(k: int) -> bool:
         return k >= 1 and (pipeline_model(stages_for(cls, k, inp)).gpu_utilization or 0.0) >= (
             inp.target_utilization - 1e-12
         )
 
-    while n > 0 and not ok(n):
-        n -= 1
-    while n < MAX_GPUS and ok(n + 1):
-        n += 1
+    # the closed form is off by a rounding step at most, so a few checks settle it; a walk
+    # of up to MAX_GPUS model runs would hang on inputs where the two disagree further
+    for _ in range(CHECK_STEPS):
+        if n > 0 and not ok(n):
+            n -= 1
+        elif n < MAX_GPUS and ok(n + 1):
+            n += 1
+        else:
+            break
     return n
 
 

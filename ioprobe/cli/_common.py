@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Callable
 from importlib import import_module
@@ -10,10 +11,11 @@ from typing import Any, TypeVar
 import click
 from rich.console import Console
 
+from ioprobe.analysis.catalog import Catalog, resolve_storage
 from ioprobe.analysis.report import Findings, findings
 from ioprobe.errors import BadInputError, RecordError
 from ioprobe.outputs import check_output, fd_of, write_output
-from ioprobe.record import STAGE_NAMES, RunRecord
+from ioprobe.record import STAGE_NAMES, RunRecord, StorageClassInfo
 
 
 def write_record(rec: RunRecord, path: str) -> None:
@@ -40,12 +42,17 @@ catalog_option = click.option(
 
 def load_analysable(path: str) -> RunRecord:
     """A measured record the model can re-run: it has at least one stage capacity."""
-    rec = RunRecord.load(path)
+    return analysable(RunRecord.load(path), path)
+
+
+def analysable(rec: RunRecord, path: str) -> RunRecord:
+    """``rec`` if the model can re-run it, else a ``RecordError`` naming ``path``."""
     if rec.kind == "size":
         raise RecordError(
             f"{path}: a size record holds a table, not a run; give a probe or watch run"
         )
-    caps = rec.stages.capacities()
+    # a what-if is re-run from the measured stages it started from
+    caps = (rec.whatif.base_stages if rec.whatif else rec.stages).capacities()
     if not any(caps[s] for s in STAGE_NAMES):
         raise RecordError(f"{path}: no stage has a measured capacity, so there is nothing to model")
     return rec
@@ -224,3 +231,42 @@ def show(rec: RunRecord, f: Findings, *, err: bool = False) -> None:
     out = Console(highlight=False, stderr=err)
     out.file.write(terminal.render(rec, f, width=out.width, color=out.is_terminal))
     out.file.flush()
+
+
+# Bounds of the numeric flags: beyond them a value is a typo, not a machine, and everything
+# the model derives from them stays within what a record may hold (record.MAX_FIGURE)
+MAX_COUNT = 1 << 20  # workers, cores, GPUs, nodes, batch sizes, reads in flight
+MAX_SECONDS = 7 * 86400.0  # a time budget, a step or a sample's CPU time
+MAX_RATE = 1e12  # samples/s
+
+
+class FiniteFloat(click.FloatRange):
+    """A number in a range that is also finite: Python's float() reads 'nan', 'inf' and
+    '1e400' (infinity), which no range check catches (NaN compares false with everything)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FLOAT.convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return super().convert(number, param, ctx)
+
+
+def finite_float(
+    min: float | None = None, max: float | None = None, *, min_open: bool = False
+) -> FiniteFloat:
+    """The click type of a float flag: finite, at least ``min`` (above it with ``min_open``),
+    at most ``max``."""
+    return FiniteFloat(min=min, max=max, min_open=min_open)
+
+
+def count(min: int = 1) -> click.IntRange:
+    """The click type of a count flag: an integer from ``min`` to ``MAX_COUNT``."""
+    return click.IntRange(min=min, max=MAX_COUNT)
+
+
+def storage_flag(spec: str, catalog: Catalog) -> StorageClassInfo:
+    """``--storage``'s class or rate, an error naming the flag when it is neither."""
+    try:
+        return resolve_storage(spec, catalog)
+    except BadInputError as exc:
+        raise BadInputError(f"--storage: {exc}") from None

@@ -14,7 +14,15 @@ import click
 
 from ioprobe.analysis import finalize
 from ioprobe.analysis.catalog import try_load_catalog
-from ioprobe.cli._common import deliver, output_options, plan_outputs
+from ioprobe.cli._common import (
+    MAX_RATE,
+    MAX_SECONDS,
+    count,
+    deliver,
+    finite_float,
+    output_options,
+    plan_outputs,
+)
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import Reporter, make_reporter
 from ioprobe.errors import BadInputError, Interrupted, Terminated, TermSignal
@@ -26,7 +34,7 @@ from ioprobe.record import RunRecord
 @output_options
 @click.option(
     "--time-budget",
-    type=float,
+    type=finite_float(0, MAX_SECONDS, min_open=True),
     default=60.0,
     show_default=True,
     metavar="S",
@@ -45,24 +53,24 @@ from ioprobe.record import RunRecord
     help="auto, raw, image, numpy, dali, or module:function (a callable taking bytes).",
 )
 @click.option(
-    "--workers", type=int, help="Decode workers in the end-to-end run (default: usable cores)."
+    "--workers", type=count(), help="Decode workers in the end-to-end run (default: usable cores)."
 )
 @click.option(
-    "--batch-size", type=int, help="Samples per batch in the end-to-end run (default 32)."
+    "--batch-size", type=count(), help="Samples per batch in the end-to-end run (default 32)."
 )
 @click.option(
     "--compute-ms-per-batch",
-    type=float,
+    type=finite_float(0, MAX_SECONDS * 1e3),
     metavar="MS",
     help="Emulate an accelerator that computes MS per batch.",
 )
 @click.option(
     "--gpu-samples-per-s",
-    type=float,
+    type=finite_float(0, MAX_RATE, min_open=True),
     metavar="R",
     help="Emulate an accelerator that consumes R samples/s.",
 )
-@click.option("--gpus", type=int, default=1, show_default=True, help="GPUs the pipeline feeds.")
+@click.option("--gpus", type=count(), default=1, show_default=True, help="GPUs the pipeline feeds.")
 @click.option(
     "--pcie-only",
     is_flag=True,

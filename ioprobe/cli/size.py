@@ -23,17 +23,22 @@ from ioprobe.analysis.catalog import (
     load_catalog,
     parse_bytes,
     parse_rate,
-    resolve_storage,
 )
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.scenario import recorded_gpus
 from ioprobe.analysis.size import DEFAULT_GPU_COUNTS, size
 from ioprobe.cli._common import (
+    MAX_COUNT,
+    MAX_RATE,
+    MAX_SECONDS,
     catalog_option,
     check_outputs,
+    count,
+    finite_float,
     json_option,
     load_analysable,
     show,
+    storage_flag,
     write_record,
     writes_stdout,
 )
@@ -48,8 +53,8 @@ def _int_list(text: str) -> list[int]:
         raise BadInputError(
             f"--gpus {text!r}: expected a comma-separated list such as 1,2,4,8"
         ) from None
-    if not out or min(out) < 1:
-        raise BadInputError(f"--gpus {text!r}: GPU counts must be at least 1")
+    if not out or min(out) < 1 or max(out) > MAX_COUNT:
+        raise BadInputError(f"--gpus {text!r}: GPU counts must be from 1 to {MAX_COUNT:,}")
     return sorted(set(out))
 
 
@@ -66,18 +71,23 @@ def _parsed(
 
 
 def _bytes(flag: str, text: str | None) -> float | None:
-    return _parsed(flag, text, parse_bytes, "a positive size such as 110kB or 4MiB")
+    return _parsed(
+        flag, text, parse_bytes, "a positive size up to 1e18 bytes such as 110kB or 4MiB"
+    )
 
 
 @click.command(help=__doc__)
 @click.argument("run_file", metavar="[RUN.json]", required=False)
 @click.option("--sample-bytes", metavar="B", help="Bytes read per sample, e.g. 110kB, 4MiB.")
 @click.option(
-    "--cpu-ms-per-sample", type=click.FloatRange(min=0), metavar="MS", help="CPU time per sample."
+    "--cpu-ms-per-sample",
+    type=finite_float(0, MAX_SECONDS * 1e3),
+    metavar="MS",
+    help="CPU time per sample.",
 )
 @click.option(
     "--gpu-samples-per-s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=finite_float(0, MAX_RATE, min_open=True),
     metavar="R",
     help="Samples/s one GPU trains on when data is always ready.",
 )
@@ -87,13 +97,13 @@ def _bytes(flag: str, text: str | None) -> float | None:
 )
 @click.option(
     "--cores",
-    type=click.FloatRange(min=0, min_open=True),
+    type=finite_float(0, MAX_COUNT, min_open=True),
     metavar="N",
     help="CPU cores per node for the loaders (default: the run's usable cores; none: not limiting).",
 )
 @click.option(
     "--nodes",
-    type=click.IntRange(min=1),
+    type=count(),
     default=1,
     show_default=True,
     metavar="N",
@@ -102,7 +112,7 @@ def _bytes(flag: str, text: str | None) -> float | None:
 @click.option("--nic", metavar="RATE", help="Each node's network limit, e.g. 12.5GB/s.")
 @click.option(
     "--in-flight",
-    type=click.IntRange(min=1),
+    type=count(),
     default=64,
     show_default=True,
     help="Reads in flight per node (loader workers x reads per worker).",
@@ -110,7 +120,7 @@ def _bytes(flag: str, text: str | None) -> float | None:
 @click.option("--dataset-bytes", metavar="B", help="Dataset size, for the cache that would help.")
 @click.option(
     "--target-utilization",
-    type=click.FloatRange(min=0, max=1, min_open=True),
+    type=finite_float(0, 1, min_open=True),
     default=0.9,
     show_default=True,
     metavar="U",
@@ -162,11 +172,11 @@ def command(
 def _classes(text: str | None, catalog: Catalog) -> list[StorageClassInfo]:
     """The storage classes or rates of --storage, else every class in the catalog."""
     specs = [s for s in text.split(",") if s.strip()] if text else list(catalog)
-    return [resolve_storage(s, catalog) for s in specs]
+    return [storage_flag(s, catalog) for s in specs]
 
 
 def _rate(flag: str, text: str | None) -> float | None:
-    return _parsed(flag, text, parse_rate, "a rate such as 12.5GB/s")
+    return _parsed(flag, text, parse_rate, "a positive rate up to 1e18 bytes/s such as 12.5GB/s")
 
 
 def _inputs(

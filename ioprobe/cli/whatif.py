@@ -12,33 +12,41 @@ from typing import cast
 
 import click
 
-from ioprobe.analysis.catalog import load_catalog, resolve_storage, try_load_catalog
+from ioprobe.analysis.catalog import load_catalog, try_load_catalog
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.scenario import parse_pcie
 from ioprobe.analysis.whatif import whatif
 from ioprobe.cli._common import (
     catalog_option,
     check_outputs,
+    count,
+    finite_float,
     json_option,
     load_analysable,
     show,
+    storage_flag,
     write_record,
     writes_stdout,
 )
 from ioprobe.errors import BadInputError
 from ioprobe.record import CacheOrder, Change
 
+MAX_CACHE_GB = 1e9  # an exabyte
+
 
 @click.command(help=__doc__)
 @click.argument("run_file", metavar="RUN.json")
-@click.option("--workers", type=click.IntRange(min=0), help="Loader workers per GPU process.")
-@click.option("--cores", type=click.IntRange(min=1), help="CPU cores the loaders may use.")
+@click.option("--workers", type=count(min=0), help="Loader workers per GPU process.")
+@click.option("--cores", type=count(), help="CPU cores the loaders may use.")
 @click.option(
     "--storage", metavar="CLASS|RATE", help="A storage class (see --catalog) or a rate: 2000MB/s."
 )
-@click.option("--gpus", type=click.IntRange(min=1), help="GPUs, one training process each.")
+@click.option("--gpus", type=count(), help="GPUs, one training process each.")
 @click.option(
-    "--cache-gb", type=click.FloatRange(min=0), metavar="G", help="A RAM cache of G GB (10^9)."
+    "--cache-gb",
+    type=finite_float(0, MAX_CACHE_GB),
+    metavar="G",
+    help="A RAM cache of G GB (10^9).",
 )
 @click.option(
     "--cache-order",
@@ -75,7 +83,7 @@ def command(
     # a class asked for must come from a catalog that loads; otherwise the catalog only
     # feeds the advice, which a broken file must not stop
     catalog = load_catalog(catalog_path) if storage else try_load_catalog(catalog_path)
-    storage_class = resolve_storage(storage, catalog) if storage else None
+    storage_class = storage_flag(storage, catalog) if storage else None
     change = Change(
         workers=workers,
         cores=cores,

@@ -8,6 +8,7 @@ is split across phases up front, so a slow target shortens each phase instead of
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import time
 from dataclasses import dataclass, field, fields
@@ -91,17 +92,18 @@ class ProbeOptions(ProbeSettings):
 
 def _check_numbers(o: ProbeOptions) -> None:
     both = o.compute_ms_per_batch is not None and o.gpu_samples_per_s is not None
+    # written so that NaN fails each check (it compares false with everything)
     wrong = (
-        (o.time_budget_s <= 0, "--time-budget must be a positive number of seconds"),
+        (not 0 < o.time_budget_s < math.inf, "--time-budget must be a positive number of seconds"),
         (o.workers is not None and o.workers < 1, "--workers must be at least 1"),
         (o.batch_size is not None and o.batch_size < 1, "--batch-size must be at least 1"),
         (
-            o.compute_ms_per_batch is not None and o.compute_ms_per_batch < 0,
-            "--compute-ms-per-batch must not be negative",
+            o.compute_ms_per_batch is not None and not 0 <= o.compute_ms_per_batch < math.inf,
+            "--compute-ms-per-batch must be a finite number, not negative",
         ),
         (
-            o.gpu_samples_per_s is not None and o.gpu_samples_per_s <= 0,
-            "--gpu-samples-per-s must be positive",
+            o.gpu_samples_per_s is not None and not 0 < o.gpu_samples_per_s < math.inf,
+            "--gpu-samples-per-s must be a finite positive number",
         ),
         (both, "give --compute-ms-per-batch or --gpu-samples-per-s, not both"),
         (o.gpus < 1, "--gpus must be at least 1"),

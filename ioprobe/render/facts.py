@@ -296,7 +296,8 @@ def _series_readings(s: SeriesSummary) -> list[str]:
 
 def _series_sampling(s: GpuSeries, summary: SeriesSummary) -> str:
     """How often the sampler read, how many rows it kept, and what one poll cost."""
-    rate_hz = f"{summary.hz:.3g} Hz, {summary.rows:,} rows"
+    hz = f"{summary.hz:.3g} Hz, " if summary.hz is not None else ""
+    rate_hz = f"{hz}{summary.rows:,} rows"
     if s.poll_seconds is None:
         return rate_hz
     p = s.poll_seconds  # µs for a stand-in or a fast driver, ms for a real GPU

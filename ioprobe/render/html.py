@@ -244,7 +244,8 @@ def consumer_chart(points: Sequence[ConsumerPoint], batches: int) -> str:
 
 
 def _per_batch_ms(p: ConsumerPoint) -> tuple[float, float]:
-    n = p.last - p.first + 1
+    # a row that counts no batch (a damaged record) shows its totals rather than dividing by 0
+    n = max(p.last - p.first + 1, 1)
     return p.stall_s * 1e3 / n, p.compute_s * 1e3 / n
 
 

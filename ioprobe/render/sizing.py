@@ -67,12 +67,17 @@ def _table(sz: SizeData, supported: dict[str, int]) -> Table:
     table.add_column(f"GPUs >= {inp.target_utilization:.0%}", justify="right")
     by = {(r.storage, r.gpus): r for r in sz.rows}
     for cls in sz.storage:
-        rows = [by[(cls.name, n)] for n in sz.gpu_counts]
-        # storage reads at the same rate whatever the GPU count: the first row's stands for all
-        mbps = rows[0].storage_samples_per_s * inp.sample_bytes / 1e6
-        cells = [_cell(r.gpu_utilization, r.bottleneck, inp.target_utilization) for r in rows]
+        rows = [by.get((cls.name, n)) for n in sz.gpu_counts]
+        # storage reads at the same rate whatever the GPU count: any row's stands for all
+        first = next((r for r in rows if r is not None), None)
+        mbps = f"{first.storage_samples_per_s * inp.sample_bytes / 1e6:,.0f}" if first else "-"
+        # a record that lost a row (damaged, or cut by hand) shows the gap
+        cells = [
+            _cell(r.gpu_utilization, r.bottleneck, inp.target_utilization) if r else Text("-")
+            for r in rows
+        ]
         gpus = Text(str(supported.get(cls.name, 0)), style="bold")
-        table.add_row(cls.name, f"{mbps:,.0f}", *cells, gpus)
+        table.add_row(cls.name, mbps, *cells, gpus)
     return table
 
 
@@ -90,6 +95,8 @@ def _conclusions(sz: SizeData, gap: SizeRow | None) -> list[RenderableType]:
 
 
 def _cores(sz: SizeData) -> str | None:
+    if not sz.gpu_counts:
+        return None
     top = max(sz.gpu_counts)
     row = next((r for r in sz.rows if r.gpus == top), None)
     if row is None or not row.cores_needed:

@@ -122,8 +122,8 @@ def test_probe_never_changes_the_data(jpegs: Path, tmp_path: Path) -> None:
         (["probe", "/no/such/dir"], ["/no/such/dir: no such file or directory"]),
         (["probe", "{empty}"], ["no readable non-empty files"]),
         (["probe", "{fifo}"], ["a FIFO"]),
-        (["probe", "{jpegs}", "--time-budget", "-1"], ["--time-budget must be a positive"]),
-        (["probe", "{jpegs}", "--workers", "0"], ["--workers must be at least 1"]),
+        (["probe", "{jpegs}", "--time-budget", "-1"], ["'--time-budget'", "not in the range"]),
+        (["probe", "{jpegs}", "--workers", "0"], ["'--workers'", "not in the range"]),
         (["probe", "{jpegs}", "--time-budget", "soon"], ["'soon' is not a valid float"]),
         (["probe", "{jpegs}", "--loader", "bogus"], ["use auto, raw, image, numpy"]),
         (

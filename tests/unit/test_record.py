@@ -114,7 +114,7 @@ def test_wrong_type_deep_inside_names_the_json_path() -> None:
 def test_missing_required_key_is_named() -> None:
     data = make_record().to_json()
     del data["dataset"]
-    with pytest.raises(RecordError, match=r"x\.json\.dataset: required key is missing"):
+    with pytest.raises(RecordError, match=r"x\.json: dataset: required key is missing"):
         RunRecord.from_json(data, source="x.json")
 
 
@@ -135,3 +135,84 @@ def test_missing_file_and_directory_give_clear_errors(tmp_path: Path) -> None:
 def test_save_leaves_no_temporary_files(tmp_path: Path) -> None:
     make_record().save(tmp_path / "a.json")
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def _load_text(tmp_path: Path, text: str) -> RunRecord:
+    path = tmp_path / "run.json"
+    path.write_text(text)
+    return RunRecord.load(path)
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity", "1e400"])
+def test_a_non_finite_figure_is_refused_by_its_path(tmp_path: Path, literal: str) -> None:
+    # Python's json reads NaN, Infinity and 1e400 (as infinity) though JSON has none of them
+    data = make_record().to_json()
+    data["stages"]["storage"]["read_bytes_per_s"] = "@"
+    text = json.dumps(data).replace('"@"', literal)
+    shown = {"1e400": "Infinity"}.get(literal, literal)
+    with pytest.raises(RecordError) as err:
+        _load_text(tmp_path, text)
+    assert str(err.value) == (
+        f"{tmp_path / 'run.json'}: stages.storage.read_bytes_per_s: not a finite number: {shown}"
+    )
+
+
+def test_a_negative_figure_is_refused_by_its_path() -> None:
+    data = make_record().to_json()
+    data["stages"]["storage"]["cold"]["sweep"][0]["bytes"] = -5
+    with pytest.raises(
+        RecordError,
+        match=r"^x\.json: stages\.storage\.cold\.sweep\[0\]\.bytes: must not be negative, got -5$",
+    ):
+        RunRecord.from_json(data, source="x.json")
+
+
+def test_figures_beyond_float_range_or_1e30_are_refused() -> None:
+    for value in (10**400, 1e31, -(10**31)):
+        data = make_record().to_json()
+        data["dataset"]["bytes" if isinstance(value, int) else "sample_bytes_mean"] = value
+        with pytest.raises(RecordError, match=r"x\.json: dataset\.\w+: out of range"):
+            RunRecord.from_json(data, source="x.json")
+
+
+def test_a_figure_of_the_wrong_type_is_refused_and_null_kept_where_allowed() -> None:
+    data = make_record().to_json()
+    data["stages"]["cpu"]["capacity_samples_per_s"] = None  # allowed: not measured
+    assert RunRecord.from_json(data).stages.cpu.capacity_samples_per_s is None
+    data["dataset"]["files"] = None
+    with pytest.raises(RecordError, match=r"dataset\.files: expected an integer, got null"):
+        RunRecord.from_json(data)
+    data["dataset"]["files"] = 1.5
+    with pytest.raises(RecordError, match=r"dataset\.files: expected an integer, got a number"):
+        RunRecord.from_json(data)
+
+
+def test_signed_fields_keep_their_negative_values() -> None:
+    from ioprobe.record import GpuSeries, Track, WatchData, WorkerStats
+
+    rec = make_record()
+    rec.watch = WatchData(
+        workers=[WorkerStats(worker=-1)],
+        tracks=[Track(name="loading in the main process", worker=-1, columns={"start": [-0.1]})],
+    )
+    rec.gpu_series = GpuSeries(t0_host=-0.5, columns={"t": [-0.0002, 0.1]})
+    assert RunRecord.from_json(json.loads(rec.dumps())) == rec
+
+
+def test_timeline_columns_of_unequal_length_are_refused() -> None:
+    from ioprobe.record import Track, WatchData
+
+    rec = make_record()
+    rec.watch = WatchData(tracks=[Track(name="main", columns={"start": [0.0, 1.0], "end": [1.0]})])
+    with pytest.raises(
+        RecordError,
+        match=r"watch\.tracks\[0\]\.columns: columns of unequal length \(start 2, end 1\)",
+    ):
+        RunRecord.from_json(rec.to_json(), source="x.json")
+
+
+def test_an_integer_of_thousands_of_digits_or_deep_nesting_is_one_error(tmp_path: Path) -> None:
+    with pytest.raises(RecordError, match="not a usable JSON document"):
+        _load_text(tmp_path, '{"schema": "ioprobe.run/1", "n": ' + "9" * 5000 + "}")
+    with pytest.raises(RecordError, match="not a usable JSON document"):
+        _load_text(tmp_path, "[" * 100_000 + "]" * 100_000)

@@ -29,3 +29,7 @@ class Interrupted(IoprobeError):
     """The user pressed Ctrl-C; temporary files have been removed."""
 
     exit_code = 130
+
+
+class StorageTimeoutError(TargetError):
+    """The storage did not answer within the time budget: nothing could be measured."""

@@ -2,12 +2,16 @@
 
 ``Probe(options).run()`` returns a RunRecord of kind ``probe`` with the measured stages filled
 in; ``ioprobe.analysis.finalize`` adds the verdict. The time budget covers the whole probe and
-is split across phases up front, so a slow target shortens each phase instead of overrunning.
+is split across phases up front, so a slow target shortens each phase instead of overrunning:
+the probe ends within the budget plus ``budget.margin_s`` whatever the storage does
+(collect/budget.py says how). Files that fail to read are skipped and counted by cause in
+``dataset.read_errors``; the probe fails only when nothing is left to measure.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import time
 from dataclasses import dataclass, field, fields
@@ -23,13 +27,16 @@ from ioprobe.collect import gpu_sampler
 from ioprobe.collect import pcie as pcie_mod
 from ioprobe.collect import pipeline as pipe_mod
 from ioprobe.collect import storage as st_mod
+from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.cuda_copy import Copier, open_copier
+from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.decode import choose
 from ioprobe.collect.decode import resolve as resolve_decoder
+from ioprobe.collect.failures import ReadFailures
 from ioprobe.collect.hostinfo import host_info
 from ioprobe.collect.pcie import LinkReader
 from ioprobe.collect.progress import Reporter, SilentReporter
-from ioprobe.errors import BadInputError, TargetError
+from ioprobe.errors import BadInputError, StorageTimeoutError, TargetError
 from ioprobe.record import (
     CpuStage,
     DatasetProfile,
@@ -38,6 +45,7 @@ from ioprobe.record import (
     GpuStage,
     HostInfo,
     PcieStage,
+    PipelineRun,
     ProbeSettings,
     RunRecord,
     Stages,
@@ -48,6 +56,11 @@ FIT_TOLERANCE = 1.05
 COLD_MAX_BYTES = 4 << 30
 WARM_MAX_BYTES = 1 << 30
 DEFAULT_BATCH = 32
+MAX_BUDGET_S = 86_400.0  # a day: any longer is a typo, and past what thread timeouts take
+MAX_WORKERS = 1024  # end-to-end worker processes: each is a Python interpreter
+LISTING_SHARE = 0.5  # of the budget: a listing slower than this leaves too little to measure
+PROFILE_SHARE = 0.1  # of the budget, at least PROFILE_MIN_S: the heads that name the formats
+PROFILE_MIN_S = 0.5
 
 
 @dataclass(kw_only=True)
@@ -91,16 +104,23 @@ class ProbeOptions(ProbeSettings):
 def _check_numbers(o: ProbeOptions) -> None:
     both = o.compute_ms_per_batch is not None and o.gpu_samples_per_s is not None
     wrong = (
-        (o.time_budget_s <= 0, "--time-budget must be a positive number of seconds"),
+        (
+            not 0 < o.time_budget_s <= MAX_BUDGET_S,  # NaN too: it compares false
+            f"--time-budget must be a positive number of seconds, at most {MAX_BUDGET_S:,.0f}",
+        ),
         (o.workers is not None and o.workers < 1, "--workers must be at least 1"),
+        (
+            o.workers is not None and o.workers > MAX_WORKERS,
+            f"--workers must be at most {MAX_WORKERS}",
+        ),
         (o.batch_size is not None and o.batch_size < 1, "--batch-size must be at least 1"),
         (
-            o.compute_ms_per_batch is not None and o.compute_ms_per_batch < 0,
-            "--compute-ms-per-batch must not be negative",
+            o.compute_ms_per_batch is not None and not 0 <= o.compute_ms_per_batch < math.inf,
+            "--compute-ms-per-batch must be a finite number, not negative",
         ),
         (
-            o.gpu_samples_per_s is not None and o.gpu_samples_per_s <= 0,
-            "--gpu-samples-per-s must be positive",
+            o.gpu_samples_per_s is not None and not 0 < o.gpu_samples_per_s < math.inf,
+            "--gpu-samples-per-s must be a finite positive number",
         ),
         (both, "give --compute-ms-per-batch or --gpu-samples-per-s, not both"),
         (o.gpus < 1, "--gpus must be at least 1"),
@@ -226,6 +246,7 @@ class Probe:
         self.options = options
         self.reporter = reporter or SilentReporter()
         self.notes: list[str] = []
+        self.failures = ReadFailures()  # every phase's failed reads, each file once
 
     def run(self) -> RunRecord:
         """Every phase, with NVML sampled in the background throughout where there is a GPU."""
@@ -248,8 +269,10 @@ class Probe:
         self._storage(plan, stages.storage)
         path = self._disk_to_gpu(plan, stages.storage) if plan.device else None
         loader = "image" if plan.dali else choose(self.options.loader, plan.profile.formats)
-        payloads = self._payloads(plan, loader, stages.storage)
-        stages.cpu = self._cpu(plan, loader, payloads)
+        payloads, spent = self._payloads(plan, loader, stages.storage)
+        # reading the decode inputs comes out of the CPU phase's share, up to half of it
+        cpu_s = max(plan.budget["cpu"] - spent, plan.budget["cpu"] / 2)
+        stages.cpu = self._cpu(plan, loader, payloads, cpu_s)
         stages.gpu = self._gpu_stage()
         if plan.device:  # without one the pcie stage keeps its reason
             stages.pcie = self._pcie(plan, stages.cpu, path)
@@ -258,6 +281,7 @@ class Probe:
         record = self._record(plan, stages, loader)
         if self.options.emulated:
             self._end_to_end(plan, record, loader)
+        record.dataset.read_errors = self.failures.counts()
         record.duration_s = time.perf_counter() - started
         self.reporter.close()
         return record
@@ -268,9 +292,13 @@ class Probe:
         split what remains of the budget across the phases."""
         o = self.options
         self.reporter.phase("listing")
-        ds = ds_mod.resolve(o.target, seed=o.seed, storage_options=o.storage_options)
+        ds = self._list()
         prof = ds_mod.profile(
-            ds, lambda e: pipe_mod.read_whole(ds.fs, e, ds_mod.MAGIC_BYTES), seed=o.seed
+            ds,
+            lambda e: pipe_mod.read_whole(ds.fs, e, ds_mod.MAGIC_BYTES),
+            seed=o.seed,
+            seconds=max(PROFILE_SHARE * o.time_budget_s, PROFILE_MIN_S),
+            failures=self.failures,
         )
         dali = o.loader == "dali"
         if dali:
@@ -295,6 +323,24 @@ class Probe:
             budget=_budget(left, ds.remote, o.passes, o.emulated, dali, device),
         )
 
+    def _list(self) -> ds_mod.Dataset:
+        """The target's files, listed within ``LISTING_SHARE`` of the budget."""
+        o = self.options
+        limit = LISTING_SHARE * o.time_budget_s
+
+        def listing() -> ds_mod.Dataset:
+            return ds_mod.resolve(
+                o.target, seed=o.seed, storage_options=o.storage_options, budget_s=o.time_budget_s
+            )
+
+        try:
+            return within(limit, listing)
+        except Overdue:
+            raise StorageTimeoutError(
+                f"{o.target}: storage did not answer within the time budget (no listing after "
+                f"{limit:.1f} s, half of the {o.time_budget_s:g} s budget)"
+            ) from None
+
     def _storage(self, plan: _Plan, st: StorageStage) -> None:
         """A read pass per cache state (one for a remote target, which has no page cache),
         and the stage's capacity from the pass that stands for training's reads."""
@@ -307,26 +353,66 @@ class Probe:
             selection = st_mod.select_entries(plan.ds.entries, cap, o.seed)
             try:
                 result = st_mod.measure_pass(
-                    plan.ds, selection, p, plan.budget[p], reporter=self.reporter, seed=o.seed
+                    plan.ds,
+                    selection,
+                    p,
+                    plan.budget[p],
+                    reporter=self.reporter,
+                    seed=o.seed,
+                    failures=self.failures,
                 )
+            except TimeoutError as exc:
+                raise StorageTimeoutError(
+                    f"{o.target}: storage did not answer within the time budget ({exc})"
+                ) from None
             except OSError as exc:
                 raise TargetError(f"{o.target}: {exc}") from None
             setattr(st, p, result)
         self._storage_capacity(st, plan.profile.sample_bytes_mean)
 
-    def _payloads(self, plan: _Plan, loader: str, st: StorageStage) -> list[bytes]:
-        """The files the CPU phase decodes, read once. Decode inputs are held by every
-        worker: files over the cap are left out while smaller ones exist, and raw "decoding"
-        of a huge file needs only a prefix of it."""
+    def _payloads(self, plan: _Plan, loader: str, st: StorageStage) -> tuple[list[bytes], float]:
+        """The files the CPU phase decodes, read once, and the seconds that took. Files that
+        failed to read before are left out, and one that fails now is skipped; reading stops
+        at half the CPU phase's share. Nothing read is an error: there is nothing to decode."""
         o, ds = self.options, plan.ds
         self.reporter.phase(f"cpu ({loader})")
+        entries, limit = self._decode_inputs(plan, loader, st)
+        seconds = max(plan.budget["cpu"] / 2, 1.0)
+        started = time.monotonic()
+        payloads = cpu_mod.load_payloads(
+            lambda e: pipe_mod.read_whole(ds.fs, e, limit),
+            entries,
+            seconds=seconds,
+            failures=self.failures,
+        )
+        spent = time.monotonic() - started
+        if payloads:
+            return payloads, spent
+        if spent >= seconds:
+            raise StorageTimeoutError(
+                f"{o.target}: storage did not answer within the time budget (no sample read "
+                f"for decoding in {seconds:.1f} s)"
+            )
+        raise TargetError(
+            f"{o.target}: cannot read samples for decoding: every read failed "
+            f"({self.failures.summary()}), e.g. {self.failures.example}"
+        )
+
+    def _decode_inputs(
+        self, plan: _Plan, loader: str, st: StorageStage
+    ) -> tuple[list[FileEntry], int | None]:
+        """Which files to decode, and how much of each to read (None: all of it). Decode
+        inputs are held by every worker: files over the cap are left out while smaller ones
+        exist, and raw "decoding" of a huge file needs only a prefix of it."""
+        ds = plan.ds
         payload_cap = 64 << 20
         if ds.remote and st.read_bytes_per_s:
             # fetching decode inputs over a slow link must not eat the CPU phase's budget
             payload_cap = min(payload_cap, int(st.read_bytes_per_s * plan.budget["cpu"] / 4))
-        fitting = [e for e in ds.entries if e.size <= payload_cap]
+        readable = [e for e in ds.entries if e.path not in self.failures] or ds.entries
+        fitting = [e for e in readable if e.size <= payload_cap]
         entries = st_mod.select_entries(
-            fitting or [min(ds.entries, key=lambda e: e.size)], payload_cap, o.seed + 1
+            fitting or [min(readable, key=lambda e: e.size)], payload_cap, self.options.seed + 1
         )
         limit = payload_cap if loader == "raw" else None
         if not fitting and limit is None:
@@ -334,15 +420,10 @@ class Probe:
                 f"every file is larger than {payload_cap >> 20} MiB: the CPU stage decodes one "
                 f"whole {entries[0].size / 1e6:,.0f} MB file per worker"
             )
-        try:
-            return cpu_mod.load_payloads(lambda e: pipe_mod.read_whole(ds.fs, e, limit), entries)
-        except OSError as exc:
-            raise TargetError(f"{o.target}: cannot read samples for decoding: {exc}") from None
+        return entries, limit
 
-    def _cpu(self, plan: _Plan, loader: str, payloads: list[bytes]) -> CpuStage:
-        cpu = cpu_mod.measure_cpu(
-            loader, payloads, plan.usable, plan.budget["cpu"], reporter=self.reporter
-        )
+    def _cpu(self, plan: _Plan, loader: str, payloads: list[bytes], seconds: float) -> CpuStage:
+        cpu = cpu_mod.measure_cpu(loader, payloads, plan.usable, seconds, reporter=self.reporter)
         cpu.output_bytes_per_sample = cpu_mod.output_bytes(loader, payloads)
         return cpu
 
@@ -402,6 +483,7 @@ class Probe:
             budget_s=plan.budget["pipeline"],
             cache="remote" if ds.remote else ("cold" if cold else "warm"),
             seed=o.seed,
+            failures=self.failures,
         )
         record.pipeline = run
         record.measured_samples_per_s = run.samples_per_s
@@ -411,6 +493,14 @@ class Probe:
             f"{run.samples_per_s:.1f} samples/s, GPU idle {run.gpu_idle_fraction:.0%} "
             f"over {run.batches} batches"
         )
+        self._pipeline_notes(run)
+
+    def _pipeline_notes(self, run: PipelineRun) -> None:
+        if run.errors:
+            self.notes.append(
+                f"the end-to-end run counted {run.errors:,} samples that failed to read or "
+                "decode as errors: they are not in its delivered samples"
+            )
         if run.batches < 5:
             self.notes.append(
                 f"the end-to-end run saw only {run.batches} batches: a larger dataset or "

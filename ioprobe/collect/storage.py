@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.dataset import Dataset, FileEntry
 from ioprobe.collect.failures import ReadFailures, cause
 from ioprobe.collect.progress import Reporter, SilentReporter
@@ -458,23 +459,51 @@ class _Plateau:
         return self.stale >= STALE_LEVELS
 
 
+@dataclass(frozen=True)
+class _Timing:
+    """A pass's clock: when it ends, how long a level reads, and how long past the end reads
+    in flight are waited for."""
+
+    deadline: float  # time.monotonic()
+    per_level: float
+    grace: float
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def level(self) -> tuple[float, float]:
+        """(seconds the next level starts reads, seconds until it stops waiting for them): a
+        read stuck on storage that stopped answering may hold it to the pass's end."""
+        left = self.left()
+        soft = min(self.per_level, max(left, 0.2))
+        return soft, max(soft, left + self.grace)
+
+
+def _settle(plan: _PassPlan, timing: _Timing) -> float | None:
+    """``plan.settle_cache()`` within the pass's time: eviction and mincore open each file,
+    which blocks on a file system that stopped answering. Residency is unknown then."""
+    try:
+        return within(max(timing.left(), 0.2), plan.settle_cache)
+    except Overdue:
+        return None
+
+
 def _measure_level(
     plan: _PassPlan,
     concurrency: int,
-    seconds: tuple[float, float],
+    timing: _Timing,
     seed: int,
     rep: Reporter,
     failures: ReadFailures,
 ) -> tuple[SweepPoint, LevelResult]:
-    """One level of the sweep, from its cache state to its point; ``seconds`` is how long it
-    starts reads and when it stops waiting for them."""
-    resident = plan.settle_cache()
+    """One level of the sweep, from its cache state to its point."""
+    resident = _settle(plan, timing)
 
     def poll(done: int) -> None:
         share = done / max(plan.total_bytes, 1)
         rep.update(share, f"{concurrency} threads  {done / 1e6:8.1f} MB")
 
-    soft, hard = seconds
+    soft, hard = timing.level()
     res = run_level(
         plan.reader, plan.items, concurrency, soft, seed=seed, on_poll=poll, hard_s=hard
     )
@@ -547,23 +576,19 @@ def measure_pass(
     out = StoragePass(cache="cold" if cache == "cold" else "warm")
     out.eviction = _eviction_note(plan.local, cache)
     deadline = time.monotonic() + budget_s
-    grace = max(LEVEL_GRACE_S, 0.1 * budget_s)
     if plan.local and not plan.cold:
         # a warm pass measures page-cache reads: fill the cache first, untimed, so the first
         # level does not pay for the misses; it may take half the pass, the levels the rest
         rep.update(0.0, "warming the page cache")
         warm_s = max(budget_s / 2, 0.5)
-        run_level(plan.reader, plan.items, 8, warm_s, seed=seed, hard_s=warm_s + grace)
+        run_level(plan.reader, plan.items, 8, warm_s, seed=seed, hard_s=budget_s)
     per_level = max((deadline - time.monotonic()) / len(levels), 0.5)
+    timing = _Timing(deadline, per_level, max(LEVEL_GRACE_S, 0.1 * budget_s))
     plateau = _Plateau()
     for i, c in enumerate(levels):
-        left = deadline - time.monotonic()
-        if left <= 0.05 and out.sweep:
+        if timing.left() <= 0.05 and out.sweep:
             break
-        soft = min(per_level, max(left, 0.2))
-        # a read stuck on storage that stopped answering may hold the level to the pass's end
-        seconds = (soft, max(soft, left) + grace)
-        point, res = _measure_level(plan, c, seconds, seed + i, rep, failures)
+        point, res = _measure_level(plan, c, timing, seed + i, rep, failures)
         if res.items == 0 and not any(p.items for p in out.sweep):
             raise _nothing_read(res)
         _report(rep, point)

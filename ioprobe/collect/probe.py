@@ -60,6 +60,8 @@ MAX_WORKERS = 1024  # end-to-end worker processes: each is a Python interpreter
 LISTING_SHARE = 0.5  # of the budget: a listing slower than this leaves too little to measure
 PROFILE_SHARE = 0.1  # of the budget, at least PROFILE_MIN_S: the heads that name the formats
 PROFILE_MIN_S = 0.5
+PHASES = ("cold", "warm", "disk_to_gpu", "cpu", "pcie", "decode", "pipeline")  # as they run
+MIN_PHASE_S = 0.2
 
 
 @dataclass(kw_only=True)
@@ -246,6 +248,7 @@ class Probe:
         self.reporter = reporter or SilentReporter()
         self.notes: list[str] = []
         self.failures = ReadFailures()  # every phase's failed reads, each file once
+        self._deadline = math.inf  # perf_counter when the budget is spent
 
     def run(self) -> RunRecord:
         """Every phase, with NVML sampled in the background throughout where there is a GPU."""
@@ -263,19 +266,17 @@ class Probe:
     def _run(self, started: float) -> RunRecord:
         """The phases in order: list and profile the target, read it (cold, warm), read it to
         the GPU, decode it, copy to the GPU, compare decode paths, and run it end to end."""
+        self._deadline = started + self.options.time_budget_s
         plan = self._plan(started)
         stages = Stages(storage=StorageStage(), pcie=self._pcie_unmeasured())
         self._storage(plan, stages.storage)
         path = self._disk_to_gpu(plan, stages.storage) if plan.device else None
         loader = "image" if plan.dali else choose(self.options.loader, plan.profile.formats)
-        payloads, spent = self._payloads(plan, loader, stages.storage)
-        # reading the decode inputs comes out of the CPU phase's share, up to half of it
-        cpu_s = max(plan.budget["cpu"] - spent, plan.budget["cpu"] / 2)
-        stages.cpu = self._cpu(plan, loader, payloads, cpu_s)
+        stages.cpu, payloads = self._cpu_phase(plan, loader, stages.storage)
         stages.gpu = self._gpu_stage()
         if plan.device:  # without one the pcie stage keeps its reason
             stages.pcie = self._pcie(plan, stages.cpu, path)
-        if plan.dali:
+        if plan.dali and payloads:
             self._decode_paths(plan, payloads, stages)
         record = self._record(plan, stages, loader)
         if self.options.emulated:
@@ -322,6 +323,15 @@ class Probe:
             budget=_budget(left, ds.remote, o.passes, o.emulated, dali, device),
         )
 
+    def _seconds(self, plan: _Plan, phase: str) -> float:
+        """The phase's planned share of the budget, shortened where earlier phases ran long
+        (process pools starting, reads in flight finishing): what is left of the budget is
+        split across this phase and the ones after it in the planned proportions."""
+        planned = plan.budget.get(phase, 0.0)
+        rest = sum(plan.budget.get(p, 0.0) for p in PHASES[PHASES.index(phase) :])
+        left = self._deadline - time.perf_counter()
+        return max(min(planned, left * planned / rest if rest else 0.0), MIN_PHASE_S)
+
     def _list(self) -> ds_mod.Dataset:
         """The target's files, listed within ``LISTING_SHARE`` of the budget."""
         o = self.options
@@ -355,7 +365,7 @@ class Probe:
                     plan.ds,
                     selection,
                     p,
-                    plan.budget[p],
+                    self._seconds(plan, p),
                     reporter=self.reporter,
                     seed=o.seed,
                     failures=self.failures,
@@ -369,14 +379,28 @@ class Probe:
             setattr(st, p, result)
         self._storage_capacity(st, plan.profile.sample_bytes_mean)
 
-    def _payloads(self, plan: _Plan, loader: str, st: StorageStage) -> tuple[list[bytes], float]:
-        """The files the CPU phase decodes, read once, and the seconds that took. Files that
-        failed to read before are left out, and one that fails now is skipped; reading stops
-        at half the CPU phase's share. Nothing read is an error: there is nothing to decode."""
-        o, ds = self.options, plan.ds
+    def _cpu_phase(
+        self, plan: _Plan, loader: str, st: StorageStage
+    ) -> tuple[CpuStage, list[bytes]]:
+        """The CPU stage and the payloads it decoded; unmeasured, with a note saying why,
+        where no payload could be read (the storage stage was measured: the record stands)."""
         self.reporter.phase(f"cpu ({loader})")
+        seconds = self._seconds(plan, "cpu")
+        payloads, spent = self._payloads(plan, loader, st, seconds / 2)
+        if not payloads:
+            return CpuStage(loader=loader, usable_cores=plan.usable), payloads
+        # reading the decode inputs comes out of the CPU phase's share, up to half of it
+        cpu_s = max(seconds - spent, seconds / 2)
+        return self._cpu(plan, loader, payloads, cpu_s), payloads
+
+    def _payloads(
+        self, plan: _Plan, loader: str, st: StorageStage, seconds: float
+    ) -> tuple[list[bytes], float]:
+        """The files the CPU phase decodes, read once within ``seconds``, and the seconds that
+        took. Files that failed to read before are left out, and one that fails now is
+        skipped. None read is noted: the CPU stage goes unmeasured."""
+        ds = plan.ds
         entries, limit = self._decode_inputs(plan, loader, st)
-        seconds = max(plan.budget["cpu"] / 2, 1.0)
         started = time.monotonic()
         payloads = cpu_mod.load_payloads(
             lambda e: pipe_mod.read_whole(ds.fs, e, limit),
@@ -385,17 +409,15 @@ class Probe:
             failures=self.failures,
         )
         spent = time.monotonic() - started
-        if payloads:
-            return payloads, spent
-        if spent >= seconds:
-            raise StorageTimeoutError(
-                f"{o.target}: storage did not answer within the time budget (no sample read "
-                f"for decoding in {seconds:.1f} s)"
+        if not payloads:
+            why = (
+                f"storage did not return one within {seconds:.1f} s; a larger --time-budget "
+                "gives it longer"
+                if spent >= seconds
+                else f"every read failed ({self.failures.summary()})"
             )
-        raise TargetError(
-            f"{o.target}: cannot read samples for decoding: every read failed "
-            f"({self.failures.summary()}), e.g. {self.failures.example}"
-        )
+            self.notes.append(f"the CPU stage was not measured: no sample to decode ({why})")
+        return payloads, spent
 
     def _decode_inputs(
         self, plan: _Plan, loader: str, st: StorageStage
@@ -431,7 +453,7 @@ class Probe:
         CPU stage decoded, else as stored."""
         per_sample = cpu.output_bytes_per_sample or plan.profile.sample_bytes_mean
         basis = "decoded" if cpu.output_bytes_per_sample else "file size"
-        stage = self._measure_pcie(plan.budget["pcie"], per_sample, basis)
+        stage = self._measure_pcie(self._seconds(plan, "pcie"), per_sample, basis)
         stage.disk_to_gpu = path
         return stage
 
@@ -440,7 +462,11 @@ class Probe:
         beside it on the same images, and the fastest that fits stands for the stage."""
         self.reporter.phase("decode paths")
         stages.cpu.decode_paths = paths_mod.measure_paths(
-            payloads, stages.cpu, plan.host.gpus, plan.budget["decode"], reporter=self.reporter
+            payloads,
+            stages.cpu,
+            plan.host.gpus,
+            self._seconds(plan, "decode"),
+            reporter=self.reporter,
         )
         note = use_fastest_path(stages)
         if note is not None:
@@ -470,8 +496,9 @@ class Probe:
             )
         batch = o.batch_size or DEFAULT_BATCH
         cold = "cold" in plan.passes
+        seconds = self._seconds(plan, "pipeline")
         if not ds.remote and cold:
-            self._evict(ds.entries[:50_000], plan.budget["pipeline"] / 2)
+            self._evict(ds.entries[:50_000], seconds / 2)
         run = pipe_mod.run_pipeline(
             ds.entries,
             ds.fs,
@@ -479,19 +506,25 @@ class Probe:
             workers=o.workers or plan.usable,
             batch_size=batch,
             compute_s=self._compute_seconds(batch),
-            budget_s=plan.budget["pipeline"],
+            budget_s=seconds,
             cache="remote" if ds.remote else ("cold" if cold else "warm"),
             seed=o.seed,
             failures=self.failures,
         )
         record.pipeline = run
-        record.measured_samples_per_s = run.samples_per_s
-        record.gpu_idle_fraction = run.gpu_idle_fraction
-        record.gpu_idle_method = "emulated consumer: time waiting for a batch / wall time"
         self.reporter.result(
             f"{run.samples_per_s:.1f} samples/s, GPU idle {run.gpu_idle_fraction:.0%} "
             f"over {run.batches} batches"
         )
+        if not run.batches:  # no batch after the start-up one: a rate of 0 would be invented
+            self.notes.append(
+                f"the end-to-end run took no batch after its first within {seconds:.1f} s: "
+                "nothing was measured end to end; a larger time budget gives it time"
+            )
+            return
+        record.measured_samples_per_s = run.samples_per_s
+        record.gpu_idle_fraction = run.gpu_idle_fraction
+        record.gpu_idle_method = "emulated consumer: time waiting for a batch / wall time"
         if run.batches < 5:
             self.notes.append(
                 f"the end-to-end run saw only {run.batches} batches: a larger dataset or "
@@ -526,7 +559,7 @@ class Probe:
             copier,
             plan.ds.entries,
             remote=plan.ds.remote,
-            budget_s=plan.budget.get("disk_to_gpu", 0.0),
+            budget_s=self._seconds(plan, "disk_to_gpu") if "disk_to_gpu" in plan.budget else 0.0,
             cold=cold,
             storage=st,
             seed=self.options.seed + 2,

@@ -45,6 +45,7 @@ from ioprobe.record import (
     GpuStage,
     HostInfo,
     PcieStage,
+    PipelineRun,
     ProbeSettings,
     RunRecord,
     Stages,
@@ -511,12 +512,17 @@ class Probe:
             seed=o.seed,
             failures=self.failures,
         )
-        record.pipeline = run
         self.reporter.result(
             f"{run.samples_per_s:.1f} samples/s, GPU idle {run.gpu_idle_fraction:.0%} "
             f"over {run.batches} batches"
         )
-        if not run.batches:  # no batch after the start-up one: a rate of 0 would be invented
+        self._keep_run(record, run, seconds)
+
+    def _keep_run(self, record: RunRecord, run: PipelineRun, seconds: float) -> None:
+        """The end-to-end run into the record; its rate and idle share only where a batch was
+        measured, since with none after the start-up one a rate of 0 would be invented."""
+        record.pipeline = run
+        if not run.batches:
             self.notes.append(
                 f"the end-to-end run took no batch after its first within {seconds:.1f} s: "
                 "nothing was measured end to end; a larger time budget gives it time"

@@ -174,6 +174,7 @@ def test_half_the_objects_missing_are_counted_and_never_delivered(
     rec = json.loads(out.read_text())
     assert rec["dataset"]["files"] == 200
     assert rec["dataset"]["read_errors"] == {"not_found": 100}
+    assert rec["dataset"]["skipped"] == {}  # the listing lost nothing: no "0 vanished"
     pipeline = rec["pipeline"]
     delivered = pipeline["tracks"][0]["columns"]["samples"]
     assert sum(pipeline["tracks"][0]["columns"]["batches"]) == 10  # the whole dataset

@@ -44,3 +44,7 @@ class TermSignal(KeyboardInterrupt):
     remove temporary files and end worker pools, the probe's partial record) and no
     ``except Exception`` swallows it; ``cli.main`` ends it as ``Terminated``.
     """
+
+
+class StorageTimeoutError(TargetError):
+    """The storage did not answer within the time budget: nothing could be measured."""

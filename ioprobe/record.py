@@ -88,6 +88,9 @@ class DatasetProfile:
     sizes_estimated: bool = False  # a huge tree: sizes from a random sample of stat() calls
     listing_truncated: bool = False
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
+    # files that were listed but failed to read when the probe read them (vanished, refused,
+    # timed out), each counted once by cause (collect/failures.py names the causes)
+    read_errors: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -298,6 +301,9 @@ class PipelineRun:
     wait_p50_ms: float | None = None
     wait_p95_ms: float | None = None
     tracks: list[Track] = field(default_factory=list)  # as in WatchData: main, then workers
+    # samples that failed to read or decode, in every batch taken (the first too): counted
+    # here, never in ``samples``
+    errors: int = 0
 
 
 @dataclass

@@ -16,17 +16,20 @@ a sample's uncontended cost, read 36 ms per image where 3 ms was right. Each sam
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from multiprocessing.pool import AsyncResult, Pool
 from typing import Any
 
 from ioprobe import capacity
+from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.decode import Decoder, output_nbytes, resolve
+from ioprobe.collect.failures import ReadFailures
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.collect.workers import quiet_worker, spawn_pool
 from ioprobe.errors import BadInputError
@@ -204,15 +207,37 @@ def _payload_file(payloads: list[bytes]) -> Iterator[str]:
 
 
 def load_payloads(
-    read: Any, entries: Sequence[Any], max_files: int = 128, max_bytes: int = 64 << 20
+    read: Callable[[Any], bytes],
+    entries: Sequence[Any],
+    max_files: int = 128,
+    max_bytes: int = 64 << 20,
+    *,
+    seconds: float = math.inf,
+    failures: ReadFailures | None = None,
 ) -> list[bytes]:
-    """Read up to ``max_files`` whole files (at least one) totalling at most ``max_bytes``."""
+    """Read up to ``max_files`` whole files (at least one) totalling at most ``max_bytes``,
+    for at most ``seconds``: a read still running then is abandoned and reading stops.
+
+    With ``failures``, a file that fails to read is counted there and skipped (the caller
+    decides whether what is left is enough); without, its error is raised.
+    """
     out: list[bytes] = []
     total = 0
+    stop = time.monotonic() + seconds
     for e in entries:
         if out and (len(out) >= max_files or total + e.size > max_bytes):
             break
-        data = read(e)
+        if time.monotonic() >= stop:
+            break
+        try:
+            data = within(stop - time.monotonic(), read, e)
+        except Overdue:
+            break
+        except Exception as exc:  # remote backends raise their own types, not OSError
+            if failures is None:
+                raise
+            failures.add_exception(e.path, exc)
+            continue
         out.append(data)
         total += len(data)
     return out

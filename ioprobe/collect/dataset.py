@@ -11,17 +11,19 @@ network file system a stat per file of a 10M-file tree takes longer than the who
 from __future__ import annotations
 
 import glob as globlib
+import math
 import os
 import random
 import stat
 from collections import Counter
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from ioprobe.capacity import density_class
-from ioprobe.errors import TargetError
+from ioprobe.collect.budget import Pending, map_within, network_timeouts
+from ioprobe.collect.failures import ReadFailures
+from ioprobe.errors import StorageTimeoutError, TargetError
 from ioprobe.record import DatasetProfile
 from ioprobe.redact import redact_url
 
@@ -105,15 +107,22 @@ def is_remote(target: str) -> bool:
 
 
 def resolve(
-    target: str, *, seed: int = 0, storage_options: dict[str, Any] | None = None
+    target: str,
+    *,
+    seed: int = 0,
+    storage_options: dict[str, Any] | None = None,
+    budget_s: float = 60.0,
 ) -> Dataset:
     """List the files of ``target``; raise TargetError with one clear line if it can't be used.
 
     The returned dataset and every error quote the target redacted (``redact_url``): a signed
     URL's signature or a password in it never reaches a record, a report or an error line.
+
+    A remote target's requests get connect and read timeouts derived from ``budget_s``, the
+    probe's time budget, unless ``storage_options`` sets its own.
     """
     if is_remote(target):
-        return _resolve_remote(target, storage_options or {})
+        return _resolve_remote(target, storage_options or {}, budget_s)
     path = target[len("file://") :] if target.startswith("file://") else target
     return _resolve_local(redact_url(target), os.path.expanduser(path), seed)
 
@@ -256,9 +265,9 @@ def _skip_summary(skipped: Counter[str]) -> str:
     return ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(skipped.items()))
 
 
-def _resolve_remote(url: str, storage_options: dict[str, Any]) -> Dataset:
+def _resolve_remote(url: str, storage_options: dict[str, Any], budget_s: float) -> Dataset:
     target = redact_url(url)  # what is shown; ``url`` itself only opens the filesystem
-    fs, path = _open_remote(url, target, storage_options)
+    fs, path = _open_remote(url, target, storage_options, budget_s)
     files = [i for i in _list_remote(target, fs, path) if i.get("type") in (None, "file")]
     listed = len(files)
     skipped: Counter[str] = Counter()
@@ -279,7 +288,9 @@ def _resolve_remote(url: str, storage_options: dict[str, Any]) -> Dataset:
     )
 
 
-def _open_remote(url: str, target: str, storage_options: dict[str, Any]) -> tuple[Any, str]:
+def _open_remote(
+    url: str, target: str, storage_options: dict[str, Any], budget_s: float
+) -> tuple[Any, str]:
     """The fsspec filesystem and the path within it that ``url`` names; errors quote
     ``target``, its redacted form."""
     try:
@@ -287,20 +298,26 @@ def _open_remote(url: str, target: str, storage_options: dict[str, Any]) -> tupl
     except ImportError:  # pragma: no cover - fsspec is a core dependency
         raise TargetError(f"{target}: remote targets need fsspec") from None
     opts = dict(storage_options)
-    scheme = url.split("://", 1)[0]
-    if scheme in ("http", "https"):
-        import aiohttp
-
-        # a dead server must fail the probe, not hang it
-        opts.setdefault(
-            "client_kwargs",
-            {"timeout": aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=60)},
-        )
+    _set_timeouts(url.split("://", 1)[0], opts, budget_s)
     try:
         fs, path = fsspec.core.url_to_fs(url, **opts)
     except (ImportError, ValueError) as exc:
         raise TargetError(f"{target}: {_one_line(exc)}") from None
     return fs, path
+
+
+def _set_timeouts(scheme: str, opts: dict[str, Any], budget_s: float) -> None:
+    """Connect and read timeouts from the budget, where the backend takes them: a server that
+    accepts the connection and never answers must fail a request, not hold the probe. Other
+    backends are bounded by the probe's deadlines alone (collect/budget.py)."""
+    connect, read = network_timeouts(budget_s)
+    if scheme in ("http", "https"):
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read)
+        opts.setdefault("client_kwargs", {"timeout": timeout})
+    elif scheme in ("s3", "s3a"):
+        opts.setdefault("config_kwargs", {"connect_timeout": connect, "read_timeout": read})
 
 
 def _list_remote(target: str, fs: Any, path: str) -> list[dict[str, Any]]:
@@ -316,6 +333,10 @@ def _list_remote(target: str, fs: Any, path: str) -> list[dict[str, Any]]:
         raise TargetError(f"{target}: not found") from None
     except PermissionError:
         raise TargetError(f"{target}: permission denied") from None
+    except TimeoutError:  # asyncio's, aiohttp's and fsspec's timeouts
+        raise StorageTimeoutError(
+            f"{target}: storage did not answer within the time budget (the listing timed out)"
+        ) from None
     except Exception as exc:  # fsspec backends raise anything from aiohttp, botocore, ...
         raise TargetError(f"{target}: cannot reach it: {_one_line(exc)}") from None
 
@@ -338,10 +359,12 @@ def _fill_sizes(
     sampled = len(unknown) > STAT_SAMPLE
     if sampled:
         unknown = random.Random(0).sample(unknown, STAT_SAMPLE)
-    with ThreadPoolExecutor(16) as pool:
-        infos = list(pool.map(lambda i: _safe_info(fs, str(i["name"])), unknown))
-    found = [i for i in infos if i is not None]
-    skipped["vanished"] += len(infos) - len(found)
+    # daemon threads: a request stuck on a server that stopped answering must not hold the
+    # process at exit, as a thread pool's would (the listing's own deadline bounds the wait)
+    infos = map_within(lambda i: _safe_info(fs, str(i["name"])), unknown, 16)
+    found = [i for i in infos if isinstance(i, dict)]
+    if len(infos) > len(found):
+        skipped["vanished"] += len(infos) - len(found)
     return known + found, sampled
 
 
@@ -411,20 +434,29 @@ def _percentile(sorted_values: list[int], q: float) -> int:
     return sorted_values[idx]
 
 
-def profile(ds: Dataset, read_head: Any, *, sample: int = 64, seed: int = 0) -> DatasetProfile:
-    """Summarise sizes and formats. ``read_head(entry) -> bytes`` reads a file's first bytes."""
+def profile(
+    ds: Dataset,
+    read_head: Callable[[FileEntry], bytes],
+    *,
+    sample: int = 64,
+    seed: int = 0,
+    seconds: float = math.inf,
+    failures: ReadFailures | None = None,
+) -> DatasetProfile:
+    """Summarise sizes and formats. ``read_head(entry) -> bytes`` reads a file's first bytes,
+    for ``sample`` files at most, eight at a time, for at most ``seconds``: formats come from
+    the heads read by then. A head that fails to read is counted in ``failures``."""
     sizes = sorted(e.size for e in ds.entries)
     mean = sum(sizes) / len(sizes)
     rng = random.Random(seed)
     probe = ds.entries if len(ds.entries) <= sample else rng.sample(ds.entries, sample)
     formats: Counter[str] = Counter()
-    for entry in probe:
-        try:
-            head = read_head(entry)
-        except OSError:
-            ds.skipped["unreadable"] += 1
-            continue
-        formats[detect_format(entry.path, head)] += 1
+    for entry, head in zip(probe, map_within(read_head, probe, 8, seconds), strict=True):
+        if isinstance(head, Exception):
+            if failures is not None:
+                failures.add_exception(entry.path, head)
+        elif not isinstance(head, Pending):
+            formats[detect_format(entry.path, head)] += 1
     return DatasetProfile(
         target=ds.target,
         files=ds.total_files,

@@ -5,10 +5,15 @@ process consumes batches in order and sleeps ``compute_s`` per batch, standing i
 step. ``2 x workers`` batches are in flight, DataLoader's default prefetch. The consumer's time
 blocked waiting for the next batch is the data stall; ``gpu_idle_fraction`` is stall time over
 wall time, the first batch excluded because it includes worker start-up.
+
+A sample whose read or decode fails is counted as an error, never as a delivered sample. The
+run ends at its budget whatever the storage does: the consumer waits for a batch at most a
+grace period past it, and never computes past it.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import random
 import time
@@ -18,6 +23,7 @@ from typing import Any
 
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.decode import Decoder, resolve
+from ioprobe.collect.failures import ReadFailures, cause
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
 from ioprobe.collect.workers import quiet_worker, spawn_pool
 from ioprobe.record import PipelineRun, Track
@@ -55,30 +61,40 @@ def read_whole(fs: Any, entry: FileEntry, limit: int | None = None) -> bytes:
     return bytes(view[:got])
 
 
-BatchResult = tuple[int, int, int, int, int, int, int, int]
+FailedRead = tuple[str, str]  # path, cause key
+BatchResult = tuple[int, int, int, int, int, int, int, int, tuple[FailedRead, ...]]
+GRACE_S = 0.5  # at least this long past the budget for a batch in flight to arrive
 
 
 def _batch_task(batch: list[FileEntry]) -> BatchResult:
-    """(samples, bytes, errors, pid, start ns, end ns, read ns, CPU ns) of one batch; times on
-    perf_counter, the host-wide monotonic clock the parent shares."""
+    """(samples delivered, bytes, errors, pid, start ns, end ns, read ns, CPU ns, failed reads)
+    of one batch; times on perf_counter, the host-wide monotonic clock the parent shares. A
+    sample that fails to read or decode is an error, not a delivered sample."""
     assert _decoder is not None
     clock = time.perf_counter_ns
     nbytes = 0
     errors = 0
     read_ns = 0
+    failed: list[FailedRead] = []
     t_start = clock()
     c0 = time.thread_time_ns()
     for entry in batch:
+        r0 = clock()
         try:
-            r0 = clock()
             data = read_whole(_fs, entry)
-            read_ns += clock() - r0
-            nbytes += len(data)
+        except Exception as exc:  # counted, like a loader that skips unreadable samples
+            failed.append((entry.path, cause(exc)))
+            continue
+        read_ns += clock() - r0
+        nbytes += len(data)
+        try:
             _decoder(data)
-        except Exception:  # counted, like a loader that skips bad samples
+        except Exception:  # a sample the decoder rejects is skipped too
             errors += 1
+    errors += len(failed)
     cpu = time.thread_time_ns() - c0
-    return len(batch), nbytes, errors, os.getpid(), t_start, clock(), read_ns, cpu
+    pid = os.getpid()
+    return len(batch) - errors, nbytes, errors, pid, t_start, clock(), read_ns, cpu, tuple(failed)
 
 
 class _Consumer:
@@ -87,6 +103,8 @@ class _Consumer:
     def __init__(self) -> None:
         self.waits: list[float] = []  # seconds blocked per batch, the first batch excluded
         self.samples = 0  # in the batches of ``waits``
+        self.errors = 0  # samples that failed to read or decode, in every batch taken
+        self.failed: list[FailedRead] = []
         self.first_done = 0.0  # perf_counter when the first batch's compute ended
         self.end = 0.0
         self.main = Series(MAIN_COLUMNS, MAIN_ROWS)
@@ -95,7 +113,9 @@ class _Consumer:
 
     def took(self, t0_ns: int, t1_ns: int, result: BatchResult) -> None:
         """A batch arrived at ``t1_ns`` after waiting from ``t0_ns``."""
-        n, _, _, pid, w_start, w_end, read_ns, cpu_ns = result
+        n, _, errors, pid, w_start, w_end, read_ns, cpu_ns, failed = result
+        self.errors += errors
+        self.failed.extend(failed)
         self.origin = self.origin or t0_ns
         self.main.add((t0_ns, t1_ns, t1_ns - t0_ns, 1, n, 0))
         ws = self.per_worker.setdefault(pid, Series(WORKER_COLUMNS, WORKER_ROWS))
@@ -119,11 +139,14 @@ def _consume(
     pool: Pool, batches: list[list[FileEntry]], workers: int, compute_s: float, budget_s: float
 ) -> _Consumer:
     """Take batches in order, ``2 x workers`` in flight, sleeping ``compute_s`` after each,
-    until every batch is taken or a batch arrives past the budget."""
+    until every batch is taken or a batch arrives past the budget. A batch still not there a
+    grace period past the budget (storage that stopped answering) is not waited for, and no
+    compute runs past the budget."""
     consumer = _Consumer()
     pending: list[AsyncResult[BatchResult]] = []
     nxt = 0
     deadline = time.perf_counter() + budget_s
+    hard_stop = deadline + max(GRACE_S, 0.1 * budget_s)
     while True:
         while nxt < len(batches) and len(pending) < 2 * workers:
             pending.append(pool.apply_async(_batch_task, (batches[nxt],)))
@@ -131,10 +154,13 @@ def _consume(
         if not pending:
             break
         t0_ns = time.perf_counter_ns()
-        result = pending.pop(0).get()
+        try:
+            result = pending.pop(0).get(timeout=max(hard_stop - time.perf_counter(), 0.0))
+        except multiprocessing.TimeoutError:
+            break
         t1_ns = time.perf_counter_ns()
         consumer.took(t0_ns, t1_ns, result)
-        time.sleep(compute_s)
+        time.sleep(min(compute_s, max(deadline - time.perf_counter(), 0.0)))
         if not consumer.first_done:
             consumer.first_done = time.perf_counter()
         if t1_ns / 1e9 >= deadline:
@@ -158,13 +184,20 @@ def run_pipeline(
     budget_s: float,
     cache: str,
     seed: int = 0,
+    failures: ReadFailures | None = None,
 ) -> PipelineRun:
+    """One shuffled pass over ``entries`` in batches, for at most ``budget_s``; files that
+    fail to read are added to ``failures``."""
     order = list(entries)
     random.Random(seed).shuffle(order)
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    workers = max(1, min(workers, len(batches)))  # a worker with no batch is a wasted spawn
     with spawn_pool(workers, _init, (decoder_name, fs)) as pool:
         run = _consume(pool, batches, workers, compute_s, budget_s)
         pool.terminate()  # batches still in flight are not needed
+    if failures is not None:
+        for path, key in run.failed:
+            failures.add(path, key)
     first_done = run.first_done
     wall = max(run.end - first_done, 1e-9) if first_done else 0.0
     wait_total = sum(run.waits)
@@ -183,4 +216,5 @@ def run_pipeline(
         wait_p50_ms=_wait_ms(ordered, 0.5),
         wait_p95_ms=_wait_ms(ordered, 0.95),
         tracks=run.tracks(),
+        errors=run.errors,
     )

@@ -2,7 +2,10 @@
 
 ``Probe(options).run()`` returns a RunRecord of kind ``probe`` with the measured stages filled
 in; ``ioprobe.analysis.finalize`` adds the verdict. The time budget covers the whole probe and
-is split across phases up front, so a slow target shortens each phase instead of overrunning.
+is split across phases up front, so a slow target shortens each phase instead of overrunning:
+the probe ends within the budget plus ``budget.margin_s`` whatever the storage does
+(collect/budget.py says how). Files that fail to read are skipped and counted by cause in
+``dataset.read_errors``; the probe fails only when nothing is left to measure.
 """
 
 from __future__ import annotations
@@ -24,13 +27,16 @@ from ioprobe.collect import gpu_sampler
 from ioprobe.collect import pcie as pcie_mod
 from ioprobe.collect import pipeline as pipe_mod
 from ioprobe.collect import storage as st_mod
+from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.cuda_copy import Copier, open_copier
+from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.decode import choose
 from ioprobe.collect.decode import resolve as resolve_decoder
+from ioprobe.collect.failures import ReadFailures
 from ioprobe.collect.hostinfo import host_info
 from ioprobe.collect.pcie import LinkReader
 from ioprobe.collect.progress import Reporter, SilentReporter
-from ioprobe.errors import BadInputError, TargetError
+from ioprobe.errors import BadInputError, StorageTimeoutError, TargetError
 from ioprobe.record import (
     CpuStage,
     DatasetProfile,
@@ -39,6 +45,7 @@ from ioprobe.record import (
     GpuStage,
     HostInfo,
     PcieStage,
+    PipelineRun,
     ProbeSettings,
     RunRecord,
     Stages,
@@ -50,6 +57,13 @@ FIT_TOLERANCE = 1.05
 COLD_MAX_BYTES = 4 << 30
 WARM_MAX_BYTES = 1 << 30
 DEFAULT_BATCH = 32
+MAX_BUDGET_S = 86_400.0  # a day: any longer is a typo, and past what thread timeouts take
+MAX_WORKERS = 1024  # end-to-end worker processes: each is a Python interpreter
+LISTING_SHARE = 0.5  # of the budget: a listing slower than this leaves too little to measure
+PROFILE_SHARE = 0.1  # of the budget, at least PROFILE_MIN_S: the heads that name the formats
+PROFILE_MIN_S = 0.5
+PHASES = ("cold", "warm", "disk_to_gpu", "cpu", "pcie", "decode", "pipeline")  # as they run
+MIN_PHASE_S = 0.2
 
 
 @dataclass(kw_only=True)
@@ -94,8 +108,15 @@ def _check_numbers(o: ProbeOptions) -> None:
     both = o.compute_ms_per_batch is not None and o.gpu_samples_per_s is not None
     # written so that NaN fails each check (it compares false with everything)
     wrong = (
-        (not 0 < o.time_budget_s < math.inf, "--time-budget must be a positive number of seconds"),
+        (
+            not 0 < o.time_budget_s <= MAX_BUDGET_S,  # NaN too: it compares false
+            f"--time-budget must be a positive number of seconds, at most {MAX_BUDGET_S:,.0f}",
+        ),
         (o.workers is not None and o.workers < 1, "--workers must be at least 1"),
+        (
+            o.workers is not None and o.workers > MAX_WORKERS,
+            f"--workers must be at most {MAX_WORKERS}",
+        ),
         (o.batch_size is not None and o.batch_size < 1, "--batch-size must be at least 1"),
         (
             o.compute_ms_per_batch is not None and not 0 <= o.compute_ms_per_batch < math.inf,
@@ -232,6 +253,8 @@ class Probe:
         # what the phases measured so far, kept for the record of an interrupted probe
         self._so_far: tuple[_Plan, Stages, str] | None = None
         self.partial: RunRecord | None = None
+        self.failures = ReadFailures()  # every phase's failed reads, each file once
+        self._deadline = math.inf  # perf_counter when the budget is spent
 
     def run(self) -> RunRecord:
         """Every phase, with NVML sampled in the background throughout where there is a GPU.
@@ -259,22 +282,23 @@ class Probe:
     def _run(self, started: float) -> RunRecord:
         """The phases in order: list and profile the target, read it (cold, warm), read it to
         the GPU, decode it, copy to the GPU, compare decode paths, and run it end to end."""
+        self._deadline = started + self.options.time_budget_s
         plan = self._plan(started)
         stages = Stages(storage=StorageStage(), pcie=self._pcie_unmeasured())
         loader = "image" if plan.dali else choose(self.options.loader, plan.profile.formats)
         self._so_far = (plan, stages, loader)
         self._storage(plan, stages.storage)
         path = self._disk_to_gpu(plan, stages.storage) if plan.device else None
-        payloads = self._payloads(plan, loader, stages.storage)
-        stages.cpu = self._cpu(plan, loader, payloads)
+        stages.cpu, payloads = self._cpu_phase(plan, loader, stages.storage)
         stages.gpu = self._gpu_stage()
         if plan.device:  # without one the pcie stage keeps its reason
             stages.pcie = self._pcie(plan, stages.cpu, path)
-        if plan.dali:
+        if plan.dali and payloads:
             self._decode_paths(plan, payloads, stages)
         record = self._record(plan, stages, loader)
         if self.options.emulated:
             self._end_to_end(plan, record, loader)
+        record.dataset.read_errors = self.failures.counts()
         record.duration_s = time.perf_counter() - started
         self.reporter.close()
         return record
@@ -291,6 +315,7 @@ class Probe:
         if st.capacity_samples_per_s is None:  # stopped between the passes
             self._storage_capacity(st, plan.profile.sample_bytes_mean)
         record = self._record(plan, stages, loader)
+        record.dataset.read_errors = self.failures.counts()
         record.duration_s = time.perf_counter() - started
         record.complete = False
         record.interrupted = self.reporter.current
@@ -302,9 +327,13 @@ class Probe:
         split what remains of the budget across the phases."""
         o = self.options
         self.reporter.phase("listing")
-        ds = ds_mod.resolve(o.target, seed=o.seed, storage_options=o.storage_options)
+        ds = self._list()
         prof = ds_mod.profile(
-            ds, lambda e: pipe_mod.read_whole(ds.fs, e, ds_mod.MAGIC_BYTES), seed=o.seed
+            ds,
+            lambda e: pipe_mod.read_whole(ds.fs, e, ds_mod.MAGIC_BYTES),
+            seed=o.seed,
+            seconds=max(PROFILE_SHARE * o.time_budget_s, PROFILE_MIN_S),
+            failures=self.failures,
         )
         dali = o.loader == "dali"
         if dali:
@@ -329,6 +358,33 @@ class Probe:
             budget=_budget(left, ds.remote, o.passes, o.emulated, dali, device),
         )
 
+    def _seconds(self, plan: _Plan, phase: str) -> float:
+        """The phase's planned share of the budget, shortened where earlier phases ran long
+        (process pools starting, reads in flight finishing): what is left of the budget is
+        split across this phase and the ones after it in the planned proportions."""
+        planned = plan.budget.get(phase, 0.0)
+        rest = sum(plan.budget.get(p, 0.0) for p in PHASES[PHASES.index(phase) :])
+        left = self._deadline - time.perf_counter()
+        return max(min(planned, left * planned / rest if rest else 0.0), MIN_PHASE_S)
+
+    def _list(self) -> ds_mod.Dataset:
+        """The target's files, listed within ``LISTING_SHARE`` of the budget."""
+        o = self.options
+        limit = LISTING_SHARE * o.time_budget_s
+
+        def listing() -> ds_mod.Dataset:
+            return ds_mod.resolve(
+                o.target, seed=o.seed, storage_options=o.storage_options, budget_s=o.time_budget_s
+            )
+
+        try:
+            return within(limit, listing)
+        except Overdue:
+            raise StorageTimeoutError(
+                f"{o.target}: storage did not answer within the time budget (no listing after "
+                f"{limit:.1f} s, half of the {o.time_budget_s:g} s budget)"
+            ) from None
+
     def _storage(self, plan: _Plan, st: StorageStage) -> None:
         """A read pass per cache state (one for a remote target, which has no page cache),
         and the stage's capacity from the pass that stands for training's reads."""
@@ -341,27 +397,79 @@ class Probe:
             selection = st_mod.select_entries(plan.ds.entries, cap, o.seed)
             try:
                 result = st_mod.measure_pass(
-                    plan.ds, selection, p, plan.budget[p], reporter=self.reporter, seed=o.seed
+                    plan.ds,
+                    selection,
+                    p,
+                    self._seconds(plan, p),
+                    reporter=self.reporter,
+                    seed=o.seed,
+                    failures=self.failures,
                 )
+            except TimeoutError as exc:
+                raise StorageTimeoutError(
+                    f"{o.target}: storage did not answer within the time budget ({exc})"
+                ) from None
             except OSError as exc:
                 # a failed read's message quotes the file's URL, credentials and all
                 raise TargetError(redact_url(f"{plan.ds.target}: {exc}")) from None
             setattr(st, p, result)
         self._storage_capacity(st, plan.profile.sample_bytes_mean)
 
-    def _payloads(self, plan: _Plan, loader: str, st: StorageStage) -> list[bytes]:
-        """The files the CPU phase decodes, read once. Decode inputs are held by every
-        worker: files over the cap are left out while smaller ones exist, and raw "decoding"
-        of a huge file needs only a prefix of it."""
-        o, ds = self.options, plan.ds
+    def _cpu_phase(
+        self, plan: _Plan, loader: str, st: StorageStage
+    ) -> tuple[CpuStage, list[bytes]]:
+        """The CPU stage and the payloads it decoded; unmeasured, with a note saying why,
+        where no payload could be read (the storage stage was measured: the record stands)."""
         self.reporter.phase(f"cpu ({loader})")
+        seconds = self._seconds(plan, "cpu")
+        payloads, spent = self._payloads(plan, loader, st, seconds / 2)
+        if not payloads:
+            return CpuStage(loader=loader, usable_cores=plan.usable), payloads
+        # reading the decode inputs comes out of the CPU phase's share, up to half of it
+        cpu_s = max(seconds - spent, seconds / 2)
+        return self._cpu(plan, loader, payloads, cpu_s), payloads
+
+    def _payloads(
+        self, plan: _Plan, loader: str, st: StorageStage, seconds: float
+    ) -> tuple[list[bytes], float]:
+        """The files the CPU phase decodes, read once within ``seconds``, and the seconds that
+        took. Files that failed to read before are left out, and one that fails now is
+        skipped. None read is noted: the CPU stage goes unmeasured."""
+        ds = plan.ds
+        entries, limit = self._decode_inputs(plan, loader, st)
+        started = time.monotonic()
+        payloads = cpu_mod.load_payloads(
+            lambda e: pipe_mod.read_whole(ds.fs, e, limit),
+            entries,
+            seconds=seconds,
+            failures=self.failures,
+        )
+        spent = time.monotonic() - started
+        if not payloads:
+            why = (
+                f"storage did not return one within {seconds:.1f} s; a larger --time-budget "
+                "gives it longer"
+                if spent >= seconds
+                else f"every read failed ({self.failures.summary()})"
+            )
+            self.notes.append(f"the CPU stage was not measured: no sample to decode ({why})")
+        return payloads, spent
+
+    def _decode_inputs(
+        self, plan: _Plan, loader: str, st: StorageStage
+    ) -> tuple[list[FileEntry], int | None]:
+        """Which files to decode, and how much of each to read (None: all of it). Decode
+        inputs are held by every worker: files over the cap are left out while smaller ones
+        exist, and raw "decoding" of a huge file needs only a prefix of it."""
+        ds = plan.ds
         payload_cap = 64 << 20
         if ds.remote and st.read_bytes_per_s:
             # fetching decode inputs over a slow link must not eat the CPU phase's budget
             payload_cap = min(payload_cap, int(st.read_bytes_per_s * plan.budget["cpu"] / 4))
-        fitting = [e for e in ds.entries if e.size <= payload_cap]
+        readable = [e for e in ds.entries if e.path not in self.failures] or ds.entries
+        fitting = [e for e in readable if e.size <= payload_cap]
         entries = st_mod.select_entries(
-            fitting or [min(ds.entries, key=lambda e: e.size)], payload_cap, o.seed + 1
+            fitting or [min(readable, key=lambda e: e.size)], payload_cap, self.options.seed + 1
         )
         limit = payload_cap if loader == "raw" else None
         if not fitting and limit is None:
@@ -369,17 +477,10 @@ class Probe:
                 f"every file is larger than {payload_cap >> 20} MiB: the CPU stage decodes one "
                 f"whole {entries[0].size / 1e6:,.0f} MB file per worker"
             )
-        try:
-            return cpu_mod.load_payloads(lambda e: pipe_mod.read_whole(ds.fs, e, limit), entries)
-        except OSError as exc:
-            raise TargetError(
-                redact_url(f"{ds.target}: cannot read samples for decoding: {exc}")
-            ) from None
+        return entries, limit
 
-    def _cpu(self, plan: _Plan, loader: str, payloads: list[bytes]) -> CpuStage:
-        cpu = cpu_mod.measure_cpu(
-            loader, payloads, plan.usable, plan.budget["cpu"], reporter=self.reporter
-        )
+    def _cpu(self, plan: _Plan, loader: str, payloads: list[bytes], seconds: float) -> CpuStage:
+        cpu = cpu_mod.measure_cpu(loader, payloads, plan.usable, seconds, reporter=self.reporter)
         cpu.output_bytes_per_sample = cpu_mod.output_bytes(loader, payloads)
         return cpu
 
@@ -388,7 +489,7 @@ class Probe:
         CPU stage decoded, else as stored."""
         per_sample = cpu.output_bytes_per_sample or plan.profile.sample_bytes_mean
         basis = "decoded" if cpu.output_bytes_per_sample else "file size"
-        stage = self._measure_pcie(plan.budget["pcie"], per_sample, basis)
+        stage = self._measure_pcie(self._seconds(plan, "pcie"), per_sample, basis)
         stage.disk_to_gpu = path
         return stage
 
@@ -397,7 +498,11 @@ class Probe:
         beside it on the same images, and the fastest that fits stands for the stage."""
         self.reporter.phase("decode paths")
         stages.cpu.decode_paths = paths_mod.measure_paths(
-            payloads, stages.cpu, plan.host.gpus, plan.budget["decode"], reporter=self.reporter
+            payloads,
+            stages.cpu,
+            plan.host.gpus,
+            self._seconds(plan, "decode"),
+            reporter=self.reporter,
         )
         note = use_fastest_path(stages)
         if note is not None:
@@ -427,8 +532,9 @@ class Probe:
             )
         batch = o.batch_size or DEFAULT_BATCH
         cold = "cold" in plan.passes
+        seconds = self._seconds(plan, "pipeline")
         if not ds.remote and cold:
-            st_mod.evict([e.path for e in ds.entries[:50_000]])
+            self._evict(ds.entries[:50_000], seconds / 2)
         run = pipe_mod.run_pipeline(
             ds.entries,
             ds.fs,
@@ -436,22 +542,45 @@ class Probe:
             workers=o.workers or plan.usable,
             batch_size=batch,
             compute_s=self._compute_seconds(batch),
-            budget_s=plan.budget["pipeline"],
+            budget_s=seconds,
             cache="remote" if ds.remote else ("cold" if cold else "warm"),
             seed=o.seed,
+            failures=self.failures,
         )
-        record.pipeline = run
-        record.measured_samples_per_s = run.samples_per_s
-        record.gpu_idle_fraction = run.gpu_idle_fraction
-        record.gpu_idle_method = "emulated consumer: time waiting for a batch / wall time"
         self.reporter.result(
             f"{run.samples_per_s:.1f} samples/s, GPU idle {run.gpu_idle_fraction:.0%} "
             f"over {run.batches} batches"
         )
+        self._keep_run(record, run, seconds)
+
+    def _keep_run(self, record: RunRecord, run: PipelineRun, seconds: float) -> None:
+        """The end-to-end run into the record; its rate and idle share only where a batch was
+        measured, since with none after the start-up one a rate of 0 would be invented."""
+        record.pipeline = run
+        if not run.batches:
+            self.notes.append(
+                f"the end-to-end run took no batch after its first within {seconds:.1f} s: "
+                "nothing was measured end to end; a larger time budget gives it time"
+            )
+            return
+        record.measured_samples_per_s = run.samples_per_s
+        record.gpu_idle_fraction = run.gpu_idle_fraction
+        record.gpu_idle_method = "emulated consumer: time waiting for a batch / wall time"
         if run.batches < 5:
             self.notes.append(
                 f"the end-to-end run saw only {run.batches} batches: a larger dataset or "
                 "time budget gives a steadier figure"
+            )
+
+    def _evict(self, entries: list[FileEntry], seconds: float) -> None:
+        """Drop the files from the page cache before a cold run, for at most ``seconds``:
+        each eviction opens a file, which blocks on a file system that stopped answering."""
+        try:
+            within(seconds, st_mod.evict, [e.path for e in entries])
+        except Overdue:
+            self.notes.append(
+                f"evicting the files before the end-to-end run took over {seconds:.1f} s: "
+                "part of its reads may have come from the page cache"
             )
 
     def _copier(self) -> Copier | str:
@@ -471,7 +600,7 @@ class Probe:
             copier,
             plan.ds.entries,
             remote=plan.ds.remote,
-            budget_s=plan.budget.get("disk_to_gpu", 0.0),
+            budget_s=self._seconds(plan, "disk_to_gpu") if "disk_to_gpu" in plan.budget else 0.0,
             cold=cold,
             storage=st,
             seed=self.options.seed + 2,

@@ -26,9 +26,11 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.dataset import Dataset, FileEntry
+from ioprobe.collect.failures import ReadFailures, cause
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.record import StoragePass, SweepPoint
 
@@ -38,8 +40,11 @@ LEVELS = (1, 2, 4, 8, 16, 32, 64)
 MIN_GAIN = 0.05
 STALE_LEVELS = 3  # levels in a row without a 5% gain that end the sweep
 RESIDENCY_SAMPLE = 256  # files checked with mincore per level
+MAX_ITEMS = 1 << 16  # work items planned at most: 512 GiB of 8 MiB chunks
+LEVEL_GRACE_S = 0.5  # at least this long past a pass's end for reads in flight to finish
 
 Item = tuple[str, int, int]  # path, offset, length
+Failure = tuple[str, str, str]  # path, cause key, message
 
 
 @dataclass
@@ -51,15 +56,25 @@ class LevelResult:
     latencies_ns: list[int]
     errors: int
     first_error: str | None
+    failures: list[Failure] = field(default_factory=list)
+    abandoned: int = 0  # threads still in a read when the level stopped waiting for them
 
 
-def plan_items(entries: Sequence[FileEntry], chunk: int = CHUNK) -> list[Item]:
+def plan_items(
+    entries: Sequence[FileEntry], chunk: int = CHUNK, max_items: int = MAX_ITEMS
+) -> list[Item]:
+    """Each file as one item, or as chunks of ``chunk`` bytes; at most ``max_items`` in all,
+    so a sparse file of a petabyte (its size is only a number) plans no more than a pass
+    could read."""
     items: list[Item] = []
     for e in entries:
         if e.size <= chunk:
             items.append((e.path, 0, e.size))
         else:
-            items.extend((e.path, off, min(chunk, e.size - off)) for off in range(0, e.size, chunk))
+            offsets = range(0, e.size, chunk)[: max(max_items - len(items), 0)]
+            items.extend((e.path, off, min(chunk, e.size - off)) for off in offsets)
+        if len(items) >= max_items:
+            break
     return items
 
 
@@ -83,7 +98,7 @@ class _Level:
     deadline_ns: int
     latencies: list[list[int]]
     progress: list[int]
-    errors: list[str]
+    errors: list[Failure]
 
 
 def _read_items(
@@ -95,8 +110,8 @@ def _read_items(
 ) -> None:
     """One thread's share of a level: take items until they run out or the deadline passes.
 
-    A read that raises ``failure`` is counted with ``describe``'s text and not timed; any
-    other exception is a bug and ends the thread.
+    A read that raises ``failure`` is counted with its cause and ``describe``'s text and not
+    timed; any other exception is a bug and ends the thread.
     """
     # locals, not attribute lookups, inside the loop: it runs once per file
     items, order, counter = level.items, level.order, level.counter
@@ -113,7 +128,9 @@ def _read_items(
         try:
             got = read_one(path, off, length)
         except failure as exc:
-            errors.append(f"{path}: {describe(exc)}")
+            errors.append((path, cause(exc), describe(exc)))
+            if clock() >= deadline_ns:
+                break  # reads that fail slowly (timeouts) must not outlast the level either
             continue
         t1 = clock()
         lat.append(t1 - t0)
@@ -180,8 +197,12 @@ def run_level(
     *,
     seed: int = 0,
     on_poll: Callable[[int], None] | None = None,
+    hard_s: float | None = None,
 ) -> LevelResult:
-    """Read ``items`` in a shuffled order with ``concurrency`` threads for at most ``seconds``."""
+    """Read ``items`` in a shuffled order with ``concurrency`` threads for at most ``seconds``.
+
+    Reads in flight at ``seconds`` finish and count; at ``hard_s`` (None: never) the level
+    stops waiting for them, and what they would have read is not counted."""
     order = list(range(len(items)))
     random.Random(seed).shuffle(order)
     start = time.perf_counter_ns()
@@ -194,10 +215,11 @@ def run_level(
         progress=[0] * concurrency,
         errors=[],
     )
-    _run_threads(reader, level, concurrency, on_poll)
+    hard_stop = None if hard_s is None else start + int(hard_s * 1e9)
+    abandoned = _run_threads(reader, level, concurrency, on_poll, hard_stop)
     elapsed = (time.perf_counter_ns() - start) / 1e9
     all_lat = [x for lst in level.latencies for x in lst]
-    errors = level.errors
+    errors = list(level.errors)  # abandoned threads may still append
     return LevelResult(
         concurrency=concurrency,
         bytes=sum(level.progress),
@@ -205,7 +227,9 @@ def run_level(
         seconds=elapsed,
         latencies_ns=all_lat,
         errors=len(errors),
-        first_error=errors[0] if errors else None,
+        first_error=f"{errors[0][0]}: {errors[0][2]}" if errors else None,
+        failures=errors,
+        abandoned=abandoned,
     )
 
 
@@ -214,9 +238,11 @@ def _run_threads(
     level: _Level,
     concurrency: int,
     on_poll: Callable[[int], None] | None,
-) -> None:
+    hard_stop_ns: int | None = None,
+) -> int:
     """Run ``reader(level, slot)`` on ``concurrency`` threads; ``on_poll`` sees the bytes
-    read so far every 0.1 s until all have finished."""
+    read so far every 0.1 s until all have finished or ``hard_stop_ns`` passes. The threads
+    still reading then (daemons: they end with their read) are abandoned and counted."""
     threads = [
         threading.Thread(target=reader, args=(level, i), daemon=True, name=f"ioprobe-read-{i}")
         for i in range(concurrency)
@@ -225,9 +251,12 @@ def _run_threads(
         t.start()
     for t in threads:
         while t.is_alive():
+            if hard_stop_ns is not None and time.perf_counter_ns() >= hard_stop_ns:
+                return sum(t.is_alive() for t in threads)
             t.join(0.1)
             if on_poll is not None:
                 on_poll(sum(level.progress))
+    return 0
 
 
 # --------------------------------------------------------------------------- page cache
@@ -430,25 +459,79 @@ class _Plateau:
         return self.stale >= STALE_LEVELS
 
 
+@dataclass(frozen=True)
+class _Timing:
+    """A pass's clock: when it ends, how long a level reads, and how long past the end reads
+    in flight are waited for."""
+
+    deadline: float  # time.monotonic()
+    per_level: float
+    grace: float
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def level(self) -> tuple[float, float]:
+        """(seconds the next level starts reads, seconds until it stops waiting for them): a
+        read stuck on storage that stopped answering may hold it to the pass's end."""
+        left = self.left()
+        soft = min(self.per_level, max(left, 0.2))
+        return soft, max(soft, left + self.grace)
+
+
+def _settle(plan: _PassPlan, timing: _Timing) -> float | None:
+    """``plan.settle_cache()`` within the pass's time: eviction and mincore open each file,
+    which blocks on a file system that stopped answering. Residency is unknown then."""
+    try:
+        return within(max(timing.left(), 0.2), plan.settle_cache)
+    except Overdue:
+        return None
+
+
 def _measure_level(
-    plan: _PassPlan, concurrency: int, seconds: float, seed: int, rep: Reporter
-) -> SweepPoint:
-    """One level of the sweep, from its cache state to its progress lines."""
-    resident = plan.settle_cache()
+    plan: _PassPlan,
+    concurrency: int,
+    timing: _Timing,
+    seed: int,
+    rep: Reporter,
+    failures: ReadFailures,
+) -> tuple[SweepPoint, LevelResult]:
+    """One level of the sweep, from its cache state to its point."""
+    resident = _settle(plan, timing)
 
     def poll(done: int) -> None:
         share = done / max(plan.total_bytes, 1)
         rep.update(share, f"{concurrency} threads  {done / 1e6:8.1f} MB")
 
-    res = run_level(plan.reader, plan.items, concurrency, seconds, seed=seed, on_poll=poll)
-    if res.items == 0 and res.errors:
-        raise OSError(f"every read failed, e.g. {res.first_error}")
-    point = _point(res, resident)
+    soft, hard = timing.level()
+    res = run_level(
+        plan.reader, plan.items, concurrency, soft, seed=seed, on_poll=poll, hard_s=hard
+    )
+    for path, key, text in res.failures:
+        failures.add(path, key, text)
+    return _point(res, resident), res
+
+
+def _report(rep: Reporter, point: SweepPoint) -> None:
     rep.result(
-        f"{concurrency:>2} threads: {point.read_bytes_per_s / 1e6:9.1f} MB/s  "
+        f"{point.concurrency:>2} threads: {point.read_bytes_per_s / 1e6:9.1f} MB/s  "
         f"{point.files_per_s:9.1f} items/s  p99 {point.latency_p99_ms or 0:.2f} ms"
     )
-    return point
+
+
+def _nothing_read(res: LevelResult) -> OSError:
+    """Why a pass that has read nothing by the end of a level cannot go on: every read
+    failed (a TimeoutError where each timed out), or none finished in time."""
+    if not res.errors:
+        return TimeoutError(
+            f"no read finished within {res.seconds:.1f} s; a larger --time-budget allows "
+            "slower reads"
+        )
+    tally = ReadFailures()
+    for path, key, text in res.failures:
+        tally.add(path, key, text)
+    kind = TimeoutError if tally.only("timeout") else OSError
+    return kind(f"every read failed ({tally.summary()}), e.g. {tally.example}")
 
 
 def _summarise(out: StoragePass, cold: bool) -> None:
@@ -476,29 +559,39 @@ def measure_pass(
     levels: Sequence[int] = LEVELS,
     reporter: Reporter | None = None,
     seed: int = 0,
+    failures: ReadFailures | None = None,
 ) -> StoragePass:
     """Sweep concurrency over ``selection``; cold passes evict local files before each level.
 
     The sweep stops when three levels in a row gain less than 5% over the best so far (one or
-    two noisy levels on a shared disk should not end it), or when the budget is spent.
+    two noisy levels on a shared disk should not end it), or when the budget is spent. Reads
+    in flight at the end are waited for at most ``LEVEL_GRACE_S`` (or a tenth of the budget)
+    past it. Files that fail to read are counted in ``failures`` and the sweep goes on; it
+    raises OSError only when nothing has been read by the end of a level (TimeoutError where
+    storage did not answer).
     """
     rep = reporter or SilentReporter()
+    failures = failures if failures is not None else ReadFailures()
     plan = _PassPlan.of(ds, selection, cache, seed)
     out = StoragePass(cache="cold" if cache == "cold" else "warm")
     out.eviction = _eviction_note(plan.local, cache)
+    deadline = time.monotonic() + budget_s
     if plan.local and not plan.cold:
         # a warm pass measures page-cache reads: fill the cache first, untimed, so the first
-        # level does not pay for the misses
+        # level does not pay for the misses; it may take half the pass, the levels the rest
         rep.update(0.0, "warming the page cache")
-        run_level(plan.reader, plan.items, 8, max(budget_s, 1.0), seed=seed)
-    deadline = time.monotonic() + budget_s
-    per_level = max(budget_s / len(levels), 0.5)
+        warm_s = max(budget_s / 2, 0.5)
+        run_level(plan.reader, plan.items, 8, warm_s, seed=seed, hard_s=budget_s)
+    per_level = max((deadline - time.monotonic()) / len(levels), 0.5)
+    timing = _Timing(deadline, per_level, max(LEVEL_GRACE_S, 0.1 * budget_s))
     plateau = _Plateau()
     for i, c in enumerate(levels):
-        left = deadline - time.monotonic()
-        if left <= 0.05 and out.sweep:
+        if timing.left() <= 0.05 and out.sweep:
             break
-        point = _measure_level(plan, c, min(per_level, max(left, 0.2)), seed + i, rep)
+        point, res = _measure_level(plan, c, timing, seed + i, rep, failures)
+        if res.items == 0 and not any(p.items for p in out.sweep):
+            raise _nothing_read(res)
+        _report(rep, point)
         out.sweep.append(point)
         if plateau.reached(point.read_bytes_per_s):
             break

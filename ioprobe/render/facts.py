@@ -268,6 +268,7 @@ def _pipeline_line(p: PipelineRun) -> str:
     return (
         f"{p.workers} workers, batch {p.batch_size}, {p.compute_seconds_per_batch * 1e3:g} ms "
         f"compute: {rate(p.samples_per_s)} samples/s, GPU idle {p.gpu_idle_fraction:.0%}"
+        + (f", {p.errors:,} samples failed to read or decode" if p.errors else "")
     )
 
 

@@ -95,9 +95,33 @@ def _notes(rec: RunRecord) -> list[str]:
     skipped = ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in sorted(ds.skipped.items()))
     if skipped:
         notes.append(f"skipped: {skipped}")
+    failed = read_errors_line(rec)
+    if failed:
+        notes.append(failed)
     if ds.sizes_estimated:
         notes.append("sizes estimated from a random sample of the listing")
     return notes
+
+
+def read_errors_line(rec: RunRecord) -> str | None:
+    """The note on files that failed to read ("12 of 200 files failed to read: 10 not found,
+    2 HTTP 403"), or None when none did."""
+    errors = rec.dataset.read_errors
+    if not errors:
+        return None
+    causes = ", ".join(f"{n:,} {_cause(k)}" for k, n in sorted(errors.items(), key=_most))
+    return f"{sum(errors.values()):,} of {rec.dataset.files:,} files failed to read: {causes}"
+
+
+def _most(item: tuple[str, int]) -> tuple[int, str]:
+    return -item[1], item[0]
+
+
+def _cause(key: str) -> str:
+    # the keys collect/failures.py counts: http_403, not_found, timeout, EIO, ...
+    if key.startswith("http_"):
+        return "HTTP " + key.removeprefix("http_")
+    return "timed out" if key == "timeout" else key.replace("_", " ")
 
 
 def _link_only(rec: RunRecord, f: Findings) -> RenderableType:

@@ -116,9 +116,10 @@ def test_environment_credentials_of_an_s3_probe_reach_no_output(tmp_path: Path) 
     out = tmp_path / "out"
     out.mkdir()
     with S3Server() as s3:
-        s3.upload_tree("bucket", data, prefix="train")
+        # a bucket of its own: the server may hold other tests' objects
+        s3.upload_tree("redact-bucket", data, prefix="train")
         env = {**s3.env(), **ENV_SECRETS}
-        args = ["s3://bucket/train", "--loader", "raw", "--time-budget", "3", *_outputs(out)]
+        args = ["s3://redact-bucket/train", "--loader", "raw", "--time-budget", "3", *_outputs(out)]
         probe = _ok("probe", *args, env=env)
     texts = {"stdout": probe.stdout, "stderr": probe.stderr, **_files(out)}
     assert _leaks(texts, tuple(ENV_SECRETS.values())) == []

@@ -1,0 +1,193 @@
+"""Partial failure is counted, not fatal and not hidden: files that vanish or cannot be read
+after the listing are skipped and counted by cause, the end-to-end run never delivers them,
+and only a target where nothing can be read fails the probe."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+import aiohttp
+import pytest
+from botocore.exceptions import ClientError
+
+from ioprobe.collect import dataset as ds_mod
+from ioprobe.collect import pipeline as pipe_mod
+from ioprobe.collect import storage as st
+from ioprobe.collect.failures import ReadFailures, cause
+from ioprobe.collect.probe import Probe, ProbeOptions
+from ioprobe.collect.progress import SilentReporter
+from ioprobe.errors import TargetError
+from ioprobe.record import DatasetProfile, PipelineRun, RunRecord
+from ioprobe.render.summary import read_errors_line
+from tests.unit.test_record import make_record
+
+
+def _files(root: Path, count: int, size: int = 2000) -> list[Path]:
+    root.mkdir(parents=True, exist_ok=True)
+    paths = [root / f"f{i:04d}.bin" for i in range(count)]
+    for p in paths:
+        p.write_bytes(os.urandom(size))
+    return paths
+
+
+def _read(path: Path) -> bytes:
+    fd = os.open(path, os.O_RDONLY)  # a directory opens; reading it fails
+    try:
+        return os.read(fd, 100)
+    finally:
+        os.close(fd)
+
+
+def _raised(fn: object, *args: object) -> BaseException:
+    try:
+        fn(*args)  # type: ignore[operator]
+    except BaseException as exc:
+        return exc
+    raise AssertionError("no exception")
+
+
+def test_each_backend_error_has_a_cause(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    assert cause(_raised(open, tmp_path / "gone", "rb")) == "not_found"
+    assert cause(_raised(_read, tmp_path / "dir")) == "is_a_directory"
+    assert cause(aiohttp.ServerTimeoutError()) == "timeout"
+    assert cause(OSError(errno.EIO, "I/O error")) == "EIO"
+    assert cause(OSError(errno.ECONNRESET, "reset")) == "connection"
+    assert cause(aiohttp.ClientResponseError(None, (), status=403)) == "http_403"  # type: ignore[arg-type]
+    s3 = ClientError({"ResponseMetadata": {"HTTPStatusCode": 500}}, "GetObject")
+    assert cause(s3) == "http_500"
+    assert cause(ValueError("odd")) == "other"
+
+
+def test_a_file_is_counted_once_by_its_first_cause() -> None:
+    tally = ReadFailures()
+    tally.add("a", "not_found")
+    tally.add("a", "timeout")
+    tally.add("b", "http_403", "Forbidden")
+    assert tally.counts() == {"not_found": 1, "http_403": 1}
+    assert tally.summary() == "2 files: 1 HTTP 403, 1 not found"
+    assert tally.example == "a: not found"
+
+
+def test_a_pass_counts_vanished_and_swapped_files_and_measures_the_rest(tmp_path: Path) -> None:
+    paths = _files(tmp_path / "data", 30)
+    ds = ds_mod.resolve(str(tmp_path / "data"))
+    for p in paths[:5]:
+        p.unlink()
+    for p in paths[5:7]:
+        p.unlink()
+        p.mkdir()  # a directory where the listing saw a file
+    tally = ReadFailures()
+    out = st.measure_pass(ds, ds.entries, "warm", 1.0, levels=(1, 2), failures=tally)
+    assert tally.counts() == {"not_found": 5, "is_a_directory": 2}
+    assert out.sweep[0].errors == 7  # every item is read once per level
+    assert out.sweep[0].bytes == 23 * 2000
+    assert out.read_bytes_per_s is not None and out.read_bytes_per_s > 0
+
+
+def test_a_pass_where_every_read_fails_says_so_by_cause(tmp_path: Path) -> None:
+    _files(tmp_path / "data", 4)
+    ds = ds_mod.resolve(str(tmp_path / "data"))
+    shutil.rmtree(tmp_path / "data")
+    with pytest.raises(OSError, match=r"every read failed \(4 files: 4 not found\)"):
+        st.measure_pass(ds, ds.entries, "cold", 1.0, levels=(1,))
+
+
+class _Vandal(SilentReporter):
+    """Deletes files, and swaps others for directories, once the storage phase starts: the
+    listing saw them, the reads do not."""
+
+    def __init__(self, gone: list[Path], swapped: list[Path]) -> None:
+        self.gone, self.swapped = gone, swapped
+
+    def phase(self, name: str) -> None:
+        if name.startswith("storage") and (self.gone or self.swapped):
+            for p in self.gone:
+                p.unlink()
+            for p in self.swapped:
+                p.unlink()
+                p.mkdir()
+            self.gone, self.swapped = [], []
+
+
+def test_the_probe_skips_files_that_vanish_after_listing_and_counts_them(tmp_path: Path) -> None:
+    paths = _files(tmp_path / "data", 40)
+    opts = ProbeOptions(target=str(tmp_path / "data"), loader="raw", time_budget_s=3)
+    rec = Probe(opts, _Vandal(paths[:10], paths[10:12])).run()
+    assert rec.dataset.read_errors == {"not_found": 10, "is_a_directory": 2}
+    assert rec.stages.storage.capacity_samples_per_s
+    assert rec.stages.cpu.capacity_samples_per_s
+
+
+def test_the_probe_fails_in_one_line_when_every_file_vanished(tmp_path: Path) -> None:
+    paths = _files(tmp_path / "data", 6)
+    opts = ProbeOptions(target=str(tmp_path / "data"), loader="raw", time_budget_s=2)
+    with pytest.raises(TargetError, match=r"every read failed \(6 files: 6 not found\)"):
+        Probe(opts, _Vandal(paths, [])).run()
+
+
+def test_end_to_end_samples_exclude_failed_reads_and_count_them_as_errors(
+    tmp_path: Path,
+) -> None:
+    paths = _files(tmp_path / "data", 200, size=500)
+    ds = ds_mod.resolve(str(tmp_path / "data"))
+    for p in paths[::2]:
+        p.unlink()
+    tally = ReadFailures()
+    run = pipe_mod.run_pipeline(
+        ds.entries,
+        None,
+        "raw",
+        workers=2,
+        batch_size=20,
+        compute_s=0.0,
+        budget_s=60.0,  # ends when the ten batches are taken
+        cache="warm",
+        failures=tally,
+    )
+    delivered = run.tracks[0].columns["samples"]
+    assert run.errors == 100
+    assert sum(delivered) == 100
+    assert run.samples == sum(delivered[1:])  # the first batch is start-up, left out
+    assert tally.counts() == {"not_found": 100}
+
+
+def test_the_terminal_note_names_failed_files_by_cause() -> None:
+    rec = make_record()
+    rec.dataset = DatasetProfile(
+        target="/data", files=200, read_errors={"http_403": 2, "not_found": 10}
+    )
+    assert read_errors_line(rec) == "12 of 200 files failed to read: 10 not found, 2 HTTP 403"
+    rec.dataset.read_errors = {}
+    assert read_errors_line(rec) is None
+
+
+def test_records_without_error_counts_still_load(tmp_path: Path) -> None:
+    rec = make_record()
+    rec.pipeline = PipelineRun(
+        workers=1,
+        batch_size=4,
+        compute_seconds_per_batch=0.0,
+        batches=1,
+        samples=4,
+        seconds=1.0,
+        samples_per_s=4.0,
+        wait_seconds=0.0,
+        gpu_idle_fraction=0.0,
+        cache="warm",
+    )
+    data = rec.to_json()
+    del data["dataset"]["read_errors"]
+    del data["pipeline"]["errors"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    old = RunRecord.load(tmp_path / "old.json")
+    assert old.dataset.read_errors == {}
+    assert old.pipeline is not None and old.pipeline.errors == 0
+    rec.dataset.read_errors = {"timeout": 3}
+    rec.pipeline.errors = 3
+    rec.save(tmp_path / "new.json")
+    assert RunRecord.load(tmp_path / "new.json") == rec

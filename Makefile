@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 PIP_QUIET := 2>&1 | { grep -v -e 'is ignored: it is neither a file nor a directory' || true; }
 
-.PHONY: demo test lint typecheck unit clean bench chromium gpu-check gpu-wheels
+.PHONY: demo test lint typecheck unit clean bench chromium gpu-check gpu-wheels fuzz
 
 $(STAMP): pyproject.toml setup.py csrc/nvtx_inject.c Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ typecheck: $(STAMP)
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
+
+# The long fuzzing run: 20,000 mutated and random records through the loader and every view
+# (IOPROBE_FUZZ_EXAMPLES=N for more); the default test run tries a few thousand.
+fuzz: $(STAMP)
+	$(BIN)/python -m pytest -q -m long tests/unit/test_fuzz_records.py
 
 # The browser tests (tests/browser.py) drive real headless Chromium; install it where it is missing.
 # `env` carries DEBIAN_FRONTEND through sudo (which drops the caller's environment).

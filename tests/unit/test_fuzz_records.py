@@ -8,8 +8,8 @@ parsed, ``RunRecord.from_json``, ``findings``, every renderer) and through the w
 and compare views where the record's kind allows. Each case must end in rendered text or in
 an ``IoprobeError``: any other exception is a bug a user could hit with a damaged file.
 
-The default run tries a few thousand cases; ``IOPROBE_FUZZ_EXAMPLES=N`` runs the slow variant
-with N cases per strategy.
+The default run tries a few thousand cases; ``make fuzz`` runs the long variant, 20,000 cases
+(``IOPROBE_FUZZ_EXAMPLES=N`` for N).
 """
 
 from __future__ import annotations
@@ -373,13 +373,12 @@ def test_any_json_document_is_refused_as_a_record(value: Any) -> None:
         RunRecord.from_json(json.loads(json.dumps(value)), source="fuzz.json")
 
 
-LONG = int(os.environ.get("IOPROBE_FUZZ_EXAMPLES", "0"))
+LONG = int(os.environ.get("IOPROBE_FUZZ_EXAMPLES", "20000"))
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(not LONG, reason="set IOPROBE_FUZZ_EXAMPLES=N for the long fuzzing run")
+@pytest.mark.long  # deselected by default: `make fuzz` runs it
 @given(mutated() | random_records())
-@settings(FAST, max_examples=max(LONG, 1))
+@settings(FAST, max_examples=LONG)
 def test_long_fuzzing_run(text: str) -> None:
     through_every_view(text)
 

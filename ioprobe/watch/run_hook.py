@@ -43,11 +43,11 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
 
 def _patch(module: ModuleType) -> None:
-    """Watch every DataLoader the script iterates: DataLoader's own ``__iter__``, which the
-    subclasses that wrap it (Accelerate's, Lightning's) reach through ``super()`` with their
-    own logic around it intact, and the stateful loaders', which do not reach it (they are
-    defined after this module is imported: ``__init_subclass__`` patches them as they are
-    created)."""
+    """Watch every DataLoader the script iterates: DataLoader's own ``__iter__``, which
+    loaders that wrap one (Accelerate's prepared loader iterates the DataLoader it holds; a
+    subclass calls ``super().__iter__()``) reach with their own logic around it intact, and
+    the stateful loaders', which do not reach it (they are defined after this module is
+    imported: ``__init_subclass__`` patches them as they are created)."""
     dl_cls = module.DataLoader
     by_loader: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
     _patch_class(dl_cls, by_loader)

@@ -700,4 +700,15 @@ def accepts(obj: object) -> bool:
 
 
 def wrap(loader: DataLoader[Any], device: Any, finish: Finish) -> Watched:
+    """The watched loader; refused, in one line, for a loader that iterates through its own
+    ``__iter__`` (Accelerate's prepared loader moves batches to the device and signals the
+    end of the loader there): the watched copy would bypass that and change what the job
+    gets. ``ioprobe run`` watches such a loader in place."""
+    cls = type(loader)
+    if cls.__iter__ is not DataLoader.__iter__ and not any(map(is_stateful, cls.__mro__)):
+        raise BadInputError(
+            f"ioprobe.watch: {cls.__module__}.{cls.__qualname__} iterates through its own "
+            "__iter__, which a watched copy would bypass (changing the batches the job gets); "
+            "run the script under `ioprobe run`, which watches such a loader in place"
+        )
     return Watched(loader, device, finish)

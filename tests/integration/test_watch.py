@@ -257,3 +257,20 @@ def test_a_new_pass_begun_before_the_last_iterator_is_dropped_ends_the_old_epoch
     rec = watched.run
     assert [e.batches for e in rec.watch.epochs] == [6, 6]
     assert all(e.error is None for e in rec.watch.epochs)
+
+
+def test_watch_refuses_a_loader_that_iterates_through_its_own_iter() -> None:
+    # Accelerate's prepared loader moves batches to the device in its own __iter__: a watched
+    # copy bypassed it (batches stayed on the CPU, an accumulation step went missing)
+    from tests.fixtures.subclass_train import ShardLoader
+
+    with pytest.raises(
+        BadInputError, match=r"ShardLoader iterates through its own __iter__.*ioprobe run"
+    ):
+        ioprobe.watch(ShardLoader(BurnDataset(8, 0.0), batch_size=4))
+
+    # a plain subclass that keeps DataLoader's iteration is watched as before
+    class Named(DataLoader[torch.Tensor]):
+        pass
+
+    assert len(consume(ioprobe.watch(Named(BurnDataset(8, 0.0), batch_size=4)))) == 2

@@ -345,15 +345,18 @@ class DataLoaderAdapter:
 def iterate(
     inner: DataLoader[Any],
     collector: WatchCollector,
-    on_end: Callable[[BaseException | None], None],
+    begin: Callable[[], Callable[[BaseException | None], None]],
     device: torch.device | None = None,
 ) -> Iterator[Any]:
     """Yield the user's batches (moved to ``device`` when given); report each batch's request
     and arrival times and its worker's measurements to ``collector``, and mark the step
-    boundaries on its device timeline when it has one."""
+    boundaries on its device timeline when it has one. The epoch begins (``begin``, which
+    returns its end) at the first ``next()``: an iterator that is made and never advanced,
+    as Lightning makes one to check that a loader is iterable, is no epoch."""
     clock = time.perf_counter_ns
     on_batch = collector.on_batch
     error: BaseException | None = None
+    on_end = begin()
     try:
         it = iter(inner)
         while True:
@@ -654,6 +657,11 @@ class Watched:
 
     def __iter__(self) -> Iterator[Any]:
         self._run = None
+        return iterate(self._inner, self._collector, self._begin, self._device)
+
+    def _begin(self) -> Callable[[BaseException | None], None]:
+        """Begin an epoch; the function that ends it."""
+        self._run = None
         self._collector.begin_epoch()
         epoch = self._collector.current
 
@@ -665,7 +673,7 @@ class Watched:
 
         # CUDA events when batches go to a CUDA device or the model is on one already
         self._collector.use_device(event_backend(self._device))
-        return iterate(self._inner, self._collector, end, self._device)
+        return end
 
     def __len__(self) -> int:
         return len(self._loader)

@@ -259,6 +259,16 @@ def test_a_new_pass_begun_before_the_last_iterator_is_dropped_ends_the_old_epoch
     assert all(e.error is None for e in rec.watch.epochs)
 
 
+def test_an_iterator_never_advanced_is_no_epoch() -> None:
+    # Lightning calls iter() once on a loader it was given as an iterable, to check it is
+    # one, and iterates a second iterator: the record had an empty first epoch
+    watched = ioprobe.watch(DataLoader(BurnDataset(32, 0.0), batch_size=8))
+    iter(watched)
+    consume(watched)
+    assert watched.run.watch is not None
+    assert [(e.samples, e.batches) for e in watched.run.watch.epochs] == [(32, 4)]
+
+
 def test_watch_refuses_a_loader_that_iterates_through_its_own_iter() -> None:
     # Accelerate's prepared loader moves batches to the device in its own __iter__: a watched
     # copy bypassed it (batches stayed on the CPU, an accumulation step went missing)

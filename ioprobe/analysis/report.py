@@ -431,13 +431,19 @@ def dali_operators(rec: RunRecord) -> list[OperatorRow]:
     ]
 
 
+# advice that changes nothing: its "prediction" is today's model, not a gain to claim
+NO_CHANGE = frozenset({"balanced"})
+
+
 def advice(rec: RunRecord) -> list[Advice]:
     """The recommendations in rank order, each with predicted / today's rate (the measured
-    rate where the run measured one, else the model's)."""
+    rate where the run measured one, else the model's); none for advice that changes
+    nothing (a balanced pipeline said "nothing to gain", then "1.7x": the model's rate over
+    the measured one)."""
     now = rec.measured_samples_per_s or rec.predicted_samples_per_s
     out = []
     for r in rec.recommendations:
-        pred = r.predicted_samples_per_s
+        pred = None if r.kind in NO_CHANGE else r.predicted_samples_per_s
         out.append(
             Advice(
                 kind=r.kind,

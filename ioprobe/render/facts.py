@@ -173,11 +173,17 @@ def size_line(rec: RunRecord, formats: str = "") -> str:
             f"{ds.files:,} samples; bytes per sample not seen (reads over sockets or through "
             "memory maps do not show in the I/O counters; ioprobe.loaders.files meters them)"
         )
-    unit = "samples" if rec.watch is not None else "files"
+    density = f"({ds.density} density" + (f", {formats})" if formats else ")")
+    if rec.watch is not None:
+        # the bytes are what the workers read over every epoch, not the dataset's size
+        n = len(rec.watch.epochs)
+        return (
+            f"{ds.files:,} samples, {ds.bytes / 1e6:,.1f} MB read in {n} epoch{'s' * (n != 1)}, "
+            f"{ds.sample_bytes_mean / 1e3:,.1f} kB per sample {density}"
+        )
     return (
-        f"{ds.files:,} {unit}, {ds.bytes / 1e6:,.1f} MB, mean "
-        f"{ds.sample_bytes_mean / 1e3:,.1f} kB ({ds.density} density"
-        + (f", {formats})" if formats else ")")
+        f"{ds.files:,} files, {ds.bytes / 1e6:,.1f} MB, mean "
+        f"{ds.sample_bytes_mean / 1e3:,.1f} kB {density}"
     )
 
 

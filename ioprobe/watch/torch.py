@@ -283,33 +283,49 @@ def stateful(inner: DataLoader[Any]) -> bool:
     return type(inner) is not DataLoader
 
 
+def _batching(loader: DataLoader[Any]) -> tuple[int | None, str]:
+    """Samples per batch and the sampler that orders them. A loader given
+    ``batch_sampler=`` keeps its unused defaults in ``batch_size`` (None) and ``sampler``
+    (sequential); the batch sampler holds the real ones."""
+    bs = loader.batch_sampler
+    if bs is not None and loader.batch_size is None:
+        inner = getattr(bs, "sampler", None)
+        size = getattr(bs, "batch_size", None)
+        return (size if isinstance(size, int) else None), type(
+            inner if inner is not None else bs
+        ).__qualname__
+    return loader.batch_size, type(loader.sampler).__qualname__
+
+
 def describe(loader: DataLoader[Any]) -> dict[str, str]:
     """The loader's settings as the user wrote them, for reports."""
     ctx = loader.multiprocessing_context
     method = ctx.get_start_method() if ctx is not None else torch.multiprocessing.get_start_method()
+    batch_size, sampler = _batching(loader)
     return {
         "framework": "torch",
         "dataset": type(loader.dataset).__qualname__,
         "iterable": str(isinstance(loader.dataset, IterableDataset)),
         "num_workers": str(loader.num_workers),
-        "batch_size": str(loader.batch_size),
+        "batch_size": str(batch_size),
         "pin_memory": str(loader.pin_memory),
         "prefetch_factor": str(loader.prefetch_factor),
         "persistent_workers": str(loader.persistent_workers),
-        "sampler": type(loader.sampler).__qualname__,
+        "sampler": sampler,
         "start_method": method if loader.num_workers > 0 else "none (main process)",
     }
 
 
 def settings(loader: DataLoader[Any]) -> LoaderSettings:
     """The loader's settings, typed, read off the loader itself."""
+    batch_size, sampler = _batching(loader)
     return LoaderSettings(
         framework="torch",
         dataset=type(loader.dataset).__qualname__,
         workers=loader.num_workers,
-        batch_size=loader.batch_size,
+        batch_size=batch_size,
         iterable=isinstance(loader.dataset, IterableDataset),
-        sampler=type(loader.sampler).__qualname__,
+        sampler=sampler,
         pin_memory=loader.pin_memory,
         prefetch_factor=loader.prefetch_factor,
         persistent_workers=loader.persistent_workers,
@@ -626,9 +642,10 @@ class Watched:
             n: int | None = len(loader.dataset)
         except TypeError:
             n = None
+        adapter = DataLoaderAdapter.of(loader)
         self._collector = WatchCollector(
-            DataLoaderAdapter.of(loader),
-            loader.batch_size,
+            adapter,
+            adapter.settings.batch_size,
             n,
             str(self._device) if self._device is not None else None,
         )

@@ -284,3 +284,18 @@ def test_watch_refuses_a_loader_that_iterates_through_its_own_iter() -> None:
         pass
 
     assert len(consume(ioprobe.watch(Named(BurnDataset(8, 0.0), batch_size=4)))) == 2
+
+
+def test_a_loader_given_a_batch_sampler_records_its_batch_size_and_sampler() -> None:
+    # Accelerate builds its loaders this way: batch_size None and a sequential sampler are
+    # the loader's unused defaults, and the record said so
+    from torch.utils.data import BatchSampler, RandomSampler
+
+    ds = BurnDataset(32, 0.0)
+    batches = BatchSampler(RandomSampler(ds), batch_size=8, drop_last=False)
+    watched = ioprobe.watch(DataLoader(ds, batch_sampler=batches))
+    consume(watched)
+    w = watched.run.watch
+    assert w is not None
+    assert (w.settings.batch_size, w.settings.sampler) == (8, "RandomSampler")
+    assert (w.loader["batch_size"], w.loader["sampler"]) == ("8", "RandomSampler")

@@ -230,8 +230,13 @@ def run_bench(py: Path, md: Path, quick: bool) -> tuple[bool, str]:
 
 
 def commit() -> str:
+    """HEAD's short hash, and whether the checkout differs from it (a copied working tree can
+    carry an older .git: the hash alone would name code that did not run)."""
     r = run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT)
-    return r.stdout.strip() if r.returncode == 0 else "unknown"
+    if r.returncode != 0:
+        return "unknown"
+    dirty = run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT)
+    return r.stdout.strip() + (" with changes not committed there" if dirty.stdout.strip() else "")
 
 
 def report(

@@ -14,10 +14,12 @@ import pytest
 
 import ioprobe
 from ioprobe.record import RunRecord
-from tests.fixtures import stateful_train
 from tests.integration.cli import REPO, run_cli
 
+# the test extras install torchdata; a GPU image without it collects this module and skips it
 pytest.importorskip("torchdata")
+from tests.fixtures import stateful_train
+
 pytestmark = pytest.mark.slow
 
 

@@ -2,9 +2,10 @@
 pool's start and each sweep level timed, over several probes in one process (the first pays
 CUDA's and the codecs' start, as every CLI run does).
 
-  python tests/benchmarks/probe_phases.py [--budget 10] [--repeats 3] [--files 60]
+  python tests/benchmarks/probe_phases.py [--budget 10] [--repeats 3] [--files 60] [--sample]
 
-The dataset is the GPU test's: 320x240 random-pixel JPEGs in a temporary folder (removed).
+The dataset is the GPU test's: 320x240 random-pixel JPEGs in a temporary folder (removed), or
+with ``--sample`` the built-in sample of 2,000 JPEGs.
 """
 
 from __future__ import annotations
@@ -84,15 +85,22 @@ def main() -> None:
     ap.add_argument("--budget", type=float, default=10.0)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--files", type=int, default=60)
+    ap.add_argument("--sample", action="store_true", help="probe the built-in sample instead")
     args = ap.parse_args()
     time_pool_and_levels()
     root = Path(tempfile.mkdtemp(prefix="ioprobe-phases-"))
     try:
-        jpegs(root, args.files)
+        if args.sample:
+            from ioprobe.collect.sample_data import ensure_sample
+
+            target = ensure_sample()
+        else:
+            jpegs(root, args.files)
+            target = root
         for i in range(args.repeats):
             stamp(f"=== probe {i + 1}, budget {args.budget} s")
             t = time.perf_counter()
-            opts = ProbeOptions(target=str(root), loader="dali", time_budget_s=args.budget)
+            opts = ProbeOptions(target=str(target), loader="dali", time_budget_s=args.budget)
             rec = Probe(opts, StampingReporter()).run()
             stamp(f"=== probe {i + 1} took {time.perf_counter() - t:.2f} s")
             for p in rec.stages.cpu.decode_paths:

@@ -69,7 +69,7 @@ def time_pool_and_levels() -> None:
         stamp(f"level {workers}: asked {seconds:.2f} s, took {time.perf_counter() - t:.2f} s")
         return r
 
-    cpu_mod._decode_for = timed
+    cpu_mod._decode_for = timed  # type: ignore[assignment]
 
 
 def jpegs(root: Path, n: int) -> None:

@@ -5,17 +5,29 @@ ignore SIGINT. They must ignore it from their first instruction (a worker still 
 its modules when Ctrl-C comes prints a traceback), and only an ignored disposition survives
 exec: the pool starts with SIGINT ignored in the parent. It is blocked meanwhile, which
 keeps a Ctrl-C that comes then pending for the parent instead of discarding it.
+
+SIGTERM is blocked while the pool starts too, and the blocked mask survives exec: a SIGTERM
+that comes while workers are being spawned waits until every one of them has been handed its
+start-up data. Handled at once, it ended the pool while a worker spawned after the signal
+still waited for that data, and the worker printed an EOFError traceback. Each worker
+unblocks it once its handler is in place.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.pool as mp_pool
+import os
 import signal
 import threading
 from collections.abc import Callable
 from multiprocessing import resource_tracker
 from multiprocessing.pool import Pool
+from types import FrameType
 from typing import Any
+
+# held while a pool starts: see the module's docstring
+HELD = {signal.SIGINT, signal.SIGTERM}
 
 
 def spawn_pool(processes: int, initializer: Callable[..., None], initargs: tuple[Any, ...]) -> Pool:
@@ -27,7 +39,7 @@ def spawn_pool(processes: int, initializer: Callable[..., None], initargs: tuple
         return ctx.Pool(processes, initializer=initializer, initargs=initargs)
     # started first: starting it unblocks SIGINT in this thread
     resource_tracker.ensure_running()
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     pool: Pool | None = None
     try:
@@ -48,14 +60,31 @@ def _unblock(mask: set[int | signal.Signals], pool: Pool | None) -> None:
 
 
 def quiet_worker() -> None:
-    """A pool worker's signals: SIGINT ignored, SIGTERM an exit through Python."""
+    """A pool worker's signals: SIGINT ignored, SIGTERM an exit through Python (a SIGTERM
+    held since the pool's start is taken now)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
 
 
-def _exit_on_sigterm(signum: int, frame: object) -> None:
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     # SIGTERM (the pool's terminate, or a service manager's stop reaching every process)
     # exits through Python, which releases the pool's queue locks: a worker that dies at once
     # while it holds one (an idle worker waits for a task holding it) hangs the parent's
-    # terminate() for ever
+    # terminate() for ever. A worker whose loop has ended holds none and is exiting already:
+    # raising inside the interpreter's shutdown would print a traceback, so it ends at once.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once
+    if not _in_pool_loop(frame):
+        os._exit(128 + signum)
     raise SystemExit(128 + signum)
+
+
+def _in_pool_loop(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_code is _POOL_LOOP:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_POOL_LOOP = mp_pool.worker.__code__  # type: ignore[attr-defined]

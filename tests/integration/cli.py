@@ -27,6 +27,21 @@ def run_cli(
     )
 
 
+def watched_and_plain(
+    out: Path, *cmd: str
+) -> tuple[subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """A training command run as the user runs it, then under ``ioprobe run --json out``;
+    each must succeed. Both results, the watched one first."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    plain = subprocess.run(
+        list(cmd), capture_output=True, text=True, cwd=REPO, env=env, timeout=120
+    )
+    assert plain.returncode == 0, plain.stderr
+    watched = run_cli("run", "--json", str(out), "--", *cmd)
+    assert watched.returncode == 0, watched.stderr
+    return watched, plain
+
+
 def probe_json(tmp: Path, *args: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     out = tmp / "run.json"
     proc = run_cli("probe", *args, "--json", str(out), "-q", env=env, timeout=180)

@@ -1,15 +1,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from ioprobe.record import RunRecord
-from tests.integration.cli import REPO, assert_one_line_error, run_cli
+from tests.integration.cli import assert_one_line_error, run_cli, watched_and_plain
 
 pytestmark = pytest.mark.slow
 
@@ -65,13 +63,8 @@ def test_run_of_a_missing_command_exits_2() -> None:
 
 
 def test_run_watches_a_subclass_that_wraps_iter_and_keeps_its_logic(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "tests.fixtures.subclass_train"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    plain = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
-    assert plain.returncode == 0, plain.stderr
     out = tmp_path / "run.json"
-    proc = run_cli("run", "--json", str(out), "--", *cmd)
-    assert proc.returncode == 0, proc.stderr
+    proc, plain = watched_and_plain(out, sys.executable, "-m", "tests.fixtures.subclass_train")
     assert json.loads(proc.stdout) == json.loads(plain.stdout)  # still multiplied by 10
     rec = RunRecord.load(out)
     assert rec.watch is not None and rec.watch.epochs[0].samples == 48

@@ -5,8 +5,6 @@ reached and resuming from it gives the batches an unwatched job gets, through
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,7 +12,7 @@ import pytest
 
 import ioprobe
 from ioprobe.record import RunRecord
-from tests.integration.cli import REPO, run_cli
+from tests.integration.cli import watched_and_plain
 
 # the test extras install torchdata; a GPU image without it collects this module and skips it
 pytest.importorskip("torchdata")
@@ -51,13 +49,9 @@ def test_a_state_loaded_before_watching_is_where_the_watched_loader_resumes() ->
 def test_ioprobe_run_watches_a_stateful_loader_and_the_job_resumes_as_unwatched(
     tmp_path: Path,
 ) -> None:
-    cmd = [sys.executable, "-m", "tests.fixtures.stateful_train", "2"]
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    plain = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=env, timeout=120)
-    assert plain.returncode == 0, plain.stderr
     out = tmp_path / "run.json"
-    proc = run_cli("run", "--json", str(out), "--", *cmd)
-    assert proc.returncode == 0, proc.stderr
+    cmd = (sys.executable, "-m", "tests.fixtures.stateful_train", "2")
+    proc, plain = watched_and_plain(out, *cmd)
     assert json.loads(proc.stdout) == json.loads(plain.stdout)
     assert "no DataLoader was iterated" not in proc.stderr
     # both loaders were watched: the one checkpointed after 5 batches, and the resumed one

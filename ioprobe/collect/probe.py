@@ -11,6 +11,7 @@ the probe ends within the budget plus ``budget.margin_s`` whatever the storage d
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import math
 import os
 import time
@@ -404,6 +405,7 @@ class Probe:
                     reporter=self.reporter,
                     seed=o.seed,
                     failures=self.failures,
+                    partial=functools.partial(setattr, st, p),
                 )
             except TimeoutError as exc:
                 raise StorageTimeoutError(

@@ -560,8 +560,12 @@ def measure_pass(
     reporter: Reporter | None = None,
     seed: int = 0,
     failures: ReadFailures | None = None,
+    partial: Callable[[StoragePass], object] | None = None,
 ) -> StoragePass:
     """Sweep concurrency over ``selection``; cold passes evict local files before each level.
+
+    Ctrl-C (a KeyboardInterrupt) propagates; before it does, the levels that ended are
+    handed to ``partial`` as a pass of their own, so an interrupted probe keeps them.
 
     The sweep stops when three levels in a row gain less than 5% over the best so far (one or
     two noisy levels on a shared disk should not end it), or when the budget is spent. Reads
@@ -584,6 +588,27 @@ def measure_pass(
         run_level(plan.reader, plan.items, 8, warm_s, seed=seed, hard_s=budget_s)
     per_level = max((deadline - time.monotonic()) / len(levels), 0.5)
     timing = _Timing(deadline, per_level, max(LEVEL_GRACE_S, 0.1 * budget_s))
+    try:
+        _sweep(plan, levels, out, timing, seed, rep, failures)
+    except KeyboardInterrupt:
+        if out.sweep and partial is not None:
+            _summarise(out, plan.cold)
+            partial(out)
+        raise
+    _summarise(out, plan.cold)
+    return out
+
+
+def _sweep(
+    plan: _PassPlan,
+    levels: Sequence[int],
+    out: StoragePass,
+    timing: _Timing,
+    seed: int,
+    rep: Reporter,
+    failures: ReadFailures,
+) -> None:
+    """The concurrency levels in order, each appended to ``out.sweep`` as it ends."""
     plateau = _Plateau()
     for i, c in enumerate(levels):
         if timing.left() <= 0.05 and out.sweep:
@@ -591,9 +616,7 @@ def measure_pass(
         point, res = _measure_level(plan, c, timing, seed + i, rep, failures)
         if res.items == 0 and not any(p.items for p in out.sweep):
             raise _nothing_read(res)
-        _report(rep, point)
         out.sweep.append(point)
+        _report(rep, point)
         if plateau.reached(point.read_bytes_per_s):
             break
-    _summarise(out, plan.cold)
-    return out

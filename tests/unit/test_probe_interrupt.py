@@ -73,6 +73,41 @@ def test_ctrl_c_between_the_storage_passes_keeps_the_cold_one_as_the_capacity(
     assert st.capacity_samples_per_s and st.capacity_samples_per_s > 0
 
 
+class CtrlCAfterLevels(SilentReporter):
+    """Raises KeyboardInterrupt as the cold pass reports its second concurrency level."""
+
+    def __init__(self) -> None:
+        self.levels = 0
+        self.cold = False
+
+    def phase(self, name: str) -> None:
+        self.cold = name.startswith("storage (cold)")
+
+    def result(self, line: str) -> None:
+        if self.cold and "threads" in line:
+            self.levels += 1
+            if self.levels == 2:
+                raise KeyboardInterrupt
+
+
+def test_ctrl_c_inside_the_cold_pass_keeps_the_levels_that_ended(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(60):
+        (data / f"{i}.bin").write_bytes(os.urandom(2000))
+    probe = Probe(
+        ProbeOptions(target=str(data), loader="raw", time_budget_s=4.0), CtrlCAfterLevels()
+    )
+    with pytest.raises(KeyboardInterrupt):
+        probe.run()
+    rec = probe.partial
+    assert rec is not None  # it wrote nothing when the first pass was cut short
+    st = rec.stages.storage
+    assert st.cold is not None and [p.concurrency for p in st.cold.sweep] == [1, 2]
+    assert st.capacity_samples_per_s and st.capacity_samples_per_s > 0
+    assert rec.complete is False and rec.interrupted == "storage (cold)"
+
+
 def test_ctrl_c_before_any_stage_was_measured_leaves_no_record(tmp_path: Path) -> None:
     assert interrupted_probe(tmp_path, "storage (cold)").partial is None
 

@@ -38,7 +38,9 @@ from ioprobe.cli._common import (
 )
 from ioprobe.collect import nvtx
 from ioprobe.errors import BadInputError
+from ioprobe.outputs import destination
 from ioprobe.record import RunRecord
+from ioprobe.redact import printable
 
 SITECUSTOMIZE = """\
 # Written by `ioprobe run`; removed when the run ends.
@@ -265,10 +267,32 @@ def _report_all(runs: list[RunRecord], plan: dict[str, list[str]], killed_by: in
             err.print(f"\n[bold]loader {i} of {len(runs)}[/bold]")
         show(rec, f, err=True)
     for i, (rec, f) in enumerate(judged, 1):
-        mine = plan if i == 1 else {k: [_nth(p, i) for p in ps] for k, ps in plan.items()}
+        mine = plan if i == 1 else _beside(plan, i, err)
         for path in mine["json"]:
             write_record(rec, path)
         write_rendered(rec, f, mine)
+
+
+def _beside(plan: dict[str, list[str]], i: int, err: Console) -> dict[str, list[str]]:
+    """Loader ``i``'s outputs, beside the first loader's files (``_nth``). A stream (a
+    device, a FIFO, a descriptor) has no "beside": a name derived from /dev/null would be a
+    new file in /dev, so that output is skipped for this loader, and the user told."""
+    out: dict[str, list[str]] = {}
+    for fmt, paths in plan.items():
+        out[fmt] = []
+        for path in paths:
+            if destination(path).kind == "file":
+                out[fmt].append(_nth(path, i))
+            else:
+                err.print(
+                    printable(
+                        f"ioprobe: loader {i}'s {fmt} output not written: {path} is a stream, "
+                        "which holds the first loader's; give a file name to keep each loader's"
+                    ),
+                    markup=False,
+                    soft_wrap=True,  # one line, as every ioprobe note
+                )
+    return out
 
 
 def _signal_name(signum: int) -> str:

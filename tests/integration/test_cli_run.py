@@ -1,7 +1,9 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -33,6 +35,28 @@ def test_run_watches_an_unchanged_script_and_passes_everything_through(tmp_path:
     assert rec["bottleneck"] == "cpu"
     assert rec["stages"]["cpu"]["cpu_seconds_per_sample"] == pytest.approx(0.004, rel=0.15)
     assert [e["samples"] for e in rec["watch"]["epochs"]] == [96]
+
+
+def test_a_stream_output_holds_the_first_loader_and_no_name_is_derived_from_it(
+    tmp_path: Path,
+) -> None:
+    # with two loaders, --json /dev/null made /dev/null.loader2: a new file in /dev
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()), daemon=True)
+    reader.start()
+    proc = run_cli(
+        "run", "--json", str(fifo), "--", sys.executable, "-m", "tests.fixtures.train_script", "2"
+    )
+    if reader.is_alive():  # never opened: end the reader's wait before asserting
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    reader.join(timeout=10)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(got[0])["watch"]["epochs"][0]["samples"] == 96  # the first loader's
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no pipe.loader2
+    assert fifo.is_fifo()
+    assert f"loader 2's json output not written: {fifo} is a stream" in proc.stderr
 
 
 def test_run_writes_one_record_per_loader(tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 import click
@@ -19,6 +18,7 @@ from rich.console import Console
 
 from ioprobe.collect.hostinfo import host_info
 from ioprobe.errors import BadInputError
+from ioprobe.outputs import check_output, fd_of, write_output
 from ioprobe.record import to_plain
 from ioprobe.render.host import render_host
 
@@ -35,16 +35,21 @@ ENV_SCHEMA = "ioprobe.env/1"
     help="Also write the facts as JSON to FILE ('-' for stdout, which replaces the table).",
 )
 def command(path: str, json_file: str | None) -> None:
+    to_stdout = json_file == "-" or (json_file is not None and fd_of(json_file) == 1)
+    if json_file is not None and json_file != "-":
+        check_output(json_file)  # before anything else: one line, nothing of theirs touched
     host = host_info(path)
     document: dict[str, Any] = {"schema": ENV_SCHEMA, "host": to_plain(host)}
     text = json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n"
     if json_file == "-":
-        # The table would make stdout invalid JSON; a pipe asked for data only.
         sys.stdout.write(text)
-        return
-    if json_file is not None:
+    elif json_file is not None:
+        # the writer every output uses: a file atomically, a device or FIFO in place
         try:
-            Path(json_file).write_text(text, encoding="utf-8")
+            write_output(json_file, text)
         except OSError as exc:
-            raise BadInputError(f"{json_file}: cannot write: {exc.strerror or exc}") from None
-    Console().print(render_host(host))
+            raise BadInputError(
+                f"--json {json_file}: cannot write: {exc.strerror or exc}"
+            ) from None
+    if not to_stdout:  # the table would make stdout invalid JSON: a pipe asked for data only
+        Console().print(render_host(host))

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
+
+from tests.integration.cli import assert_one_line_error
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,3 +92,17 @@ def test_env_unwritable_json_is_one_line_exit_2(tmp_path: Path) -> None:
     lines = proc.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("ioprobe: error:"), proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_env_json_goes_through_the_writer_that_destroys_nothing(tmp_path: Path) -> None:
+    # it wrote with a plain write_text, and a bad path was found only after reading the host
+    target = tmp_path / "real.json"
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    ok = _run("--json", str(link))
+    assert ok.returncode == 0, ok.stderr
+    assert link.is_symlink() and json.loads(target.read_text())["schema"] == "ioprobe.env/1"
+    full = _run("--json", "/dev/full")
+    assert_one_line_error(full, "--json /dev/full: cannot write")
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)
+    assert_one_line_error(_run("--json", str(tmp_path)), "is a directory")

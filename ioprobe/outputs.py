@@ -62,6 +62,11 @@ def fd_of(path: str | os.PathLike[str]) -> int | None:
     return int(fd if fd is not None else proc_fd)
 
 
+def writes_stdout(path: str | None) -> bool:
+    """Whether an output goes to standard output: '-', /dev/stdout, /dev/fd/1."""
+    return path is not None and (path == "-" or fd_of(path) == 1)
+
+
 def destination(path: str | os.PathLike[str]) -> Destination:
     """What writing ``path`` would write to; BadInputError naming the path if it is a kind
     ioprobe must not write (a directory, a socket, a block device, a read-only file, a link

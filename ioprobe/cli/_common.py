@@ -14,7 +14,7 @@ from rich.console import Console
 from ioprobe.analysis.catalog import Catalog, resolve_storage
 from ioprobe.analysis.report import Findings, findings
 from ioprobe.errors import BadInputError, RecordError
-from ioprobe.outputs import check_output, fd_of, write_output
+from ioprobe.outputs import check_output, write_output, writes_stdout
 from ioprobe.record import STAGE_NAMES, RunRecord, StorageClassInfo
 
 
@@ -141,11 +141,6 @@ def _format_of(path: str) -> str:
             ".trace.json or .json"
         )
     return picked
-
-
-def writes_stdout(path: str | None) -> bool:
-    """Whether an output goes to standard output: '-', /dev/stdout, /dev/fd/1."""
-    return path is not None and (path == "-" or fd_of(path) == 1)
 
 
 def _check_stdout(plan: dict[str, list[str]]) -> None:

@@ -10,8 +10,9 @@ import json
 import click
 
 from ioprobe.analysis.compare import compare
-from ioprobe.cli._common import check_outputs, console, write_text, writes_stdout
+from ioprobe.cli._common import check_outputs, console, write_text
 from ioprobe.errors import BadInputError
+from ioprobe.outputs import writes_stdout
 from ioprobe.record import RunRecord, to_plain
 from ioprobe.render.compare import compare_markdown, render_compare
 

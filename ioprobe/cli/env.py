@@ -18,7 +18,7 @@ from rich.console import Console
 
 from ioprobe.collect.hostinfo import host_info
 from ioprobe.errors import BadInputError
-from ioprobe.outputs import check_output, fd_of, write_output
+from ioprobe.outputs import check_output, write_output, writes_stdout
 from ioprobe.record import to_plain
 from ioprobe.render.host import render_host
 
@@ -35,7 +35,7 @@ ENV_SCHEMA = "ioprobe.env/1"
     help="Also write the facts as JSON to FILE ('-' for stdout, which replaces the table).",
 )
 def command(path: str, json_file: str | None) -> None:
-    to_stdout = json_file == "-" or (json_file is not None and fd_of(json_file) == 1)
+    to_stdout = writes_stdout(json_file)
     if json_file is not None and json_file != "-":
         check_output(json_file)  # before anything else: one line, nothing of theirs touched
     host = host_info(path)

@@ -34,11 +34,10 @@ from ioprobe.cli._common import (
     show,
     write_record,
     write_rendered,
-    writes_stdout,
 )
 from ioprobe.collect import nvtx
 from ioprobe.errors import BadInputError
-from ioprobe.outputs import destination
+from ioprobe.outputs import destination, writes_stdout
 from ioprobe.record import RunRecord
 from ioprobe.redact import printable
 

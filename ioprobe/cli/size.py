@@ -40,9 +40,9 @@ from ioprobe.cli._common import (
     show,
     storage_flag,
     write_record,
-    writes_stdout,
 )
 from ioprobe.errors import BadInputError
+from ioprobe.outputs import writes_stdout
 from ioprobe.record import RunRecord, SizeInputs, StorageClassInfo
 
 

@@ -26,9 +26,9 @@ from ioprobe.cli._common import (
     show,
     storage_flag,
     write_record,
-    writes_stdout,
 )
 from ioprobe.errors import BadInputError
+from ioprobe.outputs import writes_stdout
 from ioprobe.record import CacheOrder, Change
 
 MAX_CACHE_GB = 1e9  # an exabyte

@@ -673,7 +673,6 @@ class Watched:
         return alone
 
     def __iter__(self) -> Iterator[Any]:
-        self._run = None
         return iterate(self._inner, self._collector, self._begin, self._device)
 
     def _begin(self) -> Callable[[BaseException | None], None]:

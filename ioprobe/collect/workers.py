@@ -11,11 +11,20 @@ that comes while workers are being spawned waits until every one of them has bee
 start-up data. Handled at once, it ended the pool while a worker spawned after the signal
 still waited for that data, and the worker printed an EOFError traceback. Each worker
 unblocks it once its handler is in place.
+
+The pool's own ``terminate()`` kills its workers with SIGKILL, not SIGTERM. A Python signal
+handler runs only when the interpreter next checks for signals: a SIGTERM that lands while
+an idle worker is inside the C semaphore wait for the task queue's lock (between two futex
+sleeps, when a wake-up it lost to another waiter sends it back to sleep) trips the flag and
+is never acted on, and ``terminate()`` joins that worker for ever. SIGKILL cannot be missed,
+and it is safe there: ``terminate()`` takes the task queue's lock before it signals, so no
+worker it kills holds it. The SIGTERM handler stays for a SIGTERM from outside.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.context as mp_context
 import multiprocessing.pool as mp_pool
 import os
 import signal
@@ -36,18 +45,31 @@ def spawn_pool(processes: int, initializer: Callable[..., None], initargs: tuple
     ctx = mp.get_context("spawn")
     if threading.current_thread() is not threading.main_thread():
         # signal handlers belong to the main thread, and so does the Ctrl-C to handle
-        return ctx.Pool(processes, initializer=initializer, initargs=initargs)
+        return _Pool(processes, initializer, initargs, context=ctx)
     # started first: starting it unblocks SIGINT in this thread
     resource_tracker.ensure_running()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     pool: Pool | None = None
     try:
-        pool = ctx.Pool(processes, initializer=initializer, initargs=initargs)
+        pool = _Pool(processes, initializer, initargs, context=ctx)
     finally:
         signal.signal(signal.SIGINT, signal.SIG_DFL if handler is None else handler)
         _unblock(mask, pool)
     return pool
+
+
+class _KilledProcess(mp_context.SpawnProcess):
+    """A spawned worker that ``terminate()`` ends with SIGKILL: see the module's docstring."""
+
+    def terminate(self) -> None:
+        self.kill()
+
+
+class _Pool(Pool):
+    @staticmethod
+    def Process(ctx: Any, *args: Any, **kwds: Any) -> Any:  # a SpawnProcess
+        return _KilledProcess(*args, **kwds)
 
 
 def _unblock(mask: set[int | signal.Signals], pool: Pool | None) -> None:

@@ -9,12 +9,21 @@ workers, GPUs). ``ioprobe.analysis.scenario`` re-runs the same rules with the re
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ioprobe.record import CopyPoint, LoaderSettings, StorageStage, SweepPoint, WatchEpoch
+from ioprobe.record import (
+    CopyPoint,
+    LoaderSettings,
+    ReadScaling,
+    ScalingPoint,
+    StorageStage,
+    SweepPoint,
+    WatchEpoch,
+)
 
 # -- dataset density: bytes per sample, which decides what limits storage -----------------
 
@@ -279,10 +288,139 @@ def peak_copy_rate(copies: Sequence[CopyPoint], direction: str, memory: str) -> 
     return max(rates) if rates else None
 
 
+# -- how storage scales with readers, from one watched run ---------------------------------
+
+# a sample blocked less than this share of its time did not wait on storage
+READ_MIN_SHARE = 0.02
+SCALING_MIN_SAMPLES = 300
+# the reads in flight must span this ratio (10th to 90th percentile of samples) for a slope
+SCALING_MIN_SPREAD = 1.25
+SCALING_BIN = 0.25  # reads in flight per bin of the fit
+
+
+@dataclass(frozen=True)
+class SampleSpan:
+    """One sample a loader worker made: when, on the host's monotonic clock, and how long of
+    it the worker was blocked (wall - CPU - run-queue wait: on storage)."""
+
+    worker: int
+    start_ns: int
+    end_ns: int
+    blocked_ns: int
+
+
+def read_scaling(spans: Sequence[SampleSpan]) -> ReadScaling | None:
+    """Whether more readers read faster, from the reads one run had in flight at once.
+
+    A sample's read is taken to come first in its span (a dataset reads a file, then
+    decodes it), lasting its blocked time. Its reads in flight are its own plus the other
+    workers' reads overlapping it, as a time average over it. Under a per-request latency
+    limit a sample's blocked time does not depend on them; under a shared bandwidth it grows
+    in proportion. A least-squares line through log(mean blocked time) against log(reads in
+    flight), per bin of reads in flight and weighted by samples, has slope b; storage
+    throughput then follows (reads in flight) ** (1 - b). One run has one worker count, but
+    its reads in flight vary as workers alternate reading with decoding, so the answer is in
+    the run; where they varied too little, it says so rather than guess. None where no
+    sample waited on storage or a single lane read."""
+    reading = [s for s in spans if s.end_ns > s.start_ns and s.blocked_ns > 0]
+    reading = [s for s in reading if s.blocked_ns >= READ_MIN_SHARE * (s.end_ns - s.start_ns)]
+    workers = {s.worker for s in reading}
+    if len(reading) < SCALING_MIN_SAMPLES or len(workers) < 2:
+        return None
+    by_worker: dict[int, list[tuple[int, int]]] = {}
+    for s in sorted(reading, key=lambda s: s.start_ns):
+        by_worker.setdefault(s.worker, []).append((s.start_ns, s.start_ns + s.blocked_ns))
+    starts = {w: [a for a, _ in reads] for w, reads in by_worker.items()}
+    flight = []
+    for s in reading:
+        a, b = s.start_ns, s.start_ns + s.blocked_ns
+        n = 1.0
+        for w, reads in by_worker.items():
+            if w == s.worker:
+                continue
+            # the other worker's reads that overlap this one: from the last to start before
+            # it ends, back while they end after it starts (a worker's reads don't overlap)
+            i = bisect.bisect_left(starts[w], b) - 1
+            while i >= 0 and reads[i][1] > a:
+                n += (min(reads[i][1], b) - max(reads[i][0], a)) / (b - a)
+                i -= 1
+        flight.append((n, s.blocked_ns))
+    flight.sort()
+    lo, hi = flight[len(flight) // 10][0], flight[(9 * len(flight)) // 10][0]
+    mean_n = sum(n for n, _ in flight) / len(flight)
+    bins: dict[int, list[tuple[float, int]]] = {}
+    for n, b in flight:
+        bins.setdefault(int(n / SCALING_BIN), []).append((n, b))
+    points = [
+        ScalingPoint(
+            reads_in_flight=sum(n for n, _ in v) / len(v),
+            read_ms=sum(b for _, b in v) / len(v) / 1e6,
+            samples=len(v),
+        )
+        for _, v in sorted(bins.items())
+    ]
+    out = ReadScaling(
+        exponent=None,
+        limit="",
+        reads_in_flight_mean=mean_n,
+        reads_in_flight_max=hi,
+        samples=len(flight),
+        points=points,
+    )
+    if hi < SCALING_MIN_SPREAD * lo:
+        out.limit = (
+            f"undetermined: reads in flight stayed between {lo:.2f} and {hi:.2f} "
+            "(10th to 90th percentile of samples)"
+        )
+        return out
+    slope = _weighted_slope(
+        [(math.log(p.reads_in_flight), math.log(p.read_ms), p.samples) for p in points]
+    )
+    out.exponent = min(max(1.0 - slope, 0.0), 1.0)
+    out.limit = (
+        "per-request latency"
+        if out.exponent >= 0.7
+        else "bandwidth"
+        if out.exponent <= 0.3
+        else "mixed latency and bandwidth"
+    )
+    return out
+
+
+def _weighted_slope(points: Sequence[tuple[float, float, int]]) -> float:
+    w = sum(n for _, _, n in points)
+    mx = sum(x * n for x, _, n in points) / w
+    my = sum(y * n for _, y, n in points) / w
+    sxx = sum(n * (x - mx) ** 2 for x, _, n in points)
+    sxy = sum(n * (x - mx) * (y - my) for x, y, n in points)
+    return sxy / sxx if sxx > 0 else 0.0
+
+
+def all_lanes_reading(cap: float, lanes: int, scaling: ReadScaling | None) -> float:
+    """A watched run's storage capacity ``cap`` (lanes / time per sample) holds the read
+    time at the reads in flight the run had, on average fewer than its lanes; storage limits
+    a loader when every lane reads. Where the run measured how read time grows with reads in
+    flight, the capacity is read there: (mean / lanes) ** (1 - exponent) of ``cap`` (a
+    shared bandwidth gives its bandwidth, not lanes / mean times it)."""
+    if scaling is None or scaling.exponent is None or scaling.reads_in_flight_mean <= 0:
+        return cap
+    return cap * float(min(scaling.reads_in_flight_mean / lanes, 1.0) ** (1.0 - scaling.exponent))
+
+
+def storage_scale(scaling: ReadScaling | None, lanes_ratio: float) -> float | None:
+    """Storage throughput at ``lanes_ratio`` times the run's readers, relative to the run:
+    ``lanes_ratio ** exponent`` (None where the run could not tell)."""
+    if scaling is None or scaling.exponent is None:
+        return None
+    return float(lanes_ratio**scaling.exponent)
+
+
 __all__ = [
     "DENSITY_HIGH_MIN",
     "DENSITY_LOW_MAX",
     "CpuContext",
+    "SampleSpan",
+    "all_lanes_reading",
     "best_level",
     "copy_rate_at",
     "cpu_capacity",
@@ -295,10 +433,12 @@ __all__ = [
     "loader_cores",
     "pcie_from_rate",
     "peak_copy_rate",
+    "read_scaling",
     "shared_gpu",
     "single_thread_rate",
     "storage_from_lanes",
     "storage_from_rate",
+    "storage_scale",
     "sweep_points",
     "sweep_rate",
     "watch_cores",

@@ -457,6 +457,30 @@ class LoaderSettings:
 
 
 @dataclass
+class ScalingPoint:
+    """Samples that read while about ``reads_in_flight`` reads were in flight."""
+
+    reads_in_flight: float  # their mean: their own read and the other workers' at the time
+    read_ms: float  # their mean time blocked on storage
+    samples: int
+
+
+@dataclass
+class ReadScaling:
+    """How a sample's time on storage grew with the reads in flight beside it, in one watched
+    run: the evidence whether more loader workers read faster (a per-request latency limit)
+    or share one bandwidth (a cap). Storage throughput follows (reads in flight) **
+    ``exponent``: 1 scales linearly, 0 is a fixed bandwidth."""
+
+    exponent: float | None  # None: the run's reads in flight varied too little to tell
+    limit: str  # "per-request latency", "bandwidth", "partly bandwidth", or why undetermined
+    reads_in_flight_mean: float
+    reads_in_flight_max: float  # the most the fit saw: beyond it, the curve is extrapolated
+    samples: int
+    points: list[ScalingPoint] = field(default_factory=list)
+
+
+@dataclass
 class WatchData:
     loader: dict[str, str] = field(default_factory=dict)  # as described, for reports
     settings: LoaderSettings = field(default_factory=LoaderSettings)
@@ -476,6 +500,9 @@ class WatchData:
     # step's start and end, the wait before it and its copies (columns start, end, wait,
     # copy, batches)
     gpu_track: Track | None = None
+    # per-sample storage time against the reads in flight: None where nothing was blocked on
+    # reads or the loader had no workers
+    read_scaling: ReadScaling | None = None
 
     def __post_init__(self) -> None:
         # described but not typed (a record from before settings were typed, or one built
@@ -947,8 +974,10 @@ __all__ = [
     "PcieStage",
     "PipelineRun",
     "ProbeSettings",
+    "ReadScaling",
     "Recommendation",
     "RunRecord",
+    "ScalingPoint",
     "SizeData",
     "SizeInputs",
     "SizeRow",

@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 import ioprobe
 from ioprobe.analysis.scenario import evaluate
 from ioprobe.record import Change, RunRecord
-from tests.fixtures.datasets import BurnDataset, MeteredHttpDataset
+from tests.fixtures.datasets import BurnDataset, MeteredHttpDataset, MeteredHttpDecodeDataset
 from tests.servers import ThrottledHTTPServer, make_files
 
 CPU_MS = 8.0
@@ -85,6 +85,28 @@ def storage_rate_pair(root: Path) -> tuple[float, float]:
     fast = _http_run(root, 2 * RATE)
     assert fast.measured_samples_per_s is not None
     return predicted, fast.measured_samples_per_s
+
+
+def remote_workers_pair(
+    root: Path, *, rate: int | None = None, latency_s: float = 0.0, decode_s: float = 0.015
+) -> tuple[float, float]:
+    """A run with 2 workers that each read a file over HTTP and decode it for ``decode_s``
+    predicts 4 workers (``Change(workers=4)``); then 4 workers are measured. The server
+    shares ``rate`` bytes/s among all connections, or answers each request ``latency_s``
+    late."""
+    if not any(root.iterdir()):
+        make_files(root, 2 * FILES, SIZE)
+    with ThrottledHTTPServer(root, rate_bytes_per_s=rate, latency_s=latency_s) as srv:
+        urls = [srv.url + f"p0/f{i:05d}.bin" for i in range(2 * FILES)]
+
+        def run(workers: int) -> RunRecord:
+            ds = MeteredHttpDecodeDataset(urls, decode_s)
+            return watch_run(DataLoader(ds, batch_size=4, num_workers=workers))
+
+        predicted = evaluate(run(2), Change(workers=4)).predicted_samples_per_s
+        four = run(4)
+    assert four.measured_samples_per_s is not None
+    return predicted, four.measured_samples_per_s
 
 
 def relative_error(pair: tuple[float, float]) -> float:

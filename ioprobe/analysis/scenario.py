@@ -321,12 +321,16 @@ def _storage_lanes(rec: RunRecord, r: Resources, workers_changed: bool) -> float
 def _storage_rate(rec: RunRecord, lanes: float) -> tuple[float, bool]:
     """Relative storage rate at ``lanes`` reads in flight, and whether a measured curve gave it.
     A probe's sweep is the curve (flat beyond its last level: storage saturates); a watch
-    has one level, so it scales linearly with the reads in flight."""
+    has one worker count, and its reads in flight as they varied give the exponent the rate
+    follows (``capacity.read_scaling``); where they did not vary enough, linear."""
     st = rec.stages.storage
     p = st.cold or st.warm  # the pass the probe took the capacity from
     pts = capacity.sweep_points(p.sweep) if p is not None else []
     if rec.watch is None and pts:
         return capacity.sweep_rate(pts, lanes, False), True
+    scaling = rec.watch.read_scaling if rec.watch is not None else None
+    if scaling is not None and scaling.exponent is not None:
+        return float(lanes**scaling.exponent), True
     return lanes, False
 
 
@@ -389,11 +393,32 @@ def _more_readers(rec: RunRecord, st: StorageStage, old: Resources, lanes: float
     if was <= 0 or now == was:
         return []
     st.capacity_samples_per_s = cap * now / was
-    return [
-        "storage follows the measured concurrency sweep"
-        if curved
-        else "storage scales linearly with reads in flight (one level was measured)"
-    ]
+    return [_readers_why(rec, curved, lanes / _storage_lanes(rec, old, False))]
+
+
+def _readers_why(rec: RunRecord, curved: bool, ratio: float) -> str:
+    scaling = rec.watch.read_scaling if rec.watch is not None else None
+    if rec.watch is None and curved:
+        return "storage follows the measured concurrency sweep"
+    if scaling is None:
+        return "storage scales linearly with reads in flight (one level was measured)"
+    if scaling.exponent is None:
+        why = scaling.limit.removeprefix("undetermined: ")
+        return (
+            "storage scales linearly with reads in flight (assumed: this run can't tell a "
+            f"bandwidth cap from a latency limit, its {why})"
+        )
+    beyond = ratio * scaling.reads_in_flight_mean > scaling.reads_in_flight_max
+    return (
+        f"storage throughput follows (reads in flight) ** {scaling.exponent:.2f}, measured in "
+        f"this run from {scaling.samples:,} samples' read times against the reads in flight "
+        f"beside them: a {scaling.limit} limit"
+        + (
+            f"; extrapolated past the {scaling.reads_in_flight_max:.1f} reads in flight seen"
+            if beyond
+            else ""
+        )
+    )
 
 
 def _cached(rec: RunRecord, ch: Change, st: StorageStage) -> str:

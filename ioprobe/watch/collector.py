@@ -34,6 +34,7 @@ from ioprobe.record import (
     GpuAlone,
     GpuStage,
     LoaderSettings,
+    ReadScaling,
     RunRecord,
     Stages,
     Track,
@@ -45,6 +46,7 @@ from ioprobe.redact import redact_url
 from ioprobe.watch.stages import Measured, steady
 
 MAX_KEPT = 100_000  # values kept exactly per series before switching to a reservoir
+SPAN_SAMPLES = 20_000  # samples kept for the read-scaling evidence (about 0.5 s to fit at stop)
 # collectors whose epoch is running, innermost last: where ioprobe.to_device reports copies
 ACTIVE: list[WatchCollector] = []
 
@@ -200,6 +202,12 @@ class WatchCollector:
         self.sample = Reservoir(MAX_KEPT, 1e-6)
         self.main = Series(MAIN_COLUMNS, MAIN_ROWS)
         self.worker_series: dict[int, Series] = {}
+        # batches as their workers sent them (worker, end of its samples, wall and CPU
+        # arrays, run-queue ns), up to SPAN_SAMPLES samples: the read-scaling evidence,
+        # unpacked only when the record is made
+        self._spans: list[tuple[int, int, bytes, bytes, int]] = []
+        self._span_samples = 0
+        self._scaling: ReadScaling | None = None
         self._origin = 0
         self._cur: WatchEpoch | None = None
         self._prev_arrival = 0
@@ -258,6 +266,9 @@ class WatchCollector:
             ws = self.worker_series[worker] = Series(WORKER_COLUMNS, WORKER_ROWS)
         # the worker's samples ran back to back before its collate: the span they took
         ws.add((done - collate - wall_ns, done, 1, n, wall_ns, cpu_ns, mns))
+        if self._span_samples < SPAN_SAMPLES:
+            self._spans.append((worker, done - collate, wall_b, cpu_b, runq))
+            self._span_samples += n
         ep.metered_bytes += mbytes
         ep.metered_read_seconds += mns / 1e9
         ep.metered_open_seconds += mopen / 1e9
@@ -394,6 +405,7 @@ class WatchCollector:
         host = host_info(None)
         usable = host.usable_cores or os.cpu_count() or 1
         read_total, mean_bytes = self._bytes_read()
+        self._scaling = capacity.read_scaling(self.sample_spans())
         stages, notes = self.adapter.stages(self.measured(usable, mean_bytes))
         idle, idle_method = self._idle()
         if self.timeline_error:
@@ -437,6 +449,7 @@ class WatchCollector:
             timing=self._timing(),
             on_device_clock=tl is not None and tl.backend.on_device_clock,
             device=self.device,
+            read_scaling=self._scaling,
         )
 
     def _bytes_read(self) -> tuple[int, float]:
@@ -498,7 +511,26 @@ class WatchCollector:
             gpu_timing=self._timing(),
             gpu_step_ms=self.gpu_step.to_record(),
             gpu_track=self._gpu_track(),
+            read_scaling=self._scaling,
         )
+
+    def sample_spans(self) -> list[capacity.SampleSpan]:
+        """Each kept sample's span and blocked time. A worker's samples ran back to back
+        before its collate, so the batch's end and their wall times place them; the batch's
+        run-queue wait is shared evenly. Each worker's first batch (start-up, imports) is
+        left out."""
+        out: list[capacity.SampleSpan] = []
+        seen: set[int] = set()
+        for worker, end, wall_b, cpu_b, runq in self._spans:
+            if worker not in seen:
+                seen.add(worker)
+                continue
+            wall, cpu = array("q", wall_b), array("q", cpu_b)
+            share = runq // max(len(wall), 1)
+            for w, c in zip(reversed(wall), reversed(cpu), strict=False):
+                out.append(capacity.SampleSpan(worker, end - w, end, max(w - c - share, 0)))
+                end -= w
+        return out
 
     def _timing(self) -> str | None:
         tl = self.timeline

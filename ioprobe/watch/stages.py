@@ -20,6 +20,7 @@ from ioprobe.record import (
     GpuStage,
     LoaderSettings,
     PcieStage,
+    ReadScaling,
     Stages,
     StorageStage,
     WatchEpoch,
@@ -49,6 +50,8 @@ class Measured:
     timing: str | None = None
     on_device_clock: bool = False
     device: str | None = None  # where watch(..., device=) moved the batches
+    # how a sample's time on storage grew with the reads in flight (capacity.read_scaling)
+    read_scaling: ReadScaling | None = None
 
     @property
     def samples(self) -> int:
@@ -141,7 +144,9 @@ def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
     metered_s, open_s = _metered_per_sample(eps, samples)
     storage = StorageStage()
     if metered_s > 0:
-        cap = capacity.storage_from_lanes(lanes, metered_s)
+        cap = capacity.all_lanes_reading(
+            capacity.storage_from_lanes(lanes, metered_s), lanes, m.read_scaling
+        )
         storage.capacity_samples_per_s = cap
         storage.read_bytes_per_s = cap * mean_bytes if mean_bytes else None
         storage.basis = METERED_BASIS
@@ -151,7 +156,9 @@ def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
     runq = sum(e.runqueue_seconds for e in eps) / samples
     blocked = max(wall_per_sample - cpu_per_sample - runq, 0.0)
     if blocked > 0 and blocked > BLOCKED_MIN_SHARE * wall_per_sample:
-        cap = capacity.storage_from_lanes(lanes, blocked)
+        cap = capacity.all_lanes_reading(
+            capacity.storage_from_lanes(lanes, blocked), lanes, m.read_scaling
+        )
         storage.capacity_samples_per_s = cap
         storage.read_bytes_per_s = cap * mean_bytes if mean_bytes else None
         storage.unmetered_seconds = blocked * samples if mean_bytes == 0 else 0.0

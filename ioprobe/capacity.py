@@ -322,8 +322,11 @@ def read_scaling(spans: Sequence[SampleSpan]) -> ReadScaling | None:
     its reads in flight vary as workers alternate reading with decoding, so the answer is in
     the run; where they varied too little, it says so rather than guess. None where no
     sample waited on storage or a single lane read."""
-    reading = [s for s in spans if s.end_ns > s.start_ns and s.blocked_ns > 0]
-    reading = [s for s in reading if s.blocked_ns >= READ_MIN_SHARE * (s.end_ns - s.start_ns)]
+    reading = [
+        s
+        for s in spans
+        if s.blocked_ns > 0 and s.blocked_ns >= READ_MIN_SHARE * (s.end_ns - s.start_ns)
+    ]
     workers = {s.worker for s in reading}
     if len(reading) < SCALING_MIN_SAMPLES or len(workers) < 2:
         return None

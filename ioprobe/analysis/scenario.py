@@ -328,10 +328,8 @@ def _storage_rate(rec: RunRecord, lanes: float) -> tuple[float, bool]:
     pts = capacity.sweep_points(p.sweep) if p is not None else []
     if rec.watch is None and pts:
         return capacity.sweep_rate(pts, lanes, False), True
-    scaling = rec.watch.read_scaling if rec.watch is not None else None
-    if scaling is not None and scaling.exponent is not None:
-        return float(lanes**scaling.exponent), True
-    return lanes, False
+    scale = capacity.storage_scale(rec.watch.read_scaling if rec.watch else None, lanes)
+    return (scale, True) if scale is not None else (lanes, False)
 
 
 def storage_estimate(

@@ -317,6 +317,13 @@ class WatchEpoch:
     stall_seconds: float = 0.0  # consumer blocked in next(), first batch excluded
     step_seconds: float = 0.0  # consumer time between batches
     first_batch_seconds: float | None = None  # includes worker start-up
+    # the loader's iter(): where a DataLoader without persistent workers starts them
+    iter_seconds: float | None = None
+    # workers that started in this epoch (none where persistent workers carried over), and
+    # their mean time from the loader's iter() to their first sample: process start, imports,
+    # worker_init_fn
+    workers_started: int = 0
+    worker_startup_seconds: float | None = None
     # The first round of batches (one per worker) is made concurrently and arrives bunched;
     # steady-state rates leave it out: samples and seconds up to the last of that round.
     startup_samples: int = 0
@@ -430,6 +437,9 @@ class LoaderSettings:
     pin_memory: bool = False
     prefetch_factor: int | None = None
     persistent_workers: bool = False
+    # batches reach the consumer in the sampler's order (PyTorch's default; False from 2.6
+    # hands over whichever batch is ready first)
+    in_order: bool = True
 
     @classmethod
     def parse(cls, loader: dict[str, str]) -> LoaderSettings:
@@ -453,6 +463,7 @@ class LoaderSettings:
             pin_memory=loader.get("pin_memory") == "True",
             prefetch_factor=num("prefetch_factor"),
             persistent_workers=loader.get("persistent_workers") == "True",
+            in_order=loader.get("in_order") != "False",
         )
 
 
@@ -481,6 +492,54 @@ class ReadScaling:
 
 
 @dataclass
+class HeavySample:
+    """One of the samples that took longest to load: where to look for a pathological file."""
+
+    # the dataset index it was loaded by; for an iterable dataset, its position in the stream
+    # of the worker that read it; -1 where the index was not an integer
+    index: int
+    worker: int  # -1: the main process loaded it
+    epoch: int
+    wall_ms: float
+    cpu_ms: float
+    bytes: int | None = None  # read through ioprobe.loaders.files while it loaded
+    path: str | None = None  # where the dataset names its source
+
+
+@dataclass
+class SampleCosts:
+    """Per-sample costs in the workers: the distributions and the heaviest samples.
+
+    ``wall_ms`` is in ``WatchData.sample_ms``; this adds each sample's CPU time and, where the
+    dataset reads through ioprobe.loaders.files, its bytes, kept the same bounded way."""
+
+    cpu_ms: Distribution = field(default_factory=Distribution)
+    bytes: Distribution = field(default_factory=Distribution)  # empty where reads are unmetered
+    heaviest: list[HeavySample] = field(default_factory=list)  # by wall time, heaviest first
+    index_kind: str = "dataset index"  # or "position in its worker's stream" (iterable)
+
+
+@dataclass
+class BatchLog:
+    """The run's first batches one by one, as they reached the consumer: what the queueing
+    of batches (the in-order queue, the prefetch depth, the workers) is simulated from.
+
+    Times are seconds from the watch's first request: when the consumer asked for the batch,
+    when it got it, and when its worker had finished it (``ready``: before that, the consumer
+    could not have had it; after it, only the queue held it back)."""
+
+    request: list[float] = field(default_factory=list)
+    arrival: list[float] = field(default_factory=list)
+    ready: list[float] = field(default_factory=list)
+    worker: list[int] = field(default_factory=list)
+    work_ms: list[float] = field(default_factory=list)  # the worker's time on it: samples, collate
+    slowest_ms: list[float] = field(default_factory=list)  # its slowest sample
+    samples: list[int] = field(default_factory=list)
+    epoch: list[int] = field(default_factory=list)
+    dropped: int = 0  # batches past the kept ones
+
+
+@dataclass
 class WatchData:
     loader: dict[str, str] = field(default_factory=dict)  # as described, for reports
     settings: LoaderSettings = field(default_factory=LoaderSettings)
@@ -503,6 +562,10 @@ class WatchData:
     # per-sample storage time against the reads in flight: None where nothing was blocked on
     # reads or the loader had no workers
     read_scaling: ReadScaling | None = None
+    # per-sample CPU time, bytes and the heaviest samples; None where the framework does not
+    # time samples (DALI)
+    sample_costs: SampleCosts | None = None
+    batch_log: BatchLog | None = None  # None where no worker reports its batches (DALI)
 
     def __post_init__(self) -> None:
         # described but not typed (a record from before settings were typed, or one built
@@ -866,6 +929,8 @@ def _dataclass(tp: type, data: Any, path: str) -> Any:
             raise RecordError(f"{sub}: required key is missing")
     if "columns" in kwargs and tp in _COLUMN_TABLES:
         _check_columns(kwargs["columns"], _join(path, "columns"))
+    if tp is BatchLog:
+        _check_columns({k: v for k, v in kwargs.items() if isinstance(v, list)}, path)
     return tp(**kwargs)
 
 
@@ -939,6 +1004,12 @@ SIGNED_FIELDS = frozenset(
         "Track.columns",
         "GpuSeries.t0_host",
         "GpuSeries.columns",
+        "HeavySample.index",
+        "HeavySample.worker",
+        "BatchLog.request",
+        "BatchLog.arrival",
+        "BatchLog.ready",
+        "BatchLog.worker",
     }
 )
 # Tables held column by column: a row per index, so every column has one length
@@ -958,6 +1029,7 @@ __all__ = [
     "SCHEMA",
     "STAGE_NAMES",
     "WORKER_COLUMNS",
+    "BatchLog",
     "CacheOrder",
     "Change",
     "Cheapest",
@@ -969,6 +1041,7 @@ __all__ = [
     "FilesystemInfo",
     "GpuInfo",
     "GpuStage",
+    "HeavySample",
     "HostInfo",
     "LoaderSettings",
     "PcieStage",
@@ -977,6 +1050,7 @@ __all__ = [
     "ReadScaling",
     "Recommendation",
     "RunRecord",
+    "SampleCosts",
     "ScalingPoint",
     "SizeData",
     "SizeInputs",

@@ -90,8 +90,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self, send_body: bool) -> None:
         srv = self.server
         srv._count_request()
-        if srv.latency_s > 0:
-            time.sleep(srv.latency_s)
+        delay = srv.request_delay()
+        if delay > 0:
+            time.sleep(delay)
         url_path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         target = srv._resolve(url_path)
         if target is None:
@@ -180,6 +181,12 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
 
     ``bytes_sent`` counts file payload bytes actually written (directory listings excluded),
     ``requests`` counts every GET and HEAD, ``connections`` counts accepted TCP connections.
+
+    Every request is answered ``latency_s`` late. ``slow_window=(t0, t1)`` with
+    ``slow_latency_s`` adds a slow spell: a request that arrives from ``t0`` to ``t1`` seconds
+    after ``start_slow_clock()`` (which the test calls at the moment it chooses) waits
+    ``slow_latency_s`` more. Off by default, and until the clock is started; the clock is
+    read and set under a lock, so any thread may start it while handlers read it.
     """
 
     daemon_threads = True
@@ -193,16 +200,26 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
         root: str | Path,
         rate_bytes_per_s: float | None = None,
         latency_s: float = 0.0,
+        slow_window: tuple[float, float] | None = None,
+        slow_latency_s: float = 0.0,
     ) -> None:
         if rate_bytes_per_s is not None and rate_bytes_per_s <= 0:
             raise ValueError(f"rate_bytes_per_s must be positive, got {rate_bytes_per_s}")
         if latency_s < 0:
             raise ValueError(f"latency_s must be >= 0, got {latency_s}")
+        if slow_window is not None and not 0 <= slow_window[0] < slow_window[1]:
+            raise ValueError(f"slow_window must be (t0, t1) with 0 <= t0 < t1, got {slow_window}")
+        if slow_latency_s < 0:
+            raise ValueError(f"slow_latency_s must be >= 0, got {slow_latency_s}")
         self.root = Path(root).resolve()
         if not self.root.is_dir():
             raise NotADirectoryError(str(self.root))
         self.rate_bytes_per_s = rate_bytes_per_s
         self.latency_s = latency_s
+        self.slow_window = slow_window
+        self.slow_latency_s = slow_latency_s
+        self._slow_lock = threading.Lock()
+        self._slow_origin: float | None = None  # monotonic seconds at start_slow_clock()
         self._schedule_lock = threading.Lock()
         self._next_free = 0.0
         self._stats_lock = threading.Lock()
@@ -252,6 +269,26 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
         """TCP connections accepted so far; with keep-alive this stays below ``requests``."""
         with self._stats_lock:
             return self._connections_accepted
+
+    def start_slow_clock(self) -> float:
+        """Start the clock ``slow_window`` counts from, now; returns that moment
+        (``time.monotonic()``)."""
+        now = time.monotonic()
+        with self._slow_lock:
+            self._slow_origin = now
+        return now
+
+    def request_delay(self) -> float:
+        """How late a request arriving now is answered: ``latency_s``, plus ``slow_latency_s``
+        inside the slow window."""
+        with self._slow_lock:
+            origin = self._slow_origin
+        window = self.slow_window
+        if window is None or origin is None:
+            return self.latency_s
+        since = time.monotonic() - origin
+        slow = window[0] <= since < window[1]
+        return self.latency_s + (self.slow_latency_s if slow else 0.0)
 
     def reset_counters(self) -> None:
         with self._stats_lock:

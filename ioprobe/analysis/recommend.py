@@ -20,6 +20,7 @@ from ioprobe.analysis.catalog import Catalog, shipped_catalog
 from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu, label, measured
 from ioprobe.analysis.model import PipelineFindings
 from ioprobe.analysis.pcie import degraded_link_rule, low_efficiency_rule, probe_pageable_rule
+from ioprobe.analysis.queueing import best_cure, head_of_line, queue_predictions
 from ioprobe.analysis.scenario import (
     Scenario,
     dataset_bytes,
@@ -483,6 +484,8 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     w = rec.watch
     if w is None or rec.measured_samples_per_s is None or recorded_workers(rec) == 0:
         return []
+    if queue_predictions(rec):  # the simulated queue judges the prefetch depth instead
+        return []
     if rec.measured_samples_per_s >= 0.9 * f.predicted_samples_per_s:
         return []
     spikes = _stall_spikes(w)
@@ -509,6 +512,48 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             ),
             predicted_samples_per_s=pred,
             evidence=f"measured {rec.measured_samples_per_s:,.0f} samples/s vs model {pred:.0f}",
+        )
+    ]
+
+
+def queue_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """Head-of-line blocking: the loader setting that frees the queue of batches, if one pays.
+
+    ``queueing.queue_predictions`` replays the logged batches through PyTorch's queue with
+    ``in_order=False``, a doubled ``prefetch_factor`` and more workers; the one that pays
+    (``queueing.best_cure``) is advised with its predicted rate and the measured loss as
+    evidence. More workers are left to ``workers_rule`` where it advises them already.
+    """
+    cure = best_cure(queue_predictions(rec))
+    if cure is None:
+        return []
+    if cure.setting == "num_workers" and workers_rule(rec, f):
+        return []
+    hol = head_of_line(rec)
+    evidence = ""
+    if hol is not None and hol.seconds > 0:
+        evidence = (
+            f"over {hol.batches:,} batches the consumer waited {hol.queue_seconds:.2f} s of "
+            f"{hol.seconds:.2f} s behind an unfinished batch while a later one was ready; "
+            f"stragglers held their batches {hol.slow_sample_seconds:.2f} s"
+        )
+    why = {
+        "in_order": (
+            "batches are handed over as they are finished, so one slow batch no longer holds "
+            "the ready ones behind it (PyTorch >= 2.6; batch order then varies run to run)"
+        ),
+        "prefetch_factor": "a deeper queue keeps the workers busy while a slow batch holds it",
+        "num_workers": "more workers keep making batches while one is held by a slow sample",
+    }[cure.setting]
+    return [
+        Recommendation(
+            kind=cure.setting,
+            text=(
+                f"Set {cure.setting}={cure.proposed} (now {cure.current}): {why}; the queue "
+                f"simulated from this run's batches predicts {cure.gain - 1:+.0%}."
+            ),
+            predicted_samples_per_s=cure.predicted_samples_per_s,
+            evidence=evidence,
         )
     ]
 
@@ -636,8 +681,11 @@ def _pin_memory_first(rec: RunRecord) -> str:
 
 
 def balanced_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
-    """GPU-bound: the input pipeline keeps up; say by how much, so nobody buys storage."""
-    if f.bottleneck != "gpu":
+    """GPU-bound: the input pipeline keeps up; say by how much, so nobody buys storage.
+
+    Not where the queue of batches holds the consumer back (``queue_rule`` advises a cure):
+    every stage's capacity then keeps up on average while the GPU still waits."""
+    if f.bottleneck != "gpu" or best_cure(queue_predictions(rec)) is not None:
         return []
     slack = min((v for k, v in f.headroom.items() if k != "gpu"), default=None)
     text = "Balanced: the GPU is the bottleneck and the input pipeline keeps up; nothing to gain on the data side."
@@ -665,6 +713,7 @@ def rules(catalog: Catalog) -> tuple[Rule, ...]:
         functools.partial(shard_rule, catalog=catalog),
         functools.partial(faster_storage_rule, catalog=catalog),
         prefetch_rule,
+        queue_rule,
         pin_memory_rule,
         probe_pageable_rule,
         degraded_link_rule,

@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 
 from ioprobe.analysis.measures import KeyNumbers, key_numbers
 from ioprobe.analysis.pcie import CopyRow, copy_rows
+from ioprobe.analysis.queueing import HeadOfLine, QueuePrediction, head_of_line, queue_predictions
+from ioprobe.analysis.samples import SampleCostView, sample_costs
+from ioprobe.analysis.stall_series import StallOverTime, stall_over_time
+from ioprobe.analysis.timelines import complete_tracks, spread
 from ioprobe.record import (
     MERGE_RULES,
     STAGE_NAMES,
@@ -188,50 +192,13 @@ class Findings:
     # host's (main process first, then workers) and the device's stream
     timeline: list[Track] = field(default_factory=list)
     device_timeline: Track | None = None
-
-
-def tracks_of(rec: RunRecord) -> list[Track]:
-    """The record's timelines: a watched run's, else the probe's pipeline run's."""
-    if rec.watch is not None and rec.watch.tracks:
-        return rec.watch.tracks
-    if rec.pipeline is not None:
-        return rec.pipeline.tracks
-    return []
-
-
-# The columns the report reads from each kind of timeline; a track lacking one (a damaged or
-# hand-made record) is left out of the charts and the trace, with a note saying so
-MAIN_READS = ("start", "end", "stall", "batches")
-WORKER_READS = ("start", "end", "batches", "samples", "wall", "cpu", "read")
-DEVICE_READS = ("start", "end", "wait", "copy", "batches")
-
-
-def complete_tracks(rec: RunRecord) -> tuple[list[Track], Track | None, list[str]]:
-    """The record's host timelines and its device timeline that hold every column the report
-    reads, and a note for each one left out."""
-    kept, notes = [], []
-    for t in tracks_of(rec):
-        lacking = _lacking(t, MAIN_READS if t.worker is None else WORKER_READS)
-        if lacking:
-            notes.append(_left_out(t, lacking))
-        else:
-            kept.append(t)
-    device = rec.watch.gpu_track if rec.watch is not None else None
-    if device is not None and (lacking := _lacking(device, DEVICE_READS)):
-        notes.append(_left_out(device, lacking))
-        device = None
-    return kept, device, notes
-
-
-def _lacking(track: Track, reads: tuple[str, ...]) -> list[str]:
-    return [c for c in reads if c not in track.columns]
-
-
-def _left_out(track: Track, lacking: list[str]) -> str:
-    return (
-        f"the timeline {track.name!r} lacks its {', '.join(lacking)} column"
-        f"{'s' if len(lacking) > 1 else ''}: left out of the charts and the trace"
-    )
+    # the stall fraction second by second, its bursts and the sentence naming them
+    stall_over_time: StallOverTime | None = None
+    # what each sample costs, and the heaviest samples
+    sample_costs: SampleCostView | None = None
+    # what the in-order queue of batches cost, and the loader settings that would free it
+    head_of_line: HeadOfLine | None = None
+    queue: list[QueuePrediction] = field(default_factory=list)
 
 
 def coarsen(track: Track, max_rows: int) -> Track:
@@ -320,22 +287,8 @@ def _binned_samples(track: Track, t0: float, width: float, bins: int) -> list[fl
     acc = [0.0] * bins
     c = track.columns
     for s, e, n in zip(c["start"], c["end"], c["samples"], strict=True):
-        _spread(acc, (s - t0) / width, (e - t0) / width, n)
+        spread(acc, (s - t0) / width, (e - t0) / width, n)
     return acc
-
-
-def _spread(acc: list[float], lo: float, hi: float, n: float) -> None:
-    """Add ``n`` samples to the bins of ``acc`` that the span ``lo``..``hi`` (in bins) covers,
-    each its share of the overlap; a span too short to cover any lands in its own bin."""
-    bins = len(acc)
-    if hi - lo < 1e-9:
-        acc[min(int(lo), bins - 1)] += n
-        return
-    b = int(lo)
-    while b < hi and b < bins:
-        overlap = min(hi, b + 1) - max(lo, b)
-        acc[b] += n * overlap / (hi - lo)
-        b += 1
 
 
 def storage_lines(rec: RunRecord) -> list[SweepLine]:
@@ -485,6 +438,10 @@ def findings(rec: RunRecord) -> Findings:
         notes=list(rec.notes) + left_out,
         timeline=[coarsen(t, MAX_TRACE_ROWS) for t in tracks],
         device_timeline=_device_timeline(device),
+        stall_over_time=stall_over_time(rec),
+        sample_costs=sample_costs(rec),
+        head_of_line=head_of_line(rec),
+        queue=queue_predictions(rec),
     )
 
 

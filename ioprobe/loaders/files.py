@@ -26,6 +26,9 @@ import fsspec
 _bytes = [0]
 _ns = [0]  # opens and reads: all the time spent on storage
 _open_ns = [0]  # opens alone: the per-request latency (a metadata lookup, an HTTP HEAD)
+# the bytes read since the last take(), for a reader that attributes them to each sample:
+# the one list, so reading it costs an index, not a call
+BYTES = _bytes
 
 
 def _after_fork() -> None:

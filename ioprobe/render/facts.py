@@ -152,6 +152,7 @@ def measurements(rec: RunRecord, f: Findings) -> Facts:
     if w is not None:
         out += _dali_facts(rec, n.dali) if rec.dali is not None else [_loader_line(w)]
         out += _copies_fact(n.copies) + _delivery_facts(n.delivery)
+        out += sample_facts(f) + queue_facts(f)
     out += decode_facts(rec, f) + link_facts(rec, f) + disk_to_gpu_facts(rec, f)
     out += series_facts(rec, f)
     if rec.pipeline is not None:
@@ -205,6 +206,51 @@ def _rates(rec: RunRecord) -> Facts:
 def _loader_line(w: WatchData) -> tuple[str, str]:
     keys = ("num_workers", "batch_size", "pin_memory", "prefetch_factor")
     return ("loader", ", ".join(f"{k}={w.loader[k]}" for k in keys if k in w.loader))
+
+
+def sample_facts(f: Findings) -> Facts:
+    """The spread of what a sample costs and the heaviest samples, by index (and source)."""
+    sc = f.sample_costs
+    if sc is None:
+        return []
+    spread = "; ".join(
+        f"{r.name} median {_num(r.p50)} {r.unit}, p99 {_num(r.p99)}, max {_num(r.max)}"
+        for r in sc.rows
+    )
+    if sc.tail_share is not None and sc.tail_share >= 0.05:
+        spread += f"; the slowest 1% of samples took {sc.tail_share:.0%} of the time"
+    out = [("per sample", spread)]
+    if sc.heaviest:
+        shown = ", ".join(
+            f"#{h.index} {_num(h.wall_ms)} ms" + (f" ({h.path})" if h.path else "")
+            for h in sc.heaviest[:3]
+            if h.index >= 0
+        )
+        if shown:
+            out.append(("heaviest", f"{shown} (by {sc.index_kind})"))
+    return out
+
+
+def queue_facts(f: Findings) -> Facts:
+    """What the in-order queue of batches cost, and what each loader setting would gain."""
+    h = f.head_of_line
+    if h is None or h.seconds <= 0:
+        return []
+    line = (
+        f"waited {h.queue_seconds:.2f} s of {h.seconds:.2f} s behind a slow batch while a "
+        f"later one was ready; stragglers held their batches {h.slow_sample_seconds:.2f} s"
+    )
+    if f.queue:
+        line += (
+            "; "
+            + ", ".join(f"{p.setting}={p.proposed} {p.gain - 1:+.0%}" for p in f.queue)
+            + " (simulated)"
+        )
+    return [("head-of-line", line)]
+
+
+def _num(x: float) -> str:
+    return f"{x:,.3g}" if x < 1000 else f"{x:,.0f}"
 
 
 def _delivery_facts(d: Delivery | None) -> Facts:

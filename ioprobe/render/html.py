@@ -29,6 +29,8 @@ from ioprobe.analysis.report import (
     SweepLine,
     Throughput,
 )
+from ioprobe.analysis.samples import SampleCostView
+from ioprobe.analysis.stall_series import Burst, StallOverTime
 from ioprobe.record import RunRecord, to_plain
 from ioprobe.redact import printable
 from ioprobe.render.facts import (
@@ -297,9 +299,11 @@ def line_chart(
     x_label: str,
     y_label: str,
     x_names: Sequence[str] | None = None,
+    shade: Sequence[tuple[float, float]] = (),
 ) -> str:
     """Lines over shared x positions; with ``x_names`` the positions are evenly spaced
-    categories (concurrency 1, 2, 4, ...) rather than a numeric axis."""
+    categories (concurrency 1, 2, 4, ...) rather than a numeric axis. ``shade`` lays a light
+    band behind the lines over each (from, to) span of a numeric axis."""
     left, bottom, height = 70, 36, 240
     plot_w, plot_h = W - left - 16, height - bottom - 12
     ticks = _line_ticks(lines)
@@ -314,6 +318,7 @@ def line_chart(
         return 12 + plot_h * (1 - v / top)
 
     body = _y_grid(ticks, py, left, W - 16)
+    body += _shades(shade if x_names is None else (), px, left, W - 16, 12, plot_h)
     body += _x_labels(xs, x_names, px, height - 18)
     body.append(
         f'<text x="{left + plot_w / 2}" y="{height - 2}" text-anchor="middle">{e(x_label)}</text>'
@@ -326,6 +331,21 @@ def line_chart(
         )
     legend = [(name, colour) for (name, _), colour in zip(lines, colours, strict=True)]
     return _legend(legend) + _svg(W, height, body, f"{y_label} vs {x_label}")
+
+
+def _shades(
+    spans: Sequence[tuple[float, float]], px: XScale, left: int, right: int, top: int, height: int
+) -> list[str]:
+    """A band over each (from, to) span of the x axis, clipped to the plot."""
+    out = []
+    for a, b in spans:
+        x0, x1 = max(px(0, a), left), min(px(0, b), right)
+        if x1 > x0:
+            out.append(
+                f'<rect x="{_n(x0)}" y="{top}" width="{_n(max(x1 - x0, 1))}" height="{height}" '
+                f'fill="{STALL}" fill-opacity="0.15"/>'
+            )
+    return out
 
 
 def _line_ticks(lines: Sequence[tuple[str, Sequence[float | None]]]) -> list[float]:
@@ -404,6 +424,58 @@ def throughput_chart(tp: Throughput | None) -> str:
         f'<p class="note">Samples each worker finished per second, in {n} bins of '
         f"{tp.bin_s:.3g} s.{more}</p>"
     )
+
+
+MAX_BURST_ROWS = 20  # bursts listed under the stall chart, the most stalled first
+
+
+def stall_section(st: StallOverTime | None) -> list[str]:
+    """The stall fraction bin by bin, its bursts shaded, their sentence and a row per burst."""
+    if st is None:
+        return []
+    s = st.series
+    xs = [s.t0_s + s.bin_s * (i + 0.5) for i in range(len(s.stall_fraction))]
+    pct = [None if v is None else v * 100 for v in s.stall_fraction]
+    chart = line_chart(
+        xs,
+        [("stall %", pct)],
+        "seconds since the first batch request",
+        "stall %",
+        shade=[(b.start_s, b.end_s) for b in st.bursts],
+    )
+    note = (
+        f"The share of each {s.bin_s:g} s the training loop waited for data, in "
+        f"{len(xs):,} bins; each epoch's start-up round (the first batch of each worker) is "
+        "left out."
+    )
+    if st.threshold is not None:
+        note += (
+            f" Shaded: bursts, bins above {st.threshold:.0%} (twice the run's median bin, and "
+            "at least 20 points above it)."
+        )
+    parts = ["<h2>Stall over time</h2>", '<div id="stall-over-time">']
+    if st.verdict:
+        parts.append(f'<p class="stall-verdict"><b>{e(st.verdict)}</b></p>')
+    parts += [chart, f'<p class="note">{note}</p>', _bursts_table(st.bursts), "</div>"]
+    return parts
+
+
+def _bursts_table(bursts: Sequence[Burst]) -> str:
+    if not bursts:
+        return ""
+    shown = sorted(bursts, key=lambda b: -b.stall_s)[:MAX_BURST_ROWS]
+    head = "".join(
+        f"<th>{h}</th>" for h in ("from s", "length s", "stall", "stall s", "workers busy on")
+    )
+    rows = "".join(
+        f'<tr><td class="num">{b.start_s:,.1f}</td><td class="num">{b.end_s - b.start_s:,.1f}'
+        f'</td><td class="num">{b.stall_fraction:.0%}</td><td class="num">{b.stall_s:,.2f}</td>'
+        f"<td>{e(b.cause)}</td></tr>"
+        for b in sorted(shown, key=lambda b: b.start_s)
+    )
+    more = len(bursts) - len(shown)
+    tail = f'<p class="note">{more:,} smaller bursts not listed.</p>' if more else ""
+    return f'<div class="card"><table id="bursts"><tr>{head}</tr>{rows}</table>{tail}</div>'
 
 
 def storage_section(lines: Sequence[SweepLine]) -> str:
@@ -575,7 +647,16 @@ def _short(rec: RunRecord) -> RunRecord:
             k: dataclasses.replace(getattr(watch, k), values=[])
             for k in ("stall_ms", "step_ms", "sample_ms", "gpu_step_ms")
         }
-        watch = dataclasses.replace(watch, tracks=[], gpu_track=None, **empty)
+        costs = watch.sample_costs
+        if costs is not None:
+            costs = dataclasses.replace(
+                costs,
+                cpu_ms=dataclasses.replace(costs.cpu_ms, values=[]),
+                bytes=dataclasses.replace(costs.bytes, values=[]),
+            )
+        watch = dataclasses.replace(
+            watch, tracks=[], gpu_track=None, batch_log=None, sample_costs=costs, **empty
+        )
     if pipeline is not None:
         pipeline = dataclasses.replace(pipeline, tracks=[])
     return dataclasses.replace(rec, watch=watch, pipeline=pipeline, gpu_series=None)
@@ -678,6 +759,9 @@ def _timelines(f: Findings) -> list[str]:
     sections = [
         "<h2>Consumer timeline</h2>",
         consumer_chart(f.consumer, f.consumer_batches),
+        *stall_section(f.stall_over_time),
+        *samples_section(f.sample_costs),
+        *queue_section(f),
         "<h2>Per-worker throughput</h2>",
         throughput_chart(f.throughput),
         "<h2>Storage sweep</h2>",
@@ -696,6 +780,92 @@ def _cpu_sweep_chart(sweep: Sequence[tuple[int, float]]) -> str:
         "samples/s",
         x_names=[str(w) for w, _ in sweep],
     )
+
+
+def samples_section(sc: SampleCostView | None) -> list[str]:
+    """What a sample costs: a log-spaced histogram of wall time, the percentiles, and the
+    heaviest samples by index, so a reader can find the files that cost most."""
+    if sc is None:
+        return []
+    parts = ["<h2>Per-sample cost</h2>", '<div id="sample-costs">']
+    if sc.histogram:
+        parts.append(_histogram_chart(sc.histogram))
+    head = "<tr><th></th><th>median</th><th>p90</th><th>p99</th><th>max</th><th>mean</th></tr>"
+    rows = "".join(
+        f"<tr><th>{e(r.name)} ({e(r.unit)})</th>"
+        + "".join(f"<td>{_num(v)}</td>" for v in (r.p50, r.p90, r.p99, r.max, r.mean))
+        + "</tr>"
+        for r in sc.rows
+    )
+    parts.append(f'<div class="card"><table>{head}{rows}</table></div>')
+    if sc.heaviest:
+        heavy = "".join(
+            f"<tr><td>{h.index if h.index >= 0 else '?'}</td><td>{_num(h.wall_ms)}</td>"
+            f"<td>{_num(h.cpu_ms)}</td>"
+            f"<td>{'' if h.bytes is None else _num(h.bytes / 1e3)}</td>"
+            f"<td>{h.worker}</td><td>{h.epoch + 1}</td><td>{e(h.path or '')}</td></tr>"
+            for h in sc.heaviest
+        )
+        parts.append(
+            f'<p class="note">The heaviest samples, by {e(sc.index_kind)}:</p>'
+            '<div class="card"><table><tr><th>index</th><th>wall ms</th><th>CPU ms</th>'
+            "<th>kB</th><th>worker</th><th>epoch</th><th>source</th></tr>"
+            f"{heavy}</table></div>"
+        )
+    parts.append("</div>")
+    return parts
+
+
+def _histogram_chart(bins: Sequence[tuple[float, float, int]]) -> str:
+    left, bottom, height = 60, 30, 160
+    plot_w, plot_h = W - left - 10, height - bottom - 10
+    ticks = _ticks(max((c for _, _, c in bins), default=1) or 1)
+    top = ticks[-1]
+    bw = plot_w / len(bins)
+    body = _y_grid(ticks, lambda v: 10 + plot_h * (1 - v / top), left, W - 10)
+    for k, (lo, hi, c) in enumerate(bins):
+        h = plot_h * c / top
+        body.append(
+            f"<g><title>{_num(lo)}-{_num(hi)} ms: {c:,} samples</title>"
+            f'<rect x="{_n(left + k * bw)}" y="{_n(10 + plot_h - h)}" '
+            f'width="{_n(max(bw - 1, 0.5))}" height="{_n(h)}" fill="{COMPUTE}"/></g>'
+        )
+    body.append(
+        f'<text x="{left}" y="{height - 8}">{_num(bins[0][0])} ms</text>'
+        f'<text x="{W - 10}" y="{height - 8}" text-anchor="end">{_num(bins[-1][1])} ms</text>'
+        + _y_title(10 + plot_h / 2, "samples")
+    )
+    return _svg(W, height, body, "per-sample wall time, log-spaced bins")
+
+
+def queue_section(f: Findings) -> list[str]:
+    """What the in-order queue of batches cost and what each loader setting would gain."""
+    h = f.head_of_line
+    if h is None:
+        return []
+    rows = [
+        ("batches", f"{h.batches:,} over {h.seconds:.2f} s"),
+        ("consumer stall", f"{h.stall_seconds:.2f} s"),
+        ("behind a slow batch", f"{h.queue_seconds:.2f} s while a later batch was ready"),
+        (
+            "stragglers",
+            f"{h.slow_sample_seconds:.2f} s of {h.work_seconds:.2f} s worker time beyond a "
+            f"typical sample ({_num(h.typical_sample_ms)} ms)",
+        ),
+    ]
+    rows += [
+        (
+            f"{p.setting}={p.proposed}",
+            f"{rate(p.predicted_samples_per_s)} samples/s ({p.gain - 1:+.0%}, simulated)",
+        )
+        for p in f.queue
+    ]
+    return [
+        "<h2>Batch queue (head-of-line)</h2>",
+        '<div id="batch-queue">',
+        _kv_table(rows),
+        "</div>",
+    ]
 
 
 def _notes_section(notes: Sequence[str]) -> list[str]:

@@ -39,6 +39,7 @@ def md(value: object) -> str:
 def render(rec: RunRecord, f: Findings) -> str:
     lines = [f"### {md(title(rec))}", "", f"**{md(verdict(rec, f))}**", ""]
     lines[1:1] = ["", f"**{md(incomplete(rec))}**"] if not rec.complete else []
+    lines += _stall_bursts(f)
     lines += _stage_table(rec, f.stages)
     if f.kind != "size":  # a sizing's advice is its verdict and its table
         lines += _recommendations(f.recommendations)
@@ -52,6 +53,11 @@ def render(rec: RunRecord, f: Findings) -> str:
 
 
 # Each section below is its lines followed by a blank one, or nothing where the record has none.
+
+
+def _stall_bursts(f: Findings) -> list[str]:
+    st = f.stall_over_time
+    return [md(st.verdict), ""] if st is not None and st.verdict else []
 
 
 def _stage_table(rec: RunRecord, stages: Sequence[StageBar]) -> list[str]:

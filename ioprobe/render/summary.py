@@ -74,6 +74,7 @@ def _summary(rec: RunRecord, f: Findings) -> RenderableType:
         _header(rec),
         Text(""),
         Text(verdict(rec, f), style="bold"),
+        *_stall_line(f),
         Text(""),
         _stage_table(rec),
     ]
@@ -87,6 +88,12 @@ def _summary(rec: RunRecord, f: Findings) -> RenderableType:
     parts += facts([(k, v) for k, v in measurements(rec, f) if k not in ("dataset", "size")])
     parts += [Text(f"note: {n}", style="dim") for n in _notes(rec)]
     return Group(*parts)
+
+
+def _stall_line(f: Findings) -> list[RenderableType]:
+    """The stall bursts' sentence under the verdict, where the run had bursts that matter."""
+    st = f.stall_over_time
+    return [Text(st.verdict)] if st is not None and st.verdict else []
 
 
 def _notes(rec: RunRecord) -> list[str]:

@@ -8,7 +8,9 @@ run has no per-batch timeline: its measurement phases are laid end to end on one
 A watch that recorded CUDA events adds a second process, the device's current stream: per
 step, the idle wait for its batch, its host-to-device copies and its work, on the device's
 clock, placed on the host's at each epoch's first batch. Where NVML was sampled, a third
-process holds its readings as counter tracks (utilisation, PCIe, power, clock, memory).
+process holds its readings as counter tracks (utilisation, PCIe, power, clock, memory). The
+host's process has a counter track of its own, "stall %": the share of each second the
+training loop waited for data.
 Times are microseconds from the first batch request.
 """
 
@@ -19,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ioprobe.analysis.report import Findings
+from ioprobe.analysis.stall_series import StallOverTime
 from ioprobe.record import GpuSeries, RunRecord, Track
 
 PID = 1
@@ -246,6 +249,7 @@ def render(rec: RunRecord, f: Findings) -> str:
         _host_part(rec, f.timeline),
         _device_part(f.device_timeline),
         _nvml_part(rec.gpu_series),
+        _stall_part(f.stall_over_time),
     ):
         meta += part_meta
         events += part_events
@@ -302,6 +306,27 @@ def _device_part(gpu: Track | None) -> Part:
         _meta("thread_name", GPU_PID, MAIN_TID, {"name": "current stream"}),
     ]
     return meta, _gpu_events(gpu)
+
+
+def _stall_part(st: StallOverTime | None) -> Part:
+    """The stall fraction of each bin as a counter track ("stall %") of the host's process,
+    one event at each bin's start; a bin the run barely covered has none."""
+    if st is None:
+        return [], []
+    s = st.series
+    events = [
+        {
+            "name": "stall %",
+            "ph": "C",
+            "pid": PID,
+            "tid": MAIN_TID,
+            "ts": _us(s.t0_s + i * s.bin_s),
+            "args": {"stall %": round(v * 100, 2)},
+        }
+        for i, v in enumerate(s.stall_fraction)
+        if v is not None
+    ]
+    return [], events
 
 
 def _nvml_part(series: GpuSeries | None) -> Part:

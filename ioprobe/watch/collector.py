@@ -12,6 +12,7 @@ reservoir, so a 10M-sample epoch does not grow memory without bound.
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 import math
 import os
 import random
@@ -29,13 +30,16 @@ from ioprobe.collect import gpu_sampler
 from ioprobe.collect.gpu_events import EventBackend, GpuTimeline
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
 from ioprobe.record import (
+    BatchLog,
     DatasetProfile,
     Distribution,
     GpuAlone,
     GpuStage,
+    HeavySample,
     LoaderSettings,
     ReadScaling,
     RunRecord,
+    SampleCosts,
     Stages,
     Track,
     WatchData,
@@ -46,6 +50,9 @@ from ioprobe.redact import redact_url
 from ioprobe.watch.stages import Measured, steady
 
 MAX_KEPT = 100_000  # values kept exactly per series before switching to a reservoir
+HEAVIEST = 20  # the heaviest samples kept by index
+BATCH_LOG_ROWS = 10_000  # batches logged one by one for the queueing simulation
+_LOG_COLUMNS = 8  # request, arrival, ready, worker, work, slowest sample, samples, epoch
 SPAN_SAMPLES = 20_000  # samples kept for the read-scaling evidence (about 0.5 s to fit at stop)
 # collectors whose epoch is running, innermost last: where ioprobe.to_device reports copies
 ACTIVE: list[WatchCollector] = []
@@ -77,6 +84,9 @@ class BatchStats(NamedTuple):
     # CLOCK_MONOTONIC when collate finished: one clock for every process on the host, so the
     # main process can place this worker's batch on its own timeline
     done_ns: int
+    indices: bytes = b""  # array("q") of each sample's dataset index (-1: none)
+    sample_bytes: bytes = b""  # array("q") of each sample's metered bytes
+    started_ns: int = 0  # with a worker's first batch: when it began its first sample
 
 
 class Adapter(Protocol):
@@ -200,6 +210,18 @@ class WatchCollector:
         self.stall = Reservoir(MAX_KEPT, 1e-6)
         self.step = Reservoir(MAX_KEPT, 1e-6)
         self.sample = Reservoir(MAX_KEPT, 1e-6)
+        self.sample_cpu = Reservoir(MAX_KEPT, 1e-6)
+        self.sample_bytes = Reservoir(MAX_KEPT)
+        self._timed_samples = False  # a worker reported per-sample times (not DALI)
+        # the heaviest samples: a min-heap of (wall, cpu, bytes, index, worker, epoch) whose
+        # root is the bar a sample must pass, so most batches cost one max() and a compare
+        self._heavy: list[tuple[int, int, int, int, int, int]] = []
+        self._heavy_bar = -1
+        self._log = array("q")  # BATCH_LOG_ROWS rows of _LOG_COLUMNS, laid flat
+        self._log_dropped = 0
+        self._iter_ns = 0  # when the epoch's iter() began
+        self._startup_ns = 0  # the epoch's workers' start-up times, summed
+        self._metered_samples = False
         self.main = Series(MAIN_COLUMNS, MAIN_ROWS)
         self.worker_series: dict[int, Series] = {}
         # batches as their workers sent them (worker, end of its samples, wall and CPU
@@ -239,6 +261,14 @@ class WatchCollector:
         self._start_gpu_sampler()
         ACTIVE.append(self)
 
+    def iter_began(self, t_iter: int, t_done: int) -> None:
+        """The loader's iter() ran from ``t_iter`` to ``t_done``: workers it starts begin
+        their start-up at ``t_iter``."""
+        self._iter_ns = t_iter
+        self._startup_ns = 0
+        if self._cur is not None:
+            self._cur.iter_seconds = (t_done - t_iter) / 1e9
+
     @property
     def current(self) -> WatchEpoch | None:
         """The epoch being iterated, None between passes."""
@@ -253,14 +283,36 @@ class WatchCollector:
     def on_batch(self, t_request: int, t_arrival: int, stats: BatchStats) -> None:
         """A batch that a worker made and measured (``stats``) reached the consumer."""
         # unpacked in field order: one operation where reading the names would take eleven
-        worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns, mopen, done = stats
+        (worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns, mopen, done, index_b,
+         bytes_b, started) = stats  # fmt: skip
         wall = array("q", wall_b)
         n = len(wall)
         wall_ns = sum(wall)
         wall_s = wall_ns / 1e9
-        cpu_ns = sum(array("q", cpu_b))
+        cpu = array("q", cpu_b)
+        cpu_ns = sum(cpu)
         cpu_s = cpu_ns / 1e9
         ep = self.on_delivery(t_request, t_arrival, n)
+        slowest = max(wall) if n else 0
+        if len(self._log) < BATCH_LOG_ROWS * _LOG_COLUMNS:
+            self._log.extend(
+                (t_request, t_arrival, done, worker, wall_ns + collate, slowest, n, ep.index)
+            )
+        else:
+            self._log_dropped += 1
+        # the first round of each epoch carries the workers' start-up (imports, opening
+        # files): their samples are slow for no fault of their own
+        if slowest > self._heavy_bar and ep.batches > self._startup_batches:
+            self._keep_heaviest(wall, cpu, index_b, bytes_b, worker, ep.index)
+        if started and self._iter_ns and worker >= 0:
+            self._startup_ns += started - self._iter_ns
+            ep.workers_started += 1
+            ep.worker_startup_seconds = self._startup_ns / ep.workers_started / 1e9
+        self.sample_cpu.extend(cpu, cpu_ns)
+        if mbytes and bytes_b:
+            self._metered_samples = True
+            self.sample_bytes.extend(array("q", bytes_b))
+        self._timed_samples = True
         ws = self.worker_series.get(worker)
         if ws is None:
             ws = self.worker_series[worker] = Series(WORKER_COLUMNS, WORKER_ROWS)
@@ -290,6 +342,32 @@ class WatchCollector:
         w.sample_wall_seconds += wall_s
         w.sample_cpu_seconds += cpu_s
         self.sample.extend(wall, wall_ns)
+
+    def _keep_heaviest(
+        self, wall: array[int], cpu: array[int], index_b: bytes, bytes_b: bytes, worker: int,
+        epoch: int,
+    ) -> None:  # fmt: skip
+        """Keep this batch's samples that outweigh the lightest of the heaviest kept."""
+        index = array("q", index_b) if index_b else None
+        nbytes = array("q", bytes_b) if bytes_b else None
+        heap = self._heavy
+        for k, w in enumerate(wall):
+            if w <= self._heavy_bar:
+                continue
+            item = (
+                w,
+                cpu[k] if k < len(cpu) else 0,
+                nbytes[k] if nbytes is not None and k < len(nbytes) else -1,
+                index[k] if index is not None and k < len(index) else -1,
+                worker,
+                epoch,
+            )
+            if len(heap) < HEAVIEST:
+                heapq.heappush(heap, item)
+            else:
+                heapq.heapreplace(heap, item)
+            if len(heap) == HEAVIEST:
+                self._heavy_bar = heap[0][0]
 
     def on_delivery(self, t_request: int, t_arrival: int, n: int) -> WatchEpoch:
         """The consumer's side of one batch of ``n`` samples: what every framework has."""
@@ -512,6 +590,55 @@ class WatchCollector:
             gpu_step_ms=self.gpu_step.to_record(),
             gpu_track=self._gpu_track(),
             read_scaling=self._scaling,
+            sample_costs=self._sample_costs(),
+            batch_log=self._batch_log(),
+        )
+
+    def _sample_costs(self) -> SampleCosts | None:
+        if not self._timed_samples:
+            return None
+        heaviest = [
+            HeavySample(
+                index=index,
+                worker=worker,
+                epoch=epoch,
+                wall_ms=wall / 1e6,
+                cpu_ms=cpu / 1e6,
+                bytes=nbytes if self._metered_samples and nbytes >= 0 else None,
+            )
+            for wall, cpu, nbytes, index, worker, epoch in sorted(self._heavy, reverse=True)
+        ]
+        return SampleCosts(
+            cpu_ms=self.sample_cpu.to_record(),
+            bytes=self.sample_bytes.to_record() if self._metered_samples else Distribution(),
+            heaviest=heaviest,
+            index_kind=(
+                "position in its worker's stream"
+                if self.adapter.settings.iterable
+                else "dataset index"
+            ),
+        )
+
+    def _batch_log(self) -> BatchLog | None:
+        log = self._log
+        if not log:
+            return None
+        c = _LOG_COLUMNS
+        origin = self._origin
+
+        def times(k: int) -> list[float]:
+            return [round((v - origin) / 1e9, 6) for v in log[k::c]]
+
+        return BatchLog(
+            request=times(0),
+            arrival=times(1),
+            ready=times(2),
+            worker=list(log[3::c]),
+            work_ms=[round(v / 1e6, 4) for v in log[4::c]],
+            slowest_ms=[round(v / 1e6, 4) for v in log[5::c]],
+            samples=list(log[6::c]),
+            epoch=list(log[7::c]),
+            dropped=self._log_dropped,
         )
 
     def sample_spans(self) -> list[capacity.SampleSpan]:

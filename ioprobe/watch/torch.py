@@ -16,6 +16,7 @@ The user's loader object is never modified.
 
 from __future__ import annotations
 
+import operator
 import os
 import sys
 import time
@@ -32,6 +33,7 @@ from ioprobe.collect.procfs import IO, parse_io, parse_runqueue_ns
 from ioprobe.errors import BadInputError
 from ioprobe.loaders import files as _files
 from ioprobe.record import GpuAlone, LoaderSettings, RunRecord, Stages, WatchEpoch
+from ioprobe.redact import printable, redact_url
 from ioprobe.watch.collector import BatchStats, Finish, WatchCollector, unjudged
 from ioprobe.watch.stages import Measured, loader_stages
 from ioprobe.watch.stateful import is_stateful
@@ -42,8 +44,13 @@ from ioprobe.watch.stateful import is_stateful
 # empties them (and reopens /proc descriptors, which still name the parent) in the child.
 _wall = array("q")
 _cpu = array("q")
+_index = array("q")  # each sample's dataset index (-1: not an integer)
+_nbytes = array("q")  # bytes it read through ioprobe.loaders.files
+_metered = _files.BYTES  # the opener's running byte count: one list read per sample
 _proc_fds: dict[str, int] = {}
 _last: list[int] | None = None  # rchar, read_bytes, run-queue ns at the previous batch
+# when this worker began its first sample (0 once reported): its start-up's end
+_started = [0]
 _own = [0]  # bytes this module read from /proc: they count in rchar but are not the dataset's
 
 
@@ -51,9 +58,12 @@ def _after_fork() -> None:
     global _last
     _proc_fds.clear()
     _own[0] = 0
+    _started[0] = 0
     _last = None
     del _wall[:]
     del _cpu[:]
+    del _index[:]
+    del _nbytes[:]
 
 
 os.register_at_fork(after_in_child=_after_fork)
@@ -86,7 +96,17 @@ def _counters() -> list[int]:
 
 def _baseline() -> None:
     global _last
+    _started[0] = time.perf_counter_ns()
     _last = _counters()
+
+
+def _as_index(index: Any) -> int:
+    """A sampler's index that is not a plain int (a NumPy or tensor integer) as one; -1 for
+    anything else (a key, a slice): the heaviest samples then go without their index."""
+    try:
+        return operator.index(index)
+    except TypeError:
+        return -1
 
 
 class TimedDataset(Dataset[Any]):
@@ -101,11 +121,14 @@ class TimedDataset(Dataset[Any]):
     def __getitem__(self, index: Any) -> Any:
         if _last is None:
             _baseline()
+        b0 = _metered[0]
         w0 = time.perf_counter_ns()
         c0 = time.thread_time_ns()
         item = self.inner[index]
         _cpu.append(time.thread_time_ns() - c0)
         _wall.append(time.perf_counter_ns() - w0)
+        _nbytes.append(_metered[0] - b0)
+        _index.append(index if type(index) is int else _as_index(index))
         return item
 
     def __getattr__(self, name: str) -> Any:
@@ -121,15 +144,19 @@ class TimedBatchedDataset(TimedDataset):
     def __getitems__(self, indices: list[Any]) -> Any:
         if _last is None:
             _baseline()
+        b0 = _metered[0]
         w0 = time.perf_counter_ns()
         c0 = time.thread_time_ns()
         items = self.inner.__getitems__(indices)
         n = max(len(indices), 1)
         cpu = (time.thread_time_ns() - c0) // n
         wall = (time.perf_counter_ns() - w0) // n
-        for _ in range(n):
+        nbytes = (_metered[0] - b0) // n
+        for index in indices:
             _cpu.append(cpu)
             _wall.append(wall)
+            _nbytes.append(nbytes)
+            _index.append(index if type(index) is int else _as_index(index))
         return items
 
 
@@ -142,9 +169,12 @@ class TimedIterable(IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         it = iter(self.inner)
         clock, cclock = time.perf_counter_ns, time.thread_time_ns
+        metered = _metered
         if _last is None:
             _baseline()
+        position = 0  # a stream has no index: its position in this worker's stream stands in
         while True:
+            b0 = metered[0]
             w0 = clock()
             c0 = cclock()
             try:
@@ -153,6 +183,9 @@ class TimedIterable(IterableDataset[Any]):
                 return
             _cpu.append(cclock() - c0)
             _wall.append(clock() - w0)
+            _nbytes.append(metered[0] - b0)
+            _index.append(position)
+            position += 1
             yield item
 
     def __getattr__(self, name: str) -> Any:
@@ -197,8 +230,12 @@ class TimedCollate:
         info = get_worker_info()
         wall = _wall.tobytes()
         cpu = _cpu.tobytes()
+        index = _index.tobytes()
+        nbytes = _nbytes.tobytes()
         del _wall[:]
         del _cpu[:]
+        del _index[:]
+        del _nbytes[:]
         global _last
         now = _counters()
         prev = _last or now
@@ -216,7 +253,11 @@ class TimedCollate:
             metered_ns=metered_ns,
             metered_open_ns=metered_open_ns,
             done_ns=done,
+            indices=index,
+            sample_bytes=nbytes,
+            started_ns=_started[0],
         )
+        _started[0] = 0
         return Stamped(out, stats)
 
 
@@ -311,6 +352,7 @@ def describe(loader: DataLoader[Any]) -> dict[str, str]:
         "pin_memory": str(loader.pin_memory),
         "prefetch_factor": str(loader.prefetch_factor),
         "persistent_workers": str(loader.persistent_workers),
+        "in_order": str(loader.in_order),
         "sampler": sampler,
         "start_method": method if loader.num_workers > 0 else "none (main process)",
     }
@@ -329,6 +371,7 @@ def settings(loader: DataLoader[Any]) -> LoaderSettings:
         pin_memory=loader.pin_memory,
         prefetch_factor=loader.prefetch_factor,
         persistent_workers=loader.persistent_workers,
+        in_order=loader.in_order,
     )
 
 
@@ -337,13 +380,16 @@ class DataLoaderAdapter:
     batch, so every stage comes from ``ioprobe.watch.stages.loader_stages`` and nothing is
     measured per epoch."""
 
-    def __init__(self, settings: LoaderSettings, description: dict[str, str]) -> None:
+    def __init__(
+        self, settings: LoaderSettings, description: dict[str, str], dataset: Any = None
+    ) -> None:
         self.settings = settings
         self.description = description
+        self.dataset = dataset
 
     @classmethod
     def of(cls, loader: DataLoader[Any]) -> DataLoaderAdapter:
-        return cls(settings(loader), describe(loader))
+        return cls(settings(loader), describe(loader), loader.dataset)
 
     def begin_epoch(self) -> None:
         return None
@@ -355,7 +401,37 @@ class DataLoaderAdapter:
         return loader_stages(m)
 
     def complete(self, record: RunRecord) -> None:
+        costs = record.watch.sample_costs if record.watch is not None else None
+        if costs is None or self.settings.iterable:
+            return
+        for heavy in costs.heaviest:
+            heavy.path = sample_path(self.dataset, heavy.index)
+
+
+# where datasets commonly keep their samples' sources: ImageFolder-style lists of
+# (path, label), and lists of paths or URLs
+_SOURCE_LISTS = ("samples", "imgs", "files", "paths", "file_paths", "filenames", "urls")
+
+
+def sample_path(dataset: Any, index: int) -> str | None:
+    """The file or URL a map-style dataset names for ``index``, where it keeps a list of
+    them under a common attribute; None where it keeps none (the index still finds it). Only
+    reads the list: never calls into the dataset."""
+    if index < 0 or dataset is None:
         return None
+    for name in _SOURCE_LISTS:
+        try:
+            seq = vars(dataset).get(name)
+        except TypeError:  # no __dict__ (slots)
+            return None
+        if not isinstance(seq, list | tuple) or index >= len(seq):
+            continue
+        item = seq[index]
+        if isinstance(item, tuple | list) and item:
+            item = item[0]
+        if isinstance(item, str | os.PathLike):
+            return redact_url(printable(str(os.fspath(item))))
+    return None
 
 
 def iterate(
@@ -374,7 +450,9 @@ def iterate(
     error: BaseException | None = None
     on_end = begin()
     try:
+        t_iter = clock()
         it = iter(inner)
+        collector.iter_began(t_iter, clock())
         while True:
             # read per batch: to_device may begin a timeline mid-epoch
             tl = collector.timeline

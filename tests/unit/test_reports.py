@@ -122,7 +122,7 @@ def _trace_events(text: str) -> list[dict[str, object]]:
     events = doc["traceEvents"]
     assert isinstance(events, list) and events
     for ev in events:
-        assert ev["ph"] in ("X", "M"), ev
+        assert ev["ph"] in ("X", "M", "C"), ev  # C: a counter (stall %, NVML readings)
         assert isinstance(ev["pid"], int) and isinstance(ev["tid"], int)
         assert isinstance(ev["name"], str)
         if ev["ph"] == "X":
@@ -130,6 +130,8 @@ def _trace_events(text: str) -> list[dict[str, object]]:
             assert ev["dur"] >= 0
         else:
             assert isinstance(ev["args"], dict)
+        if ev["ph"] == "C":
+            assert isinstance(ev["ts"], int | float)
     return events  # type: ignore[no-any-return]
 
 

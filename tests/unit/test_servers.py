@@ -175,6 +175,29 @@ def test_latency_delays_every_response(tree: Path) -> None:
     assert 0.45 <= elapsed < 1.5
 
 
+def test_slow_window_delays_only_requests_inside_it_after_the_clock_starts(tree: Path) -> None:
+    def head_s(srv: ThrottledHTTPServer, s: requests.Session) -> float:
+        t0 = time.perf_counter()
+        s.head(srv.url + "p0/f00000.bin", timeout=5)
+        return time.perf_counter() - t0
+
+    window = (0.3, 0.8)
+    with (
+        ThrottledHTTPServer(tree, slow_window=window, slow_latency_s=0.25) as srv,
+        requests.Session() as s,
+    ):
+        assert head_s(srv, s) < 0.2  # the clock has not started: no window yet
+        start = srv.start_slow_clock()
+        assert head_s(srv, s) < 0.2  # before the window
+        time.sleep(max(start + 0.4 - time.monotonic(), 0.0))
+        assert srv.request_delay() == pytest.approx(0.25)
+        assert 0.25 <= head_s(srv, s) < 1.0  # inside it
+        time.sleep(max(start + 0.9 - time.monotonic(), 0.0))
+        assert head_s(srv, s) < 0.2  # after it
+    with pytest.raises(ValueError):
+        ThrottledHTTPServer(tree, slow_window=(1.0, 0.5))
+
+
 def test_listen_backlog_holds_32_pending_connections(tree: Path) -> None:
     # Connect before the server accepts anything: the kernel completes a handshake only
     # while the listen queue has room, so with the stdlib backlog of 5 most of these would

@@ -1,0 +1,99 @@
+"""Head-of-line blocking on a real DataLoader, against truth built into the dataset.
+
+One sample in 50 waits 20 times as long as the rest (``SkewedDataset``: blocked, no CPU, so
+the two-core CI host does not blur the truth). The heaviest samples must be exactly those;
+the stragglers' extra time is known by construction; and each loader setting the simulated
+queue predicts a gain for is rerun, interleaved with reruns as it was, and the predicted gain
+is checked against the measured one: a ratio taken side by side, as the benchmarks do.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+
+import pytest
+from torch.utils.data import DataLoader
+
+import ioprobe
+from ioprobe.analysis.queueing import head_of_line, queue_predictions
+from ioprobe.record import RunRecord
+from tests.fixtures.datasets import SkewedDataset
+
+N = 1500
+BASE_S = 0.001
+EVERY, FACTOR = 50, 20.0
+BATCH = 2
+STEP_S = 0.0015  # the consumer's own work per batch
+
+
+def run(**settings: object) -> RunRecord:
+    kw: dict[str, object] = {"num_workers": 2, "prefetch_factor": 2, "in_order": True}
+    kw.update(settings)
+    with warnings.catch_warnings():  # more workers than this host's cores: meant
+        warnings.simplefilter("ignore", UserWarning)
+        loader = ioprobe.watch(
+            DataLoader(SkewedDataset(N, BASE_S, EVERY, FACTOR), batch_size=BATCH, **kw)  # type: ignore[arg-type]
+        )
+        for _ in loader:
+            time.sleep(STEP_S)
+    return loader.run
+
+
+@pytest.fixture(scope="module")
+def base() -> RunRecord:
+    return run()
+
+
+def test_the_heaviest_samples_are_the_ones_made_heavy_with_their_paths(base: RunRecord) -> None:
+    assert base.watch is not None and base.watch.sample_costs is not None
+    heavy = base.watch.sample_costs.heaviest
+    assert len(heavy) == 20
+    assert all(h.index % EVERY == 0 for h in heavy), [h.index for h in heavy]
+    assert all(h.wall_ms > 0.8 * FACTOR * BASE_S * 1e3 for h in heavy)
+    assert all(
+        h.path == f"/data/shard-{h.index // 1000:03d}/sample-{h.index:06d}.bin" for h in heavy
+    )
+    # blocked, not computing: the CPU time is a small part of the wall time
+    assert all(h.cpu_ms < 0.5 * h.wall_ms for h in heavy)
+
+
+def test_time_batches_waited_on_their_straggler_matches_the_construction(base: RunRecord) -> None:
+    hol = head_of_line(base)
+    assert hol is not None
+    # the first round of batches is left out: one heavy sample per EVERY samples after it
+    first = 2 * BATCH  # two workers' first batches
+    heavy = sum(1 for i in range(first, N) if i % EVERY == 0)
+    truth = heavy * (FACTOR - 1) * BASE_S
+    assert hol.slow_sample_seconds == pytest.approx(truth, rel=0.15)
+    # the in-order queue held the consumer back while the other worker's batches were ready
+    assert hol.queue_seconds > 0.1 * hol.seconds
+
+
+def test_each_predicted_cure_is_within_15_percent_of_a_rerun(base: RunRecord) -> None:
+    predictions = {p.setting: p for p in queue_predictions(base)}
+    assert set(predictions) == {"in_order", "prefetch_factor", "num_workers"}
+    assert predictions["in_order"].gain > 1.1  # the construction makes the queue matter
+    changes = {
+        "in_order": {"in_order": False},
+        "prefetch_factor": {"prefetch_factor": 4},
+        "num_workers": {"num_workers": 4},
+    }
+    for setting, change in changes.items():
+        gains = []
+        for _ in range(3):  # paired reruns: this host's speed drifts between runs
+            before = run().measured_samples_per_s
+            after = run(**change).measured_samples_per_s
+            assert before and after
+            gains.append(after / before)
+        measured = statistics.median(gains)
+        assert predictions[setting].gain == pytest.approx(measured, rel=0.15), (setting, gains)
+
+
+def test_the_advice_names_in_order_false_with_its_predicted_rate(base: RunRecord) -> None:
+    advice = [r for r in base.recommendations if r.kind == "in_order"]
+    assert len(advice) == 1
+    (pred,) = [p for p in queue_predictions(base) if p.setting == "in_order"]
+    assert advice[0].predicted_samples_per_s == pytest.approx(pred.predicted_samples_per_s)
+    assert "in_order=False" in advice[0].text

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from ioprobe.analysis.epochs import EpochStarts, WorkerLatency, epoch_starts, worker_latency
 from ioprobe.analysis.measures import KeyNumbers, key_numbers
 from ioprobe.analysis.pcie import CopyRow, copy_rows
 from ioprobe.analysis.queueing import HeadOfLine, QueuePrediction, head_of_line, queue_predictions
@@ -199,6 +200,9 @@ class Findings:
     # what the in-order queue of batches cost, and the loader settings that would free it
     head_of_line: HeadOfLine | None = None
     queue: list[QueuePrediction] = field(default_factory=list)
+    # each epoch's start-up, and each worker's batch time once warm
+    epoch_starts: EpochStarts | None = None
+    worker_latency: list[WorkerLatency] = field(default_factory=list)
 
 
 def coarsen(track: Track, max_rows: int) -> Track:
@@ -442,6 +446,8 @@ def findings(rec: RunRecord) -> Findings:
         sample_costs=sample_costs(rec),
         head_of_line=head_of_line(rec),
         queue=queue_predictions(rec),
+        epoch_starts=epoch_starts(rec),
+        worker_latency=worker_latency(rec),
     )
 
 

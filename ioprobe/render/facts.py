@@ -6,6 +6,7 @@ renderer (terminal, HTML, Markdown) shows these same sentences; units come from
 from __future__ import annotations
 
 from ioprobe.analysis.decode_paths import label
+from ioprobe.analysis.epochs import per_epoch_saving
 from ioprobe.analysis.measures import (
     CopyPeak,
     CopyTotals,
@@ -152,7 +153,7 @@ def measurements(rec: RunRecord, f: Findings) -> Facts:
     if w is not None:
         out += _dali_facts(rec, n.dali) if rec.dali is not None else [_loader_line(w)]
         out += _copies_fact(n.copies) + _delivery_facts(n.delivery)
-        out += sample_facts(f) + queue_facts(f)
+        out += sample_facts(f) + queue_facts(f) + epoch_facts(f) + worker_facts(f)
     out += decode_facts(rec, f) + link_facts(rec, f) + disk_to_gpu_facts(rec, f)
     out += series_facts(rec, f)
     if rec.pipeline is not None:
@@ -247,6 +248,35 @@ def queue_facts(f: Findings) -> Facts:
             + " (simulated)"
         )
     return [("head-of-line", line)]
+
+
+def epoch_facts(f: Findings) -> Facts:
+    """What each epoch's start cost, and what persistent workers would save."""
+    st = f.epoch_starts
+    if st is None or not st.epochs:
+        return []
+    starts = ", ".join(f"{e.seconds:.2f}" for e in st.epochs[:6])
+    more = f" (+{len(st.epochs) - 6} more)" if len(st.epochs) > 6 else ""
+    line = f"{starts}{more} s from iter() to the first batch"
+    first = st.epochs[0]
+    if first.worker_startup_seconds is not None:
+        line += f"; workers took {first.worker_startup_seconds:.2f} s to start"
+    saving = per_epoch_saving(st)
+    if saving is not None and saving >= 0.01:
+        line += f"; persistent_workers=True saves {saving:.2f} s each epoch after the first"
+    return [("epoch start", line)]
+
+
+def worker_facts(f: Findings) -> Facts:
+    """Each warm worker's time to make a batch: p50/p95/p99, so one slow worker shows."""
+    if not f.worker_latency:
+        return []
+    shown = "; ".join(
+        f"{w.worker}: {_num(w.p50_ms)}/{_num(w.p95_ms)}/{_num(w.p99_ms)}"
+        for w in f.worker_latency[:8]
+    )
+    more = f" (+{len(f.worker_latency) - 8} more)" if len(f.worker_latency) > 8 else ""
+    return [("batch ms by worker", f"p50/p95/p99 after warm-up, {shown}{more}")]
 
 
 def _num(x: float) -> str:

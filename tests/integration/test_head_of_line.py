@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader
 import ioprobe
 from ioprobe.analysis.queueing import head_of_line, queue_predictions
 from ioprobe.record import RunRecord
-from tests.fixtures.datasets import SkewedDataset
+from tests.fixtures.datasets import SkewedDataset, SkewedIterable
 
 N = 1500
 BASE_S = 0.001
@@ -97,3 +97,19 @@ def test_the_advice_names_in_order_false_with_its_predicted_rate(base: RunRecord
     (pred,) = [p for p in queue_predictions(base) if p.setting == "in_order"]
     assert advice[0].predicted_samples_per_s == pytest.approx(pred.predicted_samples_per_s)
     assert "in_order=False" in advice[0].text
+
+
+def test_a_streams_heaviest_samples_are_named_by_their_position_in_the_workers_stream() -> None:
+    workers = 2
+    loader = ioprobe.watch(
+        DataLoader(SkewedIterable(600, BASE_S, EVERY, FACTOR), batch_size=4, num_workers=workers)
+    )
+    for _ in loader:
+        pass
+    costs = loader.run.watch.sample_costs if loader.run.watch is not None else None
+    assert costs is not None and costs.index_kind == "position in its worker's stream"
+    assert costs.heaviest and all(h.path is None for h in costs.heaviest)
+    # worker k's item at position p is k + p * workers: the heavy items are the multiples of
+    # EVERY, all worker 0's, but item 0 (its first batch, left out as start-up)
+    slow = {(h.worker, h.index) for h in costs.heaviest if h.wall_ms > FACTOR * BASE_S * 1e3 / 2}
+    assert slow == {(0, i // workers) for i in range(EVERY, 600, EVERY)}

@@ -799,18 +799,26 @@ def samples_section(sc: SampleCostView | None) -> list[str]:
     )
     parts.append(f'<div class="card"><table>{head}{rows}</table></div>')
     if sc.heaviest:
+        # columns only where some sample has a value: unmetered reads have no bytes, a
+        # dataset that names no sources no paths
+        kb = any(h.bytes is not None for h in sc.heaviest)
+        src = any(h.path for h in sc.heaviest)
         heavy = "".join(
             f"<tr><td>{h.index if h.index >= 0 else '?'}</td><td>{_num(h.wall_ms)}</td>"
             f"<td>{_num(h.cpu_ms)}</td>"
-            f"<td>{'' if h.bytes is None else _num(h.bytes / 1e3)}</td>"
-            f"<td>{h.worker}</td><td>{h.epoch + 1}</td><td>{e(h.path or '')}</td></tr>"
+            + (f"<td>{'' if h.bytes is None else _num(h.bytes / 1e3)}</td>" if kb else "")
+            + f"<td>{h.worker}</td><td>{h.epoch + 1}</td>"
+            + (f"<td>{e(h.path or '')}</td>" if src else "")
+            + "</tr>"
             for h in sc.heaviest
         )
         parts.append(
             f'<p class="note">The heaviest samples, by {e(sc.index_kind)}:</p>'
             '<div class="card"><table><tr><th>index</th><th>wall ms</th><th>CPU ms</th>'
-            "<th>kB</th><th>worker</th><th>epoch</th><th>source</th></tr>"
-            f"{heavy}</table></div>"
+            + ("<th>kB</th>" if kb else "")
+            + "<th>worker</th><th>epoch</th>"
+            + ("<th>source</th>" if src else "")
+            + f"</tr>{heavy}</table></div>"
         )
     parts.append("</div>")
     return parts

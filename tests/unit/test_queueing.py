@@ -18,6 +18,7 @@ from ioprobe.record import (
     SampleCosts,
     WatchData,
 )
+from ioprobe.render import html
 from ioprobe.render.facts import queue_facts, sample_facts
 
 
@@ -153,3 +154,7 @@ def test_report_lines_name_the_heaviest_samples_and_the_queue_cost() -> None:
     )
     assert "in_order=False +" in lines["head-of-line"]
     assert lines["head-of-line"].startswith("waited ")
+    page = html.render(rec, f)
+    assert '<div id="sample-costs">' in page and '<div id="batch-queue">' in page
+    # one sample has a source, none has metered bytes: a source column, no kB column
+    assert "<td>/d/50.jpg</td>" in page and "<th>kB</th>" not in page

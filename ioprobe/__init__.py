@@ -23,17 +23,22 @@ if TYPE_CHECKING:
     from ioprobe.record import GpuAlone, RunRecord
 
 
-def watch(loader: Any, device: Any = None) -> Any:
+def watch(loader: Any, device: Any = None, live: bool = False) -> Any:
     """Wrap ``loader`` so that iterating it measures every stage: a PyTorch DataLoader, a DALI
     framework iterator (DALIGenericIterator, DALIClassificationIterator) or a DALI Pipeline
     driven with ``run()``. The wrapper behaves like what it wraps; ``.run`` (``.record`` for a
     Pipeline, whose ``run()`` stays DALI's) is the RunRecord, with its verdict.
 
     ``device`` (DataLoader only), e.g. ``"cuda"``: yield each batch already moved there, its
-    host-to-device copy timed with CUDA events, as ``to_device`` does."""
+    host-to-device copy timed with CUDA events, as ``to_device`` does.
+
+    ``live=True``: while the loop runs, a panel on stderr redrawn every second shows the
+    samples/s delivered and the stall over the last few seconds, each stage's capacity now
+    and the lowest, and the stall over the last minute; cleared when the loop ends. Only on a
+    terminal: with stderr a file or a pipe nothing is drawn (see docs/watch.md)."""
     from ioprobe.watch.api import watch as _watch
 
-    return _watch(loader, device, _judge)
+    return _watch(loader, device, _judge, live)
 
 
 def _judge(rec: RunRecord) -> RunRecord:

@@ -1,10 +1,14 @@
 """Run a training script unchanged, watching every PyTorch DataLoader it iterates.
 
-  ioprobe run [--json F] [--html F] [--md F] [--trace F] [-o F] -- python train.py ARGS...
+  ioprobe run [--live] [--json F] [--html F] [--md F] [--trace F] [-o F] -- python train.py ARGS...
 
 The script's stdout, stderr and exit code pass through. At exit the summary of each loader
 is printed on stderr; each output flag writes the loader that delivered the most samples to
 its file, and any other loaders beside it with .loader2, .loader3, ... before the ending.
+
+--live draws a panel on stderr while the script runs, redrawn every second: samples/s and
+the stall over the last seconds, each stage's capacity now and the lowest, and the stall over
+the last minute. Only on a terminal; with stderr a file or a pipe, nothing changes.
 
 Ctrl-C stops the script as it would stop it unwatched; SIGTERM, or SIGINT sent to ioprobe
 alone from outside a terminal, is passed on to it. What it saved is still reported, marked
@@ -20,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import IO
 
 import click
 from rich.console import Console
@@ -40,6 +45,7 @@ from ioprobe.errors import BadInputError
 from ioprobe.outputs import destination, writes_stdout
 from ioprobe.record import RunRecord
 from ioprobe.redact import printable
+from ioprobe.watch.run_hook import LIVE_ENV
 
 SITECUSTOMIZE = """\
 # Written by `ioprobe run`; removed when the run ends.
@@ -68,6 +74,13 @@ if _spec is not None and _spec.loader is not None:
 
 @click.command(help=__doc__, context_settings={"ignore_unknown_options": True})
 @output_options
+@click.option(
+    "--live",
+    is_flag=True,
+    help="While the script runs, a panel on stderr (a terminal only): samples/s and stall "
+    "over the last seconds, each stage's capacity now, the one limiting, the stall over the "
+    "last minute.",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
     json_path: str | None,
@@ -75,11 +88,12 @@ def command(
     md_path: str | None,
     trace_path: str | None,
     outputs: tuple[str, ...],
+    live: bool,
     cmd: tuple[str, ...],
 ) -> None:
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
     _check(plan, cmd)
-    returncode, runs = _run_watched(cmd)
+    returncode, runs = _run_watched(cmd, live)
     _report_all(runs, plan, -returncode if returncode < 0 else None)
     # a death by signal N exits 128+N, as a shell reports it
     sys.exit(128 - returncode if returncode < 0 else returncode)
@@ -113,9 +127,10 @@ def _check_command(program: str) -> None:
         )
 
 
-def _run_watched(cmd: tuple[str, ...]) -> tuple[int, list[RunRecord]]:
+def _run_watched(cmd: tuple[str, ...], live: bool = False) -> tuple[int, list[RunRecord]]:
     """Run ``cmd`` with the hook on its path: its return code, and the judged record of each
-    loader it iterated, the one that delivered the most samples first."""
+    loader it iterated, the one that delivered the most samples first. ``live``: the script's
+    process draws the live panel (it owns stderr while it runs)."""
     tmp = Path(tempfile.mkdtemp(prefix="ioprobe-run-"))
     try:
         hook = tmp / "hook"
@@ -123,7 +138,12 @@ def _run_watched(cmd: tuple[str, ...]) -> tuple[int, list[RunRecord]]:
         hook.mkdir()
         records.mkdir()
         (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
-        code = _call_script(cmd, _child_env(hook, records))
+        try:
+            code = _call_script(cmd, _child_env(hook, records, live))
+        finally:
+            if live and _isatty(sys.stderr):
+                # a script killed while its panel was up leaves the cursor hidden
+                Console(stderr=True, force_terminal=True).show_cursor(True)
         catalog = try_load_catalog()
         runs = [finalize_watch(RunRecord.load(p), catalog) for p in sorted(records.glob("*.json"))]
     finally:
@@ -132,11 +152,15 @@ def _run_watched(cmd: tuple[str, ...]) -> tuple[int, list[RunRecord]]:
     return code, runs
 
 
-def _child_env(hook: Path, records: Path) -> dict[str, str]:
-    """The script's environment: the hook first on its path, and where to save records."""
+def _child_env(hook: Path, records: Path, live: bool = False) -> dict[str, str]:
+    """The script's environment: the hook first on its path, where to save records, and
+    whether to draw the live panel (set by --live alone, never inherited)."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hook), env.get("PYTHONPATH")) if p)
     env["IOPROBE_RUN_DIR"] = str(records)
+    env.pop(LIVE_ENV, None)
+    if live:
+        env[LIVE_ENV] = "1"
     # DALI's per-operator timing, set before the script builds a pipeline
     env.update(nvtx.injection_env())
     return env
@@ -164,6 +188,13 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str]) -> int:
         for s, handler in previous.items():
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
     return code
+
+
+def _isatty(stream: IO[str] | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError):  # closed, or not a file
+        return False
 
 
 def _terminal_foreground() -> bool:

@@ -1,4 +1,5 @@
-"""Progress for slow phases: a live rich display on a terminal, plain lines otherwise.
+"""Progress for slow phases: a live rich display when stderr is a terminal, plain lines
+otherwise (a log, a pipe, a dumb terminal).
 
 Collectors call ``phase``/``update``/``result``; they never print. Updates come from the
 collector's control loop (a few per second), never from the per-item read path. What is
@@ -66,6 +67,9 @@ class RichReporter:
             TimeElapsedColumn(),
             console=console,
             transient=False,
+            # a stdout that is not the terminal (a file, a pipe: the report goes there) is
+            # left alone; on a terminal, anything printed appears above the display
+            redirect_stdout=_isatty(sys.stdout),
         )
         self._task: TaskID | None = None
         self._progress.start()
@@ -90,10 +94,22 @@ class RichReporter:
         self._progress.stop()
 
 
-def make_reporter(quiet: bool = False) -> Reporter:
+def _isatty(stream: IO[str] | None) -> bool:
+    try:
+        return stream is not None and stream.isatty()
+    except (AttributeError, ValueError):  # closed, or not a file
+        return False
+
+
+def make_reporter(quiet: bool = False, console: Console | None = None) -> Reporter:
+    """The probe's progress on stderr (or ``console``): a rich display with a bar per phase
+    where it is a terminal, one plain line per result where it is not."""
     if quiet:
         return SilentReporter()
-    err = Console(stderr=True)
-    if err.is_terminal and sys.stdout.isatty():
+    err = console if console is not None else Console(stderr=True)
+    # where stderr really is a terminal: FORCE_COLOR (set in many CI jobs for colored logs)
+    # makes rich call a pipe a terminal, and a progress display in a log is noise
+    terminal = err.is_terminal if console is not None else _isatty(sys.stderr)
+    if terminal and not err.is_dumb_terminal:
         return RichReporter(err)
-    return LineReporter()
+    return LineReporter(err.file if console is not None else None)

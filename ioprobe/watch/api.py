@@ -28,19 +28,27 @@ FRAMEWORKS = (
 )
 
 
-def watch(loader: Any, device: Any = None, finish: Finish = unjudged) -> Any:
+def watch(loader: Any, device: Any = None, finish: Finish = unjudged, live: bool = False) -> Any:
     """Wrap ``loader`` so that iterating it measures every stage: a PyTorch DataLoader, a DALI
     framework iterator (DALIGenericIterator, DALIClassificationIterator) or a DALI Pipeline
     driven with ``run()``. The wrapper behaves like what it wraps; ``.run`` (``.record`` for a
     Pipeline, whose ``run()`` stays DALI's) is ``finish`` of the RunRecord.
 
     ``device`` (DataLoader only), e.g. ``"cuda"``: yield each batch already moved there, its
-    host-to-device copy timed with CUDA events, as ``to_device`` does."""
+    host-to-device copy timed with CUDA events, as ``to_device`` does.
+
+    ``live``: while its epochs run, a panel on stderr (a terminal only) shows the rates of the
+    last seconds (``ioprobe.watch.live``)."""
     for framework, module in FRAMEWORKS:
         if framework in sys.modules:
             adapter = importlib.import_module(module)
             if adapter.accepts(loader):
-                return adapter.wrap(loader, device, finish)
+                wrapped = adapter.wrap(loader, device, finish)
+                if live:
+                    from ioprobe.watch.live import attach
+
+                    attach(wrapped._collector)
+                return wrapped
     raise BadInputError(
         f"ioprobe.watch: cannot watch a {type(loader).__qualname__} (expected a torch "
         "DataLoader, a DALI iterator or a DALI Pipeline)"

@@ -89,6 +89,15 @@ class BatchStats(NamedTuple):
     started_ns: int = 0  # with a worker's first batch: when it began its first sample
 
 
+class EpochHook(Protocol):
+    """Told when an epoch begins and ends (once per epoch, never per batch): the live panel
+    (``ioprobe.watch.live``) starts and stops with it."""
+
+    def epoch_began(self) -> None: ...
+
+    def epoch_ended(self) -> None: ...
+
+
 class Adapter(Protocol):
     """One framework's side of watching a loader: what the shared collector cannot know.
 
@@ -246,6 +255,11 @@ class WatchCollector:
         self.timeline_error: str | None = None
         self.created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self.interrupted = False  # a KeyboardInterrupt broke out of the loader's own wait
+        # when the consumer last called next() (the wrappers set it beside the clock read
+        # they make there): with no arrival since, it is blocked now, a wait the live panel
+        # counts before the batch arrives
+        self.request_ns = 0
+        self.live: EpochHook | None = None  # ioprobe.watch.live.attach sets it
 
     # -- hot path: one call per batch -------------------------------------------------------
     def begin_epoch(self) -> None:
@@ -260,6 +274,9 @@ class WatchCollector:
         self.adapter.begin_epoch()
         self._start_gpu_sampler()
         ACTIVE.append(self)
+        self.request_ns = 0
+        if self.live is not None:
+            self.live.epoch_began()
 
     def iter_began(self, t_iter: int, t_done: int) -> None:
         """The loader's iter() ran from ``t_iter`` to ``t_done``: workers it starts begin
@@ -273,6 +290,11 @@ class WatchCollector:
     def current(self) -> WatchEpoch | None:
         """The epoch being iterated, None between passes."""
         return self._cur
+
+    @property
+    def last_arrival_ns(self) -> int:
+        """When the epoch's last batch arrived (0 before its first)."""
+        return self._prev_arrival
 
     def use_device(self, backend: EventBackend | None) -> GpuTimeline | None:
         """Begin the device timeline with ``backend``'s events, unless one runs already."""
@@ -414,6 +436,8 @@ class WatchCollector:
             last = self._prev_arrival / 1e9 + gpu.clock() - time.perf_counter_ns() / 1e9
             self._gpu_spans.append((last - ep.seconds, last))
         self._cur = None
+        if self.live is not None:  # last: what ends the epoch is done whatever happens here
+            self.live.epoch_ended()
 
     def _end_timeline(self, ep: WatchEpoch) -> None:
         tl = self.timeline
@@ -708,6 +732,7 @@ __all__ = [
     "MAX_KEPT",
     "Adapter",
     "BatchStats",
+    "EpochHook",
     "Finish",
     "Reservoir",
     "WatchCollector",

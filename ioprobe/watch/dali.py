@@ -384,7 +384,7 @@ class _Watched:
             self._begin()
         clock, cclock = time.perf_counter_ns, time.thread_time_ns
         c0 = cclock()
-        t0 = clock()
+        t0 = self._collector.request_ns = clock()
         try:
             out = call(*args, **kwargs)
         except StopIteration:

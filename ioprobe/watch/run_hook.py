@@ -3,7 +3,9 @@
 Patches ``DataLoader.__iter__`` as soon as torch's dataloader module is imported (never
 importing torch itself), so every loader the unchanged script iterates is watched. At exit,
 each process that iterated a loader writes one record per loader into ``IOPROBE_RUN_DIR``,
-as measured: ``ioprobe run`` judges them in its own process.
+as measured: ``ioprobe run`` judges them in its own process. With ``IOPROBE_LIVE=1``
+(``ioprobe run --live``) each watched loader also draws the live panel (``watch.live``): the
+script owns the terminal's stderr, so its process draws it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 from ioprobe.watch.stateful import is_stateful
 
 TARGET = "torch.utils.data.dataloader"
+LIVE_ENV = "IOPROBE_LIVE"  # "1": ioprobe run --live
 _watchers: list[Any] = []
 
 
@@ -83,6 +86,10 @@ def _watcher(loader: Any, by_loader: weakref.WeakKeyDictionary[Any, Any]) -> Any
 
         watched = by_loader[loader] = Watched(loader)
         _watchers.append(watched)
+        if live_requested():
+            from ioprobe.watch.live import attach
+
+            attach(watched._collector)
     return watched
 
 
@@ -135,6 +142,11 @@ def _keep_sigint_exit() -> None:
     would exit 1. The flag is set again by a string that raises KeyboardInterrupt."""
     with contextlib.suppress(KeyboardInterrupt):
         exec("raise KeyboardInterrupt")
+
+
+def live_requested() -> bool:
+    """Whether ``ioprobe run --live`` asked this process for the live panel."""
+    return os.environ.get(LIVE_ENV) == "1"
 
 
 def install() -> None:

@@ -458,7 +458,7 @@ def iterate(
             tl = collector.timeline
             if tl is not None:
                 tl.before_wait()
-            t0 = clock()
+            t0 = collector.request_ns = clock()
             try:
                 item = next(it)
             except StopIteration:

@@ -4,7 +4,10 @@
 
 Runs the same loader plain and through ioprobe.watch, alternating A B A B A B, and prints the
 median throughput loss for (1) 1 ms of CPU per sample and (2) 0.2 ms per sample, batch 32,
-2 workers, (3) a real decode loader (JPEG files read, decoded by Pillow and resized to 224x224,
+2 workers, each also with ``watch(..., live=True)`` drawing its panel (A B C A B C: plain,
+watched, watched with the panel, to a terminal console that writes to /dev/null, so the
+panel's thread does all its work whatever the benchmark's own stderr is), (3) a real decode
+loader (JPEG files read, decoded by Pillow and resized to 224x224,
 as tensors), with its minor page faults and system CPU per sample (this process and its
 workers), plus the main-process cost per batch of the watcher in microseconds, and that of
 the device timeline (CUDA events when a CUDA device is present).
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import os
 import resource
 import shutil
 import statistics
@@ -44,7 +48,10 @@ def rate(loader: object, samples: int) -> float:
     return n / (time.perf_counter() - t0)
 
 
-def compare(cpu_s: float, batches: int, repeats: int) -> tuple[list[float], list[float]]:
+def compare(
+    cpu_s: float, batches: int, repeats: int
+) -> tuple[list[float], list[float], list[float]]:
+    """Samples/s plain, watched and watched with the live panel, alternating."""
     n = 32 * batches
 
     def make() -> DataLoader[torch.Tensor]:
@@ -52,12 +59,25 @@ def compare(cpu_s: float, batches: int, repeats: int) -> tuple[list[float], list
             BurnDataset(n, cpu_s), batch_size=32, num_workers=2, persistent_workers=False
         )
 
-    plain, wrapped = [], []
+    plain, wrapped, live = [], [], []
     rate(make(), n)  # warm-up: imports, page cache, CPU frequency
     for _ in range(repeats):
         plain.append(rate(make(), n))
         wrapped.append(rate(ioprobe.watch(make()), n))
-    return plain, wrapped
+        live.append(rate(ioprobe.watch(make(), live=True), n))
+    return plain, wrapped, live
+
+
+def _panel_to_devnull() -> int:
+    """Draw ``live=True``'s panel on a terminal console writing to /dev/null; the frames
+    drawn so far."""
+    from rich.console import Console
+
+    from ioprobe.watch import live
+
+    sink = open(os.devnull, "w")  # noqa: SIM115 (open for the process's life)
+    live.DISPLAY.console = lambda: Console(file=sink, force_terminal=True, width=80)
+    return live.DISPLAY.frames
 
 
 def _usage() -> tuple[int, float]:
@@ -138,6 +158,44 @@ def main_process_cost_us() -> tuple[float, float]:
     return early, late
 
 
+def live_frame_cost_ms(frames: int = 300) -> float:
+    """The live panel's CPU per frame (it draws one a second), on its own thread: read the
+    collector's sums, take the window's rates and capacities, render and write the frame to
+    a terminal console over /dev/null. Median milliseconds of the thread's CPU time."""
+    from rich.console import Console
+    from rich.live import Live
+
+    from ioprobe.watch import live
+
+    c = WatchCollector(DataLoaderAdapter(LoaderSettings(workers=2), {"num_workers": "2"}), 32, None)
+    c.begin_epoch()
+    wall = bytes(8 * 32)
+    for i in range(2000):
+        c.on_batch(
+            i * 1000, i * 1000 + 10, BatchStats(i % 2, wall, wall, 1000, 4096, 0, 10, 0, 0, 0, i)
+        )
+    feed = live.Feed(c, live.Display())
+    with open(os.devnull, "w") as sink:
+        console = Console(file=sink, force_terminal=True, width=80)
+        view = Live(
+            console=console,
+            auto_refresh=False,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        view.start()
+        feed.frame()
+        cpu = []
+        for _ in range(frames):
+            t0 = time.thread_time()
+            view.update(live.panel(feed.frame(), 80), refresh=True)
+            cpu.append(time.thread_time() - t0)
+        view.stop()
+    c.end_epoch(None)
+    return statistics.median(cpu) * 1e3
+
+
 def device_timeline_cost_us(backend: object, batches: int = 20_000) -> float:
     """The device timeline's per-batch work in the main process: the two step-boundary events
     and a copy's pair, recorded, polled and resolved. With the host clock this is ioprobe's
@@ -158,18 +216,27 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batches", type=int, default=200)
     args = ap.parse_args()
+    frames = _panel_to_devnull()
     print("| case | plain samples/s (runs) | wrapped samples/s (runs) | median loss | goal |")
     print("|---|---|---|---|---|")
     for cpu_ms, goal in ((1.0, 0.01), (0.2, 0.03)):
         batches = args.batches if cpu_ms >= 1 else args.batches * 3
-        plain, wrapped = compare(cpu_ms / 1e3, batches, args.repeats)
-        losses = [1 - w / p for p, w in zip(plain, wrapped, strict=True)]
-        med = statistics.median(losses)
-        print(
-            f"| {cpu_ms:g} ms/sample, batch 32, 2 workers | "
-            f"{', '.join(f'{x:,.0f}' for x in plain)} | {', '.join(f'{x:,.0f}' for x in wrapped)} | "
-            f"{med:+.1%} | <= {goal:.0%} {'met' if med <= goal else 'MISSED'} |"
-        )
+        plain, wrapped, live = compare(cpu_ms / 1e3, batches, args.repeats)
+        for label, runs in (("", wrapped), (", live=True", live)):
+            losses = [1 - w / p for p, w in zip(plain, runs, strict=True)]
+            med = statistics.median(losses)
+            print(
+                f"| {cpu_ms:g} ms/sample, batch 32, 2 workers{label} | "
+                f"{', '.join(f'{x:,.0f}' for x in plain)} | "
+                f"{', '.join(f'{x:,.0f}' for x in runs)} | "
+                f"{med:+.1%} | <= {goal:.0%} {'met' if med <= goal else 'MISSED'} |"
+            )
+    from ioprobe.watch import live as live_view
+
+    print(
+        f"\nlive panel: {live_view.DISPLAY.frames - frames} frames drawn in the live=True runs; "
+        f"{live_frame_cost_ms():.2f} ms of its thread's CPU per frame (one a second)"
+    )
     plain, wrapped, usage = compare_jpeg(args.batches * 4, args.repeats)
     losses = [1 - w / p for p, w in zip(plain, wrapped, strict=True)]
     pf = statistics.median(u[0] for u in usage[0::2])

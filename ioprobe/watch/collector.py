@@ -138,9 +138,9 @@ class Reservoir:
     values costs a few comparisons, not a random draw per value.
     """
 
-    __slots__ = ("_next", "_w", "count", "limit", "rng", "scale", "total", "values")
+    __slots__ = ("_next", "_w", "count", "limit", "linked", "rng", "scale", "total", "values")
 
-    def __init__(self, limit: int, scale: float = 1.0) -> None:
+    def __init__(self, limit: int, scale: float = 1.0, linked: Reservoir | None = None) -> None:
         self.limit = limit
         self.scale = scale
         self.values = array("q")
@@ -149,6 +149,10 @@ class Reservoir:
         self.rng = random.Random(0)
         self._w = 1.0
         self._next = 0  # the 1-based count at which the next value replaces a kept one
+        # a reservoir of a second value of the same items (a sample's CPU time beside its
+        # wall time), filled through ``extend``'s ``paired``: it keeps the same items, so
+        # the two stay row by row and its random draws cost nothing more
+        self.linked = linked
 
     def _skip(self) -> None:
         self._w *= math.exp(math.log(self.rng.random() or 1e-300) / self.limit)
@@ -174,19 +178,35 @@ class Reservoir:
             self.values[self.rng.randrange(self.limit)] = v
             self._skip()
 
-    def extend(self, vs: array[int], total: int | None = None) -> None:
-        """Many values at once; ``total`` is their sum when the caller has it already."""
+    def extend(
+        self,
+        vs: array[int],
+        total: int | None = None,
+        paired: array[int] | None = None,
+        paired_total: int | None = None,
+    ) -> None:
+        """Many values at once; ``total`` is their sum when the caller has it already.
+        ``paired``: the same items' values for the ``linked`` reservoir (as long as ``vs``)."""
         n = len(vs)
         self.total += sum(vs) if total is None else total
+        other = self.linked if paired is not None else None
+        if other is not None and paired is not None:
+            other.count += n
+            other.total += sum(paired) if paired_total is None else paired_total
         room = self.limit - len(self.values)
         if room > 0:
             self.values.extend(vs[:room])
+            if other is not None and paired is not None:
+                other.values.extend(paired[:room])
             if len(self.values) == self.limit:
                 self._filled()
         first = self.count + 1  # the count of vs[0]
         self.count += n
         while self.count >= self._next > 0 and self._next >= first:
-            self.values[self.rng.randrange(self.limit)] = vs[self._next - first]
+            slot = self.rng.randrange(self.limit)
+            self.values[slot] = vs[self._next - first]
+            if other is not None and paired is not None:
+                other.values[slot] = paired[self._next - first]
             self._skip()
 
     def to_record(self) -> Distribution:
@@ -218,8 +238,9 @@ class WatchCollector:
         # nanoseconds in, milliseconds out
         self.stall = Reservoir(MAX_KEPT, 1e-6)
         self.step = Reservoir(MAX_KEPT, 1e-6)
-        self.sample = Reservoir(MAX_KEPT, 1e-6)
         self.sample_cpu = Reservoir(MAX_KEPT, 1e-6)
+        # the same samples' wall and CPU times: one set of random draws keeps both
+        self.sample = Reservoir(MAX_KEPT, 1e-6, linked=self.sample_cpu)
         self.sample_bytes = Reservoir(MAX_KEPT)
         self._timed_samples = False  # a worker reported per-sample times (not DALI)
         # the heaviest samples: a min-heap of (wall, cpu, bytes, index, worker, epoch) whose
@@ -330,7 +351,6 @@ class WatchCollector:
             self._startup_ns += started - self._iter_ns
             ep.workers_started += 1
             ep.worker_startup_seconds = self._startup_ns / ep.workers_started / 1e9
-        self.sample_cpu.extend(cpu, cpu_ns)
         if mbytes and bytes_b:
             self._metered_samples = True
             self.sample_bytes.extend(array("q", bytes_b))
@@ -363,7 +383,7 @@ class WatchCollector:
         w.samples += n
         w.sample_wall_seconds += wall_s
         w.sample_cpu_seconds += cpu_s
-        self.sample.extend(wall, wall_ns)
+        self.sample.extend(wall, wall_ns, cpu, cpu_ns)
 
     def _keep_heaviest(
         self, wall: array[int], cpu: array[int], index_b: bytes, bytes_b: bytes, worker: int,

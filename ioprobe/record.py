@@ -492,6 +492,22 @@ class ReadScaling:
 
 
 @dataclass
+class RankInfo:
+    """Where the process that made a record sat in a distributed job, as its launcher told it
+    (``torchrun`` or SLURM's ``srun``); absent outside one, and in a world of one rank."""
+
+    launcher: str  # "torchrun" or "slurm"
+    rank: int
+    world_size: int
+    local_rank: int = 0
+    local_world_size: int | None = None  # processes on this node, where the launcher says
+    node_rank: int | None = None
+    nodes: int | None = None
+    master: str | None = None  # the rendezvous host (and port), or SLURM's first node
+    node_names: list[str] = field(default_factory=list)  # SLURM's node list, expanded
+
+
+@dataclass
 class HeavySample:
     """One of the samples that took longest to load: where to look for a pathological file."""
 
@@ -566,6 +582,7 @@ class WatchData:
     # time samples (DALI)
     sample_costs: SampleCosts | None = None
     batch_log: BatchLog | None = None  # None where no worker reports its batches (DALI)
+    rank: RankInfo | None = None  # this process's rank in a distributed job, if in one
 
     def __post_init__(self) -> None:
         # described but not typed (a record from before settings were typed, or one built
@@ -1047,6 +1064,7 @@ __all__ = [
     "PcieStage",
     "PipelineRun",
     "ProbeSettings",
+    "RankInfo",
     "ReadScaling",
     "Recommendation",
     "RunRecord",

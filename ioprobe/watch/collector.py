@@ -27,6 +27,7 @@ from typing import NamedTuple, Protocol
 from ioprobe import capacity
 from ioprobe._version import __version__
 from ioprobe.collect import gpu_sampler
+from ioprobe.collect.distributed import rank_info
 from ioprobe.collect.gpu_events import EventBackend, GpuTimeline
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
 from ioprobe.record import (
@@ -636,6 +637,7 @@ class WatchCollector:
             read_scaling=self._scaling,
             sample_costs=self._sample_costs(),
             batch_log=self._batch_log(),
+            rank=rank_info(),
         )
 
     def _sample_costs(self) -> SampleCosts | None:

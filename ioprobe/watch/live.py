@@ -36,6 +36,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ioprobe import capacity
+from ioprobe.collect.distributed import rank_info
 from ioprobe.record import LoaderSettings, WatchEpoch
 from ioprobe.redact import printable
 from ioprobe.watch.collector import WatchCollector
@@ -394,6 +395,10 @@ def _stderr_console() -> Console:
 
 def _rank_zero() -> bool:
     """Not a distributed job's other ranks: they share the terminal, one panel is enough."""
+    info = rank_info()
+    if info is not None:
+        return info.rank == 0
+    # a launcher that sets a rank alone (no world size) still has other ranks beside it
     rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))
     return rank.strip() in ("", "0")
 

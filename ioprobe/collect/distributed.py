@@ -1,0 +1,192 @@
+"""Which rank of a distributed job this process is, read from its launcher's environment.
+
+``torchrun`` (and ``torch.distributed.run``, TorchElastic) sets ``RANK``, ``WORLD_SIZE``,
+``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` (the node's rank) and
+``MASTER_ADDR``/``MASTER_PORT`` in each process it starts. SLURM's ``srun`` sets
+``SLURM_PROCID``, ``SLURM_STEP_NUM_TASKS``, ``SLURM_LOCALID``, ``SLURM_NODEID``,
+``SLURM_STEP_NODELIST`` and ``SLURM_STEP_TASKS_PER_NODE`` in each task of a job step. A batch
+script itself also sees ``SLURM_PROCID=0`` and the job's ``SLURM_NTASKS`` but is one process,
+not a rank of many: only a job step (``SLURM_STEP_ID`` set) counts. torchrun's variables win
+where both are set (torchrun started by srun: torchrun's ranks are the processes).
+
+Nothing here imports torch or touches a process group; a world of one rank is no
+distributed job at all, so it reads as None and everything behaves as without a launcher.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ioprobe.errors import BadInputError
+from ioprobe.record import RankInfo
+
+__all__ = ["detect", "expand_nodelist", "expand_tasks_per_node", "rank_info"]
+
+
+@dataclass(frozen=True)
+class _Read:
+    env: Mapping[str, str]
+
+    def int(self, name: str, default: int | None = None) -> int | None:
+        text = self.env.get(name, "").strip()
+        if not text:
+            return default
+        try:
+            value = int(text)
+        except ValueError:
+            raise BadInputError(f"{name}={text!r}: expected a whole number") from None
+        if value < 0:
+            raise BadInputError(f"{name}={text!r}: must not be negative")
+        return value
+
+
+def detect(env: Mapping[str, str] | None = None) -> RankInfo | None:
+    """This process's place in a distributed job, or None outside one (no launcher, a
+    single-rank world, a SLURM batch script outside any job step). Raises BadInputError
+    naming the variable when the launcher's values do not make sense (a rank past the
+    world's size, a count that is not a number)."""
+    e = os.environ if env is None else env
+    if e.get("WORLD_SIZE", "").strip() or e.get("RANK", "").strip():
+        return _torchrun(e)
+    if (e.get("SLURM_STEP_ID") or e.get("SLURM_STEPID")) and e.get("SLURM_PROCID"):
+        return _slurm(e)
+    return None
+
+
+def _checked(info: RankInfo) -> RankInfo | None:
+    if info.rank >= info.world_size:
+        raise BadInputError(
+            f"{info.launcher}: rank {info.rank} in a world of {info.world_size} (ranks run "
+            f"from 0 to {info.world_size - 1})"
+        )
+    lws = info.local_world_size
+    if lws is not None and info.local_rank >= lws:
+        raise BadInputError(
+            f"{info.launcher}: local rank {info.local_rank} on a node of {lws} processes"
+        )
+    return info if info.world_size > 1 else None
+
+
+def _torchrun(e: Mapping[str, str]) -> RankInfo | None:
+    r = _Read(e)
+    world = r.int("WORLD_SIZE")
+    rank = r.int("RANK")
+    if world is None or rank is None:
+        missing = "WORLD_SIZE" if world is None else "RANK"
+        raise BadInputError(
+            f"{missing} is not set beside {'RANK' if world is None else 'WORLD_SIZE'}: a launcher sets both"
+        )
+    if world == 0:
+        raise BadInputError("WORLD_SIZE=0: a world has at least one rank")
+    addr, port = e.get("MASTER_ADDR", "").strip(), e.get("MASTER_PORT", "").strip()
+    local_world = r.int("LOCAL_WORLD_SIZE")
+    node_rank = r.int("GROUP_RANK")
+    nodes = world // local_world if local_world and world % local_world == 0 else None
+    return _checked(
+        RankInfo(
+            launcher="torchrun",
+            rank=rank,
+            world_size=world,
+            local_rank=r.int("LOCAL_RANK", 0) or 0,
+            local_world_size=local_world,
+            node_rank=node_rank,
+            nodes=nodes,
+            master=f"{addr}:{port}" if addr and port else (addr or None),
+        )
+    )
+
+
+def _slurm(e: Mapping[str, str]) -> RankInfo | None:
+    r = _Read(e)
+    rank = r.int("SLURM_PROCID", 0) or 0
+    world = r.int("SLURM_STEP_NUM_TASKS") or r.int("SLURM_NTASKS") or 1
+    node = r.int("SLURM_NODEID")
+    nodelist = e.get("SLURM_STEP_NODELIST") or e.get("SLURM_JOB_NODELIST") or ""
+    names = expand_nodelist(nodelist) if nodelist else []
+    per_node_text = e.get("SLURM_STEP_TASKS_PER_NODE") or e.get("SLURM_TASKS_PER_NODE") or ""
+    per_node = expand_tasks_per_node(per_node_text) if per_node_text else []
+    local_world = per_node[node] if node is not None and node < len(per_node) else None
+    nodes = r.int("SLURM_STEP_NUM_NODES") or r.int("SLURM_NNODES") or (len(names) or None)
+    return _checked(
+        RankInfo(
+            launcher="slurm",
+            rank=rank,
+            world_size=world,
+            local_rank=r.int("SLURM_LOCALID", 0) or 0,
+            local_world_size=local_world,
+            node_rank=node,
+            nodes=nodes,
+            master=names[0] if names else None,
+            node_names=names,
+        )
+    )
+
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+def expand_nodelist(text: str) -> list[str]:
+    """SLURM's compact host list to names: ``gpu[01-03,07],login1`` is gpu01, gpu02,
+    gpu03, gpu07, login1 (leading zeros kept, as SLURM pads). Raises BadInputError on a
+    list SLURM would not write (an unclosed bracket, a range that runs backwards)."""
+    out: list[str] = []
+    depth = 0
+    start = 0
+    parts: list[str] = []
+    for i, ch in enumerate(text):
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise BadInputError(f"node list {text!r}: ']' without '['")
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth != 0:
+        raise BadInputError(f"node list {text!r}: '[' without ']'")
+    parts.append(text[start:])
+    for part in (p.strip() for p in parts):
+        if not part:
+            continue
+        m = re.fullmatch(r"([^\[\]]*)\[([^\[\]]+)\]([^\[\]]*)", part)
+        if m is None:
+            if "[" in part:
+                raise BadInputError(f"node list {text!r}: cannot read {part!r}")
+            out.append(part)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for item in ranges.split(","):
+            rm = _RANGE.match(item.strip())
+            if rm is None:
+                raise BadInputError(f"node list {text!r}: cannot read the range {item!r}")
+            lo, hi = rm.group(1), rm.group(2) or rm.group(1)
+            if int(hi) < int(lo):
+                raise BadInputError(f"node list {text!r}: the range {item!r} runs backwards")
+            width = len(lo)
+            out.extend(f"{prefix}{n:0{width}d}{suffix}" for n in range(int(lo), int(hi) + 1))
+    return out
+
+
+def expand_tasks_per_node(text: str) -> list[int]:
+    """SLURM's tasks per node, one count per node: ``4(x2),2`` is 4, 4, 2."""
+    out: list[int] = []
+    for item in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
+        if m is None:
+            raise BadInputError(f"tasks per node {text!r}: cannot read {item!r}")
+        out.extend([int(m.group(1))] * int(m.group(2) or 1))
+    return out
+
+
+def rank_info(env: Mapping[str, str] | None = None) -> RankInfo | None:
+    """``detect``, for where a record is made: a launcher's environment that does not make
+    sense is not this run's failure, so it reads as no rank rather than an error (``ioprobe``
+    commands that act on the rank call ``detect`` and report it)."""
+    try:
+        return detect(env)
+    except BadInputError:
+        return None

@@ -1,0 +1,123 @@
+"""Reading a process's rank from torchrun's and SLURM's environments."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+import ioprobe
+from ioprobe.collect.distributed import detect, expand_nodelist, expand_tasks_per_node, rank_info
+from ioprobe.errors import BadInputError
+from ioprobe.record import RunRecord
+from tests.fixtures.datasets import SleepDataset
+
+TORCHRUN = {
+    "RANK": "5",
+    "WORLD_SIZE": "8",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "4",
+    "GROUP_RANK": "1",
+    "MASTER_ADDR": "10.0.0.1",
+    "MASTER_PORT": "29500",
+}
+# what srun sets in task 6 of a 2-node, 8-task job step (node 1, its third task)
+SRUN = {
+    "SLURM_JOB_ID": "200505",
+    "SLURM_STEP_ID": "0",
+    "SLURM_PROCID": "6",
+    "SLURM_STEP_NUM_TASKS": "8",
+    "SLURM_NTASKS": "8",
+    "SLURM_LOCALID": "2",
+    "SLURM_NODEID": "1",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_STEP_NODELIST": "gpu[07-08]",
+    "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
+}
+
+
+def test_torchrun_gives_rank_world_node_and_rendezvous() -> None:
+    info = detect(TORCHRUN)
+    assert info is not None
+    assert (info.launcher, info.rank, info.world_size) == ("torchrun", 5, 8)
+    assert (info.local_rank, info.local_world_size, info.node_rank, info.nodes) == (1, 4, 1, 2)
+    assert info.master == "10.0.0.1:29500"
+
+
+def test_an_srun_task_gives_its_rank_node_and_the_expanded_node_list() -> None:
+    info = detect(SRUN)
+    assert info is not None
+    assert (info.launcher, info.rank, info.world_size, info.local_rank) == ("slurm", 6, 8, 2)
+    assert (info.local_world_size, info.node_rank, info.nodes) == (4, 1, 2)
+    assert info.node_names == ["gpu07", "gpu08"]
+    assert info.master == "gpu07"
+
+
+def test_torchrun_started_by_srun_is_read_as_torchrun() -> None:
+    info = detect({**SRUN, **TORCHRUN})
+    assert info is not None and info.launcher == "torchrun" and info.rank == 5
+
+
+def test_a_batch_script_outside_a_job_step_is_not_a_rank() -> None:
+    batch = {k: v for k, v in SRUN.items() if k != "SLURM_STEP_ID"}
+    batch.update(SLURM_PROCID="0", SLURM_NTASKS="8")
+    assert detect(batch) is None
+
+
+def test_no_launcher_or_a_world_of_one_is_no_distributed_job() -> None:
+    assert detect({}) is None
+    assert detect({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}) is None
+    assert detect({"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1"}) is None
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"RANK": "8", "WORLD_SIZE": "8"}, "rank 8 in a world of 8"),
+        ({"RANK": "x", "WORLD_SIZE": "8"}, "RANK='x': expected a whole number"),
+        ({"RANK": "1"}, "WORLD_SIZE is not set"),
+        ({"RANK": "0", "WORLD_SIZE": "0"}, "WORLD_SIZE=0"),
+        (
+            {"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "2", "LOCAL_WORLD_SIZE": "2"},
+            "local rank 2",
+        ),
+        ({**SRUN, "SLURM_STEP_NODELIST": "gpu[07-08"}, "'[' without ']'"),
+    ],
+)
+def test_launcher_values_that_make_no_sense_are_named(env: dict[str, str], message: str) -> None:
+    with pytest.raises(BadInputError, match=message.replace("[", r"\[").replace("(", r"\(")):
+        detect(env)
+    assert rank_info(env) is None  # a record is still made, without a rank
+
+
+def test_node_lists_expand_as_slurm_writes_them() -> None:
+    assert expand_nodelist("gpu[01-03,07],login1") == ["gpu01", "gpu02", "gpu03", "gpu07", "login1"]
+    assert expand_nodelist("n[8-10]") == ["n8", "n9", "n10"]
+    assert expand_nodelist("a,b") == ["a", "b"]
+    assert expand_nodelist("rack1-n[1-2]-ib") == ["rack1-n1-ib", "rack1-n2-ib"]
+    with pytest.raises(BadInputError, match="backwards"):
+        expand_nodelist("n[3-1]")
+    assert expand_tasks_per_node("4(x2),2") == [4, 4, 2]
+    with pytest.raises(BadInputError, match="tasks per node"):
+        expand_tasks_per_node("4(x)")
+
+
+def test_a_watched_loader_records_its_rank_and_a_single_process_records_none(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def watched() -> RunRecord:
+        loader = ioprobe.watch(DataLoader(SleepDataset(64, 0.0), batch_size=8))
+        for batch in loader:
+            assert isinstance(batch, torch.Tensor)
+        return loader.run
+
+    for k in list(TORCHRUN) + list(SRUN):
+        monkeypatch.delenv(k, raising=False)
+    first = watched().watch
+    assert first is not None and first.rank is None
+    for k, v in TORCHRUN.items():
+        monkeypatch.setenv(k, v)
+    second = watched().watch
+    assert second is not None
+    rank = second.rank
+    assert rank is not None and (rank.launcher, rank.rank, rank.world_size) == ("torchrun", 5, 8)

@@ -152,6 +152,12 @@ def measurements(rec: RunRecord, f: Findings) -> Facts:
     w = rec.watch
     if w is not None:
         out += _dali_facts(rec, n.dali) if rec.dali is not None else [_loader_line(w)]
+        if w.rank is not None:
+            r = w.rank
+            node = (
+                f", node {r.node_rank} of {r.nodes}" if r.node_rank is not None and r.nodes else ""
+            )
+            out.append(("rank", f"{r.rank} of {r.world_size} ({r.launcher}{node})"))
         out += _copies_fact(n.copies) + _delivery_facts(n.delivery)
         out += sample_facts(f) + queue_facts(f) + epoch_facts(f) + worker_facts(f)
     out += decode_facts(rec, f) + link_facts(rec, f) + disk_to_gpu_facts(rec, f)

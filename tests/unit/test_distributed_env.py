@@ -7,9 +7,11 @@ import torch
 from torch.utils.data import DataLoader
 
 import ioprobe
+from ioprobe.analysis.report import findings
 from ioprobe.collect.distributed import detect, expand_nodelist, expand_tasks_per_node, rank_info
 from ioprobe.errors import BadInputError
 from ioprobe.record import RunRecord
+from ioprobe.render.facts import measurements
 from tests.fixtures.datasets import SleepDataset
 
 TORCHRUN = {
@@ -121,3 +123,7 @@ def test_a_watched_loader_records_its_rank_and_a_single_process_records_none(
     assert second is not None
     rank = second.rank
     assert rank is not None and (rank.launcher, rank.rank, rank.world_size) == ("torchrun", 5, 8)
+    rec = watched()
+    assert ("rank", "5 of 8 (torchrun, node 1 of 2)") in measurements(rec, findings(rec))
+    again = RunRecord.from_json(rec.to_json()).watch
+    assert again is not None and again.rank == rec.watch.rank if rec.watch else False

@@ -79,7 +79,8 @@ def test_the_trace_carries_the_series_as_counter_tracks_on_the_runs_timeline(
 ) -> None:
     rec = json.loads((series_run / "run.json").read_text())
     events = json.loads((series_run / "t.json").read_text())["traceEvents"]
-    counters = [e for e in events if e["ph"] == "C"]
+    # the run's own stall counter (its stall over time) may stand beside NVML's
+    counters = [e for e in events if e["ph"] == "C" and e["name"] != "stall %"]
     assert {e["name"] for e in counters} == {
         "GPU utilisation %",
         "PCIe GB/s",

@@ -333,6 +333,12 @@ class WatchEpoch:
     # what the workers read() in that round: a worker's first samples import the modules
     # its dataset loads lazily (fsspec, aiohttp, codecs), bytes that are not the dataset's
     startup_read_chars: int = 0
+    # the same round's bytes fetched from the storage device (not the page cache), and its
+    # samples' wall, CPU and run-queue time: what a cold start cost
+    startup_read_bytes: int = 0
+    startup_sample_wall_seconds: float = 0.0
+    startup_sample_cpu_seconds: float = 0.0
+    startup_runqueue_seconds: float = 0.0
     sample_wall_seconds: float = 0.0  # in the workers, per sample
     sample_cpu_seconds: float = 0.0
     runqueue_seconds: float = 0.0  # workers runnable but waiting for a core

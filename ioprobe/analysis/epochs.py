@@ -13,10 +13,13 @@ import dataclasses
 import statistics
 
 from ioprobe.analysis.measures import percentile
-from ioprobe.record import RunRecord
+from ioprobe.record import RunRecord, WatchEpoch
 
 # Batches a worker needs, past its first, for its percentiles to mean anything.
 MIN_WORKER_BATCHES = 10
+# A first round that fetched less than this from the storage device read from the page
+# cache (a worker's first samples page in a few modules' files even when the data is warm).
+COLD_BYTES = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +29,10 @@ class EpochStart:
     workers_started: int
     worker_startup_seconds: float | None
     lost_seconds: float  # beyond what a steady batch takes
+    # the first batch's wait on reads the storage device served (not the page cache): what a
+    # warm cache would have saved this start; None where the round read nothing from it
+    cold_read_seconds: float | None = None
+    cold_read_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +47,11 @@ class EpochStarts:
     # start no workers) and the end-to-end rate it would reach; None where nothing is saved
     saved_seconds: float | None
     predicted_samples_per_s: float | None
+    # with the data in the page cache at every epoch's start: the seconds saved and the
+    # end-to-end rate; None where no start read from the device, or the data cannot fit
+    warm_saved_seconds: float | None = None
+    warm_predicted_samples_per_s: float | None = None
+    fits_in_memory: bool | None = None  # an epoch's bytes against the memory available
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,11 +77,23 @@ def epoch_starts(rec: RunRecord) -> EpochStarts | None:
         return None
     steps = [e.seconds / (e.batches - 1) for e in w.epochs if e.batches > 1 and e.seconds > 0]
     batch = statistics.median(steps) if steps else 0.0
+    lanes = max(w.settings.workers, 1)
+    warm_rounds = [e.startup_sample_wall_seconds / lanes for e in w.epochs if _warm_round(e)]
+    logged = _logged_batches(rec, lanes)
     out = []
     run = 0.0
     for e in w.epochs:
         start = (e.iter_seconds or 0.0) + (e.first_batch_seconds or 0.0)
         run += start + e.seconds
+        cold = None
+        if e.startup_read_bytes >= COLD_BYTES:
+            # the round's batches were made side by side, one per worker: the first batch
+            # took its worker's time (the batch log has it; else one worker's share of the
+            # round's); warm, a batch takes what the epoch's warm batches took
+            first, later = logged.get(e.index, (None, None))
+            made = first if first is not None else e.startup_sample_wall_seconds / lanes
+            warm = _warm_batch(e, lanes, warm_rounds, later)
+            cold = min(max(made - warm, 0.0), start)
         out.append(
             EpochStart(
                 index=e.index,
@@ -77,12 +101,16 @@ def epoch_starts(rec: RunRecord) -> EpochStarts | None:
                 workers_started=e.workers_started,
                 worker_startup_seconds=e.worker_startup_seconds,
                 lost_seconds=max(start - batch, 0.0),
+                cold_read_seconds=cold,
+                cold_read_bytes=e.startup_read_bytes,
             )
         )
     samples = sum(e.samples for e in w.epochs)
     persistent = w.settings.persistent_workers or w.settings.workers == 0
     saved = sum((e.worker_startup_seconds or 0.0) for e in w.epochs[1:]) if not persistent else 0.0
     rate = samples / run if run > 0 else 0.0
+    fits = _fits(rec)
+    warm = sum(e.cold_read_seconds or 0.0 for e in out) if fits is not False else 0.0
     return EpochStarts(
         epochs=out,
         batch_seconds=batch,
@@ -92,7 +120,57 @@ def epoch_starts(rec: RunRecord) -> EpochStarts | None:
         persistent=persistent,
         saved_seconds=saved if saved > 0 else None,
         predicted_samples_per_s=samples / (run - saved) if 0 < saved < run else None,
+        warm_saved_seconds=warm if warm > 0 else None,
+        warm_predicted_samples_per_s=samples / (run - warm) if 0 < warm < run else None,
+        fits_in_memory=fits,
     )
+
+
+def _warm_round(e: WatchEpoch) -> bool:
+    return e.startup_read_bytes < COLD_BYTES and e.startup_samples > 0
+
+
+def _logged_batches(rec: RunRecord, lanes: int) -> dict[int, tuple[float, float | None]]:
+    """Per epoch in the batch log: the seconds its first batch took in its worker, and the
+    median of its batches after the first round (None with none)."""
+    w = rec.watch
+    if w is None or w.batch_log is None:
+        return {}
+    rows: dict[int, list[float]] = {}
+    for epoch, ms in zip(w.batch_log.epoch, w.batch_log.work_ms, strict=False):
+        rows.setdefault(epoch, []).append(ms / 1e3)
+    return {
+        e: (v[0], statistics.median(v[lanes:]) if len(v) > lanes else None) for e, v in rows.items()
+    }
+
+
+def _warm_batch(e: WatchEpoch, lanes: int, warm_rounds: list[float], later: float | None) -> float:
+    """What one batch of the first round would take with its reads in the page cache: the
+    same epoch's later batches where the device served almost none of their reads (under a
+    tenth of the bytes; their median from the batch log, else their mean), else another
+    epoch's warm first round, else the round's own CPU time (a warm read is a copy: this
+    leaves out only the kernel's work on the cold reads, so the saving it gives is a lower
+    bound)."""
+    later_chars = e.read_chars - e.startup_read_chars
+    later_bytes = e.read_bytes - e.startup_read_bytes
+    later_batches = e.batches - lanes
+    if later_batches > 0 and later_chars > 0 and later_bytes < 0.1 * later_chars:
+        if later is not None:
+            return later
+        return (e.sample_wall_seconds - e.startup_sample_wall_seconds) / later_batches
+    if warm_rounds:
+        return min(warm_rounds)
+    return e.startup_sample_cpu_seconds / lanes
+
+
+def _fits(rec: RunRecord) -> bool | None:
+    """Whether an epoch's reads fit in the memory the host had available: a page cache can
+    only hold the data if they do. None where either is unknown."""
+    w, avail = rec.watch, rec.host.memory_available_bytes
+    if w is None or not avail or not w.epochs:
+        return None
+    per_epoch = max(e.read_chars for e in w.epochs)
+    return per_epoch <= avail if per_epoch else None
 
 
 def per_epoch_saving(starts: EpochStarts) -> float | None:

@@ -369,14 +369,18 @@ class WatchCollector:
         ep.metered_open_seconds += mopen / 1e9
         ep.read_chars += rchar
         ep.read_bytes += rbytes
-        if ep.batches == self._startup_batches:
-            ep.startup_metered_read_seconds = ep.metered_read_seconds
-            ep.startup_metered_open_seconds = ep.metered_open_seconds
-            ep.startup_read_chars = ep.read_chars
         ep.sample_wall_seconds += wall_s
         ep.sample_cpu_seconds += cpu_s
         ep.collate_seconds += collate / 1e9
         ep.runqueue_seconds += runq / 1e9
+        if ep.batches == self._startup_batches:
+            ep.startup_metered_read_seconds = ep.metered_read_seconds
+            ep.startup_metered_open_seconds = ep.metered_open_seconds
+            ep.startup_read_chars = ep.read_chars
+            ep.startup_read_bytes = ep.read_bytes
+            ep.startup_sample_wall_seconds = ep.sample_wall_seconds
+            ep.startup_sample_cpu_seconds = ep.sample_cpu_seconds
+            ep.startup_runqueue_seconds = ep.runqueue_seconds
         w = self.workers.get(worker)
         if w is None:
             w = self.workers[worker] = WorkerStats(worker=worker)

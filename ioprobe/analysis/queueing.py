@@ -192,6 +192,19 @@ def _rate(arrivals: list[float], samples: float, skip: int) -> float:
     return (len(arrivals) - 1 - skip) * samples / span if span > 0 else float("inf")
 
 
+def replayable(rec: RunRecord) -> range | None:
+    """The logged batches ``queue_predictions`` replays (one epoch's), or None where it
+    predicts nothing: no batch log, no workers, no measured rate, or too few batches past the
+    first round for the queue to settle. Cheap: no simulation runs."""
+    w = rec.watch
+    if w is None or w.batch_log is None or rec.measured_samples_per_s is None:
+        return None
+    if w.settings.workers < 1:
+        return None
+    seg = _segment(w.batch_log)
+    return seg if len(seg) - w.settings.workers >= MIN_BATCHES else None
+
+
 def queue_predictions(rec: RunRecord) -> list[QueuePrediction]:
     """The rate a rerun would deliver with ``in_order=False``, with twice the
     ``prefetch_factor``, and with more workers, from the logged batches replayed through
@@ -203,15 +216,13 @@ def queue_predictions(rec: RunRecord) -> list[QueuePrediction]:
     prediction is capped by the pipeline model's (``scenario.evaluate``) for the same count.
     Empty without a batch log, with too few batches, or without a measured rate.
     """
-    w = rec.watch
-    measured = rec.measured_samples_per_s
-    if w is None or w.batch_log is None or measured is None or w.settings.workers < 1:
+    seg = replayable(rec)
+    w, measured = rec.watch, rec.measured_samples_per_s
+    if seg is None or w is None or w.batch_log is None or measured is None:
         return []
     log = w.batch_log
-    idx = list(_segment(log))
+    idx = list(seg)
     workers = w.settings.workers
-    if len(idx) - workers < MIN_BATCHES:
-        return []
     work = [log.work_ms[i] / 1e3 for i in idx]
     steps = [max(log.request[j] - log.arrival[i], 0.0) for i, j in itertools.pairwise(idx)]
     prefetch = w.settings.prefetch_factor or 2
@@ -280,5 +291,6 @@ __all__ = [
     "best_cure",
     "head_of_line",
     "queue_predictions",
+    "replayable",
     "simulate",
 ]

@@ -21,7 +21,7 @@ from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu, label, m
 from ioprobe.analysis.epochs import epoch_starts, per_epoch_saving
 from ioprobe.analysis.model import PipelineFindings
 from ioprobe.analysis.pcie import degraded_link_rule, low_efficiency_rule, probe_pageable_rule
-from ioprobe.analysis.queueing import best_cure, head_of_line, queue_predictions
+from ioprobe.analysis.queueing import best_cure, head_of_line, queue_predictions, replayable
 from ioprobe.analysis.scenario import (
     Scenario,
     dataset_bytes,
@@ -485,7 +485,7 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     w = rec.watch
     if w is None or rec.measured_samples_per_s is None or recorded_workers(rec) == 0:
         return []
-    if queue_predictions(rec):  # the simulated queue judges the prefetch depth instead
+    if replayable(rec) is not None:  # the simulated queue judges the prefetch depth instead
         return []
     if rec.measured_samples_per_s >= 0.9 * f.predicted_samples_per_s:
         return []

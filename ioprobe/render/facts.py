@@ -18,7 +18,7 @@ from ioprobe.analysis.measures import (
 from ioprobe.analysis.pcie import link_label
 from ioprobe.analysis.report import Findings
 from ioprobe.record import GpuSeries, PipelineRun, RunRecord, WatchData
-from ioprobe.render.format import change_flags, mb_per_s, rate
+from ioprobe.render.format import change_flags, figure, mb_per_s, rate
 
 Facts = list[tuple[str, str]]
 
@@ -221,7 +221,7 @@ def sample_facts(f: Findings) -> Facts:
     if sc is None:
         return []
     spread = "; ".join(
-        f"{r.name} median {_num(r.p50)} {r.unit}, p99 {_num(r.p99)}, max {_num(r.max)}"
+        f"{r.name} median {figure(r.p50)} {r.unit}, p99 {figure(r.p99)}, max {figure(r.max)}"
         for r in sc.rows
     )
     if sc.tail_share is not None and sc.tail_share >= 0.05:
@@ -229,7 +229,7 @@ def sample_facts(f: Findings) -> Facts:
     out = [("per sample", spread)]
     if sc.heaviest:
         shown = ", ".join(
-            f"#{h.index} {_num(h.wall_ms)} ms" + (f" ({h.path})" if h.path else "")
+            f"#{h.index} {figure(h.wall_ms)} ms" + (f" ({h.path})" if h.path else "")
             for h in sc.heaviest[:3]
             if h.index >= 0
         )
@@ -287,15 +287,11 @@ def worker_facts(f: Findings) -> Facts:
     if not f.worker_latency:
         return []
     shown = "; ".join(
-        f"{w.worker}: {_num(w.p50_ms)}/{_num(w.p95_ms)}/{_num(w.p99_ms)}"
+        f"{w.worker}: {figure(w.p50_ms)}/{figure(w.p95_ms)}/{figure(w.p99_ms)}"
         for w in f.worker_latency[:8]
     )
     more = f" (+{len(f.worker_latency) - 8} more)" if len(f.worker_latency) > 8 else ""
     return [("batch ms by worker", f"p50/p95/p99 after warm-up, {shown}{more}")]
-
-
-def _num(x: float) -> str:
-    return f"{x:,.3g}" if x < 1000 else f"{x:,.0f}"
 
 
 def _delivery_facts(d: Delivery | None) -> Facts:

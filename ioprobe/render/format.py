@@ -13,6 +13,11 @@ def rate(x: float | None) -> str:
     return f"{x:,.0f}" if x >= 100 else f"{x:,.1f}"
 
 
+def figure(x: float) -> str:
+    """A measured figure in three significant digits, thousands whole: 0.0759, 20.3, 1,234."""
+    return f"{x:,.0f}" if x >= 1000 else f"{x:.3g}"
+
+
 def mb_per_s(x: float | None) -> str:
     """Bytes/s as MB/s (10^6) with one decimal; "-" where not measured."""
     return "-" if x is None else f"{x / 1e6:,.1f} MB/s"

@@ -41,7 +41,7 @@ from ioprobe.render.facts import (
     title,
     verdict,
 )
-from ioprobe.render.format import gbps, rate, size_label
+from ioprobe.render.format import figure, gbps, rate, size_label
 from ioprobe.render.host import host_facts
 
 W = 760  # chart width in CSS pixels
@@ -120,12 +120,6 @@ def _ticks(top: float, n: int = 4) -> list[float]:
     return [step * i for i in range(math.ceil(top / step - 1e-9) + 1)]
 
 
-def _num(x: float) -> str:
-    if x >= 1000:
-        return f"{x:,.0f}"
-    return f"{x:.3g}"
-
-
 # --- charts ---------------------------------------------------------------------------------
 
 
@@ -181,7 +175,7 @@ def _linear_axis(hi_v: float, left: float, plot: float) -> tuple[Scale, list[flo
 def _stage_tick(x: str, t: float, height: int) -> str:
     return (
         f'<line x1="{x}" y1="8" x2="{x}" y2="{height - 26}" stroke="#e3e6ea"/>'
-        f'<text x="{x}" y="{height - 10}" text-anchor="middle">{_num(t)}</text>'
+        f'<text x="{x}" y="{height - 10}" text-anchor="middle">{figure(t)}</text>'
     )
 
 
@@ -272,7 +266,7 @@ def _y_grid(ticks: Sequence[float], y: Scale, left: int, right: int) -> list[str
     """A light horizontal line across the plot at each tick, its value left of the axis."""
     return [
         f'<line x1="{left}" y1="{_n(y(t))}" x2="{right}" y2="{_n(y(t))}" stroke="#e3e6ea"/>'
-        f'<text x="{left - 6}" y="{_n(y(t) + 4)}" text-anchor="end">{_num(t)}</text>'
+        f'<text x="{left - 6}" y="{_n(y(t) + 4)}" text-anchor="end">{figure(t)}</text>'
         for t in ticks
     ]
 
@@ -388,7 +382,7 @@ def _x_labels(xs: Sequence[float], names: Sequence[str] | None, px: XScale, y: i
         return []
     lo, hi = min(xs), max(xs)
     return [
-        f'<text x="{_n(px(0, t))}" y="{y}" text-anchor="middle">{_num(t)}</text>'
+        f'<text x="{_n(px(0, t))}" y="{y}" text-anchor="middle">{figure(t)}</text>'
         for t in _ticks(hi)
         if t <= hi + 1e-9 and t >= lo - 1e-9
     ]
@@ -793,7 +787,7 @@ def samples_section(sc: SampleCostView | None) -> list[str]:
     head = "<tr><th></th><th>median</th><th>p90</th><th>p99</th><th>max</th><th>mean</th></tr>"
     rows = "".join(
         f"<tr><th>{e(r.name)} ({e(r.unit)})</th>"
-        + "".join(f"<td>{_num(v)}</td>" for v in (r.p50, r.p90, r.p99, r.max, r.mean))
+        + "".join(f"<td>{figure(v)}</td>" for v in (r.p50, r.p90, r.p99, r.max, r.mean))
         + "</tr>"
         for r in sc.rows
     )
@@ -804,9 +798,9 @@ def samples_section(sc: SampleCostView | None) -> list[str]:
         kb = any(h.bytes is not None for h in sc.heaviest)
         src = any(h.path for h in sc.heaviest)
         heavy = "".join(
-            f"<tr><td>{h.index if h.index >= 0 else '?'}</td><td>{_num(h.wall_ms)}</td>"
-            f"<td>{_num(h.cpu_ms)}</td>"
-            + (f"<td>{'' if h.bytes is None else _num(h.bytes / 1e3)}</td>" if kb else "")
+            f"<tr><td>{h.index if h.index >= 0 else '?'}</td><td>{figure(h.wall_ms)}</td>"
+            f"<td>{figure(h.cpu_ms)}</td>"
+            + (f"<td>{'' if h.bytes is None else figure(h.bytes / 1e3)}</td>" if kb else "")
             + f"<td>{h.worker}</td><td>{h.epoch + 1}</td>"
             + (f"<td>{e(h.path or '')}</td>" if src else "")
             + "</tr>"
@@ -834,13 +828,13 @@ def _histogram_chart(bins: Sequence[tuple[float, float, int]]) -> str:
     for k, (lo, hi, c) in enumerate(bins):
         h = plot_h * c / top
         body.append(
-            f"<g><title>{_num(lo)}-{_num(hi)} ms: {c:,} samples</title>"
+            f"<g><title>{figure(lo)}-{figure(hi)} ms: {c:,} samples</title>"
             f'<rect x="{_n(left + k * bw)}" y="{_n(10 + plot_h - h)}" '
             f'width="{_n(max(bw - 1, 0.5))}" height="{_n(h)}" fill="{COMPUTE}"/></g>'
         )
     body.append(
-        f'<text x="{left}" y="{height - 8}">{_num(bins[0][0])} ms</text>'
-        f'<text x="{W - 10}" y="{height - 8}" text-anchor="end">{_num(bins[-1][1])} ms</text>'
+        f'<text x="{left}" y="{height - 8}">{figure(bins[0][0])} ms</text>'
+        f'<text x="{W - 10}" y="{height - 8}" text-anchor="end">{figure(bins[-1][1])} ms</text>'
         + _y_title(10 + plot_h / 2, "samples")
     )
     return _svg(W, height, body, "per-sample wall time, log-spaced bins")
@@ -858,7 +852,7 @@ def queue_section(f: Findings) -> list[str]:
         (
             "stragglers",
             f"{h.slow_sample_seconds:.2f} s of {h.work_seconds:.2f} s worker time beyond a "
-            f"typical sample ({_num(h.typical_sample_ms)} ms)",
+            f"typical sample ({figure(h.typical_sample_ms)} ms)",
         ),
     ]
     rows += [

@@ -243,7 +243,6 @@ class WatchCollector:
         # the same samples' wall and CPU times: one set of random draws keeps both
         self.sample = Reservoir(MAX_KEPT, 1e-6, linked=self.sample_cpu)
         self.sample_bytes = Reservoir(MAX_KEPT)
-        self._timed_samples = False  # a worker reported per-sample times (not DALI)
         # the heaviest samples: a min-heap of (wall, cpu, bytes, index, worker, epoch) whose
         # root is the bar a sample must pass, so most batches cost one max() and a compare
         self._heavy: list[tuple[int, int, int, int, int, int]] = []
@@ -252,7 +251,6 @@ class WatchCollector:
         self._log_dropped = 0
         self._iter_ns = 0  # when the epoch's iter() began
         self._startup_ns = 0  # the epoch's workers' start-up times, summed
-        self._metered_samples = False
         self.main = Series(MAIN_COLUMNS, MAIN_ROWS)
         self.worker_series: dict[int, Series] = {}
         # batches as their workers sent them (worker, end of its samples, wall and CPU
@@ -353,9 +351,7 @@ class WatchCollector:
             ep.workers_started += 1
             ep.worker_startup_seconds = self._startup_ns / ep.workers_started / 1e9
         if mbytes and bytes_b:
-            self._metered_samples = True
             self.sample_bytes.extend(array("q", bytes_b))
-        self._timed_samples = True
         ws = self.worker_series.get(worker)
         if ws is None:
             ws = self.worker_series[worker] = Series(WORKER_COLUMNS, WORKER_ROWS)
@@ -645,8 +641,9 @@ class WatchCollector:
         )
 
     def _sample_costs(self) -> SampleCosts | None:
-        if not self._timed_samples:
+        if not self.sample.count:  # no worker reported per-sample times (DALI)
             return None
+        metered = self.sample_bytes.count > 0  # some batch read through the metered opener
         heaviest = [
             HeavySample(
                 index=index,
@@ -654,13 +651,13 @@ class WatchCollector:
                 epoch=epoch,
                 wall_ms=wall / 1e6,
                 cpu_ms=cpu / 1e6,
-                bytes=nbytes if self._metered_samples and nbytes >= 0 else None,
+                bytes=nbytes if metered and nbytes >= 0 else None,
             )
             for wall, cpu, nbytes, index, worker, epoch in sorted(self._heavy, reverse=True)
         ]
         return SampleCosts(
             cpu_ms=self.sample_cpu.to_record(),
-            bytes=self.sample_bytes.to_record() if self._metered_samples else Distribution(),
+            bytes=self.sample_bytes.to_record() if metered else Distribution(),
             heaviest=heaviest,
             index_kind=(
                 "position in its worker's stream"

@@ -46,5 +46,16 @@ class TermSignal(KeyboardInterrupt):
     """
 
 
+class RankLostError(IoprobeError):
+    """A rank of a distributed run died, or did not reach a barrier within its timeout; the
+    ranks that remain report it (and rank 0 what was measured before) and exit."""
+
+    exit_code = 3
+
+    def __init__(self, message: str, missing: list[int]) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
 class StorageTimeoutError(TargetError):
     """The storage did not answer within the time budget: nothing could be measured."""

@@ -514,6 +514,75 @@ class RankInfo:
 
 
 @dataclass
+class RankFigures:
+    """One rank's part of a distributed run: where it ran and what it measured. A probe's
+    ranks fill the read and CPU figures; a watched job's ranks the loader figures."""
+
+    rank: int
+    host: str = ""
+    local_rank: int = 0
+    node: int = 0  # index into Distributed.hosts
+    # the probe: this rank's reads while every rank read (the whole world's level)
+    read_bytes: int = 0
+    read_seconds: float | None = None
+    read_bytes_per_s: float | None = None
+    files_per_s: float | None = None
+    latency_p50_ms: float | None = None
+    latency_p99_ms: float | None = None
+    read_errors: int = 0
+    cpu_seconds_per_sample: float | None = None
+    cpu_samples_per_s: float | None = None  # its share of the node's cores, all ranks decoding
+    usable_cores: int | None = None
+    # a watched job: this rank's loader
+    samples: int = 0
+    wall_seconds: float | None = None
+    samples_per_s: float | None = None
+    stall_fraction: float | None = None  # of its wall time, waiting for a batch
+    step_ms: float | None = None  # median time between batches, its training step included
+    ready_ms_p50: float | None = None  # data-ready latency: how long next() blocked,
+    ready_ms_p95: float | None = None  # after the first round of batches
+    ready_ms_p99: float | None = None
+    worker_batch_ms_p50: dict[str, float] = field(default_factory=dict)  # by worker id
+    bottleneck: str | None = None  # this rank's own verdict: storage, cpu, ...
+    # its loader's storage stage: the evidence a storage-bound straggler is set against
+    storage_samples_per_s: float | None = None
+
+
+@dataclass
+class ClientsPoint:
+    """Aggregate read bandwidth with ``clients`` ranks reading at once (each with the same
+    threads): the curve that shows where shared storage saturates."""
+
+    clients: int
+    nodes: int  # distinct hosts among them
+    read_bytes_per_s: float  # all bytes over the span from the first start to the last end
+    per_client_bytes_per_s: float
+    rank_sum_bytes_per_s: float  # each rank's own rate, summed
+    seconds: float
+    latency_p99_ms: float | None = None
+    ranks: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Distributed:
+    """A run across the ranks of a distributed job, as rank 0 gathered it."""
+
+    launcher: str  # torchrun, slurm
+    world_size: int
+    nodes: int
+    hosts: list[str] = field(default_factory=list)
+    ranks: list[RankFigures] = field(default_factory=list)
+    curve: list[ClientsPoint] = field(default_factory=list)  # the probe's saturation curve
+    threads_per_rank: int | None = None  # the probe's concurrent reads in each rank
+    one_client: StoragePass | None = None  # rank 0 alone, sweeping its threads
+    missing_ranks: list[int] = field(default_factory=list)  # gone before the end
+    # a watched job: waiting that the slowest rank exposed to every rank (synchronous steps)
+    exposed_wait_seconds: float | None = None
+    exposed_fraction: float | None = None  # of the job's wall time
+    steps_aligned: int = 0  # steps whose waits were compared across ranks
+
+
+@dataclass
 class HeavySample:
     """One of the samples that took longest to load: where to look for a pathological file."""
 
@@ -684,6 +753,9 @@ class StorageClassInfo:
     iops_128k: float | None = None
     latency_s: float = 0.0
     source: str = ""
+    # a shared storage a distributed probe measured: what one node read from it, where
+    # seq_read_bytes_per_s is what every node together read; None: no per-node limit
+    node_bytes_per_s: float | None = None
 
 
 CacheOrder = Literal["shuffled", "sequential", "static"]
@@ -741,6 +813,9 @@ class SizeInputs:
     in_flight: int = 64  # reads in flight per node
     dataset_bytes: float | None = None
     nic_bytes_per_s: float | None = None  # per node
+    # a node's ranks decoding at once, as a distributed probe measured them: the CPU stage
+    # per node in place of cores / cpu_seconds_per_sample; None: from those two
+    node_cpu_samples_per_s: float | None = None
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -770,6 +845,34 @@ class Cheapest:
 
 
 @dataclass
+class NodeFit:
+    """How many nodes of ``gpus`` GPUs a measured shared storage feeds at the target."""
+
+    gpus: int  # per node
+    nodes: int  # the most nodes kept at or above the target utilisation
+    next_bound: str  # what binds one node more: storage, cpu
+    next_utilization: float  # with one node more
+    asked_nodes: int | None = None  # --nodes, where above 1
+    asked_utilization: float | None = None
+    asked_bound: str | None = None
+    text: str = ""
+
+
+@dataclass
+class ClusterSizing:
+    """A sizing across nodes from a distributed probe: the figures it measured and the
+    nodes they feed."""
+
+    aggregate_bytes_per_s: float  # the clients curve's peak: all nodes together
+    node_bytes_per_s: float  # what one node reads from the storage
+    node_cpu_samples_per_s: float | None  # a node's ranks decoding at once
+    clients: int  # the most clients the curve measured
+    hosts: int
+    saturated: bool  # whether the curve flattened: if not, the storage may give more
+    fits: list[NodeFit] = field(default_factory=list)
+
+
+@dataclass
 class SizeData:
     inputs: SizeInputs
     storage: list[StorageClassInfo] = field(default_factory=list)
@@ -777,6 +880,7 @@ class SizeData:
     rows: list[SizeRow] = field(default_factory=list)
     cheapest: Cheapest | None = None
     assumptions: list[str] = field(default_factory=list)
+    cluster: ClusterSizing | None = None  # from a distributed probe's clients curve
 
 
 @dataclass
@@ -799,6 +903,7 @@ class RunRecord:
     sizing: SizeData | None = None
     gpus_supported: dict[str, int] | None = None  # size: GPUs per node kept at the target
     gpu_series: GpuSeries | None = None  # NVML readings during the probe or the watched run
+    distributed: Distributed | None = None  # a run across ranks: what each measured
     notes: list[str] = field(default_factory=list)
     created: str = ""
     ioprobe_version: str = ""
@@ -1056,6 +1161,7 @@ __all__ = [
     "CacheOrder",
     "Change",
     "Cheapest",
+    "ClusterSizing",
     "CpuLevel",
     "CpuStage",
     "DatasetProfile",
@@ -1067,6 +1173,7 @@ __all__ = [
     "HeavySample",
     "HostInfo",
     "LoaderSettings",
+    "NodeFit",
     "PcieStage",
     "PipelineRun",
     "ProbeSettings",

@@ -6,6 +6,11 @@ file://). With no TARGET, ioprobe probes a built-in sample dataset of 2,000 JPEG
 On a machine with a CUDA device the probe also times host-to-device copies (64 KiB to 256 MiB,
 pinned and pageable, both directions) and reads the PCIe link from NVML; --pcie-only does
 that alone, with no dataset.
+
+Under torchrun or srun (``torchrun --nproc-per-node N -m ioprobe probe TARGET``) the ranks
+probe TARGET together over a gloo group: a curve of aggregate read bandwidth against the
+number of ranks reading at once shows where shared storage saturates, every rank decodes with
+its share of its node's cores, and rank 0 alone reports and writes one record for the job.
 """
 
 from __future__ import annotations
@@ -23,10 +28,13 @@ from ioprobe.cli._common import (
     output_options,
     plan_outputs,
 )
+from ioprobe.collect.distributed import detect
+from ioprobe.collect.distributed_probe import RANK_TIMEOUT_S, DistributedProbe
+from ioprobe.collect.group import open_group
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import Reporter, make_reporter
-from ioprobe.errors import BadInputError, Interrupted, Terminated, TermSignal
-from ioprobe.record import RunRecord
+from ioprobe.errors import BadInputError, Interrupted, RankLostError, Terminated, TermSignal
+from ioprobe.record import RankInfo, RunRecord
 
 
 @click.command(help=__doc__)
@@ -76,6 +84,15 @@ from ioprobe.record import RunRecord
     is_flag=True,
     help="Only the host-to-device probe and the PCIe link (needs a CUDA device; no TARGET).",
 )
+@click.option(
+    "--rank-timeout",
+    type=finite_float(0, MAX_SECONDS, min_open=True),
+    default=RANK_TIMEOUT_S,
+    show_default=True,
+    metavar="S",
+    help="Under torchrun or srun: seconds a rank waits past a phase's planned end for the "
+    "others before it reports them lost.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 def command(
     target: str | None,
@@ -89,6 +106,7 @@ def command(
     gpu_samples_per_s: float | None,
     gpus: int,
     pcie_only: bool,
+    rank_timeout: float,
     quiet: bool,
     html_path: str | None,
     md_path: str | None,
@@ -96,7 +114,8 @@ def command(
     outputs: tuple[str, ...],
 ) -> None:
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
-    reporter = make_reporter(quiet)
+    info = detect()  # a launcher's environment that makes no sense fails here, in one line
+    reporter = make_reporter(quiet or (info is not None and info.rank != 0))
     passes = ["cold", "warm"] if cold is None else (["cold"] if cold else ["warm"])
     opts = ProbeOptions(
         target=_target(target, pcie_only, reporter),
@@ -110,6 +129,9 @@ def command(
         gpus=gpus,
         pcie_only=pcie_only,
     )
+    if info is not None:
+        _distributed(opts, info, reporter, plan, rank_timeout)
+        return
     probe = Probe(opts, reporter)
     stop: KeyboardInterrupt | None = None
     try:
@@ -121,6 +143,42 @@ def command(
     if stop is not None:
         raise _stopped(stop, probe.partial, plan)
     deliver(finalize(measured, try_load_catalog()), plan)
+
+
+def _distributed(
+    opts: ProbeOptions,
+    info: RankInfo,
+    reporter: Reporter,
+    plan: dict[str, list[str]],
+    rank_timeout: float,
+) -> None:
+    """The probe across the ranks: rank 0 writes the job's one record (what was measured,
+    where a rank was lost or the probe stopped); the others write nothing."""
+    opts.validate()  # every rank checks its flags before the ranks meet
+    stop: KeyboardInterrupt | None = None
+    lost: RankLostError | None = None
+    measured: RunRecord | None = None
+    probe: DistributedProbe | None = None
+    group = open_group(info, max(rank_timeout, opts.time_budget_s))
+    try:
+        probe = DistributedProbe(opts, info, group, reporter, rank_timeout)
+        measured = probe.run()
+    except RankLostError as exc:
+        lost = exc
+    except KeyboardInterrupt as exc:
+        stop = exc  # handled once the progress display has closed
+    finally:
+        reporter.close()
+        group.close()
+    if stop is not None:
+        raise _stopped(stop, probe.partial if probe else None, plan)
+    if lost is not None:
+        if probe is None or probe.partial is None:
+            raise lost
+        deliver(finalize(probe.partial, try_load_catalog()), plan)
+        raise RankLostError(f"{lost}; what was measured before is reported", lost.missing)
+    if measured is not None:
+        deliver(finalize(measured, try_load_catalog()), plan)
 
 
 def _stopped(

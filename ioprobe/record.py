@@ -83,6 +83,7 @@ class DatasetProfile:
     size_p50: int | None = None
     size_p90: int | None = None
     size_max: int | None = None
+    size_stdev: float | None = None  # bytes; None in records made before it was kept
     formats: dict[str, int] = field(default_factory=dict)
     remote: bool = False
     sizes_estimated: bool = False  # a huge tree: sizes from a random sample of stat() calls

@@ -29,6 +29,7 @@ SUBCOMMANDS = {
     "whatif": "whatif",
     "size": "size",
     "compare": "compare",
+    "export": "export",
 }
 
 

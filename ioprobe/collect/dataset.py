@@ -15,6 +15,7 @@ import math
 import os
 import random
 import stat
+import statistics
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -466,6 +467,7 @@ def profile(
         size_p50=_percentile(sizes, 0.5),
         size_p90=_percentile(sizes, 0.9),
         size_max=sizes[-1],
+        size_stdev=statistics.pstdev(sizes) if len(sizes) > 1 else 0.0,
         formats=dict(formats),
         remote=ds.remote,
         sizes_estimated=ds.sizes_estimated,

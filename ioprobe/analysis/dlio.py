@@ -1,0 +1,289 @@
+"""A DLIO (MLPerf Storage) workload from a measured run: the user's job in the terms a storage
+vendor's benchmark runs.
+
+DLIO emulates a training job from a YAML file: the dataset's files and sample sizes, the
+loader's batch and reader threads, a per-sample preprocessing time and a per-step computation
+time it sleeps for. The last is what users cannot easily get and what ioprobe measures: the
+watched step between batches (or the emulated accelerator of a probe). Each field carries
+where it came from (measured, from the loader's settings, or DLIO's default because the record
+has nothing better), and what DLIO cannot reproduce is listed beside them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ioprobe.record import Distribution, RunRecord
+
+# ioprobe's formats to DLIO's readers; anything else is written as npz of the same sizes
+DLIO_FORMATS = {
+    "jpeg": "jpeg",
+    "png": "png",
+    "npy": "npy",
+    "npz": "npz",
+    "hdf5": "hdf5",
+    "tfrecord": "tfrecord",
+    "parquet": "parquet",
+    "csv": "csv",
+}
+MLPERF_AU = 0.90  # MLPerf Storage's accelerator utilisation target (0.70 for CosmoFlow)
+DEFAULT_BATCH = 32  # the probe's own end-to-end batch
+
+
+Value = str | int | float | bool
+
+
+@dataclass(frozen=True)
+class DlioField:
+    """One value of the workload and where it came from."""
+
+    section: str
+    key: str
+    value: Value
+    source: str  # "measured: ...", "settings: ...", "default: ..."
+
+
+Put = Callable[[str, str, Value, str], None]
+
+
+@dataclass
+class DlioWorkload:
+    fields: list[DlioField] = field(default_factory=list)
+    not_carried: list[str] = field(default_factory=list)  # what DLIO cannot reproduce
+
+    def value(self, section: str, key: str) -> Value | None:
+        return next((f.value for f in self.fields if (f.section, f.key) == (section, key)), None)
+
+
+def _mean_stdev(d: Distribution) -> tuple[float, float] | None:
+    if not d.values:
+        return None
+    mean = d.total / d.count if d.count else statistics.fmean(d.values)
+    return mean, statistics.pstdev(d.values) if len(d.values) > 1 else 0.0
+
+
+def _name(rec: RunRecord) -> str:
+    """A model name from the dataset's folder or the watched dataset's class."""
+    base = os.path.basename(rec.dataset.target.rstrip("/")) if rec.dataset.target else ""
+    if not base and rec.watch is not None:
+        base = rec.watch.settings.dataset
+    slug = re.sub(r"[^A-Za-z0-9_]+", "_", base).strip("_").lower()
+    return f"ioprobe_{slug or 'workload'}"
+
+
+def dlio_workload(
+    rec: RunRecord, epochs: int | None = None, data_folder: str | None = None
+) -> DlioWorkload:
+    """The DLIO workload of ``rec``: its dataset (files, sample size and spread, format), its
+    loader (batch, reader threads, prefetch, shuffling, preprocessing per sample) and its step
+    (computation time per batch and its spread), each with its source. Raises ValueError
+    where the record has no sample size or no step time: DLIO would emulate nothing of it."""
+    out = DlioWorkload()
+
+    def put(section: str, key: str, value: Value, source: str) -> None:
+        out.fields.append(DlioField(section, key, value, source))
+
+    put("model", "name", _name(rec), "the dataset's name")
+    framework = "pytorch"
+    put("framework", "", framework, "ioprobe watches PyTorch and DALI loaders")
+    put(
+        "workflow",
+        "generate_data",
+        False,
+        "generate once with ++workload.workflow.generate_data=True",
+    )
+    put("workflow", "train", True, "the training loop is what was measured")
+    put("workflow", "checkpoint", False, "checkpoints were not measured")
+    _dataset(rec, out, put, data_folder)
+    _reader(rec, out, put)
+    _train(rec, out, put, epochs)
+    put("metric", "au", MLPERF_AU, "MLPerf Storage's accelerator utilisation target")
+    out.not_carried += [
+        "DLIO sleeps for the preprocessing and computation times: it keeps storage as busy as "
+        "the job, but not the host's cores (a CPU-bound job is not reproduced as CPU-bound)",
+        "host-to-device copies, GPU contention and DALI's GPU decode are not emulated",
+        "the model's size (checkpoints) is not measured: checkpointing is off",
+    ]
+    return out
+
+
+def _dataset(rec: RunRecord, out: DlioWorkload, add: Put, folder: str | None) -> None:
+    p = rec.dataset
+    add("dataset", "data_folder", folder or f"data/{_name(rec)}/", "where DLIO writes its files")
+    top = max(p.formats.items(), key=lambda kv: kv[1])[0] if p.formats else None
+    fmt = DLIO_FORMATS.get(top or "")
+    if fmt is None:
+        add(
+            "dataset",
+            "format",
+            "npz",
+            f"DLIO has no reader for {top or 'these files'}: npz of the same sizes",
+        )
+        out.not_carried.append(
+            f"the files' format ({top or 'unrecognised'}): DLIO reads npz files of the same sizes"
+        )
+    else:
+        add(
+            "dataset",
+            "format",
+            fmt,
+            f"measured: the format of {sum(p.formats.values())} files read",
+        )
+    samples_per_epoch = _samples_per_epoch(rec)
+    files = p.files or samples_per_epoch
+    if not files:
+        raise ValueError("the record has no file or sample count: nothing for DLIO to emulate")
+    src = (
+        "measured: the files listed"
+        if p.files
+        else "measured: samples in an epoch, one sample per file (the record has no listing)"
+    )
+    add("dataset", "num_files_train", int(files), src)
+    per_file = 1
+    if p.files and samples_per_epoch and samples_per_epoch > p.files:
+        per_file = max(1, round(samples_per_epoch / p.files))
+        add("dataset", "num_samples_per_file", per_file, "measured: samples per epoch / files")
+    else:
+        add("dataset", "num_samples_per_file", 1, "one sample per file, as listed")
+    size = _sample_size(rec, per_file)
+    if size is None:
+        raise ValueError(
+            "the record has no sample size (its loader read files ioprobe did not list or "
+            "meter): probe the dataset with ioprobe probe DIR, or read it through "
+            "ioprobe.loaders.files, and export that record"
+        )
+    mean, stdev, how = size
+    add("dataset", "record_length_bytes", round(mean), how)
+    add("dataset", "record_length_bytes_stdev", round(stdev), how)
+    decoded = rec.stages.cpu.output_bytes_per_sample
+    if decoded:
+        add(
+            "dataset",
+            "record_length_bytes_resize",
+            round(decoded),
+            "measured: bytes of one decoded sample",
+        )
+
+
+def _samples_per_epoch(rec: RunRecord) -> int | None:
+    w = rec.watch
+    if w is None or not w.epochs:
+        return None
+    # the largest epoch: a run stopped mid-epoch leaves a short last one
+    return max(e.samples for e in w.epochs) or None
+
+
+def _sample_size(rec: RunRecord, per_file: int) -> tuple[float, float, str] | None:
+    """Mean and spread of a sample's bytes: the listed files' where the listing kept their
+    spread, else the bytes each watched sample read, else what the listing has."""
+    p = rec.dataset
+    if p.sample_bytes_mean > 0 and p.size_stdev is not None:
+        return (
+            p.sample_bytes_mean / per_file,
+            p.size_stdev / per_file,
+            "measured: the listed files' sizes",
+        )
+    w = rec.watch
+    if w is not None and w.sample_costs is not None:
+        ms = _mean_stdev(w.sample_costs.bytes)
+        if ms is not None and ms[0] > 0:
+            return ms[0], ms[1], "measured: bytes each sample read"
+    if p.sample_bytes_mean <= 0:
+        return None
+    mean = p.sample_bytes_mean / per_file
+    if p.size_p50 is not None and p.size_p90 is not None:
+        # older records: a normal spread through the median and the 90th percentile
+        spread = max(p.size_p90 - p.size_p50, 0) / 1.2816 / per_file
+        return mean, spread, "measured: the listed sizes (spread from their p50 and p90)"
+    return mean, 0.0, "measured: the listed files' mean size (no spread recorded)"
+
+
+def _reader(rec: RunRecord, out: DlioWorkload, add: Put) -> None:
+    w = rec.watch
+    dali = rec.dali is not None or (w is not None and w.settings.framework == "dali")
+    add("reader", "data_loader", "dali" if dali else "pytorch", "the loader watched")
+    if w is not None:
+        s = w.settings
+        batch = s.batch_size or DEFAULT_BATCH
+        add("reader", "batch_size", batch, "settings: the loader's batch_size")
+        add("reader", "read_threads", s.workers, "settings: the loader's num_workers")
+        factor = s.prefetch_factor or 2
+        if s.workers:
+            # DLIO hands PyTorch prefetch_size / read_threads as its prefetch_factor
+            add(
+                "reader",
+                "prefetch_size",
+                factor * s.workers,
+                "settings: prefetch_factor x num_workers",
+            )
+        # DistributedSampler shuffles by default, as RandomSampler does
+        shuffled = (s.sampler or "").startswith(("Random", "Distributed"))
+        order = "seed" if shuffled else "off"
+        how = f"settings: the sampler ({s.sampler or 'none given'})"
+        add("reader", "sample_shuffle", order, how)
+        add("reader", "file_shuffle", order, how)
+    else:
+        batch = rec.settings.batch_size or DEFAULT_BATCH
+        add("reader", "batch_size", batch, "settings: the probe's --batch-size")
+        threads = rec.settings.workers or rec.stages.cpu.usable_cores or 1
+        add("reader", "read_threads", threads, "settings: the probe's decode workers")
+        add("reader", "sample_shuffle", "seed", "the probe reads in a shuffled order")
+        add("reader", "file_shuffle", "seed", "the probe reads in a shuffled order")
+    cost = _preprocess(rec)
+    if cost is not None:
+        mean, stdev, how = cost
+        add("reader", "preprocess_time", round(mean, 6), how)
+        add("reader", "preprocess_time_stdev", round(stdev, 6), how)
+
+
+def _preprocess(rec: RunRecord) -> tuple[float, float, str] | None:
+    """Seconds of CPU per sample (DLIO sleeps this long per sample in its readers)."""
+    w = rec.watch
+    if w is not None and w.sample_costs is not None:
+        ms = _mean_stdev(w.sample_costs.cpu_ms)
+        if ms is not None:
+            return ms[0] / 1e3, ms[1] / 1e3, "measured: CPU time of each sample in the workers"
+    cost = rec.stages.cpu.cpu_seconds_per_sample
+    if cost:
+        return cost, 0.0, "measured: CPU seconds per decoded sample"
+    return None
+
+
+def _train(rec: RunRecord, out: DlioWorkload, add: Put, epochs: int | None) -> None:
+    w = rec.watch
+    n = epochs or (len(w.epochs) if w is not None and w.epochs else 1)
+    add(
+        "train",
+        "epochs",
+        n,
+        "given: --epochs" if epochs else "measured: epochs watched" if w else "default: one epoch",
+    )
+    step = None
+    if w is not None:
+        ms = _mean_stdev(w.step_ms)
+        if ms is not None:
+            step = (ms[0] / 1e3, ms[1] / 1e3, "measured: the training step between batches")
+    if step is None and rec.stages.gpu.step_seconds:
+        step = (
+            rec.stages.gpu.step_seconds,
+            0.0,
+            f"{rec.stages.gpu.method}: the accelerator's step",
+        )
+    if step is None and rec.stages.gpu.capacity_samples_per_s:
+        batch = out.value("reader", "batch_size")
+        assert isinstance(batch, int)
+        gpus = max(rec.settings.gpus, 1)
+        per_gpu = rec.stages.gpu.capacity_samples_per_s / gpus
+        step = (batch / per_gpu, 0.0, "given: one GPU's rate, batch / samples per second")
+    if step is None or not math.isfinite(step[0]):
+        raise ValueError(
+            "the record has no step time: watch the training loop, or probe with "
+            "--compute-ms-per-batch or --gpu-samples-per-s"
+        )
+    add("train", "computation_time", round(step[0], 6), step[2])
+    add("train", "computation_time_stdev", round(step[1], 6), step[2])

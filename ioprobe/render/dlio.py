@@ -1,0 +1,39 @@
+"""A DLIO workload as YAML: each value with a comment naming its source, then what DLIO cannot
+reproduce. Written by hand (the values are plain scalars), deterministic: sections in DLIO's
+own order, keys in the order the analysis gave them."""
+
+from __future__ import annotations
+
+import json
+
+from ioprobe.analysis.dlio import DlioWorkload, Value
+
+SECTIONS = ("model", "framework", "workflow", "dataset", "reader", "train", "metric")
+
+
+def _scalar(v: Value) -> str:
+    if isinstance(v, bool):
+        return "True" if v else "False"
+    if isinstance(v, int | float):
+        return repr(v)
+    # a JSON string is a valid double-quoted YAML scalar: nothing in it can be misread
+    return json.dumps(v)
+
+
+def to_yaml(w: DlioWorkload, header: list[str]) -> str:
+    """The workload file, ``header`` lines first as comments."""
+    lines = [f"# {h}" for h in header]
+    for section in SECTIONS:
+        rows = [f for f in w.fields if f.section == section]
+        if not rows:
+            continue
+        lines.append("")
+        if len(rows) == 1 and rows[0].key == "":
+            lines.append(f"{section}: {_scalar(rows[0].value)}  # {rows[0].source}")
+            continue
+        lines.append(f"{section}:")
+        lines.extend(f"  {f.key}: {_scalar(f.value)}  # {f.source}" for f in rows)
+    if w.not_carried:
+        lines += ["", "# not carried over:"]
+        lines.extend(f"# - {n}" for n in w.not_carried)
+    return "\n".join(lines) + "\n"

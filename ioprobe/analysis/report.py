@@ -10,10 +10,19 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from ioprobe.analysis.cluster import (
+    NodeShare,
+    RankTable,
+    Saturation,
+    per_node,
+    rank_table,
+    saturation,
+)
 from ioprobe.analysis.epochs import EpochStarts, WorkerLatency, epoch_starts, worker_latency
 from ioprobe.analysis.measures import KeyNumbers, key_numbers
 from ioprobe.analysis.pcie import CopyRow, copy_rows
 from ioprobe.analysis.queueing import HeadOfLine, QueuePrediction, head_of_line, queue_predictions
+from ioprobe.analysis.ranks import RankSpread, rank_spread
 from ioprobe.analysis.samples import SampleCostView, sample_costs
 from ioprobe.analysis.stall_series import StallOverTime, stall_over_time
 from ioprobe.analysis.timelines import complete_tracks, spread
@@ -203,6 +212,12 @@ class Findings:
     # each epoch's start-up, and each worker's batch time once warm
     epoch_starts: EpochStarts | None = None
     worker_latency: list[WorkerLatency] = field(default_factory=list)
+    # a run across ranks: each rank's figures, a watched job's spread and stragglers, where a
+    # probe's shared storage saturated and what each node did
+    ranks: RankTable | None = None
+    rank_spread: RankSpread | None = None
+    saturation: Saturation | None = None
+    nodes: list[NodeShare] = field(default_factory=list)
 
 
 def coarsen(track: Track, max_rows: int) -> Track:
@@ -418,6 +433,7 @@ def findings(rec: RunRecord) -> Findings:
     tracks, device, left_out = complete_tracks(rec)
     main = next((t for t in tracks if t.worker is None), None)
     consumer, batches = consumer_points(main) if main is not None else ([], 0)
+    spread = rank_spread(rec) if rec.distributed is not None else None
     delivered = rec.measured_samples_per_s
     label = "measured"
     if delivered is None:
@@ -448,6 +464,10 @@ def findings(rec: RunRecord) -> Findings:
         queue=queue_predictions(rec),
         epoch_starts=epoch_starts(rec),
         worker_latency=worker_latency(rec),
+        ranks=rank_table(rec, [s.rank for s in spread.stragglers] if spread else None),
+        rank_spread=spread,
+        saturation=saturation(rec),
+        nodes=per_node(rec),
     )
 
 

@@ -3,24 +3,32 @@
 A sizing is the pipeline model evaluated on a grid: each storage class x each GPU count, with
 the CPU and GPU figures held per sample. Every row is a ``pipeline_model`` call, so a sizing
 table can never disagree with what ``whatif`` would say for the same configuration.
+
+From a distributed probe the measured shared storage joins the grid as a class of its own
+(``measured``: every node together reads the clients curve's peak, one node what the curve
+saw one node read), and the sizing says how many nodes of G GPUs it feeds (``fit_nodes``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 from ioprobe import capacity
 from ioprobe.analysis.cache import cache_for_hit_rate
 from ioprobe.analysis.catalog import read_rate
+from ioprobe.analysis.cluster import ClusterFigures, bandwidth, cluster_figures
 from ioprobe.analysis.model import PipelineFindings, pipeline_model
 from ioprobe.capacity import density_class
 from ioprobe.errors import BadInputError
 from ioprobe.record import (
     Cheapest,
+    ClusterSizing,
     CpuStage,
     DatasetProfile,
     GpuStage,
     HostInfo,
+    NodeFit,
     Recommendation,
     RunRecord,
     SizeData,
@@ -33,6 +41,8 @@ from ioprobe.record import (
 
 DEFAULT_GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 MAX_GPUS = 1 << 20
+MAX_NODES = 1 << 20
+MEASURED = "measured"  # the grid's name for the storage a distributed probe measured
 CHECK_STEPS = 8  # model runs that check the closed form of gpus_supported
 
 
@@ -42,10 +52,13 @@ def storage_samples_per_s(cls: StorageClassInfo, inp: SizeInputs) -> float:
     Local devices are one per node, so they add up. A network class is one filer shared by
     every node (its figure is the filer's link), so it does not. Object storage figures are
     per connection and object stores scale out, so each node's ``in_flight`` connections add
-    up. A per-node NIC caps what each node can pull from a network or object store.
+    up. A per-node NIC caps what each node can pull from a network or object store, as a
+    measured storage's own per-node rate does.
     """
     size = inp.sample_bytes
     per_node = read_rate(cls, size, inp.in_flight)
+    if cls.node_bytes_per_s:
+        per_node = min(per_node, cls.node_bytes_per_s)
     if cls.scope in ("object", "network", "given") and inp.nic_bytes_per_s:
         per_node = min(per_node, inp.nic_bytes_per_s)
     if cls.scope == "network":
@@ -58,7 +71,9 @@ def storage_samples_per_s(cls: StorageClassInfo, inp: SizeInputs) -> float:
 def stages_for(cls: StorageClassInfo, gpus: int, inp: SizeInputs) -> Stages:
     """The stages of ``inp.nodes`` nodes with ``gpus`` GPUs each on storage ``cls``."""
     cpu = None
-    if inp.cpu_seconds_per_sample and inp.cores:
+    if inp.node_cpu_samples_per_s:
+        cpu = inp.node_cpu_samples_per_s * inp.nodes
+    elif inp.cpu_seconds_per_sample and inp.cores:
         cpu = inp.cores * inp.nodes / inp.cpu_seconds_per_sample
     return Stages(
         storage=StorageStage(capacity_samples_per_s=storage_samples_per_s(cls, inp)),
@@ -145,12 +160,19 @@ def size(
     classes: list[StorageClassInfo],
     gpu_counts: list[int],
     base: RunRecord | None = None,
+    fit_gpus: list[int] | None = None,
 ) -> RunRecord:
     """A ``size`` record: one row per storage class x GPU count, and per class the GPUs it
     supports at the target utilisation. The record's own verdict (stages, bottleneck,
     predicted rate) is that of the cheapest configuration that keeps the most GPUs asked
-    for at the target, or of the best one when none does."""
+    for at the target, or of the best one when none does. From a distributed probe (a
+    ``base`` with a clients curve) the storage it measured is the first class, and
+    ``sizing.cluster`` says how many nodes of each of ``fit_gpus`` GPUs (by default the
+    most ranks the probe ran on one node) it feeds."""
     _check(inp, classes, gpu_counts)
+    figures = cluster_figures(base) if base is not None else None
+    if figures is not None:
+        classes = [measured_storage(figures), *(c for c in classes if c.name != MEASURED)]
     rows, findings = _grid(inp, classes, gpu_counts)
     supported = {cls.name: gpus_supported(cls, inp) for cls in classes}
     top = max(gpu_counts)
@@ -162,6 +184,11 @@ def size(
     )
     host, ds = _subject(inp, base)
     util = head.gpu_utilization
+    cluster = None
+    advice = _advice(inp, classes, supported, cheapest, head, len(rows))
+    if figures is not None:
+        cluster = cluster_sizing(figures, classes[0], inp, fit_gpus or [figures.ranks_per_node])
+        advice[:0] = [_fit_advice(fit, classes[0], inp) for fit in cluster.fits]
     return RunRecord(
         kind="size",
         host=host,
@@ -171,14 +198,15 @@ def size(
         predicted_samples_per_s=head.predicted_samples_per_s,
         gpu_idle_fraction=1.0 - util if util is not None else None,
         gpu_idle_method="predicted: 1 - delivered / GPU capacity",
-        recommendations=_advice(inp, classes, supported, cheapest, head, len(rows)),
+        recommendations=advice,
         sizing=SizeData(
             inputs=inp,
             storage=list(classes),
             gpu_counts=list(gpu_counts),
             rows=rows,
             cheapest=cheapest,
-            assumptions=_assumptions(inp),
+            assumptions=_assumptions(inp, figures, base),
+            cluster=cluster,
         ),
         gpus_supported=supported,
     )
@@ -245,16 +273,213 @@ def _subject(inp: SizeInputs, base: RunRecord | None) -> tuple[HostInfo, Dataset
     return host, ds
 
 
-def _assumptions(inp: SizeInputs) -> list[str]:
-    return [
+def _assumptions(
+    inp: SizeInputs, figures: ClusterFigures | None = None, base: RunRecord | None = None
+) -> list[str]:
+    if inp.node_cpu_samples_per_s:
+        cpu = (
+            f"CPU capacity = {inp.node_cpu_samples_per_s:,.0f} samples/s per node (its ranks "
+            "decoding at once, as measured) x nodes"
+        )
+    elif inp.cpu_seconds_per_sample and inp.cores:
+        cpu = "CPU capacity = cores x nodes / CPU seconds per sample (linear in cores)"
+    else:
+        cpu = "CPU not limiting"
+    out = [
         "throughput = min(stage capacities): stages overlap, prefetch absorbs jitter",
         "GPUs scale linearly: each trains at its given rate when fed, no sync cost",
         f"{inp.in_flight} reads in flight per node; local storage is per node, a "
         "network filer is shared by all nodes, object storage is per connection",
-        "CPU not limiting"
-        if not (inp.cpu_seconds_per_sample and inp.cores)
-        else "CPU capacity = cores x nodes / CPU seconds per sample (linear in cores)",
+        cpu,
     ]
+    if figures is not None:
+        out.append(
+            f"{MEASURED} storage: all nodes together read at most the clients curve's peak, "
+            f"{bandwidth(figures.aggregate_bytes_per_s)} ({figures.clients} clients on "
+            f"{figures.hosts} node{'s' * (figures.hosts != 1)}); one node reads "
+            f"{bandwidth(figures.node_bytes_per_s)}, the most one node's share of any level "
+            "reached; more nodes are like the measured ones"
+        )
+    elif base is not None and inp.nodes > 1:
+        out.append(
+            f"{inp.nodes} nodes: how the storage holds up across nodes is assumed, not "
+            "measured (the run has no clients curve; a distributed probe, torchrun "
+            "--nproc-per-node N -m ioprobe probe, measures one)"
+        )
+    return out
+
+
+# -- across nodes: the storage a distributed probe measured --------------------------------
+
+
+def measured_storage(f: ClusterFigures) -> StorageClassInfo:
+    """The shared storage a distributed probe measured, as a class of the grid: shared by
+    every node (a network scope) up to the clients curve's peak, each node reading at most
+    the rate one node reached on the curve."""
+    return StorageClassInfo(
+        name=MEASURED,
+        label=(
+            f"the shared storage as a distributed probe measured it ({f.clients} clients on "
+            f"{f.hosts} node{'s' * (f.hosts != 1)})"
+        ),
+        scope="network",
+        seq_read_bytes_per_s=f.aggregate_bytes_per_s,
+        node_bytes_per_s=f.node_bytes_per_s,
+        source="distributed.curve: the peak aggregate; one node: its best share of a level",
+    )
+
+
+def nodes_fed(cls: StorageClassInfo, gpus: int, inp: SizeInputs) -> int:
+    """The most nodes of ``gpus`` GPUs each that storage ``cls`` and each node's CPU keep at
+    or above the target utilisation.
+
+    Each node brings its own cores and its own read rate, so those feed any number of nodes
+    or none; what the nodes share is the storage's aggregate (a network scope's), so once one
+    node is fed the answer is ``floor(aggregate / (U x gpus x R))``, checked against the
+    model at n and n + 1 as ``gpus_supported`` is. Storage that is not shared (local, object,
+    a plain rate) caps no node count: MAX_NODES.
+    """
+
+    def ok(n: int) -> bool:
+        return n >= 1 and _utilization(cls, gpus, inp, n) >= inp.target_utilization - 1e-12
+
+    if not ok(1):
+        return 0
+    if cls.scope != "network":
+        return MAX_NODES
+    need = inp.target_utilization * gpus * inp.gpu_samples_per_s
+    shared = read_rate(cls, inp.sample_bytes, inp.in_flight * MAX_NODES) / inp.sample_bytes
+    ratio = shared / need if need > 0 else math.inf
+    n = max(min(int(ratio), MAX_NODES), 1) if math.isfinite(ratio) else MAX_NODES
+    for _ in range(CHECK_STEPS):
+        if n > 1 and not ok(n):
+            n -= 1
+        elif n < MAX_NODES and ok(n + 1):
+            n += 1
+        else:
+            break
+    return n
+
+
+def _utilization(cls: StorageClassInfo, gpus: int, inp: SizeInputs, nodes: int) -> float:
+    return _at(cls, gpus, inp, nodes).gpu_utilization or 0.0
+
+
+def _at(cls: StorageClassInfo, gpus: int, inp: SizeInputs, nodes: int) -> PipelineFindings:
+    return pipeline_model(stages_for(cls, gpus, dataclasses.replace(inp, nodes=nodes)))
+
+
+def fit_nodes(cls: StorageClassInfo, gpus: int, inp: SizeInputs, f: ClusterFigures) -> NodeFit:
+    """How many nodes of ``gpus`` GPUs ``cls`` feeds at the target, what binds one node
+    more, and (where ``inp.nodes`` is above 1) how the nodes asked for fare, with the
+    sentence that says so."""
+    n = nodes_fed(cls, gpus, inp)
+    nxt = _at(cls, gpus, inp, min(n + 1, MAX_NODES))
+    fit = NodeFit(
+        gpus=gpus,
+        nodes=n,
+        next_bound=nxt.bottleneck,
+        next_utilization=nxt.gpu_utilization or 0.0,
+    )
+    if inp.nodes > 1:
+        asked = _at(cls, gpus, inp, inp.nodes)
+        fit.asked_nodes = inp.nodes
+        fit.asked_utilization = asked.gpu_utilization or 0.0
+        fit.asked_bound = asked.bottleneck
+    fit.text = _fit_text(fit, cls, inp, f)
+    return fit
+
+
+def cluster_sizing(
+    f: ClusterFigures, cls: StorageClassInfo, inp: SizeInputs, gpus: list[int]
+) -> ClusterSizing:
+    """The measured figures and, per GPU count, the nodes the measured storage ``cls`` feeds."""
+    return ClusterSizing(
+        aggregate_bytes_per_s=f.aggregate_bytes_per_s,
+        node_bytes_per_s=f.node_bytes_per_s,
+        node_cpu_samples_per_s=inp.node_cpu_samples_per_s,
+        clients=f.clients,
+        hosts=f.hosts,
+        saturated=f.saturated,
+        fits=[fit_nodes(cls, g, inp, f) for g in gpus],
+    )
+
+
+def _fit_advice(fit: NodeFit, cls: StorageClassInfo, inp: SizeInputs) -> Recommendation:
+    fed = (
+        _at(cls, fit.gpus, inp, fit.nodes).predicted_samples_per_s
+        if 0 < fit.nodes < MAX_NODES
+        else None
+    )
+    return Recommendation(
+        kind="nodes",
+        text=fit.text,
+        predicted_samples_per_s=fed,
+        evidence="the distributed probe's clients curve and each node's measured figures",
+    )
+
+
+def ordinal(n: int) -> str:
+    """1st, 2nd, 3rd, 4th, ..., 11th, 12th, 13th, 21st."""
+    tail = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n:,}{tail}"
+
+
+def _fit_text(fit: NodeFit, cls: StorageClassInfo, inp: SizeInputs, f: ClusterFigures) -> str:
+    target = f"{inp.target_utilization:.0%}"
+    g = f"{fit.gpus} GPU{'s' * (fit.gpus != 1)}"
+    if fit.nodes == 0:
+        text = (
+            f"This storage feeds no node of {g} at {target}: one node is "
+            f"{fit.next_bound}-bound at {fit.next_utilization:.0%} "
+            f"({_within_node(fit, cls, inp)})."
+        )
+    elif fit.nodes >= MAX_NODES:
+        text = f"This storage and each node's CPU keep any number of nodes of {g} at {target}."
+    else:
+        text = (
+            f"This storage feeds {fit.nodes:,} node{'s' * (fit.nodes != 1)} of {g} at "
+            f"{target}; the {ordinal(fit.nodes + 1)} is {fit.next_bound}-bound."
+        )
+    if fit.asked_nodes is not None and fit.asked_utilization is not None:
+        if fit.asked_nodes > fit.nodes:
+            text += (
+                f" {fit.asked_nodes:,} nodes would run at {fit.asked_utilization:.0%}, "
+                f"{fit.asked_bound}-bound."
+            )
+        else:
+            text += f" {fit.asked_nodes:,} nodes run at {fit.asked_utilization:.0%}."
+    if f.hosts == 1:
+        text += (
+            " Every client ran on one node, so what more nodes would read is not measured: "
+            "the count is a lower bound."
+        )
+    elif not f.saturated:
+        text += (
+            f" The storage was still scaling at {f.clients} clients, so it may feed more: "
+            "the count is a lower bound."
+        )
+    return text
+
+
+def _within_node(fit: NodeFit, cls: StorageClassInfo, inp: SizeInputs) -> str:
+    """What one node lacks for ``fit.gpus`` GPUs at the target: its cores, its NIC, its own
+    read rate or the storage's whole aggregate."""
+    need = inp.target_utilization * fit.gpus * inp.gpu_samples_per_s
+    if fit.next_bound == "cpu" and inp.node_cpu_samples_per_s:
+        return (
+            f"its ranks decode {inp.node_cpu_samples_per_s:,.0f} samples/s; {fit.gpus} GPUs at "
+            f"{inp.target_utilization:.0%} need {need:,.0f}"
+        )
+    if fit.next_bound == "cpu":
+        return f"{fit.gpus} GPUs at {inp.target_utilization:.0%} need {need:,.0f} samples/s"
+    wanted = bandwidth(need * inp.sample_bytes)
+    node = cls.node_bytes_per_s or cls.seq_read_bytes_per_s
+    if inp.nic_bytes_per_s and inp.nic_bytes_per_s < node:
+        return f"its NIC carries {bandwidth(inp.nic_bytes_per_s)}; the GPUs need {wanted}"
+    if node < cls.seq_read_bytes_per_s:
+        return f"one node reads {bandwidth(node)}; the GPUs need {wanted}"
+    return f"the storage gives all clients {bandwidth(cls.seq_read_bytes_per_s)}; the GPUs need {wanted}"
 
 
 def _cheapest(
@@ -361,7 +586,13 @@ def _check(inp: SizeInputs, classes: list[StorageClassInfo], gpu_counts: list[in
 
 __all__ = [
     "DEFAULT_GPU_COUNTS",
+    "MEASURED",
+    "cluster_sizing",
+    "fit_nodes",
     "gpus_supported",
+    "measured_storage",
+    "nodes_fed",
+    "ordinal",
     "size",
     "stages_for",
     "storage_samples_per_s",

@@ -30,7 +30,8 @@ import click
 from rich.console import Console
 
 from ioprobe.analysis import finalize_watch
-from ioprobe.analysis.catalog import try_load_catalog
+from ioprobe.analysis.catalog import Catalog, try_load_catalog
+from ioprobe.analysis.ranks import merge_ranks
 from ioprobe.analysis.report import findings
 from ioprobe.cli._common import (
     EXTENSIONS,
@@ -144,12 +145,35 @@ def _run_watched(cmd: tuple[str, ...], live: bool = False) -> tuple[int, list[Ru
             if live and _isatty(sys.stderr):
                 # a script killed while its panel was up leaves the cursor hidden
                 Console(stderr=True, force_terminal=True).show_cursor(True)
-        catalog = try_load_catalog()
-        runs = [finalize_watch(RunRecord.load(p), catalog) for p in sorted(records.glob("*.json"))]
+        runs = _judged(sorted(records.glob("*.json")), try_load_catalog())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     runs.sort(key=lambda r: -sum(e.samples for e in (r.watch.epochs if r.watch else [])))
     return code, runs
+
+
+def _judged(paths: list[Path], catalog: Catalog | None) -> list[RunRecord]:
+    """Each saved record judged. The records a distributed job's ranks saved of one loader
+    (the same loader index in each rank's process, the same job) become one record for the
+    job (``merge_ranks``): each rank's judged first, since its figures carry its own verdict,
+    then the merged one. A one-rank world saves records without a rank: they stay as they
+    are, as without a launcher."""
+    alone: list[RunRecord] = []
+    jobs: dict[tuple[object, ...], list[RunRecord]] = {}
+    for path in paths:
+        rec = finalize_watch(RunRecord.load(path), catalog)
+        info = rec.watch.rank if rec.watch is not None else None
+        if info is None:
+            alone.append(rec)
+            continue
+        # loader-{pid}-{i}.json: loader i of its process; every rank runs the same script
+        key = (info.launcher, info.world_size, info.master, path.stem.rsplit("-", 1)[-1])
+        jobs.setdefault(key, []).append(rec)
+    merged = [
+        finalize_watch(merge_ranks(group), catalog) if len(group) > 1 else group[0]
+        for group in jobs.values()
+    ]
+    return alone + merged
 
 
 def _child_env(hook: Path, records: Path, live: bool = False) -> dict[str, str]:

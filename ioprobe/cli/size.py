@@ -4,11 +4,14 @@ From a saved run (its bytes per sample, CPU time per sample, GPU rate and cores)
 numbers alone: for each storage class and each GPU count, the predicted GPU utilisation and
 the binding resource; per class, the most GPUs kept at or above the target utilisation; the
 CPU cores and RAM cache each configuration needs; and the cheapest balanced configuration.
-Flags override what the run measured.
+Flags override what the run measured. From a distributed probe (torchrun ... -m ioprobe
+probe), the storage it measured is sized across nodes: how many nodes of G GPUs it feeds
+(G: --gpus, else the ranks the probe ran per node) and what binds the next one.
 
 \b
 Examples:
   ioprobe size run.json --gpus 1,2,4,8
+  ioprobe size cluster.json --gpus 8 --nodes 12 --gpu-samples-per-s 2500
   ioprobe size --sample-bytes 110kB --gpu-samples-per-s 2500 --storage 2000MB/s,nvme-gen4
 """
 
@@ -24,6 +27,7 @@ from ioprobe.analysis.catalog import (
     parse_bytes,
     parse_rate,
 )
+from ioprobe.analysis.cluster import cluster_figures
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.scenario import recorded_gpus
 from ioprobe.analysis.size import DEFAULT_GPU_COUNTS, size
@@ -107,7 +111,7 @@ def _bytes(flag: str, text: str | None) -> float | None:
     default=1,
     show_default=True,
     metavar="N",
-    help="Nodes, each with the GPU counts of --gpus.",
+    help="Nodes, each with the GPU counts of --gpus (from a distributed probe: how those fare).",
 )
 @click.option("--nic", metavar="RATE", help="Each node's network limit, e.g. 12.5GB/s.")
 @click.option(
@@ -162,7 +166,10 @@ def command(
     inp.nic_bytes_per_s = nic_rate
     inp.in_flight = in_flight
     inp.target_utilization = target_utilization
-    rec = size(inp, classes, gpu_counts, base)
+    if cores is None and cpu_ms_per_sample is None:
+        _node_cpu(inp, base)
+    fit_gpus = _int_list(gpus_text) if gpus_text else None
+    rec = size(inp, classes, gpu_counts, base, fit_gpus)
     if json_path:
         write_record(rec, json_path)
     if not writes_stdout(json_path):
@@ -214,11 +221,25 @@ def _inputs(
     )
 
 
+def _node_cpu(inp: SizeInputs, base: RunRecord | None) -> None:
+    """A distributed probe's own per-node CPU figure, where neither --cores nor
+    --cpu-ms-per-sample overrides it: the slowest node's ranks decoding at once."""
+    figures = cluster_figures(base) if base is not None else None
+    if figures is not None and figures.node_cpu_samples_per_s:
+        inp.node_cpu_samples_per_s = figures.node_cpu_samples_per_s
+        inp.sources["node_cpu_samples_per_s"] = "distributed.ranks (the slowest node's, summed)"
+
+
 def _recorded(base: RunRecord) -> dict[str, tuple[float | None, str]]:
     """Each figure as the run recorded it (None where it did not), and where in the record."""
     ds, st = base.dataset, base.stages
     gpu_cap = st.gpu.capacity_samples_per_s
-    cores = st.cpu.usable_cores
+    cores: float | None = st.cpu.usable_cores
+    where = "stages.cpu.usable_cores"
+    figures = cluster_figures(base)
+    if figures is not None:
+        # a distributed probe's CPU stage sums every node's: a node is what a sizing repeats
+        cores, where = figures.node_cores, "distributed.ranks (one node's cores)"
     total = ds.files * ds.sample_bytes_mean if ds.files and ds.sample_bytes_mean else None
     return {
         "sample_bytes": (ds.sample_bytes_mean, "dataset.sample_bytes_mean"),
@@ -230,7 +251,7 @@ def _recorded(base: RunRecord) -> dict[str, tuple[float | None, str]]:
             st.cpu.cpu_seconds_per_sample,
             "stages.cpu.cpu_seconds_per_sample",
         ),
-        "cores": (float(cores) if cores else None, "stages.cpu.usable_cores"),
+        "cores": (float(cores) if cores else None, where),
         "dataset_bytes": (total, "dataset (samples x mean size)"),
     }
 

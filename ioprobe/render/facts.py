@@ -5,6 +5,8 @@ renderer (terminal, HTML, Markdown) shows these same sentences; units come from
 
 from __future__ import annotations
 
+# a rate in the analysis's sentences and in the report's own reads by one rule
+from ioprobe.analysis.cluster import RankTable, bandwidth
 from ioprobe.analysis.decode_paths import label
 from ioprobe.analysis.epochs import per_epoch_saving
 from ioprobe.analysis.measures import (
@@ -16,8 +18,9 @@ from ioprobe.analysis.measures import (
     SeriesSummary,
 )
 from ioprobe.analysis.pcie import link_label
+from ioprobe.analysis.ranks import RankSpread
 from ioprobe.analysis.report import Findings
-from ioprobe.record import GpuSeries, PipelineRun, RunRecord, WatchData
+from ioprobe.record import GpuSeries, PipelineRun, RankFigures, RunRecord, WatchData
 from ioprobe.render.format import change_flags, figure, mb_per_s, rate
 
 Facts = list[tuple[str, str]]
@@ -38,7 +41,11 @@ def incomplete(rec: RunRecord) -> str:
 
 def verdict(rec: RunRecord, f: Findings) -> str:
     """The one line that answers "what limits me": the binding stage, the rate it allows,
-    the measured rate when there is one, and the GPU's waiting share."""
+    the measured rate when there is one, and the GPU's waiting share. A sizing's is its
+    answer: the nodes a measured shared storage feeds, else the cheapest configuration."""
+    sz = rec.sizing if rec.kind == "size" else None
+    if sz is not None and sz.cluster is not None and sz.cluster.fits:
+        return sz.cluster.fits[0].text
     if rec.kind == "size" and rec.sizing is not None and rec.sizing.cheapest is not None:
         return rec.sizing.cheapest.text
     link_only = link_verdict(rec, f)
@@ -160,6 +167,7 @@ def measurements(rec: RunRecord, f: Findings) -> Facts:
             out.append(("rank", f"{r.rank} of {r.world_size} ({r.launcher}{node})"))
         out += _copies_fact(n.copies) + _delivery_facts(n.delivery)
         out += sample_facts(f) + queue_facts(f) + epoch_facts(f) + worker_facts(f)
+    out += cluster_facts(rec, f)
     out += decode_facts(rec, f) + link_facts(rec, f) + disk_to_gpu_facts(rec, f)
     out += series_facts(rec, f)
     if rec.pipeline is not None:
@@ -472,6 +480,157 @@ def disk_to_gpu_facts(rec: RunRecord, f: Findings) -> Facts:
     return [("disk→GPU", line)]
 
 
+# -- a distributed run -----------------------------------------------------------------------
+
+
+def cluster_title(rec: RunRecord) -> str | None:
+    """The heading over a distributed run's ranks: how many, on how many nodes, launched how."""
+    d = rec.distributed
+    if d is None:
+        return None
+    return f"Across {d.world_size} ranks on {d.nodes} node{'s' * (d.nodes != 1)} ({d.launcher})"
+
+
+def cluster_sentence(f: Findings) -> str | None:
+    """What the ranks say together: a watched job's spread and stragglers, or where a
+    probe's shared storage saturated; None where neither was found."""
+    if f.rank_spread is not None:
+        text = f.rank_spread.text
+    elif f.saturation is not None:
+        text = f.saturation.text
+    else:
+        return None
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
+
+
+def curve_line(rec: RunRecord) -> str | None:
+    """A probe's aggregate read against the clients reading at once, point by point."""
+    d = rec.distributed
+    if d is None or not d.curve:
+        return None
+    pts = sorted(d.curve, key=lambda p: p.clients)
+    return "aggregate read by clients reading at once: " + ", ".join(
+        f"{p.clients}: {bandwidth(p.read_bytes_per_s)}" for p in pts
+    )
+
+
+RankColumns = list[tuple[str, bool]]  # (heading, numeric)
+PROBE_COLUMNS: RankColumns = [
+    ("rank", True),
+    ("host", False),
+    ("read MB/s", True),
+    ("files/s", True),
+    ("p99 ms", True),
+    ("CPU samples/s", True),
+    ("cores", True),
+    ("errors", True),
+]
+WATCH_COLUMNS: RankColumns = [
+    ("rank", True),
+    ("host", False),
+    ("stall", True),
+    ("step ms", True),
+    ("ready p50/p95/p99 ms", True),
+    ("samples/s", True),
+    ("verdict", False),
+    ("straggler", False),
+]
+
+
+def rank_columns(t: RankTable) -> RankColumns:
+    """The per-rank table's columns: a probe's read and CPU figures, a watch's loader's."""
+    return WATCH_COLUMNS if t.kind == "watch" else PROBE_COLUMNS
+
+
+def _opt(x: float | None, fmt: str) -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def rank_cells(t: RankTable, r: RankFigures, spread: RankSpread | None) -> list[str]:
+    """One rank's row of the per-rank table, in ``rank_columns`` order."""
+    if t.kind != "watch":
+        return [
+            str(r.rank),
+            r.host,
+            _opt(None if r.read_bytes_per_s is None else r.read_bytes_per_s / 1e6, ",.1f"),
+            _opt(r.files_per_s, ",.0f"),
+            _opt(r.latency_p99_ms, ",.1f"),
+            rate(r.cpu_samples_per_s),
+            _opt(r.usable_cores, "d"),
+            str(r.read_errors),
+        ]
+    ready = (r.ready_ms_p50, r.ready_ms_p95, r.ready_ms_p99)
+    slow = next((s for s in spread.stragglers if s.rank == r.rank), None) if spread else None
+    return [
+        str(r.rank),
+        r.host,
+        _opt(r.stall_fraction, ".1%"),
+        "-" if r.step_ms is None else figure(r.step_ms),
+        "/".join("-" if v is None else figure(v) for v in ready),
+        rate(r.samples_per_s),
+        r.bottleneck or "-",
+        f"yes: {slow.cause}" if slow is not None else "",
+    ]
+
+
+def rank_rest(t: RankTable) -> str | None:
+    """The line under a short per-rank table for the ranks it leaves out."""
+    rest = t.rest
+    if rest is None:
+        return None
+    more = f"{rest.ranks:,} more rank{'s' * (rest.ranks != 1)}"
+    if rest.low is None or rest.high is None or rest.median is None:
+        return f"{more}, not measured"
+    if rest.figure == "stall":
+        return f"{more}: stall {rest.low:.1%} to {rest.high:.1%} (median {rest.median:.1%})"
+    return (
+        f"{more}: read {mb_per_s(rest.low)} to {mb_per_s(rest.high)} "
+        f"(median {mb_per_s(rest.median)})"
+    )
+
+
+def missing_line(t: RankTable) -> str | None:
+    """The ranks that were lost before the end, whose figures the table lacks."""
+    if not t.missing:
+        return None
+    names = ", ".join(str(r) for r in t.missing)
+    return f"lost before the end: rank{'s' * (len(t.missing) != 1)} {names} (no figures)"
+
+
+MAX_NODE_FACTS = 8
+
+
+def cluster_facts(rec: RunRecord, f: Findings) -> Facts:
+    """Key-measurement lines of a distributed run: its ranks and nodes, a probe's threads
+    per rank and each node's sums, a watched job's exposed wait."""
+    d = rec.distributed
+    if d is None:
+        return []
+    line = f"{d.world_size} on {d.nodes} node{'s' * (d.nodes != 1)} ({d.launcher})"
+    if d.threads_per_rank:
+        line += f", {d.threads_per_rank} read threads per rank"
+    out = [("ranks", line)]
+    probed = rec.kind == "probe" and f.nodes
+    if probed and any(n.read_bytes_per_s or n.cpu_samples_per_s for n in f.nodes):
+        shown = "; ".join(
+            f"{n.host}: {n.ranks} ranks, read {mb_per_s(n.read_bytes_per_s)}, "
+            f"{rate(n.cpu_samples_per_s)} samples/s decoded"
+            for n in f.nodes[:MAX_NODE_FACTS]
+        )
+        more = len(f.nodes) - MAX_NODE_FACTS
+        out.append(("per node", shown + (f" (+{more} more)" if more > 0 else "")))
+    if d.exposed_wait_seconds is not None:
+        share = f", {d.exposed_fraction:.1%} of the job's time" if d.exposed_fraction else ""
+        out.append(
+            (
+                "exposed wait",
+                f"{d.exposed_wait_seconds:,.2f} s waiting on the slowest rank's data{share} "
+                f"({d.steps_aligned:,} steps compared across ranks)",
+            )
+        )
+    return out
+
+
 # -- what-if and sizing ----------------------------------------------------------------------
 
 
@@ -520,6 +679,10 @@ def size_facts(rec: RunRecord) -> Facts:
 
 __all__ = [
     "Facts",
+    "cluster_facts",
+    "cluster_sentence",
+    "cluster_title",
+    "curve_line",
     "decode_facts",
     "disk_to_gpu_facts",
     "facts_title",
@@ -527,6 +690,10 @@ __all__ = [
     "link_facts",
     "link_verdict",
     "measurements",
+    "missing_line",
+    "rank_cells",
+    "rank_columns",
+    "rank_rest",
     "series_facts",
     "size_facts",
     "stage_detail",

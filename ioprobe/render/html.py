@@ -17,7 +17,9 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ioprobe.analysis.cluster import RankTable
 from ioprobe.analysis.pcie import CopyRow
+from ioprobe.analysis.ranks import RankSpread
 from ioprobe.analysis.report import (
     ConsumerPoint,
     Findings,
@@ -31,12 +33,17 @@ from ioprobe.analysis.report import (
 )
 from ioprobe.analysis.samples import SampleCostView
 from ioprobe.analysis.stall_series import Burst, StallOverTime
-from ioprobe.record import RunRecord, to_plain
+from ioprobe.record import ClientsPoint, RunRecord, to_plain
 from ioprobe.redact import printable
 from ioprobe.render.facts import (
+    cluster_sentence,
+    cluster_title,
     facts_title,
     incomplete,
     key_facts,
+    missing_line,
+    rank_cells,
+    rank_columns,
     stage_detail,
     title,
     verdict,
@@ -87,6 +94,7 @@ td.num{text-align:right;font-variant-numeric:tabular-nums}
 svg text{font:12px system-ui,sans-serif;fill:#39424a}
 .legend span{display:inline-block;margin-right:14px;font-size:13px}
 .legend i{display:inline-block;width:12px;height:12px;margin-right:4px;vertical-align:-1px}
+tr.straggler td{font-weight:600;color:#b02a2c}
 """
 
 
@@ -687,6 +695,7 @@ def render(rec: RunRecord, f: Findings) -> str:
     sections = [
         *_head(rec, f),
         *_answer(rec, f),
+        *ranks_section(rec, f),
         *_operators_section(f.operators),
         *_measurements_section(rec, f),
         *(x for x in (copies_table(f.copies), series_section(f.gpu_series)) if x),
@@ -737,6 +746,116 @@ def _answer(rec: RunRecord, f: Findings) -> list[str]:
     if f.kind == "size":
         return ["<h2>GPU utilisation by storage and GPU count</h2>", heatmap_table(f.heatmap)]
     return ["<h2>What to change</h2>", _recs(f), "<h2>Stage capacities</h2>", stage_chart(rec, f)]
+
+
+def ranks_section(rec: RunRecord, f: Findings) -> list[str]:
+    """A distributed run's ranks: what they say together, a probe's aggregate read against
+    the clients reading at once and each rank's read rate, or a watched job's stall by rank
+    (stragglers in red), and every rank's figures in a table."""
+    heading = cluster_title(rec)
+    t = f.ranks
+    if heading is None or t is None:
+        return []
+    parts = [f"<h2>{e(heading)}</h2>", '<div id="ranks">']
+    sentence = cluster_sentence(f)
+    if sentence:
+        parts.append(f'<p class="rank-verdict"><b>{e(sentence)}</b></p>')
+    d = rec.distributed
+    if t.kind == "probe" and d is not None and d.curve:
+        parts.append(_clients_chart(d.curve))
+    parts.append(_rank_chart(t))
+    parts.append(_ranks_table(t, f.rank_spread))
+    notes = [x for x in (missing_line(t),) if x]
+    parts += [f'<p class="note">{e(n)}</p>' for n in notes]
+    parts.append("</div>")
+    return parts
+
+
+def _clients_chart(curve: Sequence[ClientsPoint]) -> str:
+    pts = sorted(curve, key=lambda p: p.clients)
+    chart = line_chart(
+        list(range(len(pts))),
+        [
+            ("all clients", [p.read_bytes_per_s / 1e6 for p in pts]),
+            ("per client", [p.per_client_bytes_per_s / 1e6 for p in pts]),
+        ],
+        "clients reading at once",
+        "MB/s",
+        x_names=[str(p.clients) for p in pts],
+    )
+    return chart + (
+        '<p class="note">Aggregate read bandwidth of the shared storage with 1, 2, 4, ... ranks '
+        "reading at once, each level started together; where the line flattens, the storage "
+        "is saturated.</p>"
+    )
+
+
+def _rank_chart(t: RankTable) -> str:
+    """A bar per rank: a watch's stall share (stragglers red), a probe's read rate."""
+    watch = t.kind == "watch"
+    named = set(t.stragglers)
+    bars = [
+        (
+            r.rank,
+            r.host,
+            (r.stall_fraction * 100 if r.stall_fraction is not None else None)
+            if watch
+            else (r.read_bytes_per_s / 1e6 if r.read_bytes_per_s is not None else None),
+            r.rank in named,
+        )
+        for r in t.ranks
+    ]
+    unit = "stall %" if watch else "read MB/s"
+    left, bottom, height = 60, 30, 180
+    plot_w, plot_h = W - left - 10, height - bottom - 10
+    ticks = _ticks(max((v for _, _, v, _ in bars if v is not None), default=1.0) or 1.0)
+    top = ticks[-1]
+    # a few ranks get bars of a readable width, not the whole plot
+    bw = min(plot_w / max(len(bars), 1), 48.0)
+    body = _y_grid(ticks, lambda v: 10 + plot_h * (1 - v / top), left, W - 10)
+    for k, (rank, host, v, slow) in enumerate(bars):
+        if v is None:
+            continue
+        h = plot_h * v / top
+        body.append(
+            f"<g><title>rank {rank} ({e(host)}): {figure(v)} {'%' if watch else 'MB/s'}"
+            f"{' (straggler)' if slow else ''}</title>"
+            f'<rect x="{_n(left + k * bw)}" y="{_n(10 + plot_h - h)}" '
+            f'width="{_n(max(bw - 1, 0.5))}" height="{_n(h)}" '
+            f'fill="{STALL if slow else COMPUTE}"/></g>'
+        )
+    labelled = range(len(bars)) if len(bars) <= 24 else (0, len(bars) - 1)
+    body += [
+        f'<text x="{_n(left + (k + 0.5) * bw)}" y="{height - 8}" text-anchor="middle">'
+        f"{bars[k][0]}</text>"
+        for k in labelled
+    ]
+    body.append(
+        f'<text x="{_n(left + len(bars) * bw + 8)}" y="{height - 8}">rank</text>'
+        + _y_title(10 + plot_h / 2, unit)
+    )
+    what = (
+        "the share of its time each rank waited for data"
+        if watch
+        else ("each rank's own read rate with every rank reading at once")
+    )
+    return _svg(W, height, body, f"{unit} by rank") + f'<p class="note">By rank: {what}.</p>'
+
+
+def _ranks_table(t: RankTable, spread: RankSpread | None) -> str:
+    head = "".join(f"<th>{e(name)}</th>" for name, _ in rank_columns(t))
+    numeric = [n for _, n in rank_columns(t)]
+    named = set(t.stragglers)
+    rows = "".join(
+        f"<tr{' class=straggler' if r.rank in named else ''}>"
+        + "".join(
+            f"<td{' class=num' if num else ''}>{e(c)}</td>"
+            for c, num in zip(rank_cells(t, r, spread), numeric, strict=True)
+        )
+        + "</tr>"
+        for r in t.ranks
+    )
+    return f'<div class="card"><table id="rank-table"><tr>{head}</tr>{rows}</table></div>'
 
 
 def _operators_section(rows: Sequence[OperatorRow]) -> list[str]:

@@ -16,9 +16,16 @@ from ioprobe.analysis.report import Advice, Findings, HeatCell, Heatmap, Operato
 from ioprobe.record import RunRecord
 from ioprobe.redact import printable
 from ioprobe.render.facts import (
+    cluster_sentence,
+    cluster_title,
+    curve_line,
     facts_title,
     incomplete,
     key_facts,
+    missing_line,
+    rank_cells,
+    rank_columns,
+    rank_rest,
     stage_detail,
     title,
     verdict,
@@ -41,6 +48,7 @@ def render(rec: RunRecord, f: Findings) -> str:
     lines[1:1] = ["", f"**{md(incomplete(rec))}**"] if not rec.complete else []
     lines += _stall_bursts(f)
     lines += _stage_table(rec, f.stages)
+    lines += _ranks(rec, f)
     if f.kind != "size":  # a sizing's advice is its verdict and its table
         lines += _recommendations(f.recommendations)
     lines += _heatmap(f.heatmap)
@@ -68,6 +76,31 @@ def _stage_table(rec: RunRecord, stages: Sequence[StageBar]) -> list[str]:
         name = f"**{b.stage}** ◀" if b.limiting else b.stage
         lines.append(f"| {name} | {rate(b.capacity)} | {md(stage_detail(rec, b.stage))} |")
     return [*lines, ""]
+
+
+def _ranks(rec: RunRecord, f: Findings) -> list[str]:
+    """A distributed run's ranks: what they say together, a probe's clients curve, and the
+    ranks a short table lists, the rest summarised."""
+    heading = cluster_title(rec)
+    t = f.ranks
+    if heading is None or t is None:
+        return []
+    lines = [f"**{md(heading)}**", ""]
+    for x in (cluster_sentence(f), curve_line(rec)):
+        lines += [md(x), ""] if x else []
+    cols = rank_columns(t)
+    lines.append("| " + " | ".join(name for name, _ in cols) + " |")
+    lines.append("|" + "".join("--:|" if num else "---|" for _, num in cols))
+    named = set(t.stragglers)
+    for r in t.shown:
+        cells = [md(c) for c in rank_cells(t, r, f.rank_spread)]
+        if r.rank in named:
+            cells = [f"**{c}**" if c else c for c in cells]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines.append("")
+    for x in (rank_rest(t), missing_line(t)):
+        lines += [md(x), ""] if x else []
+    return lines
 
 
 def _recommendations(advice: Sequence[Advice]) -> list[str]:

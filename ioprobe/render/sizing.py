@@ -82,8 +82,11 @@ def _table(sz: SizeData, supported: dict[str, int]) -> Table:
 
 
 def _conclusions(sz: SizeData, gap: SizeRow | None) -> list[RenderableType]:
-    """What the table means: the cheapest fit, the cores it takes, and where a cache helps."""
+    """What the table means: the nodes a measured shared storage feeds, the cheapest fit,
+    the cores it takes, and where a cache helps."""
     parts: list[RenderableType] = []
+    if sz.cluster is not None:
+        parts += [Text(fit.text, style="bold") for fit in sz.cluster.fits]
     if sz.cheapest:
         parts.append(Text(sz.cheapest.text, style="bold"))
     cores = _cores(sz)

@@ -11,9 +11,20 @@ from rich.text import Text
 
 from ioprobe.analysis.report import Findings
 from ioprobe.record import STAGE_NAMES, RunRecord
-from ioprobe.render.facts import incomplete, measurements, size_line, stage_detail, verdict
+from ioprobe.render.facts import (
+    cluster_sentence,
+    cluster_title,
+    curve_line,
+    incomplete,
+    measurements,
+    missing_line,
+    rank_rest,
+    size_line,
+    stage_detail,
+    verdict,
+)
 from ioprobe.render.format import rate
-from ioprobe.render.widgets import copy_table, facts, operator_table, recommendations
+from ioprobe.render.widgets import copy_table, facts, operator_table, rank_table, recommendations
 
 BAR = 24
 
@@ -77,6 +88,7 @@ def _summary(rec: RunRecord, f: Findings) -> RenderableType:
         *_stall_line(f),
         Text(""),
         _stage_table(rec),
+        *_cluster(rec, f),
     ]
     if f.operators:
         parts += [Text(""), operator_table(f.operators)]
@@ -94,6 +106,22 @@ def _stall_line(f: Findings) -> list[RenderableType]:
     """The stall bursts' sentence under the verdict, where the run had bursts that matter."""
     st = f.stall_over_time
     return [Text(st.verdict)] if st is not None and st.verdict else []
+
+
+def _cluster(rec: RunRecord, f: Findings) -> list[RenderableType]:
+    """A distributed run's ranks: what they say together (where the shared storage
+    saturated, or the spread and the stragglers), a probe's clients curve, the per-rank
+    table (at most a screenful, the rest summarised)."""
+    title = cluster_title(rec)
+    if title is None:
+        return []
+    parts: list[RenderableType] = [Text(""), Text(title, style="bold")]
+    parts += [Text(line) for line in (cluster_sentence(f), curve_line(rec)) if line]
+    t = f.ranks
+    if t is not None:
+        parts.append(rank_table(t, f.rank_spread))
+        parts += [Text(line, style="dim") for line in (rank_rest(t), missing_line(t)) if line]
+    return parts
 
 
 def _notes(rec: RunRecord) -> list[str]:

@@ -11,6 +11,11 @@ clock, placed on the host's at each epoch's first batch. Where NVML was sampled,
 process holds its readings as counter tracks (utilisation, PCIe, power, clock, memory). The
 host's process has a counter track of its own, "stall %": the share of each second the
 training loop waited for data.
+A distributed run adds a process per rank, "rank N (host)", after the others: a probe's
+ranks hold a slice per level of the clients curve they read in (the levels laid end to end,
+the full world's with the rank's own read figures), a watched job's ranks a slice over their
+run with their loader's figures and a "stall %" counter; each process's labels sum up its
+figures.
 Times are microseconds from the first batch request.
 """
 
@@ -20,9 +25,11 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ioprobe.analysis.cluster import RankTable
+from ioprobe.analysis.ranks import RankSpread
 from ioprobe.analysis.report import Findings
 from ioprobe.analysis.stall_series import StallOverTime
-from ioprobe.record import GpuSeries, RunRecord, Track
+from ioprobe.record import ClientsPoint, GpuSeries, RankFigures, RunRecord, Track
 
 PID = 1
 GPU_PID = 2  # the device's timeline (CUDA events), its own process in the viewer
@@ -250,6 +257,7 @@ def render(rec: RunRecord, f: Findings) -> str:
         _device_part(f.device_timeline),
         _nvml_part(rec.gpu_series),
         _stall_part(f.stall_over_time),
+        _ranks_part(rec, f.ranks, f.rank_spread),
     ):
         meta += part_meta
         events += part_events
@@ -334,3 +342,127 @@ def _nvml_part(series: GpuSeries | None) -> Part:
         return [], []
     name = f"NVML: GPU {series.device_index}, every {series.interval_s * 1e3:g} ms"
     return [_meta("process_name", NVML_PID, 0, {"name": name})], _counter_events(series)
+
+
+RANK_PID = 1000  # rank N is process RANK_PID + N, after the host's, the device's and NVML's
+
+
+def _ranks_part(rec: RunRecord, t: RankTable | None, spread: RankSpread | None) -> Part:
+    """A process per rank of a distributed run, named "rank N (host)", sorted by rank."""
+    if t is None or rec.distributed is None:
+        return [], []
+    causes = {s.rank: s.cause for s in spread.stragglers} if spread is not None else {}
+    curve = sorted(rec.distributed.curve, key=lambda p: p.clients)
+    meta: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    for r in t.ranks:
+        pid = RANK_PID + r.rank
+        meta += [
+            _meta("process_name", pid, 0, {"name": f"rank {r.rank} ({r.host or 'unknown host'})"}),
+            _meta("process_sort_index", pid, 0, {"sort_index": pid}),
+            _meta("process_labels", pid, 0, {"labels": _rank_labels(t, r, causes.get(r.rank))}),
+        ]
+        if t.kind == "watch":
+            meta.append(_meta("thread_name", pid, 0, {"name": "loader"}))
+            events += _rank_watch_events(pid, r, causes.get(r.rank))
+        else:
+            meta.append(
+                _meta("thread_name", pid, 0, {"name": "clients curve (levels laid end to end)"})
+            )
+            events += _rank_probe_events(pid, r, curve)
+    return meta, events
+
+
+def _rank_labels(t: RankTable, r: RankFigures, cause: str | None) -> str:
+    """The figures a rank's process shows beside its name."""
+    if t.kind == "watch":
+        parts = [
+            f"stall {r.stall_fraction:.1%}" if r.stall_fraction is not None else "",
+            f"step {r.step_ms:.3g} ms" if r.step_ms is not None else "",
+            f"ready p99 {r.ready_ms_p99:.3g} ms" if r.ready_ms_p99 is not None else "",
+            f"straggler: {cause}" if cause else "",
+        ]
+    else:
+        parts = [
+            f"read {r.read_bytes_per_s / 1e6:,.1f} MB/s" if r.read_bytes_per_s is not None else "",
+            f"decode {r.cpu_samples_per_s:,.0f} samples/s" if r.cpu_samples_per_s else "",
+            f"{r.usable_cores} cores" if r.usable_cores is not None else "",
+        ]
+    return ", ".join(p for p in parts if p)
+
+
+def _rank_probe_events(pid: int, r: RankFigures, curve: list[ClientsPoint]) -> list[dict[str, Any]]:
+    """A slice per level of the clients curve this rank read in, at the level's place when
+    the levels are laid end to end; the full world's (the last) carries the rank's own
+    figures."""
+    out = []
+    t = 0.0
+    for i, p in enumerate(curve):
+        last = i == len(curve) - 1
+        if r.rank in p.ranks or (last and not p.ranks):
+            args: dict[str, Any] = {
+                "aggregate_mb_per_s": round(p.read_bytes_per_s / 1e6, 3),
+                "per_client_mb_per_s": round(p.per_client_bytes_per_s / 1e6, 3),
+                "nodes": p.nodes,
+            }
+            if last:
+                args.update(_probe_figures(r))
+            out.append(
+                _slice(
+                    f"{p.clients} client{'s' * (p.clients != 1)} reading",
+                    0,
+                    t,
+                    p.seconds,
+                    pid,
+                    **args,
+                )
+            )
+        t += p.seconds
+    return out
+
+
+def _probe_figures(r: RankFigures) -> dict[str, Any]:
+    figures: dict[str, Any] = {
+        "read_mb_per_s": None if r.read_bytes_per_s is None else round(r.read_bytes_per_s / 1e6, 3),
+        "files_per_s": None if r.files_per_s is None else round(r.files_per_s, 3),
+        "latency_p50_ms": r.latency_p50_ms,
+        "latency_p99_ms": r.latency_p99_ms,
+        "read_errors": r.read_errors,
+        "cpu_samples_per_s": None if r.cpu_samples_per_s is None else round(r.cpu_samples_per_s, 3),
+        "cpu_ms_per_sample": None
+        if r.cpu_seconds_per_sample is None
+        else round(r.cpu_seconds_per_sample * 1e3, 4),
+        "usable_cores": r.usable_cores,
+    }
+    return {k: v for k, v in figures.items() if v is not None}
+
+
+def _rank_watch_events(pid: int, r: RankFigures, cause: str | None) -> list[dict[str, Any]]:
+    """One slice over the rank's watched run with its loader's figures, and its stall share
+    as a counter across it."""
+    span = r.wall_seconds or 0.0
+    figures: dict[str, Any] = {
+        "stall_fraction": r.stall_fraction,
+        "step_ms": r.step_ms,
+        "ready_p50_ms": r.ready_ms_p50,
+        "ready_p95_ms": r.ready_ms_p95,
+        "ready_p99_ms": r.ready_ms_p99,
+        "samples_per_s": r.samples_per_s,
+        "samples": r.samples,
+        "verdict": r.bottleneck,
+        "straggler": cause,
+        **{f"worker {k} batch p50 ms": v for k, v in sorted(r.worker_batch_ms_p50.items())},
+    }
+    # rounded as the other tracks' arguments are: the figures, not float noise
+    args = {
+        k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items() if v is not None
+    }
+    name = f"rank {r.rank}: straggler ({cause})" if cause else f"rank {r.rank}: loader"
+    out = [_slice(name, 0, 0.0, span, pid, **args)]
+    if r.stall_fraction is not None:
+        stall = {"stall %": round(r.stall_fraction * 100, 2)}
+        out += [
+            {"name": "stall %", "ph": "C", "pid": pid, "tid": 0, "ts": _us(ts), "args": stall}
+            for ts in sorted({0.0, span})
+        ]
+    return out

@@ -1,5 +1,5 @@
 """Pieces every terminal view shares: the advice list, the key-facts grid, the copy and
-DALI operator tables."""
+DALI operator tables, and a distributed run's per-rank table."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ from rich.console import JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ioprobe.analysis.cluster import RankTable
 from ioprobe.analysis.pcie import CopyRow
+from ioprobe.analysis.ranks import RankSpread
 from ioprobe.analysis.report import Findings, OperatorRow
-from ioprobe.render.facts import Facts
+from ioprobe.render.facts import Facts, rank_cells, rank_columns
 from ioprobe.render.format import gbps, rate, size_label
 
 
@@ -82,4 +84,15 @@ def copy_table(rows: list[CopyRow]) -> Table | None:
     return t
 
 
-__all__ = ["copy_table", "facts", "operator_table", "recommendations"]
+def rank_table(t: RankTable, spread: RankSpread | None) -> Table:
+    """The ranks a short table lists (``t.shown``), a row each; stragglers in bold."""
+    table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
+    for name, numeric in rank_columns(t):
+        table.add_column(name, justify="right" if numeric else "left")
+    named = set(t.stragglers)
+    for r in t.shown:
+        table.add_row(*rank_cells(t, r, spread), style="bold" if r.rank in named else None)
+    return table
+
+
+__all__ = ["copy_table", "facts", "operator_table", "rank_table", "recommendations"]

@@ -99,6 +99,12 @@ def key_numbers(rec: RunRecord) -> KeyNumbers:
     )
 
 
+def share_text(x: float) -> str:
+    """A share for a sentence: whole percents, "under 1%" where rounding would say 0% of
+    something that happened."""
+    return "under 1%" if 0 < x < 0.005 else f"{x:.0%}"
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The value at rank ``q`` of the sorted values (no interpolation: a value that was seen)."""
     ordered = sorted(values)

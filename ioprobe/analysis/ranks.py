@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from ioprobe.analysis.epochs import worker_latency
-from ioprobe.analysis.measures import percentile
+from ioprobe.analysis.measures import percentile, share_text
 from ioprobe.record import (
     BatchLog,
     Distributed,
@@ -299,7 +299,7 @@ def _cause(f: RankFigures, ranks: Sequence[RankFigures], flagged: set[int]) -> t
         names = ", ".join(str(g.rank) for g in mates)
         return "node", (
             f"every rank on {f.host} ({names}) stalls, against a median of "
-            f"{_pct(statistics.median(rest))} on the other hosts"
+            f"{share_text(statistics.median(rest))} on the other hosts"
         )
     others = [g for g in ranks if g is not f]
     cpu = _cpu_evidence(f, others)
@@ -375,24 +375,20 @@ def _sentence(stalls: list[float], found: list[Straggler], exposed: float | None
     the median rank's CPU time ...); the job loses 38% of its time to the slowest rank's
     data"."""
     parts = [
-        f"rank {s.rank} ({s.host or 'unknown host'}) stalls {_pct(s.stall_fraction)} against a "
-        f"median of {_pct(s.median_stall)}: {_CAUSE_WORDS[s.cause]} ({s.evidence})"
+        f"rank {s.rank} ({s.host or 'unknown host'}) stalls {share_text(s.stall_fraction)} against a "
+        f"median of {share_text(s.median_stall)}: {_CAUSE_WORDS[s.cause]} ({s.evidence})"
         for s in found[:NAMED]
     ]
     if len(found) > NAMED:
         parts.append(f"{len(found) - NAMED} more ranks stall as far above the rest")
     if not found:
         parts.append(
-            f"no straggler: {len(stalls)} ranks stall {_pct(min(stalls))} to "
-            f"{_pct(max(stalls))} (median {_pct(statistics.median(stalls))})"
+            f"no straggler: {len(stalls)} ranks stall {share_text(min(stalls))} to "
+            f"{share_text(max(stalls))} (median {share_text(statistics.median(stalls))})"
         )
     if exposed is not None:
-        parts.append(f"the job loses {_pct(exposed)} of its time to the slowest rank's data")
+        parts.append(f"the job loses {share_text(exposed)} of its time to the slowest rank's data")
     return "; ".join(parts)
-
-
-def _pct(x: float) -> str:
-    return "under 1%" if 0 < x < 0.005 else f"{x:.0%}"
 
 
 __all__ = [

@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ioprobe.analysis.measures import share_text
 from ioprobe.analysis.timelines import complete_tracks, spread
 from ioprobe.record import RunRecord, Track
 
@@ -206,9 +207,7 @@ def burst_sentence(series: StallSeries, found: list[Burst]) -> str | None:
     at = f"{longest.end_s - longest.start_s:.1f} s at {_seconds(longest.start_s)}"
     where = f"in 1 burst ({at})" if len(found) == 1 else f"in {len(found)} bursts (longest {at})"
     share = held / series.total_stall_s if series.total_stall_s > 0 else 1.0
-    return (
-        f"{LABELS[cause]} for {_pct(span)} of the run, {where}, holding {_pct(share)} of its stall"
-    )
+    return f"{LABELS[cause]} for {share_text(span)} of the run, {where}, holding {share_text(share)} of its stall"
 
 
 LABELS: dict[Cause, str] = {
@@ -217,10 +216,6 @@ LABELS: dict[Cause, str] = {
     "other": "stalled (workers neither reading through ioprobe's opener nor on a CPU)",
     "unknown": "stalled",
 }
-
-
-def _pct(x: float) -> str:
-    return "under 1%" if x < 0.005 else f"{x:.0%}"
 
 
 def _seconds(t: float) -> str:

@@ -34,6 +34,7 @@ from typing import Literal, TypeVar
 from ioprobe import capacity
 from ioprobe.collect import cpu as cpu_mod
 from ioprobe.collect import storage as st_mod
+from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.decode import choose
 from ioprobe.collect.group import Group
 from ioprobe.collect.probe import COLD_MAX_BYTES, LISTING_SHARE, Probe, ProbeOptions, _Plan
@@ -224,10 +225,9 @@ class DistributedProbe(Probe):
         )
         return plan
 
-    def _selection(self, plan: _Plan) -> list[st_mod.Item]:
-        cap = COLD_MAX_BYTES
-        chosen = st_mod.select_entries(plan.ds.entries, cap, self.options.seed)
-        return st_mod.plan_items(chosen)
+    def _chosen(self, plan: _Plan) -> list[FileEntry]:
+        """The files every storage phase reads: the same for every rank (the same seed)."""
+        return st_mod.select_entries(plan.ds.entries, COLD_MAX_BYTES, self.options.seed)
 
     @property
     def _cache(self) -> str:
@@ -240,7 +240,7 @@ class DistributedProbe(Probe):
         if self.info.rank == 0:
             self.reporter.phase("storage (one client)")
             cache = "cold" if plan.ds.remote else self._cache
-            chosen = st_mod.select_entries(plan.ds.entries, COLD_MAX_BYTES, o.seed)
+            chosen = self._chosen(plan)
             try:
                 one = st_mod.measure_pass(
                     plan.ds,
@@ -266,10 +266,8 @@ class DistributedProbe(Probe):
         per_level = max(seconds / len(counts), MIN_LEVEL_S)
         grace = max(st_mod.LEVEL_GRACE_S, 0.1 * per_level)
         order = client_order(self._nodes, self._local)
-        items = self._selection(plan)
-        reader = (
-            st_mod._remote_reader_factory(plan.ds.fs) if plan.ds.remote else st_mod._local_reader
-        )
+        items = st_mod.plan_items(self._chosen(plan))
+        reader = st_mod.reader_for(plan.ds)
         threads = self._dist.threads_per_rank or 1
         cold = self._cache == "cold" and not plan.ds.remote
         self.reporter.phase(f"storage ({len(counts)} client levels, {threads} threads each)")
@@ -323,8 +321,8 @@ class DistributedProbe(Probe):
             seconds=res.seconds,
             started=started,
             ended=started + res.seconds,
-            p50_ms=st_mod._pct(lat, 0.5),
-            p99_ms=st_mod._pct(lat, 0.99),
+            p50_ms=st_mod.latency_ms(lat, 0.5),
+            p99_ms=st_mod.latency_ms(lat, 0.99),
             errors=res.errors,
         )
 
@@ -354,7 +352,9 @@ class DistributedProbe(Probe):
             latency_p99_ms=world.latency_p99_ms,
             errors=sum(lv.errors for lv in levels),
         )
-        cache: Literal["cold", "warm"] = "cold" if plan.ds.remote else self._cache  # type: ignore[assignment]
+        cache: Literal["cold", "warm"] = (
+            "cold" if plan.ds.remote or self._cache == "cold" else "warm"
+        )
         one = self._dist.one_client
         setattr(
             st,

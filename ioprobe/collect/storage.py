@@ -189,6 +189,12 @@ def _remote_reader_factory(fs: object) -> Callable[[_Level, int], None]:
     return reader
 
 
+def reader_for(ds: Dataset) -> Callable[[_Level, int], None]:
+    """The read loop for ``ds``: preadv on local files, the fsspec backend's ranged reads
+    on a remote target."""
+    return _remote_reader_factory(ds.fs) if ds.remote else _local_reader
+
+
 def run_level(
     reader: Callable[..., None],
     items: Sequence[Item],
@@ -351,7 +357,8 @@ def _still_resident(path: str) -> bool:
 # --------------------------------------------------------------------------- the pass
 
 
-def _pct(sorted_ns: list[int], q: float) -> float | None:
+def latency_ms(sorted_ns: list[int], q: float) -> float | None:
+    """The ``q`` quantile of sorted read times in nanoseconds, in milliseconds."""
     if not sorted_ns:
         return None
     return sorted_ns[min(len(sorted_ns) - 1, int(q * len(sorted_ns)))] / 1e6
@@ -367,9 +374,9 @@ def _point(res: LevelResult, resident: float | None) -> SweepPoint:
         seconds=res.seconds,
         read_bytes_per_s=res.bytes / secs,
         files_per_s=res.items / secs,
-        latency_p50_ms=_pct(lat, 0.50),
-        latency_p95_ms=_pct(lat, 0.95),
-        latency_p99_ms=_pct(lat, 0.99),
+        latency_p50_ms=latency_ms(lat, 0.50),
+        latency_p95_ms=latency_ms(lat, 0.95),
+        latency_p99_ms=latency_ms(lat, 0.99),
         resident_fraction_before=resident,
         errors=res.errors,
     )
@@ -423,7 +430,7 @@ class _PassPlan:
             else random.Random(seed).sample(paths, RESIDENCY_SAMPLE)
         )
         return cls(
-            reader=_local_reader if local else _remote_reader_factory(ds.fs),
+            reader=reader_for(ds),
             items=items,
             total_bytes=sum(length for _, _, length in items),
             paths=paths,

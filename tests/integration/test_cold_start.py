@@ -51,7 +51,9 @@ def run(paths: list[str], cold: bool) -> tuple[RunRecord, EpochStarts]:
     return loader.run, st
 
 
-def test_a_warm_page_cache_saving_is_predicted_at_most_30_percent_high_and_never_low(paths: list[str]) -> None:
+def test_a_warm_page_cache_saving_is_predicted_at_most_30_percent_high_and_never_low(
+    paths: list[str],
+) -> None:
     predicted, measured = [], []
     for _ in range(3):  # paired: cold, then warm, back to back
         cold_rec, cold = run(paths, cold=True)

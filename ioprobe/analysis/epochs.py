@@ -20,6 +20,9 @@ MIN_WORKER_BATCHES = 10
 # A first round that fetched less than this from the storage device read from the page
 # cache (a worker's first samples page in a few modules' files even when the data is warm).
 COLD_BYTES = 1 << 20
+# ... and less than this share of what the round read(): a warm round whose few pages the
+# kernel had dropped (under memory pressure) fetched a sliver, not its data
+COLD_SHARE = 0.05
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,7 +89,7 @@ def epoch_starts(rec: RunRecord) -> EpochStarts | None:
         start = (e.iter_seconds or 0.0) + (e.first_batch_seconds or 0.0)
         run += start + e.seconds
         cold = None
-        if e.startup_read_bytes >= COLD_BYTES:
+        if _cold_round(e):
             # the round's batches were made side by side, one per worker: the first batch
             # took its worker's time (the batch log has it; else one worker's share of the
             # round's); warm, a batch takes what the epoch's warm batches took
@@ -126,8 +129,17 @@ def epoch_starts(rec: RunRecord) -> EpochStarts | None:
     )
 
 
+def _cold_round(e: WatchEpoch) -> bool:
+    """Whether the first round fetched its data from the device: a megabyte or more, and
+    (where the round's read() bytes are known) a twentieth of them or more."""
+    read = e.startup_read_chars
+    return e.startup_read_bytes >= COLD_BYTES and (
+        read <= 0 or e.startup_read_bytes >= COLD_SHARE * read
+    )
+
+
 def _warm_round(e: WatchEpoch) -> bool:
-    return e.startup_read_bytes < COLD_BYTES and e.startup_samples > 0
+    return not _cold_round(e) and e.startup_samples > 0
 
 
 def _logged_batches(rec: RunRecord, lanes: int) -> dict[int, tuple[float, float | None]]:

@@ -97,3 +97,23 @@ def test_worker_percentiles_leave_each_workers_first_batch_of_an_epoch_out() -> 
         (0, 19, 10.0, 10.0),
         (1, 19, 30.0, 30.0),
     ]
+
+
+@pytest.mark.parametrize(
+    ("device_bytes", "read_chars", "cold"),
+    [
+        (256 << 20, 256 << 20, True),  # the round's data came from the device
+        (2 << 20, 256 << 20, False),  # a sliver the kernel had dropped: the data was cached
+        (512 << 10, 0, False),  # under a megabyte: modules' pages, not data
+        (2 << 20, 0, True),  # read() bytes unknown (memory-mapped data): the megabyte decides
+    ],
+)
+def test_a_round_is_cold_where_the_device_served_a_share_of_what_it_read(
+    device_bytes: int, read_chars: int, cold: bool
+) -> None:
+    e = _epoch(0, 0.5)
+    e.startup_samples, e.startup_sample_wall_seconds = 80, 1.6
+    e.startup_read_bytes, e.startup_read_chars = device_bytes, read_chars
+    st = epoch_starts(_record([e]))
+    assert st is not None
+    assert (st.epochs[0].cold_read_seconds is not None) is cold

@@ -834,6 +834,93 @@ class SizeRow:
     cores_needed: float | None = None  # per node, to feed these GPUs fully
     cache_bytes_static: float | None = None  # a pinned cache that lifts storage to the GPUs
     cache_bytes_lru: float | None = None  # the same with a shuffled LRU page cache
+    cost: float | None = None  # the configuration's price (--cost); None: not priced
+    cost_per_sample_per_s: float | None = None  # the price of each delivered sample/s
+
+
+@dataclass
+class ClassUnits:
+    """One storage class in MLPerf Storage's terms: the accelerators it keeps at or above
+    the target accelerator utilisation (AU), and the throughput that takes. MLPerf Storage
+    gives the storage all the client hosts it wants; ``storage_accelerators`` is that count,
+    ``accelerators`` the count with this sizing's hosts (their cores and NICs)."""
+
+    storage: str
+    accelerators: int  # all nodes, with the hosts' limits
+    accelerators_per_node: int
+    au: float | None  # the AU at ``accelerators``; None where it keeps none
+    samples_per_s: float  # delivered at ``accelerators``, all nodes
+    mib_per_s: float  # the same in MiB/s (2**20 bytes per MiB), as MLPerf Storage states it
+    storage_accelerators: int  # the storage alone: hosts never bind
+    binds: str  # what stops one accelerator more per node: storage, cpu, nic, or none
+    cores_per_node: float | None = None  # loader cores ``accelerators_per_node`` need
+    node_bytes_per_s: float = 0.0  # what one node pulls at ``accelerators_per_node``
+    cost: float | None = None  # with --cost: the price of ``accelerators`` on this class
+    cost_per_sample_per_s: float | None = None
+
+
+@dataclass
+class DensityRow:
+    """What one storage class delivers to one node at a sample size, and which of its
+    limits sets that: its bandwidth, its random-read IOPS, or the latency of each read."""
+
+    storage: str
+    bytes_per_s: float
+    share_of_bandwidth: float  # of the datasheet's sequential read
+    limit: str  # bandwidth, iops or latency
+
+
+@dataclass
+class DensityGuide:
+    """The dataset's density and the storage bandwidth and reads one GPU needs at it, with
+    each class's delivery at this sample size and at one of the other density."""
+
+    sample_bytes: float
+    density: str  # low, medium or high
+    gpu_samples_per_s: float  # one GPU's appetite: reads per second
+    gpu_bytes_per_s: float  # one GPU fed fully
+    target_bytes_per_s: float  # one GPU at the target utilisation
+    node_gpus: int = 8  # the node shape the guidance states a node's need for
+    rows: list[DensityRow] = field(default_factory=list)
+    contrast_bytes: float = 0.0  # a sample size of the other regime
+    contrast_rows: list[DensityRow] = field(default_factory=list)
+
+
+@dataclass
+class ReferencePoint:
+    """A published MLPerf Storage result, and how many nodes like the sized one it would feed."""
+
+    system: str
+    version: str
+    division: str
+    workload: str
+    accelerator: str
+    accelerators: int
+    bytes_per_s: float
+    source: str
+    hosts: int = 0  # client hosts; 0: not published
+    sample_bytes: float = 0.0  # the workload's record size; 0: not known
+    nodes_fed: float = 0.0  # bytes_per_s / one sized node's need at the target
+
+
+@dataclass
+class References:
+    node_gpus: int  # the node shape the need is stated for
+    node_bytes_per_s: float  # one such node's need at the target utilisation
+    points: list[ReferencePoint] = field(default_factory=list)
+    source: str = ""
+
+
+@dataclass
+class CostInputs:
+    """Prices from --cost: per GPU, per CPU core, per storage class (a local class per node,
+    a network or object class once for every node)."""
+
+    currency: str
+    source: str  # the file
+    gpu: float | None = None
+    core: float | None = None
+    storage: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -843,6 +930,7 @@ class Cheapest:
     utilization: float
     cores_needed: float | None
     text: str
+    cost: float | None = None  # with --cost: the configuration's price
 
 
 @dataclass
@@ -882,6 +970,10 @@ class SizeData:
     cheapest: Cheapest | None = None
     assumptions: list[str] = field(default_factory=list)
     cluster: ClusterSizing | None = None  # from a distributed probe's clients curve
+    units: list[ClassUnits] = field(default_factory=list)  # per class, MLPerf Storage's terms
+    density: DensityGuide | None = None
+    references: References | None = None  # published MLPerf Storage results beside the need
+    costs: CostInputs | None = None  # --cost: rows carry a price and the cheapest is by price
 
 
 @dataclass
@@ -1162,11 +1254,15 @@ __all__ = [
     "CacheOrder",
     "Change",
     "Cheapest",
+    "ClassUnits",
     "ClusterSizing",
+    "CostInputs",
     "CpuLevel",
     "CpuStage",
     "DatasetProfile",
     "DecodePath",
+    "DensityGuide",
+    "DensityRow",
     "Distribution",
     "FilesystemInfo",
     "GpuInfo",
@@ -1181,6 +1277,8 @@ __all__ = [
     "RankInfo",
     "ReadScaling",
     "Recommendation",
+    "ReferencePoint",
+    "References",
     "RunRecord",
     "SampleCosts",
     "ScalingPoint",

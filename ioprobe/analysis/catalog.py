@@ -203,19 +203,29 @@ def read_rate(cls: StorageClass, sample_bytes: float, in_flight: int) -> float:
     each of the ``in_flight`` connections gets its own bandwidth and latency. A rate given on
     the command line is bandwidth only, by the user's choice.
     """
+    return min(read_limits(cls, sample_bytes, in_flight).values())
+
+
+def read_limits(cls: StorageClass, sample_bytes: float, in_flight: int) -> dict[str, float]:
+    """The limits ``read_rate`` takes the smallest of, by name: ``bandwidth``, ``iops`` and
+    ``latency`` (Little's law over the reads in flight). Which one is smallest says whether
+    a dataset of this density is bandwidth- or request-bound on ``cls``."""
     size = max(float(sample_bytes), 1.0)
     q = max(int(in_flight), 1)
     bw = cls.seq_read_bytes_per_s
     if cls.scope == "given":
-        return bw
+        return {"bandwidth": bw}
     per_request = cls.latency_s + size / bw
     if cls.scope == "object":
-        return q * size / per_request
+        # each connection has its own bandwidth, and its latency and transfer add up: the
+        # larger of the two terms names the limit
+        name = "latency" if cls.latency_s >= size / bw else "bandwidth"
+        return {name: q * size / per_request}
+    limits = {"bandwidth": bw, "latency": q * size / per_request}
     iops = iops_at(cls, size)
-    limits = [bw, q * size / per_request]
     if iops is not None:
-        limits.append(iops * size)
-    return min(limits)
+        limits["iops"] = iops * size
+    return limits
 
 
 __all__ = [
@@ -228,6 +238,7 @@ __all__ = [
     "parse_bytes",
     "parse_catalog",
     "parse_rate",
+    "read_limits",
     "read_rate",
     "resolve_storage",
 ]

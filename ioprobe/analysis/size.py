@@ -18,18 +18,24 @@ from ioprobe import capacity
 from ioprobe.analysis.cache import cache_for_hit_rate
 from ioprobe.analysis.catalog import read_rate
 from ioprobe.analysis.cluster import ClusterFigures, bandwidth, cluster_figures
+from ioprobe.analysis.cost import row_cost
+from ioprobe.analysis.density import density_guide
+from ioprobe.analysis.mlperf import place
 from ioprobe.analysis.model import PipelineFindings, pipeline_model
 from ioprobe.capacity import density_class
 from ioprobe.errors import BadInputError
 from ioprobe.record import (
     Cheapest,
+    ClassUnits,
     ClusterSizing,
+    CostInputs,
     CpuStage,
     DatasetProfile,
     GpuStage,
     HostInfo,
     NodeFit,
     Recommendation,
+    ReferencePoint,
     RunRecord,
     SizeData,
     SizeInputs,
@@ -43,6 +49,8 @@ DEFAULT_GPU_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 MAX_GPUS = 1 << 20
 MAX_NODES = 1 << 20
 MEASURED = "measured"  # the grid's name for the storage a distributed probe measured
+REFERENCE_NODE_GPUS = 8  # the node shape a need is stated for when --gpus names none
+MIB = 1 << 20  # MLPerf Storage states throughput in MiB/s
 CHECK_STEPS = 8  # model runs that check the closed form of gpus_supported
 
 
@@ -161,22 +169,29 @@ def size(
     gpu_counts: list[int],
     base: RunRecord | None = None,
     fit_gpus: list[int] | None = None,
+    *,
+    costs: CostInputs | None = None,
+    references: list[ReferencePoint] | None = None,
 ) -> RunRecord:
     """A ``size`` record: one row per storage class x GPU count, and per class the GPUs it
-    supports at the target utilisation. The record's own verdict (stages, bottleneck,
-    predicted rate) is that of the cheapest configuration that keeps the most GPUs asked
-    for at the target, or of the best one when none does. From a distributed probe (a
+    supports at the target utilisation, also in MLPerf Storage's terms. The record's own
+    verdict (stages, bottleneck, predicted rate) is that of the cheapest configuration that
+    keeps the most GPUs asked for at the target (by price with ``costs``, else by the
+    classes' order), or of the best one when none does. From a distributed probe (a
     ``base`` with a clients curve) the storage it measured is the first class, and
     ``sizing.cluster`` says how many nodes of each of ``fit_gpus`` GPUs (by default the
-    most ranks the probe ran on one node) it feeds."""
+    most ranks the probe ran on one node) it feeds. ``references``: published results to
+    place the need of a node of the largest of ``fit_gpus`` (else 8) GPUs beside."""
     _check(inp, classes, gpu_counts)
     figures = cluster_figures(base) if base is not None else None
     if figures is not None:
         classes = [measured_storage(figures), *(c for c in classes if c.name != MEASURED)]
     rows, findings = _grid(inp, classes, gpu_counts)
+    if costs is not None:
+        _price(rows, classes, inp, costs)
     supported = {cls.name: gpus_supported(cls, inp) for cls in classes}
     top = max(gpu_counts)
-    cheapest = _cheapest(classes, rows, top, inp, supported)
+    cheapest = _cheapest(classes, rows, top, inp, supported, costs)
     head_cls = next(c for c in classes if c.name == cheapest.storage)
     head_gpus = cheapest.gpus or top
     head = findings.get((head_cls.name, head_gpus)) or pipeline_model(
@@ -189,6 +204,7 @@ def size(
     if figures is not None:
         cluster = cluster_sizing(figures, classes[0], inp, fit_gpus or [figures.ranks_per_node])
         advice[:0] = [_fit_advice(fit, classes[0], inp) for fit in cluster.fits]
+    node_gpus = max(fit_gpus) if fit_gpus else REFERENCE_NODE_GPUS
     return RunRecord(
         kind="size",
         host=host,
@@ -207,8 +223,82 @@ def size(
             cheapest=cheapest,
             assumptions=_assumptions(inp, figures, base),
             cluster=cluster,
+            units=[_units(c, inp, supported[c.name], costs) for c in classes],
+            density=density_guide(inp, classes, node_gpus),
+            references=place(inp, references, node_gpus) if references else None,
+            costs=costs,
         ),
         gpus_supported=supported,
+    )
+
+
+def _price(
+    rows: list[SizeRow], classes: list[StorageClassInfo], inp: SizeInputs, costs: CostInputs
+) -> None:
+    by = {c.name: c for c in classes}
+    for r in rows:
+        r.cost = row_cost(r, by[r.storage], inp, costs)
+        if r.cost is not None and r.predicted_samples_per_s > 0:
+            r.cost_per_sample_per_s = r.cost / r.predicted_samples_per_s
+
+
+def _units(
+    cls: StorageClassInfo, inp: SizeInputs, per_node: int, costs: CostInputs | None
+) -> ClassUnits:
+    """``class_units``, priced at the accelerators it keeps where ``costs`` are given."""
+    u = class_units(cls, inp, per_node)
+    if costs is not None and 0 < per_node < MAX_GPUS:
+        row = _priced_row(cls, per_node, inp, costs)
+        u.cost, u.cost_per_sample_per_s = row.cost, row.cost_per_sample_per_s
+    return u
+
+
+def _hosts_unlimited(inp: SizeInputs, nic: bool) -> SizeInputs:
+    """``inp`` with the hosts' cores (and, unless ``nic``, their NICs) out of the way: the
+    storage alone, as MLPerf Storage measures it."""
+    return dataclasses.replace(
+        inp,
+        cores=None,
+        node_cpu_samples_per_s=None,
+        nic_bytes_per_s=inp.nic_bytes_per_s if nic else None,
+    )
+
+
+def class_units(cls: StorageClassInfo, inp: SizeInputs, per_node: int | None = None) -> ClassUnits:
+    """``cls`` in MLPerf Storage's terms: the accelerators it keeps at or above the target
+    AU over every node with these hosts, the samples/s and MiB/s that delivers, and the
+    accelerators the storage alone would keep (hosts never binding, as in an MLPerf
+    submission with enough clients). Where hosts keep fewer, ``binds`` names the host limit
+    met first: the NIC when the NICs alone already keep fewer, else the CPU.
+    ``per_node``: ``gpus_supported(cls, inp)`` where the caller has it."""
+    n = gpus_supported(cls, inp) if per_node is None else per_node
+    alone = gpus_supported(cls, _hosts_unlimited(inp, nic=False))
+    nic = gpus_supported(cls, _hosts_unlimited(inp, nic=True))
+    if n >= MAX_GPUS:
+        binds = "none"
+    elif n < nic:
+        binds = "cpu"
+    elif nic < alone:
+        binds = "nic"
+    else:
+        binds = "storage"
+    f = pipeline_model(stages_for(cls, n, inp)) if n else None
+    delivered = f.predicted_samples_per_s if f is not None else 0.0
+    return ClassUnits(
+        storage=cls.name,
+        accelerators=n * inp.nodes,
+        accelerators_per_node=n,
+        au=f.gpu_utilization if f is not None else None,
+        samples_per_s=delivered,
+        mib_per_s=delivered * inp.sample_bytes / MIB,
+        storage_accelerators=alone * inp.nodes,
+        binds=binds,
+        cores_per_node=(
+            n * inp.gpu_samples_per_s * inp.cpu_seconds_per_sample
+            if inp.cpu_seconds_per_sample and n
+            else None
+        ),
+        node_bytes_per_s=delivered * inp.sample_bytes / inp.nodes,
     )
 
 
@@ -488,16 +578,26 @@ def _cheapest(
     top: int,
     inp: SizeInputs,
     supported: dict[str, int],
+    costs: CostInputs | None,
 ) -> Cheapest:
-    """The first class (catalog order: cheapest tier first) that keeps ``top`` GPUs per node at
-    the target. When none does: the cheapest class among those that keep the most GPUs, and
-    what binds one GPU beyond that."""
+    """The cheapest class that keeps ``top`` GPUs per node at the target: by price where
+    the configurations are priced (--cost), else the first in catalog order (cheapest tier
+    first). When none does: the cheapest class among those that keep the most, and what
+    binds one GPU beyond that."""
     at_top = {r.storage: r for r in rows if r.gpus == top}
-    for cls in classes:
-        r = at_top[cls.name]
-        if r.gpu_utilization >= inp.target_utilization - 1e-12:
-            return _balanced(cls, top, r)
-    return _most_kept(classes, at_top, top, inp, supported)
+    fed = [c for c in classes if at_top[c.name].gpu_utilization >= inp.target_utilization - 1e-12]
+    if fed:
+        cls = _by_price(fed, at_top)
+        return _balanced(cls, top, at_top[cls.name], inp, supported[cls.name], costs)
+    return _most_kept(classes, at_top, top, inp, supported, costs)
+
+
+def _by_price(classes: list[StorageClassInfo], rows: dict[str, SizeRow]) -> StorageClassInfo:
+    """The priced class whose row costs least (ties: the earlier class), else the first."""
+    priced = [c for c in classes if rows[c.name].cost is not None]
+    if not priced:
+        return classes[0]
+    return min(priced, key=lambda c: rows[c.name].cost or 0.0)
 
 
 def _most_kept(
@@ -506,12 +606,14 @@ def _most_kept(
     top: int,
     inp: SizeInputs,
     supported: dict[str, int],
+    costs: CostInputs | None,
 ) -> Cheapest:
     """No class keeps ``top`` GPUs: the cheapest of those that keep the most, and what binds
     one GPU beyond that (``at_top``: each class's row at ``top`` GPUs)."""
     most = max(supported[c.name] for c in classes)
-    best = next(c for c in classes if supported[c.name] == most)
+    kept = [c for c in classes if supported[c.name] == most]
     if most == 0:
+        best = kept[0]
         return Cheapest(
             storage=best.name,
             gpus=0,
@@ -522,25 +624,57 @@ def _most_kept(
                 f"{at_top[best.name].bottleneck} binds first."
             ),
         )
-    at, _ = _row(best, most, inp)
+    at = {c.name: _priced_row(c, most, inp, costs) for c in kept}
+    best = _by_price(kept, at)
+    row = at[best.name]
     return Cheapest(
         storage=best.name,
         gpus=most,
-        utilization=at.gpu_utilization,
-        cores_needed=at.cores_needed,
+        utilization=row.gpu_utilization,
+        cores_needed=row.cores_needed,
         text=(
             f"No class keeps {top} GPUs per node at {inp.target_utilization:.0%}. Cheapest "
             f"balanced: {best.name} with {most} GPU{'s' if most != 1 else ''} per node, the "
-            f"most any class here keeps; {_binds_beyond(best, most, inp)}."
+            f"most any class here keeps{_cost_text(row, costs)}; {_binds_beyond(best, most, inp)}."
         ),
+        cost=row.cost,
     )
 
 
-def _balanced(cls: StorageClassInfo, top: int, r: SizeRow) -> Cheapest:
-    """``cls`` keeps all ``top`` GPUs at the target (row ``r``), and the cores that takes."""
+def _priced_row(
+    cls: StorageClassInfo, gpus: int, inp: SizeInputs, costs: CostInputs | None
+) -> SizeRow:
+    """``cls`` at ``gpus`` GPUs per node, priced with ``costs`` where given."""
+    row, _ = _row(cls, gpus, inp)
+    if costs is not None:
+        _price([row], [cls], inp, costs)
+    return row
+
+
+def _cost_text(row: SizeRow, costs: CostInputs | None) -> str:
+    if row.cost is None:
+        return ""
+    return f", at {row.cost:,.0f}" + (f" {costs.currency}" if costs and costs.currency else "")
+
+
+def _balanced(
+    cls: StorageClassInfo,
+    top: int,
+    r: SizeRow,
+    inp: SizeInputs,
+    most: int,
+    costs: CostInputs | None,
+) -> Cheapest:
+    """``cls`` keeps all ``top`` GPUs at the target (row ``r``), the cores that takes, and
+    where it stops: the ``most`` GPUs it keeps and what binds beyond them."""
     cores = (
         f"; {math.ceil(r.cores_needed)} cores of loader workers per node feed them fully"
         if r.cores_needed
+        else ""
+    )
+    beyond = (
+        f" It keeps up to {most:,} GPUs per node; {_binds_beyond(cls, most, inp)}."
+        if most < MAX_GPUS
         else ""
     )
     return Cheapest(
@@ -550,8 +684,9 @@ def _balanced(cls: StorageClassInfo, top: int, r: SizeRow) -> Cheapest:
         cores_needed=r.cores_needed,
         text=(
             f"Cheapest balanced: {cls.name} keeps {top} GPUs per node at "
-            f"{r.gpu_utilization:.0%}{cores}."
+            f"{r.gpu_utilization:.0%}{_cost_text(r, costs)}{cores}.{beyond}"
         ),
+        cost=r.cost,
     )
 
 

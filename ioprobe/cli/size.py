@@ -13,6 +13,7 @@ Examples:
   ioprobe size run.json --gpus 1,2,4,8
   ioprobe size cluster.json --gpus 8 --nodes 12 --gpu-samples-per-s 2500
   ioprobe size --sample-bytes 110kB --gpu-samples-per-s 2500 --storage 2000MB/s,nvme-gen4
+  ioprobe size run.json --gpus 8 --cost prices.toml --html sizing.html --md sizing.md
 """
 
 from __future__ import annotations
@@ -28,25 +29,24 @@ from ioprobe.analysis.catalog import (
     parse_rate,
 )
 from ioprobe.analysis.cluster import cluster_figures
-from ioprobe.analysis.report import findings
+from ioprobe.analysis.cost import check_classes, load_costs
+from ioprobe.analysis.mlperf import shipped_references
 from ioprobe.analysis.scenario import recorded_gpus
-from ioprobe.analysis.size import DEFAULT_GPU_COUNTS, size
+from ioprobe.analysis.size import DEFAULT_GPU_COUNTS, MEASURED, size
 from ioprobe.cli._common import (
     MAX_COUNT,
     MAX_RATE,
     MAX_SECONDS,
     catalog_option,
-    check_outputs,
     count,
+    deliver,
     finite_float,
-    json_option,
     load_analysable,
-    show,
+    output_options,
+    plan_outputs,
     storage_flag,
-    write_record,
 )
 from ioprobe.errors import BadInputError
-from ioprobe.outputs import writes_stdout
 from ioprobe.record import RunRecord, SizeInputs, StorageClassInfo
 
 
@@ -130,8 +130,15 @@ def _bytes(flag: str, text: str | None) -> float | None:
     metavar="U",
     help="The GPU utilisation a configuration must keep to count as balanced.",
 )
+@click.option(
+    "--cost",
+    "cost_path",
+    metavar="FILE",
+    help="A TOML of prices (per GPU, per core, per storage class): each configuration is "
+    "priced and the cheapest balanced one is the cheapest.",
+)
 @catalog_option
-@json_option
+@output_options
 def command(
     run_file: str | None,
     sample_bytes: str | None,
@@ -145,10 +152,19 @@ def command(
     in_flight: int,
     dataset_bytes: str | None,
     target_utilization: float,
+    cost_path: str | None,
     catalog_path: str | None,
     json_path: str | None,
+    html_path: str | None,
+    md_path: str | None,
+    trace_path: str | None,
+    outputs: tuple[str, ...],
 ) -> None:
-    check_outputs([("--json", json_path)])
+    plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
+    if plan["trace"]:
+        raise BadInputError(
+            f"{plan['trace'][0]}: a sizing has no timeline to trace; write .html, .md or .json"
+        )
     catalog = load_catalog(catalog_path)
     gpu_counts = _int_list(gpus_text) if gpus_text else list(DEFAULT_GPU_COUNTS)
     classes = _classes(storage_text, catalog)
@@ -169,11 +185,19 @@ def command(
     if cores is None and cpu_ms_per_sample is None:
         _node_cpu(inp, base)
     fit_gpus = _int_list(gpus_text) if gpus_text else None
-    rec = size(inp, classes, gpu_counts, base, fit_gpus)
-    if json_path:
-        write_record(rec, json_path)
-    if not writes_stdout(json_path):
-        show(rec, findings(rec))
+    costs = load_costs(cost_path) if cost_path else None
+    if costs is not None:
+        check_classes(costs, {*catalog, *(c.name for c in classes), MEASURED})
+    rec = size(
+        inp,
+        classes,
+        gpu_counts,
+        base,
+        fit_gpus,
+        costs=costs,
+        references=shipped_references(),
+    )
+    deliver(rec, plan)
 
 
 def _classes(text: str | None, catalog: Catalog) -> list[StorageClassInfo]:

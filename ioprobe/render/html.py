@@ -33,7 +33,7 @@ from ioprobe.analysis.report import (
 )
 from ioprobe.analysis.samples import SampleCostView
 from ioprobe.analysis.stall_series import Burst, StallOverTime
-from ioprobe.record import ClientsPoint, RunRecord, to_plain
+from ioprobe.record import ClientsPoint, RunRecord, SizeData, to_plain
 from ioprobe.redact import printable
 from ioprobe.render.facts import (
     cluster_sentence,
@@ -48,8 +48,22 @@ from ioprobe.render.facts import (
     title,
     verdict,
 )
-from ioprobe.render.format import figure, gbps, rate, size_label
+from ioprobe.render.format import figure, gbps, rate, sample_size, size_label
 from ioprobe.render.host import host_facts
+from ioprobe.render.sizing_text import (
+    REFERENCE_COLUMNS,
+    cache_sentence,
+    cores_sentence,
+    cost_note,
+    density_paragraph,
+    input_rows,
+    reference_cells,
+    reference_sentence,
+    units_cells,
+    units_columns,
+    units_note,
+    units_title,
+)
 
 W = 760  # chart width in CSS pixels
 PALETTE = (
@@ -742,10 +756,155 @@ def _head(rec: RunRecord, f: Findings) -> list[str]:
 
 
 def _answer(rec: RunRecord, f: Findings) -> list[str]:
-    """Above the fold: a run's advice and stages, or a sizing's table."""
-    if f.kind == "size":
-        return ["<h2>GPU utilisation by storage and GPU count</h2>", heatmap_table(f.heatmap)]
+    """Above the fold: a run's advice and stages, or a sizing's report."""
+    if f.kind == "size" and rec.sizing is not None:
+        return sizing_sections(rec.sizing, f)
     return ["<h2>What to change</h2>", _recs(f), "<h2>Stage capacities</h2>", stage_chart(rec, f)]
+
+
+# -- a sizing: a report to forward, the answer first and every input with its source --------
+
+
+def sizing_sections(sz: SizeData, f: Findings) -> list[str]:
+    """The sizing report under its verdict: what else the answer implies, utilisation
+    against GPU count per storage class, each class in MLPerf Storage's units, the grid, the
+    density guidance, published reference points, the inputs and the assumptions."""
+    lines = [fit.text for fit in (sz.cluster.fits[1:] if sz.cluster else [])]
+    if sz.cluster is not None and sz.cluster.fits and sz.cheapest is not None:
+        lines.append(sz.cheapest.text)  # the verdict is the cluster's: the grid's answer here
+    lines += [x for x in (cores_sentence(sz),) if x]
+    if f.cache_gap is not None:
+        lines.append(cache_sentence(f.cache_gap))
+    parts = ['<ul id="answer">' + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>"]
+    parts += [
+        "<h2>GPU utilisation against GPUs per node</h2>",
+        f'<div id="utilisation">{_utilisation_chart(sz)}</div>',
+        f"<h2>{e(units_title(sz))}</h2>",
+        _table("units", units_columns(sz), [units_cells(sz, u) for u in sz.units]),
+        f'<p class="note">{e(units_note(sz))}</p>',
+        "<h2>GPU utilisation by storage and GPU count</h2>",
+        heatmap_table(f.heatmap),
+    ]
+    parts += _density_section(sz)
+    parts += _references_section(sz)
+    cost = cost_note(sz)
+    parts += [
+        "<h2>Inputs</h2>",
+        _table(
+            "inputs",
+            [("figure", False), ("value", True), ("source", False)],
+            [list(r) for r in input_rows(sz)],
+        ),
+        *([f'<p class="note">{e(cost)}</p>'] if cost else []),
+        "<h2>Assumptions</h2>",
+        '<ul id="assumptions" class="note">'
+        + "".join(f"<li>{e(a)}</li>" for a in sz.assumptions)
+        + "</ul>",
+    ]
+    return parts
+
+
+def _table(
+    ident: str,
+    columns: Sequence[tuple[str, bool]],
+    rows: Sequence[list[str]],
+    links: int | None = None,
+) -> str:
+    """A table with an id; the column ``links`` holds web addresses, shown as links."""
+
+    def cell(k: int, c: str, num: bool) -> str:
+        if k == links and c.startswith("https://"):
+            # a source's address is long: the link shows where it leads, the host
+            return f'<td><a href="{e(c)}">{e(c.split("/")[2])}</a></td>'
+        return f"<td{' class=num' if num else ''}>{e(c)}</td>"
+
+    head = "".join(f"<th>{e(name)}</th>" for name, _ in columns)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            cell(k, c, num) for k, (c, (_, num)) in enumerate(zip(cells, columns, strict=True))
+        )
+        + "</tr>"
+        for cells in rows
+    )
+    return f'<div class="card"><table id="{ident}"><tr>{head}</tr>{body}</table></div>'
+
+
+def _utilisation_chart(sz: SizeData) -> str:
+    """A line per storage class: predicted GPU utilisation at each GPU count per node, with
+    the target as a line of its own."""
+    by = {(r.storage, r.gpus): r.gpu_utilization * 100 for r in sz.rows}
+    n = sz.gpu_counts
+    lines: list[tuple[str, Sequence[float | None]]] = [
+        (c.name, [by.get((c.name, g)) for g in n]) for c in sz.storage
+    ]
+    target = sz.inputs.target_utilization
+    lines.append((f"target {target:.0%}", [target * 100] * len(n)))
+    return line_chart(
+        list(range(len(n))),
+        lines,
+        "GPUs per node",
+        "GPU utilisation %",
+        x_names=[str(g) for g in n],
+    ) + (
+        '<p class="note">Predicted GPU utilisation for each storage class as GPUs are added '
+        "to a node; a class keeps the GPUs up to where its line falls below the target.</p>"
+    )
+
+
+def _density_section(sz: SizeData) -> list[str]:
+    g = sz.density
+    if g is None:
+        return []
+    cols = [
+        ("storage", False),
+        (f"MB/s at {sample_size(g.sample_bytes)}", True),
+        ("of bandwidth", True),
+        ("limit", False),
+        (f"MB/s at {sample_size(g.contrast_bytes)}", True),
+        ("of bandwidth", True),
+        ("limit", False),
+    ]
+    rows = [
+        [
+            a.storage,
+            f"{a.bytes_per_s / 1e6:,.0f}",
+            f"{a.share_of_bandwidth:.0%}",
+            a.limit,
+            f"{b.bytes_per_s / 1e6:,.0f}",
+            f"{b.share_of_bandwidth:.0%}",
+            b.limit,
+        ]
+        for a, b in zip(g.rows, g.contrast_rows, strict=True)
+    ]
+    return [
+        "<h2>Density</h2>",
+        f'<p id="density">{e(density_paragraph(g, sz.inputs))}</p>',
+        _table("density-table", cols, rows),
+        f'<p class="note">What one node reads from each class with {sz.inputs.in_flight} '
+        "reads in flight, at this dataset's sample size and at one of the other density, "
+        "from the classes' datasheet bandwidth, IOPS and latency.</p>",
+    ]
+
+
+def _references_section(sz: SizeData) -> list[str]:
+    refs = sz.references
+    sentence = reference_sentence(sz)
+    if refs is None or not refs.points or sentence is None:
+        return []
+    return [
+        "<h2>Reference points: published MLPerf Storage results</h2>",
+        f'<p id="reference">{e(sentence)}</p>',
+        _table(
+            "references",
+            REFERENCE_COLUMNS,
+            [reference_cells(p) for p in refs.points],
+            links=len(REFERENCE_COLUMNS) - 1,
+        ),
+        f'<p class="note">Nearest in sample size first; each figure is cited in '
+        f"{e(refs.source)}. 'nodes like yours': the result's throughput over one node's need "
+        "at the target.</p>",
+    ]
 
 
 def ranks_section(rec: RunRecord, f: Findings) -> list[str]:

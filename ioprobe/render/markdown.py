@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from ioprobe.analysis.pcie import CopyRow
 from ioprobe.analysis.report import Advice, Findings, HeatCell, Heatmap, OperatorRow, StageBar
-from ioprobe.record import RunRecord
+from ioprobe.record import RunRecord, SizeData
 from ioprobe.redact import printable
 from ioprobe.render.facts import (
     cluster_sentence,
@@ -31,6 +31,20 @@ from ioprobe.render.facts import (
     verdict,
 )
 from ioprobe.render.format import gbps, rate, size_label
+from ioprobe.render.sizing_text import (
+    REFERENCE_COLUMNS,
+    cache_sentence,
+    cores_sentence,
+    cost_note,
+    density_paragraph,
+    input_rows,
+    reference_cells,
+    reference_sentence,
+    units_cells,
+    units_columns,
+    units_note,
+    units_title,
+)
 
 # data never starts a line here, so only the characters that act mid-line need escaping
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
@@ -51,6 +65,7 @@ def render(rec: RunRecord, f: Findings) -> str:
     lines += _ranks(rec, f)
     if f.kind != "size":  # a sizing's advice is its verdict and its table
         lines += _recommendations(f.recommendations)
+    lines += _sizing(rec.sizing, f) if f.kind == "size" and rec.sizing is not None else []
     lines += _heatmap(f.heatmap)
     lines += _operators(f.operators)
     lines += _copies(f.copies)
@@ -116,6 +131,45 @@ def _gain(a: Advice) -> str:
         return ""
     times = f" ({a.gain:.1f}x)" if a.gain is not None else ""
     return f" → **{rate(a.predicted)} samples/s{times}**"
+
+
+def _table(columns: Sequence[tuple[str, bool]], rows: Sequence[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(md(name) for name, _ in columns) + " |"]
+    lines.append("|" + "".join("--:|" if num else "---|" for _, num in columns))
+    lines += ["| " + " | ".join(md(c) for c in cells) + " |" for cells in rows]
+    return [*lines, ""]
+
+
+def _sizing(sz: SizeData, f: Findings) -> list[str]:
+    """The sizing report, as the HTML page has it: what the answer implies, each class in
+    MLPerf Storage's units, the density guidance, published reference points, the inputs
+    with their sources and the assumptions (the utilisation grid follows)."""
+    said = [fit.text for fit in (sz.cluster.fits[1:] if sz.cluster else [])]
+    if sz.cluster is not None and sz.cluster.fits and sz.cheapest is not None:
+        said.append(sz.cheapest.text)
+    said += [x for x in (cores_sentence(sz),) if x]
+    if f.cache_gap is not None:
+        said.append(cache_sentence(f.cache_gap))
+    lines = [f"- {md(x)}" for x in said] + ([""] if said else [])
+    lines += [f"**{md(units_title(sz))}**", ""]
+    lines += _table(units_columns(sz), [units_cells(sz, u) for u in sz.units])
+    lines += [md(units_note(sz)), ""]
+    if sz.density is not None:
+        lines += ["**Density**", "", md(density_paragraph(sz.density, sz.inputs)), ""]
+    ref = reference_sentence(sz)
+    if ref is not None and sz.references is not None:
+        lines += ["**Reference points: published MLPerf Storage results**", "", md(ref), ""]
+        lines += _table(REFERENCE_COLUMNS, [reference_cells(p) for p in sz.references.points])
+    lines += ["**Inputs**", ""]
+    lines += _table(
+        [("figure", False), ("value", True), ("source", False)], [list(r) for r in input_rows(sz)]
+    )
+    cost = cost_note(sz)
+    lines += [md(cost), ""] if cost else []
+    lines += ["<details><summary>Assumptions</summary>", ""]
+    lines += [f"- {md(a)}" for a in sz.assumptions]
+    lines += ["", "</details>", "", "**GPU utilisation by storage and GPU count**", ""]
+    return lines
 
 
 def _heatmap(hm: Heatmap | None) -> list[str]:

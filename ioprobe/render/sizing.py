@@ -10,7 +10,17 @@ from rich.text import Text
 
 from ioprobe.analysis.report import Findings
 from ioprobe.record import RunRecord, SizeData, SizeInputs, SizeRow
-from ioprobe.render.format import cache_size, rate, sample_size
+from ioprobe.render.format import rate, sample_size
+from ioprobe.render.sizing_text import (
+    cache_sentence,
+    cores_sentence,
+    cost_note,
+    density_paragraph,
+    reference_sentence,
+    units_cells,
+    units_columns,
+    units_title,
+)
 
 _INITIAL = {"storage": "S", "cpu": "C", "pcie": "P", "gpu": "G"}
 
@@ -38,8 +48,46 @@ def view(rec: RunRecord, f: Findings) -> RenderableType:
     ]
     parts += _conclusions(sz, f.cache_gap)
     parts.append(Text(""))
+    parts += _units(sz)
+    parts += _guidance(sz)
     parts += _provenance(sz)
     return Group(*parts)
+
+
+# the terminal's units table: the columns that fit beside each other in 100 characters
+_TERMINAL_UNITS = (0, 1, 2, 3, 4, 5, 6)
+
+
+def _units(sz: SizeData) -> list[RenderableType]:
+    """Each class in MLPerf Storage's terms."""
+    if not sz.units:
+        return []
+    cols = units_columns(sz)
+    keep = [*_TERMINAL_UNITS, *range(len(_TERMINAL_UNITS) + 2, len(cols))]
+    table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
+    for k in keep:
+        name, numeric = cols[k]
+        table.add_column(name, justify="right" if numeric else "left")
+    for u in sz.units:
+        cells = units_cells(sz, u)
+        table.add_row(*(cells[k] for k in keep))
+    return [Text(units_title(sz)), table, Text("")]
+
+
+def _guidance(sz: SizeData) -> list[RenderableType]:
+    """The density paragraph, the nearest published result, and how it was priced."""
+    parts: list[RenderableType] = []
+    if sz.density is not None:
+        parts.append(Text(density_paragraph(sz.density, sz.inputs)))
+    ref = reference_sentence(sz)
+    if ref:
+        parts.append(Text(ref))
+    cost = cost_note(sz)
+    if cost:
+        parts.append(Text(cost, style="dim"))
+    if parts:
+        parts.append(Text(""))
+    return parts
 
 
 def _inputs(inp: SizeInputs) -> str:
@@ -89,31 +137,12 @@ def _conclusions(sz: SizeData, gap: SizeRow | None) -> list[RenderableType]:
         parts += [Text(fit.text, style="bold") for fit in sz.cluster.fits]
     if sz.cheapest:
         parts.append(Text(sz.cheapest.text, style="bold"))
-    cores = _cores(sz)
+    cores = cores_sentence(sz)
     if cores is not None:
         parts.append(Text(cores))
     if gap is not None:
-        parts.append(Text(_cache(gap)))
+        parts.append(Text(cache_sentence(gap)))
     return parts
-
-
-def _cores(sz: SizeData) -> str | None:
-    if not sz.gpu_counts:
-        return None
-    top = max(sz.gpu_counts)
-    row = next((r for r in sz.rows if r.gpus == top), None)
-    if row is None or not row.cores_needed:
-        return None
-    return f"{top} GPUs per node need about {math.ceil(row.cores_needed)} cores of loader workers per node."
-
-
-def _cache(gap: SizeRow) -> str:
-    assert gap.cache_bytes_static is not None and gap.cache_bytes_lru is not None
-    return (
-        f"A cache makes {gap.storage} keep {gap.gpus} GPUs per node busy: "
-        f"{cache_size(gap.cache_bytes_static)} as a pinned subset per node (an LRU page cache "
-        f"under shuffling needs {cache_size(gap.cache_bytes_lru)})."
-    )
 
 
 def _provenance(sz: SizeData) -> list[RenderableType]:

@@ -1,0 +1,119 @@
+"""Published MLPerf Storage results, and the sized need placed beside them.
+
+``ioprobe/data/mlperf_storage.toml`` (every figure cited in docs/mlperf-reference.md) lists
+results as MLPerf Storage states them: a system, a workload, the simulated accelerators it
+kept at the workload's accelerator-utilisation threshold, and the throughput that took. A
+buyer reads their own need against those: one node of G GPUs at the target needs so many
+GB/s, so a published system would feed about so many such nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import tomllib
+from importlib import resources
+from typing import Any
+
+from ioprobe.errors import BadInputError
+from ioprobe.record import ReferencePoint, References, SizeInputs
+
+SHIPPED = "data/mlperf_storage.toml"
+_RESULT_KEYS = {
+    "system": str,
+    "version": str,
+    "division": str,
+    "workload": str,
+    "accelerator": str,
+    "accelerators": int,
+    "GBps": float,
+    "source": str,
+}
+
+
+def _result(raw: Any, workloads: dict[str, Any], where: str, k: int) -> ReferencePoint:
+    if not isinstance(raw, dict):
+        raise BadInputError(f"{where}: results[{k}] must be a table")
+    for key, kind in _RESULT_KEYS.items():
+        v = raw.get(key)
+        ok = (
+            isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < 1e12
+            if kind is not str
+            else isinstance(v, str) and v != ""
+        )
+        if not ok:
+            raise BadInputError(f"{where}: results[{k}].{key} is missing or not valid")
+    wl = workloads.get(raw["workload"], {})
+    size = wl.get("sample_bytes", 0) if isinstance(wl, dict) else 0
+    hosts = raw.get("hosts", 0)
+    return ReferencePoint(
+        system=raw["system"],
+        version=raw["version"],
+        division=raw["division"],
+        workload=raw["workload"],
+        accelerator=raw["accelerator"],
+        accelerators=int(raw["accelerators"]),
+        bytes_per_s=float(raw["GBps"]) * 1e9,
+        source=raw["source"],
+        hosts=int(hosts) if isinstance(hosts, int) and not isinstance(hosts, bool) else 0,
+        sample_bytes=float(size) if isinstance(size, int | float) else 0.0,
+    )
+
+
+def parse_references(text: str, where: str) -> list[ReferencePoint]:
+    """The results of a reference file, each checked; a broken file is one clear error."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BadInputError(f"{where}: not valid TOML ({exc})") from None
+    results = data.get("results")
+    if not isinstance(results, list) or not results:
+        raise BadInputError(f"{where}: expected [[results]] tables")
+    workloads = data.get("workloads", {})
+    workloads = workloads if isinstance(workloads, dict) else {}
+    return [_result(raw, workloads, where, k) for k, raw in enumerate(results)]
+
+
+@functools.cache
+def _shipped() -> tuple[ReferencePoint, ...]:
+    text = resources.files("ioprobe").joinpath(SHIPPED).read_text("utf-8")
+    return tuple(parse_references(text, f"ioprobe/{SHIPPED}"))
+
+
+def shipped_references() -> list[ReferencePoint]:
+    """The published results ioprobe ships, in the file's order."""
+    return list(_shipped())
+
+
+def node_need(inp: SizeInputs, node_gpus: int) -> float:
+    """Bytes/s one node of ``node_gpus`` GPUs reads to keep them at the target utilisation:
+    GPUs x samples/s per GPU x target x bytes per sample."""
+    return node_gpus * inp.gpu_samples_per_s * inp.target_utilization * inp.sample_bytes
+
+
+def place(inp: SizeInputs, points: list[ReferencePoint], node_gpus: int) -> References:
+    """Each published result with the nodes of ``node_gpus`` GPUs its throughput would feed
+    at the target, ordered by how close its workload's sample size is to this dataset's
+    (the nearest density first: a result on far larger records says least about small
+    ones), then by throughput."""
+    need = node_need(inp, node_gpus)
+
+    def distance(p: ReferencePoint) -> float:
+        if p.sample_bytes <= 0:
+            return math.inf
+        return abs(math.log(p.sample_bytes / inp.sample_bytes))
+
+    placed = [
+        dataclasses.replace(p, nodes_fed=p.bytes_per_s / need if need > 0 else 0.0) for p in points
+    ]
+    placed.sort(key=lambda p: (distance(p), -p.bytes_per_s))
+    return References(
+        node_gpus=node_gpus,
+        node_bytes_per_s=need,
+        points=placed,
+        source="docs/mlperf-reference.md",
+    )
+
+
+__all__ = ["node_need", "parse_references", "place", "shipped_references"]

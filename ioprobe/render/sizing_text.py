@@ -1,0 +1,346 @@
+"""A sizing's sentences and table cells, shared by the terminal view, the HTML page and the
+Markdown report, so the three say the same thing in the same words."""
+
+from __future__ import annotations
+
+import math
+
+from ioprobe.analysis.size import MAX_GPUS
+from ioprobe.record import (
+    ClassUnits,
+    DensityGuide,
+    DensityRow,
+    ReferencePoint,
+    SizeData,
+    SizeInputs,
+    SizeRow,
+)
+from ioprobe.render.format import cache_size, rate, sample_size
+
+_BINDS = {
+    "storage": "storage",
+    "cpu": "host CPU",
+    "nic": "host NIC",
+    "none": "nothing",
+}
+_LIMIT = {
+    "iops": "IOPS-bound",
+    "latency": "latency-bound",
+    "bandwidth": "bandwidth-bound",
+}
+_DENSITY = {
+    "low": (
+        "Low-density data is latency- and IOPS-bound: every sample is a read of few bytes, "
+        "each read pays a request's latency and counts against the device's IOPS, so a "
+        "class delivers its bandwidth only where it serves enough requests, and the class "
+        "to buy is the one with the IOPS and the latency for it."
+    ),
+    "medium": (
+        "Medium-density data sits between: large enough that fast flash and a filer reach "
+        "their bandwidth, small enough that a disk's seeks or an object store's per-request "
+        "latency still cost most of theirs."
+    ),
+    "high": (
+        "High-density data is bandwidth-bound: each read is long enough that its request "
+        "cost vanishes, so storage reaches its sequential bandwidth, and a network filer or "
+        "object storage with enough parallel connections fits as well as local flash: the "
+        "figure to buy is bandwidth per GPU."
+    ),
+}
+
+
+def gb(x: float) -> str:
+    """Bytes/s as GB/s, three significant digits (1.98 GB/s, 191 GB/s); MB/s below one GB/s."""
+    v = x / 1e9
+    if v < 1:
+        return mb(x)
+    return f"{v:,.0f} GB/s" if v >= 100 else f"{v:.3g} GB/s"
+
+
+def mb(x: float) -> str:
+    """Bytes/s as MB/s, whole (248 MB/s), one decimal below 10."""
+    v = x / 1e6
+    return f"{v:,.0f} MB/s" if v >= 10 else f"{v:.1f} MB/s"
+
+
+def count(n: int) -> str:
+    return "any" if n >= MAX_GPUS else f"{n:,}"
+
+
+def money(x: float | None, currency: str) -> str:
+    if x is None:
+        return "-"
+    unit = f" {currency}" if currency else ""
+    return f"{x:,.0f}{unit}" if x >= 100 else f"{x:,.2f}{unit}"
+
+
+def cores_sentence(sz: SizeData) -> str | None:
+    """The loader cores per node the largest GPU count asked for needs."""
+    if not sz.gpu_counts:
+        return None
+    top = max(sz.gpu_counts)
+    row = next((r for r in sz.rows if r.gpus == top), None)
+    if row is None or not row.cores_needed:
+        return None
+    return (
+        f"{top} GPUs per node need about {math.ceil(row.cores_needed)} cores of loader "
+        "workers per node."
+    )
+
+
+def cache_sentence(gap: SizeRow) -> str:
+    """The cache that lets a storage-bound class keep more GPUs busy."""
+    assert gap.cache_bytes_static is not None and gap.cache_bytes_lru is not None
+    return (
+        f"A cache makes {gap.storage} keep {gap.gpus} GPUs per node busy: "
+        f"{cache_size(gap.cache_bytes_static)} as a pinned subset per node (an LRU page cache "
+        f"under shuffling needs {cache_size(gap.cache_bytes_lru)})."
+    )
+
+
+# -- MLPerf Storage units ---------------------------------------------------------------------
+
+
+def units_title(sz: SizeData) -> str:
+    return (
+        f"Accelerators each storage class keeps at >= {sz.inputs.target_utilization:.0%} "
+        "utilisation (MLPerf Storage units)"
+    )
+
+
+def units_columns(sz: SizeData) -> list[tuple[str, bool]]:
+    """(header, numeric) per column of the units table."""
+    top = max(sz.gpu_counts) if sz.gpu_counts else 0
+    cols = [
+        ("storage", False),
+        ("accelerators", True),
+        ("AU", True),
+        ("samples/s", True),
+        ("MiB/s", True),
+        ("storage alone", True),
+        ("binds first", False),
+        ("cores/node", True),
+        (f"cache for {top} GPUs", True),
+    ]
+    if sz.costs is not None:
+        cols += [("cost", True), ("per sample/s", True)]
+    return cols
+
+
+def units_cells(sz: SizeData, u: ClassUnits) -> list[str]:
+    """One class's row: what it keeps with these hosts, the throughput that takes, what the
+    storage alone keeps (MLPerf's figure), what binds first, and what a node needs."""
+    top = max(sz.gpu_counts) if sz.gpu_counts else 0
+    row = next((r for r in sz.rows if r.storage == u.storage and r.gpus == top), None)
+    cache = "-"
+    if row is not None and row.cache_bytes_static and row.bottleneck == "storage":
+        cache = cache_size(row.cache_bytes_static)
+    cells = [
+        u.storage,
+        count(u.accelerators),
+        "-" if u.au is None else f"{math.floor(u.au * 1000 + 1e-9) / 10:.1f}%",
+        rate(u.samples_per_s) if u.accelerators else "-",
+        f"{u.mib_per_s:,.0f}" if u.accelerators else "-",
+        count(u.storage_accelerators),
+        _BINDS.get(u.binds, u.binds),
+        "-" if u.cores_per_node is None else f"{math.ceil(u.cores_per_node - 1e-9):,}",
+        cache,
+    ]
+    if sz.costs is not None:
+        cur = sz.costs.currency
+        cells += [money(u.cost, cur), money(u.cost_per_sample_per_s, cur)]
+    return cells
+
+
+def units_note(sz: SizeData) -> str:
+    inp = sz.inputs
+    nodes = f" over {inp.nodes} nodes" if inp.nodes > 1 else ""
+    return (
+        f"Accelerators: the GPUs kept at or above {inp.target_utilization:.0%} accelerator "
+        f"utilisation (AU){nodes}; cores/node: the loader cores they need; cache: the pinned "
+        "cache per node that lets a storage-bound class keep the most GPUs asked for. The "
+        "samples/s and MiB/s (2^20 bytes) they read, as MLPerf Storage "
+        "states a result. 'storage alone' gives the storage every client host it wants, as an "
+        "MLPerf submission does; where this sizing's hosts keep fewer, 'binds first' names the "
+        "host limit met before the storage's."
+    )
+
+
+# -- density ---------------------------------------------------------------------------------
+
+
+def _names(rows: list[DensityRow]) -> str:
+    return ", ".join(
+        f"{r.storage} {r.share_of_bandwidth:.0%} ({_LIMIT.get(r.limit, r.limit)})" for r in rows
+    )
+
+
+def density_paragraph(g: DensityGuide, inp: SizeInputs) -> str:
+    """What this density asks of storage, per GPU and per node, why, and which classes
+    deliver it at this sample size and at the contrasting one."""
+    per_gpu = g.target_bytes_per_s
+    node_gpus = g.node_gpus
+    reads = g.gpu_samples_per_s * inp.target_utilization
+    text = (
+        f"Samples average {sample_size(g.sample_bytes)}: {g.density} density. One GPU trains "
+        f"on {rate(g.gpu_samples_per_s)} samples/s ({mb(g.gpu_bytes_per_s)} fully fed); at "
+        f"{inp.target_utilization:.0%} it reads {mb(per_gpu)} in {rate(reads)} reads/s, so a "
+        f"node of {node_gpus} GPUs needs {gb(per_gpu * node_gpus)} and "
+        f"{rate(reads * node_gpus)} reads/s. {_DENSITY.get(g.density, '')}"
+    )
+    short = [r for r in g.rows if r.limit != "bandwidth"]
+    full = [r.storage for r in g.rows if r.limit == "bandwidth"]
+    size = sample_size(g.sample_bytes)
+    if short:
+        text += f" At {size} per sample, of their bandwidth: {_names(short)}."
+    if full:
+        text += (
+            f" Fit for this density, delivering at least 90% of their bandwidth: {', '.join(full)}."
+        )
+    changed = [
+        c
+        for r, c in zip(g.rows, g.contrast_rows, strict=True)
+        if (r.limit == "bandwidth") != (c.limit == "bandwidth")
+    ]
+    if changed:
+        other = sample_size(g.contrast_bytes)
+        text += f" At {other} per sample this changes: {_names(changed)}."
+    return text
+
+
+# -- reference points -----------------------------------------------------------------------
+
+
+def reference_sentence(sz: SizeData) -> str | None:
+    """The need of one node beside the published result nearest in density."""
+    refs = sz.references
+    if refs is None or not refs.points:
+        return None
+    p = refs.points[0]
+    return (
+        f"A node of {refs.node_gpus} GPUs at {sz.inputs.target_utilization:.0%} needs "
+        f"{gb(refs.node_bytes_per_s)}. The nearest published workload in sample size, "
+        f"{p.workload} ({p.version}, {p.division}): {p.system} kept {p.accelerators:,} "
+        f"simulated {p.accelerator}s busy at {gb(p.bytes_per_s)}, enough for about "
+        f"{_nodes(p.nodes_fed)} such nodes."
+    )
+
+
+def _nodes(x: float) -> str:
+    return f"{x:,.0f}" if x >= 10 else f"{x:.1f}"
+
+
+REFERENCE_COLUMNS = [
+    ("system", False),
+    ("version", False),
+    ("workload", False),
+    ("accelerators", True),
+    ("GB/s", True),
+    ("GB/s per accelerator", True),
+    ("nodes like yours", True),
+    ("source", False),
+]
+
+
+def reference_cells(p: ReferencePoint) -> list[str]:
+    return [
+        p.system,
+        f"{p.version} {p.division}",
+        p.workload,
+        f"{p.accelerators:,} {p.accelerator}",
+        f"{p.bytes_per_s / 1e9:,.1f}",
+        f"{p.bytes_per_s / 1e9 / p.accelerators:.3g}",
+        _nodes(p.nodes_fed),
+        p.source,
+    ]
+
+
+# -- inputs and costs -------------------------------------------------------------------------
+
+
+def input_rows(sz: SizeData) -> list[tuple[str, str, str]]:
+    """(figure, value, where it came from) for each input of the sizing."""
+    inp = sz.inputs
+    src = inp.sources
+
+    def where(key: str, default: str = "given") -> str:
+        s = src.get(key)
+        return "measured: " + s if s and s != "given" else default
+
+    rows = [
+        ("bytes per sample", sample_size(inp.sample_bytes), where("sample_bytes")),
+        ("samples/s per GPU", rate(inp.gpu_samples_per_s), where("gpu_samples_per_s")),
+    ]
+    if inp.cpu_seconds_per_sample:
+        rows.append(
+            (
+                "CPU per sample",
+                f"{inp.cpu_seconds_per_sample * 1e3:.3g} ms",
+                where("cpu_seconds_per_sample"),
+            )
+        )
+    if inp.node_cpu_samples_per_s:
+        rows.append(
+            (
+                "CPU per node",
+                f"{rate(inp.node_cpu_samples_per_s)} samples/s",
+                where("node_cpu_samples_per_s"),
+            )
+        )
+    rows.append(
+        (
+            "cores per node",
+            f"{inp.cores:g}" if inp.cores else "not limiting",
+            where("cores", "given" if inp.cores else "default"),
+        )
+    )
+    rows += [
+        ("nodes", f"{inp.nodes:,}", "given" if inp.nodes > 1 else "default"),
+        ("reads in flight per node", f"{inp.in_flight:,}", "given or default"),
+        ("target utilisation", f"{inp.target_utilization:.0%}", "given or default"),
+    ]
+    if inp.dataset_bytes:
+        rows.append(("dataset", cache_size(inp.dataset_bytes), where("dataset_bytes")))
+    if inp.nic_bytes_per_s:
+        rows.append(("NIC per node", gb(inp.nic_bytes_per_s), "given"))
+    if sz.costs is not None:
+        rows.append(("prices", sz.costs.source, "given (--cost)"))
+    return rows
+
+
+def cost_note(sz: SizeData) -> str | None:
+    """How configurations were priced, and which classes had no price."""
+    c = sz.costs
+    if c is None:
+        return None
+    unpriced = [s.name for s in sz.storage if s.name not in c.storage]
+    parts = [
+        f"Priced from {c.source}: GPUs, the loader cores each configuration needs (at most "
+        "a node's), and storage (a local class per node, a shared one once)."
+    ]
+    missing = [k for k, v in (("GPU", c.gpu), ("core", c.core)) if v is None]
+    if missing:
+        parts.append(f"No price for {' or '.join(missing)}: counted as free.")
+    if unpriced:
+        parts.append(f"No price for {', '.join(unpriced)}: left out of the cheapest.")
+    return " ".join(parts)
+
+
+__all__ = [
+    "REFERENCE_COLUMNS",
+    "cache_sentence",
+    "cores_sentence",
+    "cost_note",
+    "count",
+    "density_paragraph",
+    "gb",
+    "input_rows",
+    "mb",
+    "money",
+    "reference_cells",
+    "reference_sentence",
+    "units_cells",
+    "units_columns",
+    "units_note",
+    "units_title",
+]

@@ -181,7 +181,7 @@ def size(
     ``base`` with a clients curve) the storage it measured is the first class, and
     ``sizing.cluster`` says how many nodes of each of ``fit_gpus`` GPUs (by default the
     most ranks the probe ran on one node) it feeds. ``references``: published results to
-    place the need of a node of the largest of ``fit_gpus`` (else 8) GPUs beside."""
+    place the need of a node beside: of ``fit_gpus`` GPUs where that is one count, else 8."""
     _check(inp, classes, gpu_counts)
     figures = cluster_figures(base) if base is not None else None
     if figures is not None:
@@ -204,7 +204,9 @@ def size(
     if figures is not None:
         cluster = cluster_sizing(figures, classes[0], inp, fit_gpus or [figures.ranks_per_node])
         advice[:0] = [_fit_advice(fit, classes[0], inp) for fit in cluster.fits]
-    node_gpus = max(fit_gpus) if fit_gpus else REFERENCE_NODE_GPUS
+    # a node shape: the one count asked for, else the common 8-GPU node (a list of counts
+    # is a sweep, and its largest, 64 by default, is no node anyone buys)
+    node_gpus = fit_gpus[0] if fit_gpus and len(fit_gpus) == 1 else REFERENCE_NODE_GPUS
     return RunRecord(
         kind="size",
         host=host,

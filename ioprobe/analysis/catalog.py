@@ -68,11 +68,17 @@ def _parse_class(name: str, raw: Any, where: str) -> StorageClass:
     )
 
 
-def parse_catalog(text: str, where: str) -> Catalog:
+def parse_toml(text: str, where: str) -> dict[str, Any]:
+    """A TOML file's tables (the catalog, a --cost file, the reference results); a file
+    that does not parse is one line naming it."""
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BadInputError(f"{where}: not valid TOML ({exc})") from None
+
+
+def parse_catalog(text: str, where: str) -> Catalog:
+    data = parse_toml(text, where)
     classes = data.get("classes")
     if not isinstance(classes, dict) or not classes:
         raise BadInputError(f"{where}: expected [classes.NAME] tables")
@@ -238,6 +244,7 @@ __all__ = [
     "parse_bytes",
     "parse_catalog",
     "parse_rate",
+    "parse_toml",
     "read_limits",
     "read_rate",
     "resolve_storage",

@@ -17,9 +17,9 @@ leaves its configurations unpriced: the cheapest is then chosen among priced one
 from __future__ import annotations
 
 import math
-import tomllib
 from typing import Any
 
+from ioprobe.analysis.catalog import parse_toml
 from ioprobe.errors import BadInputError
 from ioprobe.record import CostInputs, SizeInputs, SizeRow, StorageClassInfo
 
@@ -37,10 +37,7 @@ def _price(value: Any, where: str) -> float:
 def parse_costs(text: str, where: str) -> CostInputs:
     """The prices of a --cost file, each checked; anything else in it is an error, so a
     misspelt key never silently prices a part at nothing."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInputError(f"{where}: not valid TOML ({exc})") from None
+    data = parse_toml(text, where)
     unknown = sorted(data.keys() - _TOP_KEYS)
     if unknown:
         raise BadInputError(

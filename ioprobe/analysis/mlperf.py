@@ -12,10 +12,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import tomllib
 from importlib import resources
 from typing import Any
 
+from ioprobe.analysis.catalog import parse_toml
 from ioprobe.errors import BadInputError
 from ioprobe.record import ReferencePoint, References, SizeInputs
 
@@ -63,10 +63,7 @@ def _result(raw: Any, workloads: dict[str, Any], where: str, k: int) -> Referenc
 
 def parse_references(text: str, where: str) -> list[ReferencePoint]:
     """The results of a reference file, each checked; a broken file is one clear error."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise BadInputError(f"{where}: not valid TOML ({exc})") from None
+    data = parse_toml(text, where)
     results = data.get("results")
     if not isinstance(results, list) or not results:
         raise BadInputError(f"{where}: expected [[results]] tables")

@@ -35,6 +35,7 @@ from ioprobe.analysis.samples import SampleCostView
 from ioprobe.analysis.stall_series import Burst, StallOverTime
 from ioprobe.record import ClientsPoint, RunRecord, SizeData, to_plain
 from ioprobe.redact import printable
+from ioprobe.render import sizing_text
 from ioprobe.render.facts import (
     cluster_sentence,
     cluster_title,
@@ -50,20 +51,6 @@ from ioprobe.render.facts import (
 )
 from ioprobe.render.format import figure, gbps, rate, sample_size, size_label
 from ioprobe.render.host import host_facts
-from ioprobe.render.sizing_text import (
-    REFERENCE_COLUMNS,
-    cache_sentence,
-    cores_sentence,
-    cost_note,
-    density_paragraph,
-    input_rows,
-    reference_cells,
-    reference_sentence,
-    units_cells,
-    units_columns,
-    units_note,
-    units_title,
-)
 
 W = 760  # chart width in CSS pixels
 PALETTE = (
@@ -769,31 +756,30 @@ def sizing_sections(sz: SizeData, f: Findings) -> list[str]:
     """The sizing report under its verdict: what else the answer implies, utilisation
     against GPU count per storage class, each class in MLPerf Storage's units, the grid, the
     density guidance, published reference points, the inputs and the assumptions."""
-    lines = [fit.text for fit in (sz.cluster.fits[1:] if sz.cluster else [])]
-    if sz.cluster is not None and sz.cluster.fits and sz.cheapest is not None:
-        lines.append(sz.cheapest.text)  # the verdict is the cluster's: the grid's answer here
-    lines += [x for x in (cores_sentence(sz),) if x]
-    if f.cache_gap is not None:
-        lines.append(cache_sentence(f.cache_gap))
+    lines = sizing_text.answer_lines(sz, f.cache_gap)
     parts = ['<ul id="answer">' + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>"]
     parts += [
         "<h2>GPU utilisation against GPUs per node</h2>",
         f'<div id="utilisation">{_utilisation_chart(sz)}</div>',
-        f"<h2>{e(units_title(sz))}</h2>",
-        _table("units", units_columns(sz), [units_cells(sz, u) for u in sz.units]),
-        f'<p class="note">{e(units_note(sz))}</p>',
+        f"<h2>{e(sizing_text.units_title(sz))}</h2>",
+        _table(
+            "units",
+            sizing_text.units_columns(sz),
+            [sizing_text.units_cells(sz, u) for u in sz.units],
+        ),
+        f'<p class="note">{e(sizing_text.units_note(sz))}</p>',
         "<h2>GPU utilisation by storage and GPU count</h2>",
         heatmap_table(f.heatmap),
     ]
     parts += _density_section(sz)
     parts += _references_section(sz)
-    cost = cost_note(sz)
+    cost = sizing_text.cost_note(sz)
     parts += [
         "<h2>Inputs</h2>",
         _table(
             "inputs",
             [("figure", False), ("value", True), ("source", False)],
-            [list(r) for r in input_rows(sz)],
+            [list(r) for r in sizing_text.input_rows(sz)],
         ),
         *([f'<p class="note">{e(cost)}</p>'] if cost else []),
         "<h2>Assumptions</h2>",
@@ -879,7 +865,7 @@ def _density_section(sz: SizeData) -> list[str]:
     ]
     return [
         "<h2>Density</h2>",
-        f'<p id="density">{e(density_paragraph(g, sz.inputs))}</p>',
+        f'<p id="density">{e(sizing_text.density_paragraph(g, sz.inputs))}</p>',
         _table("density-table", cols, rows),
         f'<p class="note">What one node reads from each class with {sz.inputs.in_flight} '
         "reads in flight, at this dataset's sample size and at one of the other density, "
@@ -889,7 +875,7 @@ def _density_section(sz: SizeData) -> list[str]:
 
 def _references_section(sz: SizeData) -> list[str]:
     refs = sz.references
-    sentence = reference_sentence(sz)
+    sentence = sizing_text.reference_sentence(sz)
     if refs is None or not refs.points or sentence is None:
         return []
     return [
@@ -897,9 +883,9 @@ def _references_section(sz: SizeData) -> list[str]:
         f'<p id="reference">{e(sentence)}</p>',
         _table(
             "references",
-            REFERENCE_COLUMNS,
-            [reference_cells(p) for p in refs.points],
-            links=len(REFERENCE_COLUMNS) - 1,
+            sizing_text.REFERENCE_COLUMNS,
+            [sizing_text.reference_cells(p) for p in refs.points],
+            links=len(sizing_text.REFERENCE_COLUMNS) - 1,
         ),
         f'<p class="note">Nearest in sample size first; each figure is cited in '
         f"{e(refs.source)}. 'nodes like yours': the result's throughput over one node's need "

@@ -15,6 +15,7 @@ from ioprobe.analysis.pcie import CopyRow
 from ioprobe.analysis.report import Advice, Findings, HeatCell, Heatmap, OperatorRow, StageBar
 from ioprobe.record import RunRecord, SizeData
 from ioprobe.redact import printable
+from ioprobe.render import sizing_text
 from ioprobe.render.facts import (
     cluster_sentence,
     cluster_title,
@@ -31,20 +32,6 @@ from ioprobe.render.facts import (
     verdict,
 )
 from ioprobe.render.format import gbps, rate, size_label
-from ioprobe.render.sizing_text import (
-    REFERENCE_COLUMNS,
-    cache_sentence,
-    cores_sentence,
-    cost_note,
-    density_paragraph,
-    input_rows,
-    reference_cells,
-    reference_sentence,
-    units_cells,
-    units_columns,
-    units_note,
-    units_title,
-)
 
 # data never starts a line here, so only the characters that act mid-line need escaping
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
@@ -144,27 +131,28 @@ def _sizing(sz: SizeData, f: Findings) -> list[str]:
     """The sizing report, as the HTML page has it: what the answer implies, each class in
     MLPerf Storage's units, the density guidance, published reference points, the inputs
     with their sources and the assumptions (the utilisation grid follows)."""
-    said = [fit.text for fit in (sz.cluster.fits[1:] if sz.cluster else [])]
-    if sz.cluster is not None and sz.cluster.fits and sz.cheapest is not None:
-        said.append(sz.cheapest.text)
-    said += [x for x in (cores_sentence(sz),) if x]
-    if f.cache_gap is not None:
-        said.append(cache_sentence(f.cache_gap))
+    said = sizing_text.answer_lines(sz, f.cache_gap)
     lines = [f"- {md(x)}" for x in said] + ([""] if said else [])
-    lines += [f"**{md(units_title(sz))}**", ""]
-    lines += _table(units_columns(sz), [units_cells(sz, u) for u in sz.units])
-    lines += [md(units_note(sz)), ""]
+    lines += [f"**{md(sizing_text.units_title(sz))}**", ""]
+    lines += _table(
+        sizing_text.units_columns(sz), [sizing_text.units_cells(sz, u) for u in sz.units]
+    )
+    lines += [md(sizing_text.units_note(sz)), ""]
     if sz.density is not None:
-        lines += ["**Density**", "", md(density_paragraph(sz.density, sz.inputs)), ""]
-    ref = reference_sentence(sz)
+        lines += ["**Density**", "", md(sizing_text.density_paragraph(sz.density, sz.inputs)), ""]
+    ref = sizing_text.reference_sentence(sz)
     if ref is not None and sz.references is not None:
         lines += ["**Reference points: published MLPerf Storage results**", "", md(ref), ""]
-        lines += _table(REFERENCE_COLUMNS, [reference_cells(p) for p in sz.references.points])
+        lines += _table(
+            sizing_text.REFERENCE_COLUMNS,
+            [sizing_text.reference_cells(p) for p in sz.references.points],
+        )
     lines += ["**Inputs**", ""]
     lines += _table(
-        [("figure", False), ("value", True), ("source", False)], [list(r) for r in input_rows(sz)]
+        [("figure", False), ("value", True), ("source", False)],
+        [list(r) for r in sizing_text.input_rows(sz)],
     )
-    cost = cost_note(sz)
+    cost = sizing_text.cost_note(sz)
     lines += [md(cost), ""] if cost else []
     lines += ["<details><summary>Assumptions</summary>", ""]
     lines += [f"- {md(a)}" for a in sz.assumptions]

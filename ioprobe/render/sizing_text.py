@@ -98,6 +98,18 @@ def cache_sentence(gap: SizeRow) -> str:
     )
 
 
+def answer_lines(sz: SizeData, gap: SizeRow | None) -> list[str]:
+    """What the answer on top implies, one sentence each: the other node fits, the grid's
+    cheapest where the verdict is a cluster's, the cores per node, the cache that helps."""
+    lines = [fit.text for fit in (sz.cluster.fits[1:] if sz.cluster else [])]
+    if sz.cluster is not None and sz.cluster.fits and sz.cheapest is not None:
+        lines.append(sz.cheapest.text)  # the verdict is the cluster's: the grid's answer here
+    lines += [x for x in (cores_sentence(sz),) if x]
+    if gap is not None:
+        lines.append(cache_sentence(gap))
+    return lines
+
+
 # -- MLPerf Storage units ---------------------------------------------------------------------
 
 
@@ -328,6 +340,7 @@ def cost_note(sz: SizeData) -> str | None:
 
 __all__ = [
     "REFERENCE_COLUMNS",
+    "answer_lines",
     "cache_sentence",
     "cores_sentence",
     "cost_note",

@@ -67,11 +67,10 @@ def count(n: int) -> str:
     return "any" if n >= MAX_GPUS else f"{n:,}"
 
 
-def money(x: float | None, currency: str) -> str:
+def money(x: float | None) -> str:
     if x is None:
         return "-"
-    unit = f" {currency}" if currency else ""
-    return f"{x:,.0f}{unit}" if x >= 100 else f"{x:,.2f}{unit}"
+    return f"{x:,.0f}" if x >= 100 else f"{x:,.2f}"
 
 
 def cores_sentence(sz: SizeData) -> str | None:
@@ -135,7 +134,8 @@ def units_columns(sz: SizeData) -> list[tuple[str, bool]]:
         (f"cache for {top} GPUs", True),
     ]
     if sz.costs is not None:
-        cols += [("cost", True), ("per sample/s", True)]
+        unit = f" {sz.costs.currency}" if sz.costs.currency else ""
+        cols += [(f"cost{unit}", True), (f"{unit.strip() or 'cost'} per sample/s", True)]
     return cols
 
 
@@ -159,8 +159,8 @@ def units_cells(sz: SizeData, u: ClassUnits) -> list[str]:
         cache,
     ]
     if sz.costs is not None:
-        cur = sz.costs.currency
-        cells += [money(u.cost, cur), money(u.cost_per_sample_per_s, cur)]
+        # the currency is in the header: cells stay narrow enough for a terminal
+        cells += [money(u.cost), money(u.cost_per_sample_per_s)]
     return cells
 
 

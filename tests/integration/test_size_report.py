@@ -4,7 +4,6 @@ prices, and the errors, through the real CLI."""
 from __future__ import annotations
 
 import json
-import re
 from pathlib import Path
 
 import pytest
@@ -104,7 +103,8 @@ def test_the_markdown_says_what_the_page_says(report: Path) -> None:
     units = [line for line in text.splitlines() if line.startswith("| nvme-gen4 |")]
     u = next(u for u in rec.sizing.units if u.storage == "nvme-gen4")
     assert units and f"| {u.accelerators:,} |" in units[0]
-    assert re.search(r"\| [\d,]+ EUR \|", units[0])
+    assert "| cost EUR | EUR per sample/s |" in text
+    assert u.cost is not None and f"| {u.cost:,.0f} |" in units[0]
 
 
 def test_size_refuses_a_trace_and_a_bad_price_file_in_one_line(tmp_path: Path) -> None:

@@ -54,8 +54,9 @@ def view(rec: RunRecord, f: Findings) -> RenderableType:
     return Group(*parts)
 
 
-# the terminal's units table: the columns that fit beside each other in 100 characters
+# the terminal's units table: the columns, and headers short enough, to fit 80 characters
 _TERMINAL_UNITS = (0, 1, 2, 3, 4, 5, 6)
+_SHORT = {1: "accel.", 5: "alone", 6: "binds"}
 
 
 def _units(sz: SizeData) -> list[RenderableType]:
@@ -63,15 +64,17 @@ def _units(sz: SizeData) -> list[RenderableType]:
     if not sz.units:
         return []
     cols = units_columns(sz)
-    keep = [*_TERMINAL_UNITS, *range(len(_TERMINAL_UNITS) + 2, len(cols))]
+    # with prices: the price, not the price per sample/s (the page and Markdown have both)
+    keep = [*_TERMINAL_UNITS, *([len(cols) - 2] if sz.costs is not None else [])]
     table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
     for k in keep:
         name, numeric = cols[k]
-        table.add_column(name, justify="right" if numeric else "left")
+        table.add_column(_SHORT.get(k, name), justify="right" if numeric else "left")
     for u in sz.units:
         cells = units_cells(sz, u)
         table.add_row(*(cells[k] for k in keep))
-    return [Text(units_title(sz)), table, Text("")]
+    legend = "accel.: accelerators kept; alone: by the storage alone; binds: what stops one more"
+    return [Text(units_title(sz)), table, Text(legend, style="dim"), Text("")]
 
 
 def _guidance(sz: SizeData) -> list[RenderableType]:

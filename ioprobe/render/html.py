@@ -33,7 +33,7 @@ from ioprobe.analysis.report import (
 )
 from ioprobe.analysis.samples import SampleCostView
 from ioprobe.analysis.stall_series import Burst, StallOverTime
-from ioprobe.record import ClientsPoint, RunRecord, SizeData, to_plain
+from ioprobe.record import ClientsPoint, DensityRow, RunRecord, SizeData, to_plain
 from ioprobe.redact import printable
 from ioprobe.render import sizing_text
 from ioprobe.render.facts import (
@@ -851,18 +851,14 @@ def _density_section(sz: SizeData) -> list[str]:
         ("of bandwidth", True),
         ("limit", False),
     ]
-    rows = [
-        [
-            a.storage,
-            f"{a.bytes_per_s / 1e6:,.0f}",
-            f"{a.share_of_bandwidth:.0%}",
-            a.limit,
-            f"{b.bytes_per_s / 1e6:,.0f}",
-            f"{b.share_of_bandwidth:.0%}",
-            b.limit,
-        ]
-        for a, b in zip(g.rows, g.contrast_rows, strict=True)
-    ]
+    contrast = {c.storage: c for c in g.contrast_rows}
+
+    def cells(r: DensityRow | None) -> list[str]:
+        if r is None:  # a damaged record lost the row
+            return ["-", "-", "-"]
+        return [f"{r.bytes_per_s / 1e6:,.0f}", f"{r.share_of_bandwidth:.0%}", r.limit]
+
+    rows = [[a.storage, *cells(a), *cells(contrast.get(a.storage))] for a in g.rows]
     return [
         "<h2>Density</h2>",
         f'<p id="density">{e(sizing_text.density_paragraph(g, sz.inputs))}</p>',

@@ -209,11 +209,15 @@ def density_paragraph(g: DensityGuide, inp: SizeInputs) -> str:
         text += (
             f" Fit for this density, delivering at least 90% of their bandwidth: {', '.join(full)}."
         )
+    # paired by name: a damaged record may have lost a row on either side
+    contrast = {c.storage: c for c in g.contrast_rows}
     changed = [
         c
-        for r, c in zip(g.rows, g.contrast_rows, strict=True)
-        if (r.limit == "bandwidth") != (c.limit == "bandwidth")
+        for r in g.rows
+        if (c := contrast.get(r.storage)) is not None
+        and (r.limit == "bandwidth") != (c.limit == "bandwidth")
     ]
+
     if changed:
         other = sample_size(g.contrast_bytes)
         text += f" At {other} per sample this changes: {_names(changed)}."
@@ -261,7 +265,7 @@ def reference_cells(p: ReferencePoint) -> list[str]:
         p.workload,
         f"{p.accelerators:,} {p.accelerator}",
         f"{p.bytes_per_s / 1e9:,.1f}",
-        f"{p.bytes_per_s / 1e9 / p.accelerators:.3g}",
+        f"{p.bytes_per_s / 1e9 / p.accelerators:.3g}" if p.accelerators > 0 else "-",
         _nodes(p.nodes_fed),
         p.source,
     ]

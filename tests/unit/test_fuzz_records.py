@@ -29,6 +29,8 @@ from hypothesis import strategies as st
 from ioprobe.analysis import finalize
 from ioprobe.analysis.catalog import load_catalog, resolve_storage
 from ioprobe.analysis.compare import compare
+from ioprobe.analysis.cost import parse_costs
+from ioprobe.analysis.mlperf import shipped_references
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.size import size
 from ioprobe.analysis.whatif import whatif
@@ -135,7 +137,12 @@ def _size() -> RunRecord:
         dataset_bytes=140e9,
     )
     classes = [resolve_storage("2000MB/s", cat), cat["sata-ssd"], cat["nvme-gen4"]]
-    return size(inp, classes, [1, 2, 8])
+    # priced and with reference points: every part of a sizing report is mutated
+    costs = parse_costs(
+        'currency = "USD"\ngpu = 30000\ncore = 150\n[storage]\nsata-ssd = 300\nnvme-gen4 = 900\n',
+        "prices.toml",
+    )
+    return size(inp, classes, [1, 2, 8], costs=costs, references=shipped_references())
 
 
 @functools.cache

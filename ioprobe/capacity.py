@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from ioprobe.record import (
     CopyPoint,
+    DatasetProfile,
     LoaderSettings,
     ReadScaling,
     ScalingPoint,
@@ -59,6 +60,21 @@ def file_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
         samples = sum(e.samples for e in epochs)
         mean = sum(e.read_chars for e in epochs) / samples if samples else 0.0
     return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
+
+
+def dataset_samples(ds: DatasetProfile) -> int:
+    """The samples a dataset holds: its files, or what its shards, chunks or tables hold
+    (``samples``, counted by the probe from the format's index or headers)."""
+    return ds.samples if ds.samples is not None else ds.files
+
+
+def request_bytes(ds: DatasetProfile) -> float:
+    """Bytes a loader asks storage for at a time: a sample, or where samples are packed in
+    shards, chunks or tables, the file that holds them (a loader streams it whole), which is
+    what a storage class's per-request latency is paid on."""
+    if ds.samples is not None and ds.files and ds.bytes:
+        return ds.bytes / ds.files
+    return ds.sample_bytes_mean
 
 
 def density_class(mean_bytes: float) -> str:
@@ -429,6 +445,7 @@ __all__ = [
     "cpu_capacity",
     "cpu_context",
     "dali_cpu_capacity",
+    "dataset_samples",
     "density_class",
     "gpu_emulated",
     "gpu_from_step",
@@ -437,6 +454,7 @@ __all__ = [
     "pcie_from_rate",
     "peak_copy_rate",
     "read_scaling",
+    "request_bytes",
     "shared_gpu",
     "single_thread_rate",
     "storage_from_lanes",

@@ -73,7 +73,10 @@ class HostInfo:
 
 @dataclass
 class DatasetProfile:
-    """What the target holds. One file is one sample in a probe."""
+    """What the target holds. In a probe, one file is one sample unless ``samples`` says
+    otherwise (shards, chunked formats, tables: ``layout``); then ``sample_bytes_mean`` is
+    bytes per sample and the ``size_*`` figures stay the files'. In a watch, ``files`` is the
+    samples the dataset holds."""
 
     target: str
     files: int = 0
@@ -92,6 +95,11 @@ class DatasetProfile:
     # files that were listed but failed to read when the probe read them (vanished, refused,
     # timed out), each counted once by cause (collect/failures.py names the causes)
     read_errors: dict[str, int] = field(default_factory=dict)
+    # files, tar shards, MDS shards, litdata chunks, parquet, arrow, packed files (the flag)
+    layout: str = "files"
+    samples: int | None = None  # samples the files hold; None: one per file
+    samples_basis: str | None = None  # how ``samples`` was counted (an index, tar headers)
+    index_files: int = 0  # index and metadata files listed beside the data: not samples
 
 
 @dataclass
@@ -732,6 +740,7 @@ class ProbeSettings:
     compute_ms_per_batch: float | None = None
     gpu_samples_per_s: float | None = None
     gpus: int = 1
+    samples_per_file: int | None = None  # --samples-per-file: what each data file holds
 
 
 StorageScope = Literal["local", "network", "object", "given"]
@@ -818,6 +827,9 @@ class SizeInputs:
     # per node in place of cores / cpu_seconds_per_sample; None: from those two
     node_cpu_samples_per_s: float | None = None
     sources: dict[str, str] = field(default_factory=dict)
+    # bytes per read request where it is not a sample: samples packed in shards are read a
+    # shard at a time (None: a sample per request)
+    request_bytes: float | None = None
 
 
 @dataclass

@@ -145,7 +145,15 @@ def _dataset(rec: RunRecord, out: DlioWorkload, add: Put, folder: str | None) ->
     )
     add("dataset", "num_files_train", int(files), src)
     per_file = 1
-    if p.files and samples_per_epoch and samples_per_epoch > p.files:
+    if p.samples is not None and p.files:
+        per_file = max(1, round(p.samples / p.files))
+        add(
+            "dataset",
+            "num_samples_per_file",
+            per_file,
+            f"measured: {p.samples:,} samples in {p.files:,} files ({p.samples_basis})",
+        )
+    elif p.files and samples_per_epoch and samples_per_epoch > p.files:
         per_file = max(1, round(samples_per_epoch / p.files))
         add("dataset", "num_samples_per_file", per_file, "measured: samples per epoch / files")
     else:
@@ -182,6 +190,13 @@ def _sample_size(rec: RunRecord, per_file: int) -> tuple[float, float, str] | No
     """Mean and spread of a sample's bytes: the listed files' where the listing kept their
     spread, else the bytes each watched sample read, else what the listing has."""
     p = rec.dataset
+    if p.samples is not None and p.sample_bytes_mean > 0:
+        # the mean is already per sample; the listing's spread is the files'
+        return (
+            p.sample_bytes_mean,
+            (p.size_stdev or 0.0) / per_file,
+            "measured: the files' bytes / the samples they hold",
+        )
     if p.sample_bytes_mean > 0 and p.size_stdev is not None:
         return (
             p.sample_bytes_mean / per_file,

@@ -361,6 +361,8 @@ def shard_rule(rec: RunRecord, f: PipelineFindings, catalog: Catalog) -> list[Re
     # unknown sizes (unmetered reads) read as 0: no claim about them
     if f.bottleneck != "storage" or rec.dataset.density != "low" or mean <= 0:
         return []
+    if _already_streamed(rec):
+        return []
     cls = _current_class(rec, catalog) if catalog else None
     pred = _sharded_rate(rec, cls) if cls is not None else None
     if pred is not None and not _gain(pred, f):
@@ -382,6 +384,15 @@ def shard_rule(rec: RunRecord, f: PipelineFindings, catalog: Catalog) -> list[Re
             evidence=_read_latency(rec),
         )
     ]
+
+
+def _already_streamed(rec: RunRecord) -> bool:
+    """Whether the samples are already read in large pieces: a probe found them packed in
+    shards, chunks or tables, or a watched loader streams an IterableDataset (the pattern of
+    WebDataset and the chunked formats: its reads are the shards', not the samples')."""
+    if rec.dataset.layout != "files":
+        return True
+    return rec.watch is not None and rec.watch.settings.iterable
 
 
 def _kib(n: float) -> str:

@@ -178,8 +178,9 @@ def recorded_resources(rec: RunRecord) -> Resources:
 def dataset_bytes(rec: RunRecord) -> float:
     """The dataset's size: samples x mean sample size (a watch's ``bytes`` counts re-reads)."""
     ds = rec.dataset
-    if ds.files and ds.sample_bytes_mean:
-        return ds.files * ds.sample_bytes_mean
+    n = capacity.dataset_samples(ds)
+    if n and ds.sample_bytes_mean:
+        return n * ds.sample_bytes_mean
     return float(ds.bytes)
 
 
@@ -362,17 +363,20 @@ def _new_class(rec: RunRecord, ch: Change, st: StorageStage, lanes: float) -> li
         )
     why: list[str] = []
     latency = rec.stages.storage.request_latency_s
+    # packed samples are read a shard or chunk at a time: a request's cost is shared by them
+    request = capacity.request_bytes(rec.dataset)
     if cls.scope == "given" and latency:
         # the run timed its requests' fixed cost apart from the transfer: each of the
         # `lanes` readers pays it, then shares the new bandwidth with the others
-        cap = 1.0 / (latency / lanes + size / cls.seq_read_bytes_per_s)
+        per_sample = latency * size / request
+        cap = 1.0 / (per_sample / lanes + size / cls.seq_read_bytes_per_s)
         rate = cap * size
         why.append(
             f"each read keeps its measured {latency * 1e3:.1f} ms of request latency; "
             "only the transfer speeds up"
         )
     else:
-        rate = read_rate(cls, size, int(lanes))
+        rate = read_rate(cls, request, int(lanes))
         cap = capacity.storage_from_rate(rate, size)
     st.capacity_samples_per_s = cap
     st.read_bytes_per_s = rate

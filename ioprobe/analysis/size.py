@@ -64,13 +64,17 @@ def storage_samples_per_s(cls: StorageClassInfo, inp: SizeInputs) -> float:
     measured storage's own per-node rate does.
     """
     size = inp.sample_bytes
-    per_node = read_rate(cls, size, inp.in_flight)
+    # a storage class's per-request latency is paid per read: per shard where samples are
+    # packed, per sample otherwise
+    request = inp.request_bytes or size
+    per_node = read_rate(cls, request, inp.in_flight)
     if cls.node_bytes_per_s:
         per_node = min(per_node, cls.node_bytes_per_s)
     if cls.scope in ("object", "network", "given") and inp.nic_bytes_per_s:
         per_node = min(per_node, inp.nic_bytes_per_s)
     if cls.scope == "network":
-        total = min(per_node * inp.nodes, read_rate(cls, size, inp.in_flight * inp.nodes))
+        shared = read_rate(cls, request, inp.in_flight * inp.nodes)
+        total = min(per_node * inp.nodes, shared)
     else:
         total = per_node * inp.nodes
     return total / size
@@ -440,7 +444,8 @@ def nodes_fed(cls: StorageClassInfo, gpus: int, inp: SizeInputs) -> int:
     if cls.scope != "network":
         return MAX_NODES
     need = inp.target_utilization * gpus * inp.gpu_samples_per_s
-    shared = read_rate(cls, inp.sample_bytes, inp.in_flight * MAX_NODES) / inp.sample_bytes
+    request = inp.request_bytes or inp.sample_bytes
+    shared = read_rate(cls, request, inp.in_flight * MAX_NODES) / inp.sample_bytes
     ratio = shared / need if need > 0 else math.inf
     n = max(min(int(ratio), MAX_NODES), 1) if math.isfinite(ratio) else MAX_NODES
     for _ in range(CHECK_STEPS):

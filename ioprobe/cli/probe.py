@@ -80,6 +80,14 @@ from ioprobe.record import RankInfo, RunRecord
 )
 @click.option("--gpus", type=count(), default=1, show_default=True, help="GPUs the pipeline feeds.")
 @click.option(
+    "--samples-per-file",
+    type=count(),
+    metavar="N",
+    help="Samples each data file holds (shards, chunks, tables), where the format's own "
+    "index or headers do not say. Default: counted from tar headers, an MDS or litdata "
+    "index.json, Parquet or Arrow metadata; else one per file.",
+)
+@click.option(
     "--pcie-only",
     is_flag=True,
     help="Only the host-to-device probe and the PCIe link (needs a CUDA device; no TARGET).",
@@ -105,6 +113,7 @@ def command(
     compute_ms_per_batch: float | None,
     gpu_samples_per_s: float | None,
     gpus: int,
+    samples_per_file: int | None,
     pcie_only: bool,
     rank_timeout: float,
     quiet: bool,
@@ -127,6 +136,7 @@ def command(
         compute_ms_per_batch=compute_ms_per_batch,
         gpu_samples_per_s=gpu_samples_per_s,
         gpus=gpus,
+        samples_per_file=samples_per_file,
         pcie_only=pcie_only,
     )
     if info is not None:

@@ -31,8 +31,9 @@ from ioprobe.analysis.catalog import (
 from ioprobe.analysis.cluster import cluster_figures
 from ioprobe.analysis.cost import check_classes, load_costs
 from ioprobe.analysis.mlperf import shipped_references
-from ioprobe.analysis.scenario import recorded_gpus
+from ioprobe.analysis.scenario import dataset_bytes, recorded_gpus
 from ioprobe.analysis.size import DEFAULT_GPU_COUNTS, MEASURED, size
+from ioprobe.capacity import request_bytes
 from ioprobe.cli._common import (
     MAX_COUNT,
     MAX_RATE,
@@ -235,7 +236,7 @@ def _inputs(
         raise BadInputError(
             "GPU rate unknown: give --gpu-samples-per-s (or a run with a GPU stage)"
         )
-    return SizeInputs(
+    inp = SizeInputs(
         sample_bytes=b,
         gpu_samples_per_s=r,
         cpu_seconds_per_sample=c,
@@ -243,6 +244,14 @@ def _inputs(
         dataset_bytes=d,
         sources=src,
     )
+    if base is not None and base.dataset.samples is not None and sample_bytes is None:
+        # packed samples are read a file at a time: storage latency is paid per file
+        inp.request_bytes = request_bytes(base.dataset)
+        inp.sources["request_bytes"] = (
+            f"dataset: {base.dataset.layout}, read a file at a time ({base.dataset.files:,} "
+            f"files of {base.dataset.samples:,} samples)"
+        )
+    return inp
 
 
 def _node_cpu(inp: SizeInputs, base: RunRecord | None) -> None:
@@ -264,7 +273,7 @@ def _recorded(base: RunRecord) -> dict[str, tuple[float | None, str]]:
     if figures is not None:
         # a distributed probe's CPU stage sums every node's: a node is what a sizing repeats
         cores, where = figures.node_cores, "distributed.ranks (one node's cores)"
-    total = ds.files * ds.sample_bytes_mean if ds.files and ds.sample_bytes_mean else None
+    total = dataset_bytes(base) if ds.files and ds.sample_bytes_mean else None
     return {
         "sample_bytes": (ds.sample_bytes_mean, "dataset.sample_bytes_mean"),
         "gpu_samples_per_s": (

@@ -10,6 +10,7 @@ the probe ends within the budget plus ``budget.margin_s`` whatever the storage d
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import math
@@ -27,6 +28,7 @@ from ioprobe.collect import disk_to_gpu as d2g_mod
 from ioprobe.collect import gpu_sampler
 from ioprobe.collect import pcie as pcie_mod
 from ioprobe.collect import pipeline as pipe_mod
+from ioprobe.collect import shards as shards_mod
 from ioprobe.collect import storage as st_mod
 from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.cuda_copy import Copier, open_copier
@@ -232,8 +234,9 @@ def use_fastest_path(stages: Stages) -> str | None:
 class _Plan:
     """What the probe learned before measuring: the target, the host, and each phase's time."""
 
-    ds: ds_mod.Dataset
+    ds: ds_mod.Dataset  # the data files: index and metadata files are no samples
     profile: DatasetProfile
+    layout: shards_mod.Layout  # what holds the samples: files, shards, chunks, tables
     host: HostInfo
     usable: int
     device: bool  # a CUDA device the copies can use
@@ -256,6 +259,7 @@ class Probe:
         self.partial: RunRecord | None = None
         self.failures = ReadFailures()  # every phase's failed reads, each file once
         self._deadline = math.inf  # perf_counter when the budget is spent
+        self._per_file = 1.0  # samples per CPU payload: more where whole shards were decoded
 
     def run(self) -> RunRecord:
         """Every phase, with NVML sampled in the background throughout where there is a GPU.
@@ -286,7 +290,7 @@ class Probe:
         self._deadline = started + self.options.time_budget_s
         plan = self._plan(started)
         stages = Stages(storage=StorageStage(), pcie=self._pcie_unmeasured())
-        loader = "image" if plan.dali else choose(self.options.loader, plan.profile.formats)
+        loader = "image" if plan.dali else choose(self.options.loader, _decode_formats(plan))
         self._so_far = (plan, stages, loader)
         self._storage(plan, stages.storage)
         path = self._disk_to_gpu(plan, stages.storage) if plan.device else None
@@ -328,20 +332,27 @@ class Probe:
         split what remains of the budget across the phases."""
         o = self.options
         self.reporter.phase("listing")
-        ds = self._list()
+        listed = self._list()
+        seconds = max(PROFILE_SHARE * o.time_budget_s, PROFILE_MIN_S)
+        with shards_mod.RangeReader(listed.fs) as read:
+            layout = shards_mod.detect(
+                listed, read, samples_per_file=o.samples_per_file, seconds=seconds, seed=o.seed
+            )
+        ds = _data_only(listed, layout)
         prof = ds_mod.profile(
             ds,
             lambda e: pipe_mod.read_whole(ds.fs, e, ds_mod.MAGIC_BYTES),
             seed=o.seed,
-            seconds=max(PROFILE_SHARE * o.time_budget_s, PROFILE_MIN_S),
+            seconds=seconds,
             failures=self.failures,
         )
+        _count_samples(prof, layout, ds)
+        self.notes.extend(layout.notes)
         dali = o.loader == "dali"
         if dali:
-            _check_images(ds.target, prof.formats)  # before any progress line: one error line
-        self.reporter.result(
-            f"{prof.files} files, {prof.bytes / 1e6:.1f} MB, {prof.density} density"
-        )
+            # before any progress line: one error line
+            _check_images(ds.target, dict(layout.sample_formats) or prof.formats)
+        self.reporter.result(_listing_line(prof))
         host = self._host(ds)
         device = not isinstance(self._copier(), str)
         left = max(o.time_budget_s - (time.perf_counter() - started), 1.0)
@@ -351,6 +362,7 @@ class Probe:
         return _Plan(
             ds=ds,
             profile=prof,
+            layout=layout,
             host=host,
             usable=host.usable_cores or os.cpu_count() or 1,
             device=device,
@@ -447,6 +459,7 @@ class Probe:
             failures=self.failures,
         )
         spent = time.monotonic() - started
+        payloads = self._samples_of(plan, payloads)
         if not payloads:
             why = (
                 f"storage did not return one within {seconds:.1f} s; a larger --time-budget "
@@ -456,6 +469,30 @@ class Probe:
             )
             self.notes.append(f"the CPU stage was not measured: no sample to decode ({why})")
         return payloads, spent
+
+    def _samples_of(self, plan: _Plan, payloads: list[bytes]) -> list[bytes]:
+        """The samples the CPU stage decodes: each shard or chunk read is cut into its
+        samples where the format allows (``shards.split``); a file that can't be cut stands
+        for its samples whole, and the stage's rate is scaled by the samples per file."""
+        if not plan.layout.packed or not payloads:
+            return payloads
+        out: list[bytes] = []
+        whole = 0
+        for payload in payloads:
+            parts = shards_mod.split(plan.layout, payload)
+            if parts:
+                out.extend(parts)
+            else:
+                whole += 1
+        if out:
+            return out
+        if whole:
+            self._per_file = capacity.dataset_samples(plan.profile) / max(plan.profile.files, 1)
+            self.notes.append(
+                f"the CPU stage decoded whole files ({plan.layout.kind}: ioprobe does not cut "
+                "this format into samples); its rate is per file times the samples per file"
+            )
+        return payloads
 
     def _decode_inputs(
         self, plan: _Plan, loader: str, st: StorageStage
@@ -473,7 +510,11 @@ class Probe:
         entries = st_mod.select_entries(
             fitting or [min(readable, key=lambda e: e.size)], payload_cap, self.options.seed + 1
         )
-        limit = payload_cap if loader == "raw" else None
+        # a shard cut into samples needs only a prefix: the samples read whole are decoded
+        cut = plan.layout.splitter is not None
+        limit = payload_cap if loader == "raw" or cut else None
+        if cut and not fitting:
+            entries = st_mod.select_entries(readable, payload_cap, self.options.seed + 1)[:1]
         if not fitting and limit is None:
             self.notes.append(
                 f"every file is larger than {payload_cap >> 20} MiB: the CPU stage decodes one "
@@ -483,7 +524,13 @@ class Probe:
 
     def _cpu(self, plan: _Plan, loader: str, payloads: list[bytes], seconds: float) -> CpuStage:
         cpu = cpu_mod.measure_cpu(loader, payloads, plan.usable, seconds, reporter=self.reporter)
+        per_file = self._per_file
+        if per_file > 1:
+            # each payload was a whole file of ``per_file`` samples
+            scale_cpu(cpu, per_file)
         cpu.output_bytes_per_sample = cpu_mod.output_bytes(loader, payloads)
+        if cpu.output_bytes_per_sample and per_file > 1:
+            cpu.output_bytes_per_sample /= per_file
         return cpu
 
     def _pcie(self, plan: _Plan, cpu: CpuStage, path: DiskToGpu | None) -> PcieStage:
@@ -728,3 +775,53 @@ class _PhaseNoting:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def _data_only(ds: ds_mod.Dataset, layout: shards_mod.Layout) -> ds_mod.Dataset:
+    """``ds`` with only the files that hold samples: an index, a table's metadata, or files no
+    index names are no samples, and they are neither read nor counted."""
+    if len(layout.data) == len(ds.entries):
+        return ds
+    total = ds.total_files * len(layout.data) / len(ds.entries)
+    return dataclasses.replace(ds, entries=layout.data, total_files=max(round(total), 1))
+
+
+def _count_samples(prof: DatasetProfile, layout: shards_mod.Layout, ds: ds_mod.Dataset) -> None:
+    """The profile's samples and bytes per sample from ``layout``: the files' bytes over the
+    samples they hold (scaled up with the files where a huge tree was sampled)."""
+    prof.layout = layout.kind
+    prof.index_files = layout.index_files
+    if layout.samples is None or not layout.data:
+        return
+    samples = layout.samples * ds.total_files / len(layout.data)
+    prof.samples = max(round(samples), 1)
+    prof.samples_basis = layout.basis
+    prof.sample_bytes_mean = prof.bytes / prof.samples
+    prof.density = capacity.density_class(prof.sample_bytes_mean)
+
+
+def _listing_line(prof: DatasetProfile) -> str:
+    if prof.samples is None:
+        return f"{prof.files} files, {prof.bytes / 1e6:.1f} MB, {prof.density} density"
+    return (
+        f"{prof.files} {prof.layout} holding {prof.samples:,} samples ({prof.samples_basis}), "
+        f"{prof.bytes / 1e6:.1f} MB, {prof.sample_bytes_mean / 1e3:,.1f} kB per sample, "
+        f"{prof.density} density"
+    )
+
+
+def _decode_formats(plan: _Plan) -> dict[str, int]:
+    """The formats the decode sees: the samples' inside shards, else the files'."""
+    return dict(plan.layout.sample_formats) or plan.profile.formats
+
+
+def scale_cpu(cpu: CpuStage, per_file: float) -> None:
+    """A CPU stage measured on whole files of ``per_file`` samples, per sample."""
+    if cpu.capacity_samples_per_s is not None:
+        cpu.capacity_samples_per_s *= per_file
+    if cpu.cpu_seconds_per_sample is not None:
+        cpu.cpu_seconds_per_sample /= per_file
+    for level in cpu.sweep:
+        level.samples *= round(per_file)
+        level.samples_per_s *= per_file
+        level.cpu_seconds_per_sample /= per_file

@@ -197,6 +197,12 @@ def size_line(rec: RunRecord, formats: str = "") -> str:
             f"{ds.files:,} samples, {ds.bytes / 1e6:,.1f} MB read in {n} epoch{'s' * (n != 1)}, "
             f"{ds.sample_bytes_mean / 1e3:,.1f} kB per sample {density}"
         )
+    if ds.samples is not None:
+        # packed: the files are shards, chunks or tables, and the mean is per sample
+        return (
+            f"{ds.files:,} {ds.layout} holding {ds.samples:,} samples ({ds.samples_basis}), "
+            f"{ds.bytes / 1e6:,.1f} MB, {ds.sample_bytes_mean / 1e3:,.1f} kB per sample {density}"
+        )
     return (
         f"{ds.files:,} files, {ds.bytes / 1e6:,.1f} MB, mean "
         f"{ds.sample_bytes_mean / 1e3:,.1f} kB {density}"

@@ -62,6 +62,25 @@ def file_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
     return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
 
 
+def mapped_bytes_per_sample(mapped_bytes: int, samples: int) -> float:
+    """Bytes per sample of a dataset read through memory maps (NumPy memmap, Arrow): the data
+    files mapped into the loader's workers, each counted once, over the samples the dataset
+    holds; 0 below what a dataset's samples hold at the least (a small index file mapped
+    beside data read otherwise).
+
+    The files' mapped size, not the file pages the workers fault in: the kernel maps more
+    than a sample touches (fault-around, and large page-cache folios: on Linux 6.18 a
+    worker's resident file pages grew by 38 MB in one batch of 2 MB of samples, and covered
+    most of a 200 MB file within ten batches), pages resident from an earlier epoch fault no
+    more, and a per-batch reading would cost a /proc read per batch. The size is what the
+    dataset holds, not what a pass read: a dataset that uses part of its files (some
+    columns, a subset of rows) reads less per sample than this says."""
+    if samples <= 0:
+        return 0.0
+    mean = mapped_bytes / samples
+    return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
+
+
 def dataset_samples(ds: DatasetProfile) -> int:
     """The samples a dataset holds: its files, or what its shards, chunks or tables hold
     (``samples``, counted by the probe from the format's index or headers)."""
@@ -451,6 +470,7 @@ __all__ = [
     "gpu_from_step",
     "gpus_linear",
     "loader_cores",
+    "mapped_bytes_per_sample",
     "pcie_from_rate",
     "peak_copy_rate",
     "read_scaling",

@@ -653,6 +653,14 @@ class WatchData:
     device: str | None = None  # where watch(..., device=) moved the batches
     # how the device-side figures were timed: "cuda events on cuda:0", or "host clock" for a
     # device without CUDA events (copies only); None when nothing ran on a device
+    # where the bytes per sample came from: "metered" (ioprobe.loaders.files), "read" (the
+    # workers' read() calls), "mmap" (the data files the workers had memory-mapped), "none"
+    # (nothing seen: sockets, or no reads); "" in records made before it was kept
+    bytes_seen: str = ""
+    # data files mapped into the workers (libraries, Python's own files, devices and shared
+    # memory left out): their mapped bytes, each file counted once whichever workers mapped it
+    mapped_bytes: int = 0
+    mapped_files: int = 0
     gpu_timing: str | None = None
     gpu_step_ms: Distribution = field(default_factory=Distribution)  # per batch, device clock
     # the device's timeline, placed on the host's from the epoch's first batch: per row a

@@ -3,13 +3,17 @@ accelerator's device; gradients are accumulated over 3 batches.
 
   python examples/frameworks/accelerate_train.py
   ioprobe run --json /tmp/accelerate.json -- python examples/frameworks/accelerate_train.py
+  python examples/frameworks/accelerate_train.py --watch   # ioprobe.watch on the prepared loader
 
-ioprobe.watch refuses the prepared loader (its own __iter__ moves the batches): use ioprobe run.
+ioprobe.watch(prepared loader) keeps the DataLoaderShard's own __iter__ (device placement, the
+end of the loader that forces the last accumulated step) and watches the DataLoader inside it;
+watch after prepare(), which passes anything that is not a DataLoader through unprepared.
 """
 
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -33,7 +37,7 @@ class NpyFiles(Dataset[tuple[torch.Tensor, int]]):
         return torch.from_numpy(np.load(self.paths[i])), i % 4
 
 
-def main() -> None:
+def main(watch: bool) -> None:
     root = Path(tempfile.mkdtemp(prefix="fw-accelerate-"))
     try:
         rng = np.random.default_rng(0)
@@ -45,6 +49,10 @@ def main() -> None:
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         loader = DataLoader(NpyFiles(root), batch_size=32, shuffle=True, num_workers=2)
         model, opt, loader = accelerator.prepare(model, opt, loader)
+        if watch:
+            import ioprobe
+
+            loader = ioprobe.watch(loader)
         for epoch in range(2):
             batches = syncs = 0
             for x, y in loader:
@@ -59,9 +67,12 @@ def main() -> None:
                 f"epoch {epoch}: {batches} batches on {x.device}, {syncs} optimizer steps, "
                 f"loss {loss.item():.4f}"
             )
+        if watch:
+            loader.run.save("accelerate_watch.json")
+            print("record: accelerate_watch.json")
     finally:
         shutil.rmtree(root)
 
 
 if __name__ == "__main__":
-    main()
+    main("--watch" in sys.argv[1:])

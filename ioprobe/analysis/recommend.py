@@ -326,10 +326,13 @@ def cache_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
 def reads_through_page_cache(rec: RunRecord) -> bool | None:
     """Whether the dataset's reads pass through this host's page cache: a probe knows from
     its target (local files do, fsspec URLs do not); a watched run from its workers' file
-    reads in steady state (bytes read() per sample), None where it saw none, since reads
-    over sockets and through memory maps both read as none."""
+    reads in steady state (bytes read() per sample) or the data files they memory-mapped
+    (mapped pages are page-cache pages), None where it saw neither: reads over sockets show
+    as none."""
     if rec.watch is None:
         return not rec.dataset.remote
+    if rec.watch.bytes_seen == "mmap":
+        return True
     return True if capacity.file_bytes_per_sample(rec.watch.epochs) > 0 else None
 
 

@@ -190,6 +190,14 @@ def size_line(rec: RunRecord, formats: str = "") -> str:
             "memory maps do not show in the I/O counters; ioprobe.loaders.files meters them)"
         )
     density = f"({ds.density} density" + (f", {formats})" if formats else ")")
+    if rec.watch is not None and rec.watch.bytes_seen == "mmap":
+        # the files' size stands in for reads that page faults made, which no counter shows
+        k = rec.watch.mapped_files
+        return (
+            f"{ds.files:,} samples, {ds.bytes / 1e6:,.1f} MB in {k:,} memory-mapped "
+            f"file{'s' * (k != 1)}, {ds.sample_bytes_mean / 1e3:,.1f} kB per sample {density}; "
+            "read through page faults: the files' size, not bytes counted as read"
+        )
     if rec.watch is not None:
         # the bytes are what the workers read over every epoch, not the dataset's size
         n = len(rec.watch.epochs)

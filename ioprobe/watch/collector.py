@@ -88,6 +88,9 @@ class BatchStats(NamedTuple):
     indices: bytes = b""  # array("q") of each sample's dataset index (-1: none)
     sample_bytes: bytes = b""  # array("q") of each sample's metered bytes
     started_ns: int = 0  # with a worker's first batch: when it began its first sample
+    # at a worker's 1st, 2nd, 4th ... batch: array("q") of (device, inode, bytes) per data
+    # file mapped into it (torch.mapped_data_files), as bytes
+    mapped: bytes = b""
 
 
 class EpochHook(Protocol):
@@ -257,6 +260,7 @@ class WatchCollector:
         # arrays, run-queue ns), up to SPAN_SAMPLES samples: the read-scaling evidence,
         # unpacked only when the record is made
         self._spans: list[tuple[int, int, bytes, bytes, int]] = []
+        self._mapped: dict[tuple[int, int], int] = {}  # (device, inode) -> bytes mapped
         self._span_samples = 0
         self._scaling: ReadScaling | None = None
         self._origin = 0
@@ -326,7 +330,7 @@ class WatchCollector:
         """A batch that a worker made and measured (``stats``) reached the consumer."""
         # unpacked in field order: one operation where reading the names would take eleven
         (worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns, mopen, done, index_b,
-         bytes_b, started) = stats  # fmt: skip
+         bytes_b, started, mapped) = stats  # fmt: skip
         wall = array("q", wall_b)
         n = len(wall)
         wall_ns = sum(wall)
@@ -352,6 +356,8 @@ class WatchCollector:
             ep.worker_startup_seconds = self._startup_ns / ep.workers_started / 1e9
         if mbytes and bytes_b:
             self.sample_bytes.extend(array("q", bytes_b))
+        if mapped:
+            self._add_mapped(mapped)
         ws = self.worker_series.get(worker)
         if ws is None:
             ws = self.worker_series[worker] = Series(WORKER_COLUMNS, WORKER_ROWS)
@@ -385,6 +391,16 @@ class WatchCollector:
         w.sample_wall_seconds += wall_s
         w.sample_cpu_seconds += cpu_s
         self.sample.extend(wall, wall_ns, cpu, cpu_ns)
+
+    def _add_mapped(self, mapped: bytes) -> None:
+        """A worker's mapped data files: each file's largest extent seen in any worker (a
+        file mapped before the workers forked is in every one of them: counted once)."""
+        triples = array("q", mapped)
+        files = self._mapped
+        for k in range(0, len(triples) - 2, 3):
+            key = (triples[k], triples[k + 1])
+            if triples[k + 2] > files.get(key, 0):
+                files[key] = triples[k + 2]
 
     def _keep_heaviest(
         self, wall: array[int], cpu: array[int], index_b: bytes, bytes_b: bytes, worker: int,
@@ -527,9 +543,9 @@ class WatchCollector:
             self.end_epoch(None)
         host = host_info(None)
         usable = host.usable_cores or os.cpu_count() or 1
-        read_total, mean_bytes = self._bytes_read()
+        read_total, mean_bytes, seen = self._bytes_read()
         self._scaling = capacity.read_scaling(self.sample_spans())
-        stages, notes = self.adapter.stages(self.measured(usable, mean_bytes))
+        stages, notes = self.adapter.stages(self.measured(usable, mean_bytes, seen))
         idle, idle_method = self._idle()
         if self.timeline_error:
             notes.append(f"the device timeline stopped ({self.timeline_error}): host clock used")
@@ -542,7 +558,7 @@ class WatchCollector:
             measured_samples_per_s=self._delivered(),
             gpu_idle_fraction=idle,
             gpu_idle_method=idle_method,
-            watch=self._watch_data(mean_bytes),
+            watch=self._watch_data(mean_bytes, seen),
             notes=notes,
             created=self.created,
             ioprobe_version=__version__,
@@ -558,7 +574,7 @@ class WatchCollector:
             mark_interrupted(rec)
         return rec
 
-    def measured(self, usable: int, mean_bytes: float) -> Measured:
+    def measured(self, usable: int, mean_bytes: float, bytes_seen: str = "read") -> Measured:
         """The inputs of the stage rules, as they stand."""
         tl = self.timeline
         return Measured(
@@ -566,6 +582,7 @@ class WatchCollector:
             epochs=self.epochs,
             usable_cores=usable,
             sample_bytes=mean_bytes,
+            bytes_seen=bytes_seen,
             batch_size=self.batch_size,
             step_ns=self.step.values,
             device_step_ns=self.gpu_step.values,
@@ -575,17 +592,29 @@ class WatchCollector:
             read_scaling=self._scaling,
         )
 
-    def _bytes_read(self) -> tuple[int, float]:
-        """Bytes the loader read, and per sample (0 when below what IPC alone accounts for).
-        Metered reads also count in rchar when they are local: never add the two. Metered
-        bytes are the dataset's by construction; the workers' rchar also holds what their
-        first samples imported, so its per-sample figure comes from the steady batches."""
+    def _bytes_read(self) -> tuple[int, float, str]:
+        """Bytes the loader read, per sample (0 when below what IPC alone accounts for), and
+        how they were seen (``WatchData.bytes_seen``). Metered reads also count in rchar when
+        they are local: never add the two. Metered bytes are the dataset's by construction;
+        the workers' rchar also holds what their first samples imported, so its per-sample
+        figure comes from the steady batches. Where read() shows nothing, the data files the
+        workers mapped stand in (``capacity.mapped_bytes_per_sample``): the bytes are then
+        the files' size, not an epoch's reads."""
         eps = self.epochs
         samples = sum(e.samples for e in eps)
         metered = sum(e.metered_bytes for e in eps)
         if metered:
-            return metered, metered / samples if samples else 0.0
-        return sum(e.read_chars for e in eps), capacity.file_bytes_per_sample(eps)
+            return metered, metered / samples if samples else 0.0, "metered"
+        read_chars = sum(e.read_chars for e in eps)
+        per_sample = capacity.file_bytes_per_sample(eps)
+        if per_sample > 0:
+            return read_chars, per_sample, "read"
+        mapped = sum(self._mapped.values())
+        held = self.dataset_len or max((e.samples for e in eps), default=0)
+        per_sample = capacity.mapped_bytes_per_sample(mapped, held)
+        if per_sample > 0:
+            return mapped, per_sample, "mmap"
+        return read_chars, 0.0, "none"
 
     def _delivered(self) -> float | None:
         """Samples/s delivered in steady state: the first round of batches of each epoch
@@ -616,10 +645,11 @@ class WatchCollector:
             files=self.dataset_len if self.dataset_len is not None else samples,
             bytes=read_total,
             sample_bytes_mean=mean_bytes,
-            density=capacity.density_class(mean_bytes) if samples else "unknown",
+            # no bytes seen is no size, not the smallest class
+            density=capacity.density_class(mean_bytes) if samples and mean_bytes else "unknown",
         )
 
-    def _watch_data(self, mean_bytes: float) -> WatchData:
+    def _watch_data(self, mean_bytes: float, seen: str) -> WatchData:
         return WatchData(
             loader=dict(self.adapter.description),
             settings=self.adapter.settings,
@@ -629,6 +659,9 @@ class WatchCollector:
             step_ms=self.step.to_record(),
             sample_ms=self.sample.to_record(),
             storage_metered=mean_bytes > 0,
+            bytes_seen=seen,
+            mapped_bytes=sum(self._mapped.values()),
+            mapped_files=len(self._mapped),
             tracks=self._tracks(),
             device=self.device,
             gpu_timing=self._timing(),

@@ -16,11 +16,10 @@ import importlib.abc
 import importlib.machinery
 import os
 import sys
-import weakref
 from types import ModuleType
 from typing import Any
 
-from ioprobe.watch.stateful import is_stateful
+from ioprobe.watch.stateful import is_stateful, patch_class, watch_every_loader
 
 TARGET = "torch.utils.data.dataloader"
 LIVE_ENV = "IOPROBE_LIVE"  # "1": ioprobe run --live
@@ -50,10 +49,11 @@ def _patch(module: ModuleType) -> None:
     loaders that wrap one (Accelerate's prepared loader iterates the DataLoader it holds; a
     subclass calls ``super().__iter__()``) reach with their own logic around it intact, and
     the stateful loaders', which do not reach it (they are defined after this module is
-    imported: ``__init_subclass__`` patches them as they are created)."""
+    imported: ``__init_subclass__`` patches them as they are created). The routing is
+    ``watch.stateful``'s, which ``ioprobe.watch`` shares."""
     dl_cls = module.DataLoader
-    by_loader: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-    _patch_class(dl_cls, by_loader)
+    watch_every_loader(_watcher)
+    patch_class(dl_cls)
     previous = dl_cls.__dict__.get("__init_subclass__")
 
     def init_subclass(cls: type, /, **kwargs: Any) -> None:
@@ -62,54 +62,22 @@ def _patch(module: ModuleType) -> None:
         else:
             super(dl_cls, cls).__init_subclass__(**kwargs)
         if is_stateful(cls):
-            _patch_class(cls, by_loader)
+            patch_class(cls)
 
     dl_cls.__init_subclass__ = classmethod(init_subclass)
 
 
-def _patch_class(cls: Any, by_loader: weakref.WeakKeyDictionary[Any, Any]) -> None:
-    """Patch what ``cls`` itself defines: ``__iter__`` hands iteration to the loader's
-    watcher, and a checkpoint (``state_dict``, ``load_state_dict``) goes to the watcher too,
-    whose sibling loader is the one that iterates."""
-    own = cls.__dict__
-    if "__iter__" in own:
-        cls.__iter__ = _patched_iter(own["__iter__"], by_loader)
-    for name in ("state_dict", "load_state_dict"):
-        if name in own:
-            setattr(cls, name, _routed(name, own[name], by_loader))
+def _watcher(loader: Any) -> Any:
+    """A new watcher for ``loader``, saved at exit (and drawing the live panel if asked)."""
+    from ioprobe.watch.torch import Watched
 
+    watched = Watched(loader)
+    _watchers.append(watched)
+    if live_requested():
+        from ioprobe.watch.live import attach
 
-def _watcher(loader: Any, by_loader: weakref.WeakKeyDictionary[Any, Any]) -> Any:
-    watched = by_loader.get(loader)
-    if watched is None:
-        from ioprobe.watch.torch import Watched
-
-        watched = by_loader[loader] = Watched(loader)
-        _watchers.append(watched)
-        if live_requested():
-            from ioprobe.watch.live import attach
-
-            attach(watched._collector)
+        attach(watched._collector)
     return watched
-
-
-def _patched_iter(original: Any, by_loader: weakref.WeakKeyDictionary[Any, Any]) -> Any:
-    def patched_iter(self: Any) -> Any:
-        if getattr(self, "_ioprobe_inner", False):
-            return original(self)  # the sibling loader ioprobe iterates on the user's behalf
-        return iter(_watcher(self, by_loader))
-
-    return patched_iter
-
-
-def _routed(name: str, original: Any, by_loader: weakref.WeakKeyDictionary[Any, Any]) -> Any:
-    def routed(self: Any, *args: Any) -> Any:
-        if getattr(self, "_ioprobe_inner", False):
-            return original(self, *args)
-        # before the first iteration too: the watcher's sibling is the loader that will run
-        return getattr(_watcher(self, by_loader), name)(*args)
-
-    return routed
 
 
 def _write_records() -> None:

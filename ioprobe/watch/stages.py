@@ -27,6 +27,7 @@ from ioprobe.record import (
 )
 
 METERED_BASIS = "metered reads through ioprobe.loaders.files"
+_MAPPED_BYTES = "; bytes per sample from the memory-mapped data files' size"
 HOST_STEP_METHOD = "wall clock: consumer time between batches"
 ONE_BATCH_NOTE = "only one batch per epoch: no step time to measure"
 # a loader that spends less than this share of a sample's wall time blocked is not waiting
@@ -52,6 +53,9 @@ class Measured:
     device: str | None = None  # where watch(..., device=) moved the batches
     # how a sample's time on storage grew with the reads in flight (capacity.read_scaling)
     read_scaling: ReadScaling | None = None
+    # where ``sample_bytes`` came from (WatchData.bytes_seen): "mmap" is the mapped files'
+    # size per sample, not bytes counted as they were read
+    bytes_seen: str = "read"
 
     @property
     def samples(self) -> int:
@@ -162,9 +166,11 @@ def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
         storage.capacity_samples_per_s = cap
         storage.read_bytes_per_s = cap * mean_bytes if mean_bytes else None
         storage.unmetered_seconds = blocked * samples if mean_bytes == 0 else 0.0
-        storage.basis = "blocked time in the workers (wall - CPU - run-queue wait)" + (
-            "" if mean_bytes else "; no bytes in the I/O counters: unmetered (sockets?)"
-        )
+        if not mean_bytes:
+            bytes_basis = "; no bytes in the I/O counters: unmetered (sockets?)"
+        else:
+            bytes_basis = _MAPPED_BYTES if m.bytes_seen == "mmap" else ""
+        storage.basis = "blocked time in the workers (wall - CPU - run-queue wait)" + bytes_basis
     else:
         storage.basis = "workers were never blocked on reads: storage is not limiting"
     return storage

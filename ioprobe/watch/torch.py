@@ -36,7 +36,7 @@ from ioprobe.record import GpuAlone, LoaderSettings, RunRecord, Stages, WatchEpo
 from ioprobe.redact import printable, redact_url
 from ioprobe.watch.collector import BatchStats, Finish, WatchCollector, unjudged
 from ioprobe.watch.stages import Measured, loader_stages
-from ioprobe.watch.stateful import is_stateful
+from ioprobe.watch.stateful import ROUTED, is_stateful, patch_class, route
 
 # ----------------------------------------------------------------------------- worker side
 
@@ -52,6 +52,12 @@ _last: list[int] | None = None  # rchar, read_bytes, run-queue ns at the previou
 # when this worker began its first sample (0 once reported): its start-up's end
 _started = [0]
 _own = [0]  # bytes this module read from /proc: they count in rchar but are not the dataset's
+_batches = [0]  # batches this worker made: its mapped files are read at the 1st, 2nd, 4th ...
+_listed = [b""]  # the maps listing last parsed: an unchanged one is not parsed or sent again
+# its resident file pages at its first batch (-1: not yet), and whether they grew past it:
+# only then does it read through maps, and its mapped files count
+_file_rss = [-1]
+_faults_files = [False]
 
 
 def _after_fork() -> None:
@@ -59,6 +65,10 @@ def _after_fork() -> None:
     _proc_fds.clear()
     _own[0] = 0
     _started[0] = 0
+    _batches[0] = 0
+    _listed[0] = b""
+    _file_rss[0] = -1
+    _faults_files[0] = False
     _last = None
     del _wall[:]
     del _cpu[:]
@@ -92,6 +102,112 @@ def _counters() -> list[int]:
     rchar, rbytes = parse_io(_read_proc(IO))
     runq = parse_runqueue_ns(_read_proc("/proc/thread-self/schedstat"))
     return [rchar - own if rchar else 0, rbytes, runq]
+
+
+# Mapped files that are not a dataset's: devices, kernel files, shared memory (torch's batches
+# cross in it), the system's library trees (the locale archive, gconv's cache) and /etc, and
+# Python's own tree (its modules' data);
+# libraries are known by an executable mapping, model weights by their formats' suffixes
+_NOT_DATA_DIRS = (
+    "/dev/", "/proc/", "/sys/", "/memfd:", "/SYSV", "/etc/", "/usr/lib/", "/usr/lib64/", "/lib/",
+    "/lib64/",
+)  # fmt: skip
+# Resident file pages that grow less than this after a worker's first batch are its own code
+# warming up (a worker whose dataset reads nothing grew by 1 MB in its 3rd and 4th batches,
+# then not at all), not a dataset read through maps: its samples fault in a page each at the
+# least, and the kernel maps 64 KiB, or a whole large folio, per fault
+MAPPED_GROWTH_MIN = 4 << 20
+_WEIGHTS = (".safetensors", ".pt", ".pth", ".ckpt", ".gguf", ".onnx")
+_PREFIXES = (sys.prefix, sys.base_prefix, sys.exec_prefix)
+_PYTHON_DIRS = tuple(sorted({d.rstrip("/") + "/" for d in _PREFIXES if d.strip("/")}))
+
+
+def mapped_data_files(maps: bytes, skip: tuple[str, ...] = _PYTHON_DIRS) -> array[int]:
+    """The data files in a ``/proc/PID/maps`` listing, as flat ``(device, inode, bytes)``
+    triples: each file's mapped extent (overlapping mappings of it counted once). Left out:
+    anonymous and special mappings, files with an executable mapping (libraries, the
+    interpreter), shared libraries' other segments, deleted files, paths under
+    ``_NOT_DATA_DIRS`` and ``skip`` (Python's own tree), and model weights (``_WEIGHTS``)."""
+    spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    code: set[tuple[int, int]] = set()
+    for line in maps.splitlines():
+        parts = line.split(None, 5)
+        if len(parts) < 6 or parts[4] == b"0":
+            continue  # anonymous memory, the heap, the stack: no file
+        addresses, perms, offset, dev, inode, raw = parts
+        major, _, minor = dev.partition(b":")
+        key = (int(major, 16) << 32 | int(minor, 16), int(inode))
+        if b"x" in perms:
+            code.add(key)
+            continue
+        path = raw.decode("utf-8", "replace")
+        name = path.rsplit("/", 1)[-1]
+        if (
+            not path.startswith("/")
+            or path.endswith(" (deleted)")
+            or path.startswith(_NOT_DATA_DIRS)
+            or path.startswith(skip)
+            or name.endswith(_WEIGHTS)
+            or name.endswith(".so")
+            or ".so." in name
+        ):
+            continue
+        lo, _, hi = addresses.partition(b"-")
+        start = int(offset, 16)
+        spans.setdefault(key, []).append((start, start + int(hi, 16) - int(lo, 16)))
+    out = array("q")
+    for key, ranges in spans.items():
+        if key in code:
+            continue
+        total, end = 0, -1
+        for a, b in sorted(ranges):
+            if b > end:
+                total += b - max(a, end)
+                end = b
+        out.extend((key[0], key[1], total))
+    return out
+
+
+def parse_rss_file(status: bytes) -> int:
+    """Resident file-backed bytes (``RssFile``) from ``/proc/PID/status``; -1 if absent."""
+    at = status.find(b"RssFile:")
+    if at < 0:
+        return -1
+    fields = status[at + 8 :].split(b"\n", 1)[0].split()  # "   2012 kB"
+    return int(fields[0]) * 1024 if fields and fields[0].isdigit() else -1
+
+
+def _mapped() -> bytes:
+    """This process's mapped data files (``mapped_data_files``) as bytes for a BatchStats,
+    once its resident file pages grew by ``MAPPED_GROWTH_MIN`` since its first batch
+    (before: b""): files mapped but never read (one the script mapped before the workers
+    forked, in a loader that reads nothing through maps) then stay out. What this reads
+    from /proc counts in rchar: it joins this module's own."""
+    if not _faults_files[0]:
+        rss = parse_rss_file(_read_proc("/proc/self/status"))
+        if _file_rss[0] < 0:
+            _file_rss[0] = rss
+        if rss < 0 or rss - _file_rss[0] < MAPPED_GROWTH_MIN:
+            return b""
+        _faults_files[0] = True
+    try:
+        fd = os.open("/proc/self/maps", os.O_RDONLY)
+    except OSError:
+        return b""
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except OSError:
+        return b""
+    finally:
+        os.close(fd)
+    maps = b"".join(chunks)
+    _own[0] += len(maps)
+    if maps == _listed[0]:
+        return b""  # the collector has these already
+    _listed[0] = maps
+    return mapped_data_files(maps).tobytes()
 
 
 def _baseline() -> None:
@@ -241,6 +357,11 @@ class TimedCollate:
         prev = _last or now
         _last = now
         metered_bytes, metered_ns, metered_open_ns = _files.take()
+        # the mapped files change rarely (a dataset maps its files once, or as it opens
+        # them): listed at this worker's 1st, 2nd, 4th, 16th, 64th ... batch, a cost that
+        # vanishes over an epoch
+        n = _batches[0] = _batches[0] + 1
+        mapped = _mapped() if not n & (n - 1) and (n == 2 or n.bit_length() & 1) else b""
         stats = BatchStats(
             worker=-1 if info is None else info.id,
             wall=wall,
@@ -256,6 +377,7 @@ class TimedCollate:
             indices=index,
             sample_bytes=nbytes,
             started_ns=_started[0],
+            mapped=mapped,
         )
         _started[0] = 0
         return Stamped(out, stats)
@@ -708,6 +830,30 @@ def sm_activity(dev: torch.device) -> Any:
 # ----------------------------------------------------------------------------- the wrapper
 
 
+def _adopt_pending_iterator(loader: Any, inner: DataLoader[Any]) -> None:
+    """Start the stateful sibling ``inner`` where ``loader`` would start. Asked for its
+    ``state_dict()`` before iterating (Accelerate does so when it prepares a loader), a
+    ``StatefulDataLoader`` makes the iterator its first pass will use, drawing that pass's
+    worker seed from the random generator then. The sibling takes that iterator's state, seed
+    included, and makes its own iterator now, with the generators put back as they were: a
+    seed drawn again later would shift every draw after it, and the shuffle order with them.
+    What that pass has drawn of its sampler's order (with workers, its first batches' indices
+    are sent to them as it starts) stays in it: the sibling's first pass draws its own."""
+    if not (stateful(inner) and getattr(loader, "_initial_iter_for_state_dict", False)):
+        return
+    state = loader._iterator.state_dict()
+    gen = inner.generator
+    cpu = torch.get_rng_state()
+    own = gen.get_state() if gen is not None else None
+    try:
+        inner.load_state_dict(state)  # type: ignore[attr-defined]
+        inner.state_dict()  # type: ignore[attr-defined]
+    finally:
+        torch.set_rng_state(cpu)
+        if gen is not None and own is not None:
+            gen.set_state(own)
+
+
 class Watched:
     """What ``ioprobe.watch`` returns for a DataLoader: the loader, plus ``.run`` (a RunRecord)."""
 
@@ -716,6 +862,7 @@ class Watched:
         self._finish = finish
         self._device = resolve_device(device) if device is not None else None
         self._inner = rebuild(loader)
+        _adopt_pending_iterator(loader, self._inner)
         try:
             n: int | None = len(loader.dataset)
         except TypeError:
@@ -772,22 +919,19 @@ class Watched:
     def __len__(self) -> int:
         return len(self._loader)
 
-    def state_dict(self) -> Any:
-        """The loader's checkpoint state: the sibling's where it keeps one (it is the one that
-        iterates), so the position saved is the position reached."""
-        if stateful(self._inner):
-            return self._inner.state_dict()  # type: ignore[attr-defined]
-        return self._loader.state_dict()
-
-    def load_state_dict(self, state: Any) -> None:
-        """Resume from ``state``: the next iteration starts where it was saved."""
-        if stateful(self._inner):
-            self._inner.load_state_dict(state)  # type: ignore[attr-defined]
-        else:
-            self._loader.load_state_dict(state)
-
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
+        """The loader's attribute. A checkpoint (``state_dict``, ``load_state_dict``) is the
+        sibling's where it keeps one: it is the one that iterates, so the position saved is
+        the position reached. Looked up here, not defined, so that a loader without them
+        has none: Lightning checkpoints any loader that has both, and a plain DataLoader
+        would raise."""
+        own = self.__dict__
+        if "_loader" not in own:  # not built yet (a copy being made)
+            raise AttributeError(name)
+        inner = own.get("_inner")
+        if name in ROUTED and inner is not None and stateful(inner):
+            return getattr(inner, name)
+        return getattr(own["_loader"], name)
 
     def __enter__(self) -> Watched:
         return self
@@ -797,20 +941,89 @@ class Watched:
         _ = self.run
 
 
+class WatchedInPlace:
+    """What ``ioprobe.watch`` returns for a loader whose own ``__iter__`` wraps a DataLoader's
+    (Accelerate's prepared loader, a subclass calling ``super().__iter__()``): iterating it
+    runs that ``__iter__`` unchanged, and only the DataLoader inside is watched (``watcher``,
+    routed by ``watch.stateful``). Everything else is the loader's own, plus ``.run``."""
+
+    def __init__(self, loader: Any, watcher: Watched) -> None:
+        self._loader = loader
+        self._watcher = watcher
+        self._collector = watcher._collector  # the live panel attaches here
+
+    @property
+    def run(self) -> RunRecord:
+        """The record of the DataLoader inside; complete once iteration has ended."""
+        return self._watcher.run
+
+    record = run
+
+    def measure_gpu_alone(
+        self, step: Callable[[Any], object], batch: Any, seconds: float = 1.0
+    ) -> GpuAlone:
+        """As ``Watched.measure_gpu_alone``."""
+        return self._watcher.measure_gpu_alone(step, batch, seconds)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._loader)
+
+    def __len__(self) -> int:
+        return len(self._loader)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._loader, name)
+
+    def __enter__(self) -> WatchedInPlace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._watcher.__exit__(*exc)
+
+
+def _iterated_inside(loader: Any) -> DataLoader[Any] | None:
+    """The DataLoader whose iteration ``loader``'s own ``__iter__`` reaches: the loader itself
+    for a DataLoader subclass (through ``super().__iter__()``), else the one DataLoader it
+    holds (Accelerate's ``base_dataloader``); None where it holds none or several. A class
+    is read with ``type()``: Accelerate's adapters answer ``__class__`` with DataLoader."""
+    if issubclass(type(loader), DataLoader):
+        return loader  # type: ignore[no-any-return]
+    try:
+        held = vars(loader)
+    except TypeError:  # no __dict__ (slots)
+        return None
+    inner = held.get("base_dataloader")
+    if issubclass(type(inner), DataLoader):
+        return inner  # type: ignore[no-any-return]
+    found = [v for v in held.values() if issubclass(type(v), DataLoader)]
+    return found[0] if len(found) == 1 else None
+
+
 def accepts(obj: object) -> bool:
     return "torch" in sys.modules and isinstance(obj, DataLoader)
 
 
-def wrap(loader: DataLoader[Any], device: Any, finish: Finish) -> Watched:
-    """The watched loader; refused, in one line, for a loader that iterates through its own
-    ``__iter__`` (Accelerate's prepared loader moves batches to the device and signals the
-    end of the loader there): the watched copy would bypass that and change what the job
-    gets. ``ioprobe run`` watches such a loader in place."""
+def wrap(loader: DataLoader[Any], device: Any, finish: Finish) -> Watched | WatchedInPlace:
+    """The watched loader. A DataLoader (a stateful one included) is iterated by a sibling
+    (``Watched``). A loader whose own ``__iter__`` wraps a DataLoader's (Accelerate's prepared
+    loader moves batches to the device, iterates one batch ahead and marks the end of the
+    loader for gradient accumulation) keeps iterating through it, and the DataLoader inside is
+    watched in place (``WatchedInPlace``); one that holds no DataLoader is refused, in one
+    line. A DataLoader subclass is taken to reach DataLoader's ``__iter__``: one whose
+    ``__iter__`` never does records no epoch."""
     cls = type(loader)
-    if cls.__iter__ is not DataLoader.__iter__ and not any(map(is_stateful, cls.__mro__)):
+    if cls.__iter__ is DataLoader.__iter__ or is_stateful(cls):
+        return Watched(loader, device, finish)
+    inner = _iterated_inside(loader)
+    if inner is None:
         raise BadInputError(
             f"ioprobe.watch: {cls.__module__}.{cls.__qualname__} iterates through its own "
-            "__iter__, which a watched copy would bypass (changing the batches the job gets); "
-            "run the script under `ioprobe run`, which watches such a loader in place"
+            "__iter__ and holds no DataLoader that it could be iterating, so nothing of it "
+            "can be watched; watch the DataLoader it reads from instead"
         )
-    return Watched(loader, device, finish)
+    watcher = Watched(inner, device, finish)
+    for klass in type(inner).__mro__:
+        if klass is DataLoader or is_stateful(klass):
+            patch_class(klass)
+    route(inner, watcher)
+    return WatchedInPlace(loader, watcher)

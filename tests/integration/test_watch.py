@@ -269,15 +269,29 @@ def test_an_iterator_never_advanced_is_no_epoch() -> None:
     assert [(e.samples, e.batches) for e in watched.run.watch.epochs] == [(32, 4)]
 
 
-def test_watch_refuses_a_loader_that_iterates_through_its_own_iter() -> None:
+def test_watch_keeps_the_own_iter_of_a_loader_that_wraps_dataloaders() -> None:
     # Accelerate's prepared loader moves batches to the device in its own __iter__: a watched
-    # copy bypassed it (batches stayed on the CPU, an accumulation step went missing)
+    # copy bypassed it (batches stayed on the CPU, an accumulation step went missing). The
+    # subclass multiplies each batch by 10 around super().__iter__()
     from tests.fixtures.subclass_train import ShardLoader
 
-    with pytest.raises(
-        BadInputError, match=r"ShardLoader iterates through its own __iter__.*ioprobe run"
-    ):
-        ioprobe.watch(ShardLoader(BurnDataset(8, 0.0), batch_size=4))
+    def make() -> ShardLoader:
+        return ShardLoader(
+            BurnDataset(24, 0.0),
+            batch_size=4,
+            shuffle=True,
+            generator=torch.Generator().manual_seed(3),
+        )
+
+    plain = [b["moved"].flatten().tolist() for b in make()]
+    watched = ioprobe.watch(make())
+    got = [b["moved"].flatten().tolist() for b in watched]
+    assert got == plain
+    assert sorted(v for b in got for v in b) == [10 * i for i in range(24)]
+    assert len(watched) == 6 and watched.batch_size == 4
+    rec = watched.run
+    assert rec.watch is not None
+    assert [(e.samples, e.batches) for e in rec.watch.epochs] == [(24, 6)]
 
     # a plain subclass that keeps DataLoader's iteration is watched as before
     class Named(DataLoader[torch.Tensor]):

@@ -1,0 +1,150 @@
+"""Bytes read through memory maps in watched runs, against a file of a known size per sample.
+
+The datasets read a temporary file of exactly ``S`` bytes per sample, through a NumPy memmap
+(page faults: no byte shows in the workers' read counters) or through ``read()``; a
+third reads nothing while a memmap of the same file stays alive in the parent, which every
+forked worker inherits. The record must state the bytes per sample the file holds, say how
+it saw them, and never count the same bytes twice or a file nobody read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import ioprobe
+from ioprobe.record import RunRecord
+from ioprobe.render.facts import size_line
+
+pytestmark = pytest.mark.slow
+
+KIB = 1024
+
+
+def make_file(path: Path, sample_bytes: int, samples: int) -> Path:
+    """``samples`` records of ``sample_bytes`` random bytes each, written in 8 MiB pieces."""
+    total = sample_bytes * samples
+    with path.open("wb") as f:
+        while total > 0:
+            piece = min(total, 8 << 20)
+            f.write(os.urandom(piece))
+            total -= piece
+    return path
+
+
+class MemmapDataset(Dataset[torch.Tensor]):
+    """Sample ``i`` is row ``i`` of a memmap: read through page faults when copied."""
+
+    def __init__(self, path: Path, sample_bytes: int) -> None:
+        self.rows = np.memmap(path, dtype=np.uint8, mode="r").reshape(-1, sample_bytes)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.from_numpy(np.array(self.rows[i]))
+
+
+class ReadDataset(Dataset[torch.Tensor]):
+    """The same samples through open() and read(): every byte shows in rchar."""
+
+    def __init__(self, path: Path, sample_bytes: int, samples: int) -> None:
+        self.path, self.size, self.n = path, sample_bytes, samples
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        with self.path.open("rb") as f:
+            f.seek(i * self.size)
+            return torch.frombuffer(bytearray(f.read(self.size)), dtype=torch.uint8)
+
+
+class NothingDataset(Dataset[torch.Tensor]):
+    def __init__(self, samples: int) -> None:
+        self.n = samples
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.full((16,), i)
+
+
+def watched_run(ds: Dataset[Any], batch_size: int = 32) -> RunRecord:
+    loader = DataLoader(
+        ds,
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=2,
+        generator=torch.Generator().manual_seed(3),
+    )
+    w = ioprobe.watch(loader)
+    for _ in w:
+        pass
+    return w.run
+
+
+@pytest.mark.parametrize(
+    ("sample_bytes", "samples", "density"),
+    [(64 * KIB, 3000, "low"), (512 * KIB, 400, "medium")],
+)
+def test_memmap_reads_give_the_files_bytes_per_sample_and_density(
+    tmp_path: Path, sample_bytes: int, samples: int, density: str
+) -> None:
+    path = make_file(tmp_path / "rows.bin", sample_bytes, samples)
+    run = watched_run(MemmapDataset(path, sample_bytes), batch_size=32 if samples > 1000 else 8)
+    w = run.watch
+    assert w is not None
+    assert w.bytes_seen == "mmap"
+    assert w.mapped_files == 1 and w.mapped_bytes == sample_bytes * samples
+    assert run.dataset.sample_bytes_mean == pytest.approx(sample_bytes, rel=0.1)
+    assert run.dataset.density == density
+    assert run.dataset.bytes == sample_bytes * samples
+    # the workers' read() calls saw no more than IPC: the maps are where the bytes came from
+    steady = sum(e.read_chars - e.startup_read_chars for e in w.epochs)
+    assert steady / samples < 512
+    line = size_line(run)
+    assert "memory-mapped" in line and f"{sample_bytes / 1e3:,.1f} kB per sample" in line
+    again = RunRecord.from_json(run.to_json())
+    assert again.watch is not None and again.watch.bytes_seen == "mmap"
+    assert size_line(again) == line
+
+
+def test_read_calls_still_count_through_rchar_with_the_same_file_mapped_in_the_parent(
+    tmp_path: Path,
+) -> None:
+    size, n = 64 * KIB, 3000
+    path = make_file(tmp_path / "rows.bin", size, n)
+    mapped_in_parent = MemmapDataset(path, size)  # inherited by every forked worker
+    assert int(mapped_in_parent.rows[0, 0]) >= 0
+    run = watched_run(ReadDataset(path, size, n))
+    w = run.watch
+    assert w is not None
+    assert w.bytes_seen == "read"
+    assert w.mapped_bytes == 0  # no double count: the workers read, they faulted nothing
+    assert run.dataset.sample_bytes_mean == pytest.approx(size, rel=0.1)
+    assert run.dataset.density == "low"
+    assert "read in 1 epoch" in size_line(run)
+
+
+def test_a_dataset_reading_nothing_is_not_seen_though_a_mapped_file_is_inherited(
+    tmp_path: Path,
+) -> None:
+    size, n = 64 * KIB, 3000
+    path = make_file(tmp_path / "rows.bin", size, n)
+    mapped_in_parent = MemmapDataset(path, size)
+    assert int(mapped_in_parent.rows[-1, -1]) >= 0
+    run = watched_run(NothingDataset(n))
+    w = run.watch
+    assert w is not None
+    assert w.bytes_seen == "none" and not w.storage_metered
+    assert w.mapped_bytes == 0
+    assert run.dataset.sample_bytes_mean == 0.0 and run.dataset.density == "unknown"
+    assert "bytes per sample not seen" in size_line(run)

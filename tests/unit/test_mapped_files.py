@@ -1,0 +1,201 @@
+"""The mapped data files a worker lists, how the collector counts them, and what they cost."""
+
+from __future__ import annotations
+
+import pickle
+import sys
+import time
+from array import array
+
+import pytest
+import torch
+
+from ioprobe import capacity
+from ioprobe.record import LoaderSettings
+from ioprobe.render.facts import size_line
+from ioprobe.watch import torch as wt
+from ioprobe.watch.collector import BatchStats, WatchCollector
+from ioprobe.watch.torch import DataLoaderAdapter, Stamped, mapped_data_files, parse_rss_file
+
+DEV = (0xFD << 32) | 0x01  # "fd:01"
+
+MAPS = b"""\
+55d0c0000000-55d0c0001000 r--p 00000000 fd:01 100 /usr/bin/python3.11
+55d0c0001000-55d0c0200000 r-xp 00001000 fd:01 100 /usr/bin/python3.11
+55d0c1000000-55d0c1100000 rw-p 00000000 00:00 0 [heap]
+7f0000000000-7f0010000000 r--s 00000000 fd:01 200 /data/train/rows.bin
+7f0010000000-7f0010100000 r--s 0fff0000 fd:01 200 /data/train/rows.bin
+7f0020000000-7f0020400000 r--p 00000000 fd:01 201 /data/hf cache/data-00000-of-00002.arrow
+7f0030000000-7f0030001000 r--p 00000000 fd:01 300 /opt/lib/libcustom.so.1
+7f0030001000-7f0030002000 r-xp 00001000 fd:01 300 /opt/lib/libcustom.so.1
+7f0031000000-7f0031001000 r--p 00000000 fd:01 301 /opt/lib/_ext.cpython-311.so
+7f0031001000-7f0031002000 r-xp 00001000 fd:01 301 /opt/lib/plugin.bin
+7f0032000000-7f0032002000 r--p 00000000 fd:01 302 /usr/lib/x86_64-linux-gnu/gconv/gconv-modules.cache
+7f0033000000-7f0033200000 rw-s 00000000 00:19 303 /dev/shm/torch_123_456 (deleted)
+7f0034000000-7f0034200000 rw-s 00000000 00:01 304 /memfd:torch (deleted)
+7f0035000000-7f0035800000 r--s 00000000 fd:01 305 /data/old.bin (deleted)
+7f0036000000-7f0036800000 r--p 00000000 fd:01 306 /models/weights.safetensors
+7f0037000000-7f0037100000 r--p 00000000 fd:01 307 /venv/lib/python3.11/site-packages/pkg/table.dat
+7ffd00000000-7ffd00021000 rw-p 00000000 00:00 0 [stack]
+7ffd00100000-7ffd00102000 r-xp 00000000 00:00 0 [vdso]
+"""
+
+
+def as_files(flat: array[int]) -> dict[tuple[int, int], int]:
+    return {(flat[k], flat[k + 1]): flat[k + 2] for k in range(0, len(flat), 3)}
+
+
+def test_only_data_files_are_listed_with_overlapping_mappings_counted_once() -> None:
+    files = as_files(mapped_data_files(MAPS, skip=("/venv/",)))
+    # rows.bin: 256 MiB from offset 0, and 1 MiB from 0x0fff0000 (64 KiB of it overlaps)
+    assert files == {
+        (DEV, 200): 0x10000000 + 0x100000 - 0x10000,
+        (DEV, 201): 0x400000,  # a path with a space is kept whole
+    }
+
+
+def test_the_python_tree_is_skipped_by_default() -> None:
+    prefix = sys.prefix.rstrip("/") + "/"
+    maps = (
+        f"7f0000000000-7f0000100000 r--p 00000000 fd:01 9 {prefix}lib/data.bin\n"
+        "7f0001000000-7f0001100000 r--p 00000000 fd:01 10 /data/x.npy\n"
+    ).encode()
+    assert as_files(mapped_data_files(maps)) == {(DEV, 10): 0x100000}
+
+
+def test_a_listing_without_data_files_gives_nothing() -> None:
+    assert len(mapped_data_files(b"")) == 0
+    assert len(mapped_data_files(MAPS.replace(b"/data/", b"/dev/"), skip=("/venv/",))) == 0
+
+
+def test_resident_file_bytes_come_from_the_status_line() -> None:
+    status = (
+        b"VmRSS:\t    2168 kB\nRssAnon:\t     156 kB\nRssFile:\t    2012 kB\nRssShmem:\t 0 kB\n"
+    )
+    assert parse_rss_file(status) == 2012 * 1024
+    assert parse_rss_file(b"VmRSS:\t 1 kB\n") == -1
+    assert parse_rss_file(b"RssFile:") == -1
+    with open("/proc/self/status", "rb") as f:
+        assert parse_rss_file(f.read()) > 0
+
+
+def test_mapped_bytes_per_sample_is_the_size_over_the_samples_held() -> None:
+    assert capacity.mapped_bytes_per_sample(3000 * 65536, 3000) == 65536
+    assert capacity.mapped_bytes_per_sample(100 * 511, 100) == 0.0  # an index file, not data
+    assert capacity.mapped_bytes_per_sample(1 << 20, 0) == 0.0
+
+
+def _collector(dataset_len: int | None) -> WatchCollector:
+    loader = {"num_workers": "2", "batch_size": "4", "dataset": "Rows"}
+    return WatchCollector(DataLoaderAdapter(LoaderSettings.parse(loader), loader), 4, dataset_len)
+
+
+def _feed(c: WatchCollector, batches: int, rchar: int, mapped: dict[int, bytes]) -> None:
+    """``batches`` batches of 4 samples from workers 0 and 1, each reading ``rchar`` bytes;
+    ``mapped``: batch number -> the listing its worker sent with it."""
+    wall = (1000).to_bytes(8, "little") * 4
+    c.begin_epoch()
+    t = 10**12
+    for i in range(batches):
+        stats = BatchStats(i % 2, wall, wall, 0, rchar, 0, 0, 0, 0, 0, t, mapped=mapped.get(i, b""))
+        c.on_batch(t, t + 1000, stats)
+        t += 10**6
+    c.end_epoch(None)
+
+
+def _listing(*files: tuple[int, int]) -> bytes:
+    return array("q", [v for inode, size in files for v in (DEV, inode, size)]).tobytes()
+
+
+def test_a_file_mapped_by_every_worker_counts_once_at_its_largest_extent() -> None:
+    c = _collector(1000)
+    mb = 1 << 20
+    _feed(c, 40, 0, {2: _listing((1, 500 * mb)), 3: _listing((1, 400 * mb), (2, 100 * mb))})
+    rec = c.stop()
+    assert rec.watch is not None
+    assert rec.watch.bytes_seen == "mmap"
+    assert rec.watch.mapped_files == 2 and rec.watch.mapped_bytes == 600 * mb
+    assert rec.dataset.bytes == 600 * mb
+    assert rec.dataset.sample_bytes_mean == pytest.approx(600 * mb / 1000)
+    assert rec.dataset.density == "medium"
+    line = size_line(rec)
+    assert "629.1 MB in 2 memory-mapped files, 629.1 kB per sample (medium density)" in line
+
+
+def test_read_bytes_win_over_mapped_files_and_nothing_is_added_twice() -> None:
+    c = _collector(1000)
+    _feed(c, 40, 4 * 65536, {2: _listing((1, 1 << 30))})
+    rec = c.stop()
+    assert rec.watch is not None and rec.watch.bytes_seen == "read"
+    assert rec.dataset.sample_bytes_mean == pytest.approx(65536)
+    assert rec.dataset.bytes == 40 * 4 * 65536
+
+
+def test_without_a_dataset_length_the_samples_of_the_longest_epoch_stand_in() -> None:
+    c = _collector(None)
+    _feed(c, 50, 0, {2: _listing((7, 200 * 65536))})
+    rec = c.stop()
+    assert rec.dataset.sample_bytes_mean == pytest.approx(200 * 65536 / 200)
+
+
+def test_nothing_seen_at_all_says_so() -> None:
+    c = _collector(1000)
+    _feed(c, 40, 64, {})
+    rec = c.stop()
+    assert rec.watch is not None and rec.watch.bytes_seen == "none"
+    assert rec.dataset.density == "unknown"
+    assert "not seen" in size_line(rec)
+
+
+def test_a_stamped_batch_carries_its_listing_across_a_pickle() -> None:
+    listing = _listing((5, 4096))
+    stats = BatchStats(1, b"", b"", 0, 0, 0, 0, 0, 0, 0, 1, mapped=listing)
+    got = pickle.loads(pickle.dumps(Stamped(torch.zeros(2), stats), protocol=5))
+    assert got.stats.mapped == listing
+
+
+def test_listing_the_mapped_files_costs_about_a_millisecond_at_most_log2_times(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The per-batch cost: a counter and a bit test; at a worker's 1st, 2nd, 4th, 16th ...
+    batch a status read (before its file pages grew) or the maps listing (after)."""
+    import numpy as np  # a process with torch and NumPy loaded, as a worker has
+
+    assert np is not None
+    saved = wt._faults_files[0], wt._file_rss[0], wt._own[0], wt._listed[0]
+    try:
+        timings = {}
+        for grown in (False, True):
+            wt._faults_files[0] = grown
+            wt._file_rss[0] = -1
+            t = time.perf_counter()
+            for _ in range(20):
+                wt._listed[0] = b""  # parsed every time: the listing changed
+                wt._mapped()
+            timings[grown] = (time.perf_counter() - t) / 20
+    finally:
+        wt._faults_files[0], wt._file_rss[0], wt._own[0], wt._listed[0] = saved
+    with capsys.disabled():
+        print(
+            f"\nmapped files: status check {timings[False] * 1e6:.0f} us, "
+            f"maps listing {timings[True] * 1e6:.0f} us per call"
+        )
+    assert timings[False] < 0.005 and timings[True] < 0.05
+
+
+def test_a_worker_lists_its_mapped_files_at_its_1st_2nd_4th_16th_64th_batch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    listed: list[int] = []
+
+    def spy() -> bytes:
+        listed.append(wt._batches[0])
+        return b""
+
+    monkeypatch.setattr(wt, "_mapped", spy)
+    monkeypatch.setattr(wt, "_batches", [0])
+    monkeypatch.setattr(wt, "_last", None)
+    collate = wt.TimedCollate(torch.stack)
+    for _ in range(300):
+        collate([torch.zeros(2)])
+    assert listed == [1, 2, 4, 16, 64, 256]

@@ -793,6 +793,11 @@ class Change:
     gpu_decode: bool = False
     # a decode path the probe measured (pillow, dali-cpu; dali-gpu is gpu_decode, measured)
     decode: str | None = None
+    # a probe of the same storage (whatif --probe): its concurrency sweep, the curve a
+    # watched run's storage follows at a new number of readers in place of the run's own
+    # evidence; empty: none given
+    storage_sweep: list[SweepPoint] = field(default_factory=list)
+    storage_sweep_source: str | None = None  # that probe: its file, target and pass
 
 
 @dataclass

@@ -63,7 +63,12 @@ class QueuePrediction:
 
 def _segment(log: BatchLog) -> range:
     """The logged batches of the epoch with the most of them: one epoch's queue, no worker
-    restart inside it."""
+    restart inside it; none where a column of the log is missing or cut short (a damaged or
+    hand-edited record), which no replay can read."""
+    n = len(log.epoch)
+    columns = (log.request, log.arrival, log.ready, log.worker, log.work_ms, log.slowest_ms)
+    if any(len(c) != n for c in (*columns, log.samples)):
+        return range(0)
     counts: dict[int, int] = {}
     for e in log.epoch:
         counts[e] = counts.get(e, 0) + 1
@@ -218,8 +223,8 @@ def queue_predictions(rec: RunRecord) -> list[QueuePrediction]:
     """
     seg = replayable(rec)
     w, measured = rec.watch, rec.measured_samples_per_s
-    if seg is None or w is None or w.batch_log is None or measured is None:
-        return []
+    if seg is None or w is None or w.batch_log is None or not measured:
+        return []  # a measured rate of 0 has no ratio to scale
     log = w.batch_log
     idx = list(seg)
     workers = w.settings.workers

@@ -32,6 +32,7 @@ from ioprobe.record import (
     CpuStage,
     GpuStage,
     PcieStage,
+    ReadScaling,
     RunRecord,
     StageDelta,
     StageName,
@@ -338,12 +339,19 @@ def storage_estimate(
 ) -> tuple[StorageStage, list[str]]:
     """A new storage class is modelled from its datasheet at this sample size and number of
     reads in flight (``catalog.read_rate``); otherwise the capacity follows the measured
-    concurrency sweep, or scales linearly with reads in flight for a watched run. A cache
+    concurrency sweep: a probe's own, or for a watched run a probe's of the same storage
+    (``Change.storage_sweep``), else the run's own exponent or, lacking one, linear. A cache
     then mixes cached and uncached reads by the hit rate of its size and the access order."""
     st = copy.deepcopy(rec.stages.storage)
     lanes = _storage_lanes(rec, new, ch.workers is not None)
     if ch.storage is not None:
         why = _new_class(rec, ch, st, lanes)
+        if ch.storage_sweep and rec.watch is not None:
+            why.append(
+                "the probe's sweep is not used: a new storage class replaces the measured one"
+            )
+    elif ch.storage_sweep and rec.watch is not None:
+        why = _along_probe(rec, ch, st, _storage_lanes(rec, old, False), lanes)
     else:
         why = _more_readers(rec, st, old, lanes)
     # a zero capacity is no measurement (the model leaves it out too): nothing to cache
@@ -408,7 +416,8 @@ def _readers_why(rec: RunRecord, curved: bool, ratio: float) -> str:
         why = scaling.limit.removeprefix("undetermined: ")
         return (
             "storage scales linearly with reads in flight (assumed: this run can't tell a "
-            f"bandwidth cap from a latency limit, its {why})"
+            f"bandwidth cap from a latency limit, its {why}; a probe of the same storage "
+            "measures it: whatif --probe)"
         )
     beyond = ratio * scaling.reads_in_flight_mean > scaling.reads_in_flight_max
     return (
@@ -421,6 +430,106 @@ def _readers_why(rec: RunRecord, curved: bool, ratio: float) -> str:
             else ""
         )
     )
+
+
+# The probe's sweep and the run's own exponent disagree strongly past this gap over the same
+# reads in flight (a latency limit, 1, and a bandwidth cap, 0, are 1 apart)
+EXPONENT_DISAGREES = 0.3
+
+
+def run_reads_in_flight(
+    points: list[tuple[float, float]],
+    lanes: float,
+    read_s: float,
+    sample_bytes: float,
+    scaling: ReadScaling | None,
+) -> tuple[float, str]:
+    """The reads in flight a watched run's reads were timed at, and how that is known.
+
+    The run measured it (``scaling.reads_in_flight_mean``); otherwise it is where a probe's
+    curve ``points`` (reads in flight, bytes/s) gives the run's time per read ``read_s``:
+    m * sample_bytes / T(m) = read_s, between one read and the lanes. The curve's time per
+    read grows with m (flat under a latency limit, where every m scales alike). Where the
+    run read faster than the probe's one reader or slower than at its lanes (another cache
+    state, other load on the storage), the curve can't place it: the lanes."""
+    if scaling is not None and scaling.reads_in_flight_mean > 0:
+        return min(scaling.reads_in_flight_mean, lanes), "measured in this run"
+
+    def per_read(m: float) -> float:
+        return m * sample_bytes / capacity.sweep_rate(points, m, False)
+
+    if sample_bytes > 0 and lanes > 1 and per_read(1.0) <= read_s <= per_read(lanes):
+        lo, hi = 1.0, lanes
+        for _ in range(40):
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if per_read(mid) < read_s else (lo, mid)
+        return (lo + hi) / 2, "where the sweep's time per read is this run's"
+    return lanes, "assumed: every lane was reading"
+
+
+def probe_scale(
+    points: list[tuple[float, float]],
+    lanes: float,
+    new_lanes: float,
+    m: float,
+    exponent: float | None,
+) -> float:
+    """The factor a watched run's storage capacity takes at ``new_lanes`` readers instead of
+    its ``lanes``, along a probe's measured curve ``points`` (reads in flight, bytes/s; flat
+    past the last level, where storage saturates), its reads timed at ``m`` in flight
+    (``run_reads_in_flight``).
+
+    The run's capacity is lanes / time per read. By Little's law storage delivered m / lanes
+    of that, the curve's T(m); with every new lane reading it delivers T(new_lanes), so the
+    factor is (m / lanes) * T(new_lanes) / T(m). A capacity the run put at every lane reading
+    with its own ``exponent`` (``capacity.all_lanes_reading``) is taken back to its reads
+    first, so that the probe's curve alone moves it."""
+    undo = (m / lanes) ** (1.0 - exponent) if exponent is not None else 1.0
+    at_run = capacity.sweep_rate(points, m, False)
+    if at_run <= 0:
+        return 1.0
+    return (m / lanes) / undo * capacity.sweep_rate(points, new_lanes, False) / at_run
+
+
+def _along_probe(
+    rec: RunRecord, ch: Change, st: StorageStage, lanes: float, new_lanes: float
+) -> list[str]:
+    """A watched run's storage at ``new_lanes`` readers along a probe's sweep of the same
+    storage (``probe_scale``), and the sentences that say where the curve came from."""
+    cap = st.capacity_samples_per_s
+    pts = capacity.sweep_points(ch.storage_sweep)
+    if not cap or new_lanes == lanes or not pts or rec.watch is None:
+        return []
+    scaling = rec.watch.read_scaling
+    m, how = run_reads_in_flight(pts, lanes, lanes / cap, rec.dataset.sample_bytes_mean, scaling)
+    exponent = scaling.exponent if scaling is not None else None
+    factor = probe_scale(pts, lanes, new_lanes, m, exponent)
+    st.capacity_samples_per_s = cap * factor
+    xs, ys = [x for x, _ in pts], [y for _, y in pts]
+    why = [
+        f"storage follows the concurrency sweep of {ch.storage_sweep_source or 'a probe'}: "
+        f"{len(pts)} levels, {min(xs):g}-{max(xs):g} reads in flight, "
+        f"{min(ys) / 1e6:.2f}-{max(ys) / 1e6:.2f} MB/s; from the {m:.1f} reads in flight this "
+        f"run had ({how}) to {new_lanes:g} with every worker reading, {factor:.2f}x its "
+        "capacity"
+        + (
+            f"; past the sweep's last level ({max(xs):g}) storage is taken as saturated (flat)"
+            if new_lanes > max(xs)
+            else ""
+        )
+    ]
+    if scaling is not None and scaling.exponent is not None and new_lanes != m:
+        seen = math.log(
+            capacity.sweep_rate(pts, new_lanes, False) / capacity.sweep_rate(pts, m, False)
+        ) / math.log(new_lanes / m)
+        if abs(seen - scaling.exponent) > EXPONENT_DISAGREES:
+            why.append(
+                f"this run's own reads gave storage throughput ~ (reads in flight) ** "
+                f"{scaling.exponent:.2f} (a {scaling.limit} limit), the probe's sweep "
+                f"** {seen:.2f} over the same reads in flight; the sweep, measured at "
+                f"{len(pts)} levels, is used"
+            )
+    return why
 
 
 def _cached(rec: RunRecord, ch: Change, st: StorageStage) -> str:
@@ -560,6 +669,7 @@ def _why(stage: StageName, ch: Change) -> str:
             (ch.storage is not None, f"storage {ch.storage.name if ch.storage else ''}"),
             (ch.workers is not None, f"{ch.workers} workers reading"),
             (ch.gpus is not None, f"{ch.gpus} GPU processes reading"),
+            (bool(ch.storage_sweep) and ch.storage is None, "along the probe's sweep"),
             (ch.cache_bytes is not None, "cache"),
         ],
         "pcie": [(ch.pcie is not None, f"link {ch.pcie}"), (ch.gpus is not None, "more links")],
@@ -569,6 +679,7 @@ def _why(stage: StageName, ch: Change) -> str:
 
 
 __all__ = [
+    "EXPONENT_DISAGREES",
     "GPU_DECODE_CPU_FRACTION",
     "GPU_DECODE_IMAGES_PER_S",
     "PCIE_EFFICIENCY",
@@ -586,12 +697,14 @@ __all__ = [
     "merge",
     "parse_pcie",
     "pcie_estimate",
+    "probe_scale",
     "recorded_cores",
     "recorded_gpus",
     "recorded_order",
     "recorded_resources",
     "recorded_workers",
     "resources",
+    "run_reads_in_flight",
     "split_base",
     "storage_estimate",
 ]

@@ -3,22 +3,38 @@
 ``whatif(rec, change)`` is what ``ioprobe whatif`` prints and saves: the record's stages under
 the change (``ioprobe.analysis.scenario.evaluate``), the new verdict and advice, and the run
 it started from. Applied to a what-if record, the changes compose on the original run.
+``with_probe`` adds a probe's storage sweep of the same target to a change, the curve a
+watched run's storage follows at a new number of readers (``ioprobe whatif --probe``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import posixpath
+from urllib.parse import urlsplit
 
+from ioprobe import capacity
 from ioprobe.analysis.catalog import Catalog
 from ioprobe.analysis.model import pipeline_model
 from ioprobe.analysis.scenario import base_of, evaluate, merge, split_base
 from ioprobe.analysis.verdict import finalize
+from ioprobe.errors import BadInputError
 from ioprobe.record import Change, RunRecord, WhatIfData
 
 
-def whatif(rec: RunRecord, change: Change, catalog: Catalog | None = None) -> RunRecord:
+def whatif(
+    rec: RunRecord,
+    change: Change,
+    catalog: Catalog | None = None,
+    probe: RunRecord | None = None,
+    probe_name: str | None = None,
+) -> RunRecord:
     """A ``whatif`` record: ``rec`` with ``change`` applied, its verdict and recommendations
-    recomputed (``catalog``: the storage classes the advice may suggest)."""
+    recomputed (``catalog``: the storage classes the advice may suggest). ``probe``: a probe
+    record of the storage a watched ``rec`` read, whose concurrency sweep its storage
+    follows (``with_probe``; ``probe_name``, its file, names it in the assumptions)."""
+    if probe is not None:
+        change = with_probe(rec, change, probe, probe_name)
     sc = evaluate(rec, change)
     base, before = split_base(rec)
     was = pipeline_model(base.stages)  # the verdict as this version of the model sees it
@@ -47,4 +63,76 @@ def whatif(rec: RunRecord, change: Change, catalog: Catalog | None = None) -> Ru
     return finalize(out, catalog)
 
 
-__all__ = ["whatif"]
+def with_probe(
+    rec: RunRecord, change: Change, probe: RunRecord, probe_name: str | None = None
+) -> Change:
+    """``change`` with the concurrency sweep of ``probe`` as the curve the watched run
+    ``rec``'s storage follows (``Change.storage_sweep``): the pass the probe took its storage
+    capacity from, cold where it ran. Refused, naming what is wrong, unless ``rec`` is a
+    watched run (or a what-if of one), ``probe`` a probe whose sweep moved bytes, and their
+    targets, where both name a location, the same storage (``same_storage``)."""
+    name = probe_name or "the probe"
+    base, _ = split_base(rec)
+    if probe.kind != "probe":
+        raise BadInputError(
+            f"--probe {name}: a {probe.kind} record; --probe takes one from `ioprobe probe` "
+            "(its storage sweep)"
+        )
+    if base.kind != "watch":
+        raise BadInputError(
+            f"--probe {name}: the run is a {base.kind} record, which follows its own storage "
+            "sweep; --probe applies to a watched run (`ioprobe run`, `ioprobe.watch`)"
+        )
+    st = probe.stages.storage
+    p = st.cold or st.warm
+    if p is None or not capacity.sweep_points(p.sweep):
+        raise BadInputError(
+            f"--probe {name}: the probe has no storage sweep that read any bytes; probe the "
+            "target again with its storage phase (`ioprobe probe TARGET`)"
+        )
+    if same_storage(base.dataset.target, probe.dataset.target) is False:
+        raise BadInputError(
+            f"--probe {name} probed {probe.dataset.target}, but the run read "
+            f"{base.dataset.target}: a probe of other storage can't say how this run's "
+            "storage scales"
+        )
+    source = f"{name}, the {p.cache} pass of a probe of {probe.dataset.target}"
+    return dataclasses.replace(change, storage_sweep=list(p.sweep), storage_sweep_source=source)
+
+
+def same_storage(run_target: str, probe_target: str) -> bool | None:
+    """Whether a run's dataset target and a probe's name the same storage: the same
+    location, or one inside the other (a probe of the dataset's root, a run over one of its
+    folders). None where either names no location: a watched dataset is often known by its
+    class alone. A DALI run lists its readers' roots, comma-separated: any may match."""
+    probed = _location(probe_target)
+    read = [loc for t in run_target.split(", ") if (loc := _location(t)) is not None]
+    if probed is None or not read:
+        return None
+    return any(_inside(a, probed) or _inside(probed, a) for a in read)
+
+
+def _location(target: str) -> tuple[str, str, tuple[str, ...]] | None:
+    """``target`` as (scheme, host, path parts): a URL's scheme and host in lower case, a
+    local path (or file:// URL) as scheme "file"; None for anything else."""
+    t = target.strip()
+    if "://" in t:
+        u = urlsplit(t)
+        # a redacted password still leaves a user name: not part of where the data is
+        scheme, host, path = u.scheme.lower(), u.netloc.rsplit("@", 1)[-1].lower(), u.path
+        if scheme == "file":
+            host = ""
+    elif t.startswith("/"):
+        scheme, host, path = "file", "", t
+    else:
+        return None
+    parts = tuple(x for x in posixpath.normpath(path or "/").split("/") if x)
+    return scheme, host, parts
+
+
+def _inside(a: tuple[str, str, tuple[str, ...]], b: tuple[str, str, tuple[str, ...]]) -> bool:
+    """``a`` is ``b`` or lies under it."""
+    return a[:2] == b[:2] and a[2][: len(b[2])] == b[2]
+
+
+__all__ = ["same_storage", "whatif", "with_probe"]

@@ -4,10 +4,17 @@ RUN.json is a record from `ioprobe probe`, `ioprobe run` or `watch()` (or an ear
 whose changes the new ones are added to). Each stage's capacity is recomputed from what the
 run measured, and the pipeline model gives the new delivered rate, bottleneck and GPU idle
 time. The method and its assumptions are in docs/methodology.md.
+
+With more workers or GPUs, a watched run's storage scales by the evidence in the run (how
+its read times grew with the reads in flight) or, lacking it, linearly. --probe PROBE.json,
+a probe of the same storage (`ioprobe probe TARGET --json PROBE.json`), makes it follow the
+probe's measured concurrency sweep instead, flat past its last level: right where storage is
+a bandwidth cap that one run cannot see.
 """
 
 from __future__ import annotations
 
+import os
 from typing import cast
 
 import click
@@ -29,7 +36,7 @@ from ioprobe.cli._common import (
 )
 from ioprobe.errors import BadInputError
 from ioprobe.outputs import writes_stdout
-from ioprobe.record import CacheOrder, Change
+from ioprobe.record import CacheOrder, Change, RunRecord
 
 MAX_CACHE_GB = 1e9  # an exabyte
 
@@ -57,6 +64,13 @@ MAX_CACHE_GB = 1e9  # an exabyte
 @click.option("--pcie", metavar="GENxW", help="Host-to-GPU link per GPU, e.g. gen4x16.")
 @click.option("--gpu-decode", is_flag=True, help="Decode images on the GPU (DALI's mixed decoder).")
 @click.option(
+    "--probe",
+    "probe_file",
+    metavar="PROBE.json",
+    help="A probe of the storage a watched run read: storage follows its concurrency sweep "
+    "at a new number of readers (with --workers or --gpus).",
+)
+@click.option(
     "--decode",
     type=click.Choice(["pillow", "dali-cpu"]),
     help="Decode on the CPU with another path that `probe --loader dali` measured.",
@@ -74,6 +88,7 @@ def command(
     pcie: str | None,
     gpu_decode: bool,
     decode: str | None,
+    probe_file: str | None,
     catalog_path: str | None,
     json_path: str | None,
 ) -> None:
@@ -95,13 +110,18 @@ def command(
         gpu_decode=gpu_decode,
         decode=decode,
     )
+    if probe_file and workers is None and gpus is None:
+        raise BadInputError(
+            "--probe scales storage to a new number of readers: give --workers or --gpus with it"
+        )
     if change == Change(cache_order=change.cache_order):  # an order alone changes nothing
         raise BadInputError(
             "nothing to change: give at least one of --workers, --cores, --storage, --gpus, "
             "--cache-gb, --pcie, --gpu-decode, --decode"
         )
     rec = load_analysable(run_file)
-    out = whatif(rec, change, catalog)
+    probe = RunRecord.load(probe_file) if probe_file else None
+    out = whatif(rec, change, catalog, probe, os.path.basename(probe_file or ""))
     if json_path:
         write_record(out, json_path)
     if not writes_stdout(json_path):

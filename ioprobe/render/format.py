@@ -78,6 +78,11 @@ def change_flags(ch: Change) -> str:
         ("pcie", ch.pcie),
         ("gpu-decode", "yes" if ch.gpu_decode else None),
         ("decode", ch.decode),
+        # the probe's file name leads its source ("p.json, the cold pass of a probe of ...")
+        (
+            "probe",
+            (ch.storage_sweep_source or "a probe").split(",", 1)[0] if ch.storage_sweep else None,
+        ),
     )
     return "  ".join(f"--{k} {v}" for k, v in flags if v is not None)
 

@@ -33,7 +33,7 @@ from ioprobe.analysis.cost import parse_costs
 from ioprobe.analysis.mlperf import shipped_references
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.size import size
-from ioprobe.analysis.whatif import whatif
+from ioprobe.analysis.whatif import whatif, with_probe
 from ioprobe.cli._common import analysable
 from ioprobe.errors import IoprobeError
 from ioprobe.record import (
@@ -155,7 +155,9 @@ def seeds() -> tuple[dict[str, Any], ...]:
         watched,
         _dali(),
         whatif(probe, Change(workers=8, cache_bytes=2e9, gpus=2), load_catalog()),
-        _size(),
+        # a watched run's storage along a probe's sweep: the what-if carries the sweep
+        whatif(watched, with_probe(watched, Change(workers=6), probe, "probe.json")),
+        _size(),  # last: the sizing tests take it from the end
     )
     return tuple(r.to_json() for r in records)
 
@@ -422,7 +424,7 @@ def test_a_batch_row_counting_no_batch_draws_its_totals() -> None:
 
 
 def test_a_sizing_table_missing_a_row_shows_a_gap() -> None:
-    rec = RunRecord.from_json(seeds()[4])
+    rec = RunRecord.from_json(seeds()[-1])
     assert rec.sizing is not None
     rec.sizing.rows = [r for r in rec.sizing.rows if (r.storage, r.gpus) != ("nvme-gen4", 2)]
     rec.sizing.gpu_counts.append(3)  # no row at all for 3 GPUs

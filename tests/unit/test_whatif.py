@@ -19,7 +19,7 @@ from ioprobe.analysis.scenario import (
     parse_pcie,
     resources,
 )
-from ioprobe.analysis.whatif import whatif
+from ioprobe.analysis.whatif import same_storage, whatif, with_probe
 from ioprobe.errors import BadInputError
 from ioprobe.record import (
     Change,
@@ -28,6 +28,7 @@ from ioprobe.record import (
     DatasetProfile,
     GpuStage,
     HostInfo,
+    ReadScaling,
     RunRecord,
     Stages,
     StoragePass,
@@ -342,3 +343,195 @@ def test_a_class_never_beats_its_bandwidth_and_more_reads_in_flight_never_hurt(
         if cls.scope != "object":
             assert r <= cls.seq_read_bytes_per_s * (1 + 1e-9)
         assert read_rate(cls, size, q + 1) >= r * (1 - 1e-9)
+
+
+# -- a watched run's storage along a probe's sweep (whatif --probe) -------------------------
+
+URL = "http://data.example:8000/train"
+
+
+def _sweep(rates: list[tuple[int, float]]) -> list[SweepPoint]:
+    return [
+        SweepPoint(
+            concurrency=c, bytes=0, items=0, seconds=1.0, read_bytes_per_s=r, files_per_s=r / SIZE
+        )
+        for c, r in rates
+    ]
+
+
+def storage_probe(rates: list[tuple[int, float]], target: str = URL + "/") -> RunRecord:
+    """A probe of ``target`` whose cold sweep read ``rates`` (reads in flight, bytes/s)."""
+    rec = probe_record()
+    rec.dataset.target = target
+    assert rec.stages.storage.cold is not None
+    rec.stages.storage.cold.sweep = _sweep(rates)
+    return rec
+
+
+def watched_remote(
+    mean: float | None = 1.6, exponent: float | None = None, storage: float = 40.0
+) -> RunRecord:
+    """2 workers reading ``URL`` at ``storage`` samples/s, with ``mean`` reads in flight on
+    average (no read_scaling when None) and the run's own exponent."""
+    rec = watch_record(workers=2, storage=storage, gpu=None)
+    rec.dataset.target = URL
+    assert rec.watch is not None
+    if mean is not None:
+        rec.watch.read_scaling = ReadScaling(
+            exponent=exponent,
+            limit="undetermined: reads in flight spanned 1.1x" if exponent is None else "bandwidth",
+            reads_in_flight_mean=mean,
+            reads_in_flight_max=2.0,
+            samples=400,
+        )
+    return rec
+
+
+# a server capped at 2 MB/s: one reader reaches half of it, two nearly all, more add nothing
+CAPPED = [(1, 1.0e6), (2, 1.8e6), (4, 2.0e6), (8, 2.0e6)]
+
+
+def _storage_with_probe(rec: RunRecord, probe: RunRecord, workers: int) -> float:
+    cap = evaluate(rec, with_probe(rec, Change(workers=workers), probe, "p.json"))
+    out = cap.stages.storage.capacity_samples_per_s
+    assert out is not None
+    return out
+
+
+def test_probe_sweep_puts_storage_at_the_cap_the_sweep_measured_for_every_new_worker() -> None:
+    # by construction: 2 workers reading 100 kB samples with 1.6 reads in flight on average
+    # share T(1.6) = 1.0 + 0.6 * 0.8 = 1.48 MB/s, so each read takes 1.6 * 100 kB / 1.48 MB/s
+    # and the run's capacity (2 lanes / time per read) is 18.5/s. With 4 workers reading,
+    # the server gives its cap, 2.0 MB/s: 20 samples/s.
+    probe = storage_probe(CAPPED)
+    read_s = 1.6 * SIZE / 1.48e6
+    run_cap = 2 / read_s
+    truth = 2.0e6 / SIZE
+    measured = watched_remote(mean=1.6, storage=run_cap)
+    assert _storage_with_probe(measured, probe, 4) == pytest.approx(truth)
+    # without read_scaling, the reads in flight are found where the sweep's time per read is
+    # the run's: the same 1.6, the same answer
+    inferred = watched_remote(mean=None, storage=run_cap)
+    assert _storage_with_probe(inferred, probe, 4) == pytest.approx(truth)
+    out = whatif(inferred, Change(workers=4), probe=probe, probe_name="p.json")
+    assert out.whatif is not None
+    assert any("1.6 reads in flight" in a for a in out.whatif.assumptions)
+    # and without the probe, the same run predicts linearly: twice its storage, 85% high
+    linear = evaluate(inferred, Change(workers=4)).stages.storage.capacity_samples_per_s
+    assert linear == pytest.approx(2 * run_cap)
+
+
+def test_a_run_faster_than_the_probes_single_reader_scales_from_its_lanes() -> None:
+    # 40/s over 2 lanes is 50 ms per read, faster than the sweep's one reader (100 ms): the
+    # curve can't place the run, which is taken to have read with both lanes
+    rec = watched_remote(mean=None, storage=40.0)
+    assert _storage_with_probe(rec, storage_probe(CAPPED), 4) == pytest.approx(40.0 * 2.0e6 / 1.8e6)
+
+
+def test_probe_sweep_of_a_latency_limit_predicts_linear_scaling() -> None:
+    linear = [(1, 1e6), (2, 2e6), (4, 4e6), (8, 8e6)]
+    rec = watched_remote(mean=1.6)
+    assert _storage_with_probe(rec, storage_probe(linear), 4) == pytest.approx(80.0)
+    assert _storage_with_probe(rec, storage_probe(linear), 1) == pytest.approx(20.0)
+
+
+def test_past_the_probes_last_level_storage_is_flat_and_the_whatif_says_so() -> None:
+    rec, probe = watched_remote(mean=None), storage_probe([(1, 1e6), (2, 2e6), (4, 4e6)])
+    assert _storage_with_probe(rec, probe, 16) == pytest.approx(40.0 * 4e6 / 2e6)
+    out = whatif(rec, Change(workers=16), probe=probe, probe_name="p.json")
+    assert out.whatif is not None
+    said = " ".join(out.whatif.assumptions)
+    assert "p.json" in said and URL in said and "3 levels" in said
+    assert "saturated" in said
+    assert "along the probe's sweep" in {d.stage: d.why for d in out.whatif.deltas}["storage"]
+
+
+def test_when_the_runs_own_exponent_disagrees_the_probes_sweep_wins_and_both_are_stated() -> None:
+    # the run fitted a latency limit (exponent 1: its capacity needed no all-lanes correction);
+    # the probe saw a flat bandwidth cap
+    flat = storage_probe([(1, 2e6), (2, 2e6), (4, 2e6)])
+    rec = watched_remote(mean=1.6, exponent=1.0)
+    assert _storage_with_probe(rec, flat, 4) == pytest.approx(40.0 * 0.8)
+    out = whatif(rec, Change(workers=4), probe=flat, probe_name="p.json")
+    assert out.whatif is not None
+    said = " ".join(out.whatif.assumptions)
+    assert "** 1.00" in said and "** 0.00" in said and "the sweep" in said
+    # a run that fitted the cap itself (exponent 0) already put its capacity at every lane
+    # reading, 40 * 0.8 ** 1; the flat probe agrees and keeps it, and says nothing more
+    agree = watched_remote(mean=1.6, exponent=0.0, storage=32.0)
+    assert _storage_with_probe(agree, flat, 4) == pytest.approx(32.0)
+    out = whatif(agree, Change(workers=4), probe=flat, probe_name="p.json")
+    assert out.whatif is not None
+    assert not any("own reads" in a for a in out.whatif.assumptions)
+
+
+def test_probe_sweep_leaves_an_unchanged_worker_count_and_a_new_storage_class_alone() -> None:
+    rec, probe = watched_remote(), storage_probe(CAPPED)
+    same = evaluate(rec, with_probe(rec, Change(workers=2), probe))
+    assert same.stages.capacities() == rec.stages.capacities()
+    cls = resolve_storage("100MB/s", {})
+    with_class = evaluate(rec, with_probe(rec, Change(workers=4, storage=cls), probe))
+    assert with_class.stages.storage.capacity_samples_per_s == pytest.approx(100e6 / SIZE)
+    assert any("sweep is not used" in a for a in with_class.assumptions)
+
+
+def test_whatif_record_keeps_the_probes_sweep_through_json_and_a_further_change() -> None:
+    rec, probe = watched_remote(), storage_probe(CAPPED)
+    once = whatif(rec, Change(workers=4), probe=probe, probe_name="p.json")
+    assert once.whatif is not None
+    assert once.whatif.change.storage_sweep == probe.stages.storage.cold.sweep  # type: ignore[union-attr]
+    assert once.whatif.change.storage_sweep_source is not None
+    assert "p.json" in once.whatif.change.storage_sweep_source
+    loaded = RunRecord.from_json(once.to_json())
+    assert loaded == once
+    twice = whatif(loaded, Change(workers=8))
+    assert twice.stages.storage.capacity_samples_per_s == pytest.approx(40.0 * 0.8 * 2.0e6 / 1.48e6)
+
+
+def test_probe_must_be_a_probe_with_a_sweep_and_the_run_a_watched_one() -> None:
+    rec, probe = watched_remote(), storage_probe(CAPPED)
+    with pytest.raises(BadInputError, match=r"p\.json: a watch record.*ioprobe probe"):
+        with_probe(rec, Change(workers=4), rec, "p.json")
+    with pytest.raises(BadInputError, match=r"the run is a probe record.*watched run"):
+        with_probe(probe, Change(workers=4), probe, "p.json")
+    bare = storage_probe([(1, 0.0)])
+    with pytest.raises(BadInputError, match="no storage sweep"):
+        with_probe(rec, Change(workers=4), bare, "p.json")
+
+
+def test_a_probe_of_other_storage_is_refused_naming_both_targets() -> None:
+    rec = watched_remote()
+    other = storage_probe(CAPPED, target="http://other.example:8000/train")
+    with pytest.raises(BadInputError, match=r"other\.example.*data\.example"):
+        with_probe(rec, Change(workers=4), other, "p.json")
+
+
+@pytest.mark.parametrize(
+    ("run", "probe", "same"),
+    [
+        ("http://Data.Example:8000/train", "http://data.example:8000/train/", True),
+        ("http://data.example:8000/train/cls1", "http://data.example:8000/train", True),
+        ("http://data.example:8000/train", "http://data.example:9000/train", False),
+        ("https://user:***@data.example/train", "https://data.example/train", True),
+        ("s3://bucket/train", "s3://bucket/val", False),
+        ("/data/train/", "file:///data/train", True),
+        ("/data/train", "/data/training", False),
+        ("/data/a, /data/b", "/data/b", True),
+        ("MeteredHttpDecodeDataset", "http://data.example:8000/train", None),
+    ],
+)
+def test_targets_name_the_same_storage_by_location(run: str, probe: str, same: bool | None) -> None:
+    assert same_storage(run, probe) is same
+
+
+def test_the_change_line_names_the_probe_a_what_if_followed() -> None:
+    from ioprobe.record import SweepPoint
+    from ioprobe.render.format import change_flags
+
+    ch = Change(
+        workers=4,
+        storage_sweep=[SweepPoint(1, 10, 1, 1.0, 10.0, 1.0)],
+        storage_sweep_source="probe.json, the cold pass of a probe of http://h/data",
+    )
+    assert change_flags(ch) == "--workers 4  --probe probe.json"
+    assert change_flags(Change(workers=4)) == "--workers 4"

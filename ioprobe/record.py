@@ -131,6 +131,10 @@ class StoragePass:
     latency_p99_ms: float | None = None
     resident_fraction_after_evict: float | None = None
     eviction: str | None = None  # how cold was obtained, or why it could not be
+    # how the files were read: "files" (each whole, in a shuffled order), "streams" (each
+    # large file streamed from start to end by one reader, or cut into one region per reader),
+    # "mixed" (both kinds in one selection)
+    pattern: Literal["files", "streams", "mixed"] = "files"
 
 
 @dataclass
@@ -649,10 +653,6 @@ class WatchData:
     step_ms: Distribution = field(default_factory=Distribution)  # per batch
     sample_ms: Distribution = field(default_factory=Distribution)  # worker wall per sample
     storage_metered: bool = True
-    tracks: list[Track] = field(default_factory=list)  # main first, then workers by index
-    device: str | None = None  # where watch(..., device=) moved the batches
-    # how the device-side figures were timed: "cuda events on cuda:0", or "host clock" for a
-    # device without CUDA events (copies only); None when nothing ran on a device
     # where the bytes per sample came from: "metered" (ioprobe.loaders.files), "read" (the
     # workers' read() calls), "mmap" (the data files the workers had memory-mapped), "none"
     # (nothing seen: sockets, or no reads); "" in records made before it was kept
@@ -661,6 +661,10 @@ class WatchData:
     # memory left out): their mapped bytes, each file counted once whichever workers mapped it
     mapped_bytes: int = 0
     mapped_files: int = 0
+    tracks: list[Track] = field(default_factory=list)  # main first, then workers by index
+    device: str | None = None  # where watch(..., device=) moved the batches
+    # how the device-side figures were timed: "cuda events on cuda:0", or "host clock" for a
+    # device without CUDA events (copies only); None when nothing ran on a device
     gpu_timing: str | None = None
     gpu_step_ms: Distribution = field(default_factory=Distribution)  # per batch, device clock
     # the device's timeline, placed on the host's from the epoch's first batch: per row a

@@ -1,13 +1,21 @@
 """Storage stage of the probe: how fast can the dataset's files be read?
 
-Reads whole files in a random order, as a shuffled epoch does, through a pool of threads,
-sweeping the number of threads 1, 2, 4, ... 64. Files above ``CHUNK`` are split into chunks
-that are separate work items, so one large file is read in parallel like a sharded one.
+Reads the files as a training loader does, through a pool of threads, sweeping the number of
+threads 1, 2, 4, ... 64:
+
+- small files (below ``STREAM_MIN``) each whole, in a random order, as a shuffled epoch of
+  samples does;
+- large files (shards, chunked formats, video) as *streams*: one reader goes through a file
+  from its start to its end in 1 MiB reads, as a WebDataset or chunked-format worker does.
+  Where there are fewer large files than readers, each file is cut into contiguous regions
+  so that every reader streams one (fio's ``offset_increment`` does the same for its jobs).
 
 The read loop is the hot path: each thread takes the next item from a shared counter (no
 lock), opens the file, ``os.preadv``-s into a buffer it reuses for the whole pass and closes
-it; the only per-item bookkeeping is one latency append. ``os.preadv`` releases the GIL, so
-threads overlap their I/O like fio's ``psync`` jobs do.
+it; the only per-item bookkeeping is one latency append (per 1 MiB read in a stream, where a
+read is the request the loader waits on). ``os.preadv`` releases the GIL, so threads overlap
+their I/O like fio's ``psync`` jobs do. A streamed file is advised ``POSIX_FADV_SEQUENTIAL``
+so the kernel reads ahead of it as far as it would for a reader that asked.
 
 Cold reads evict each file first with ``posix_fadvise(POSIX_FADV_DONTNEED)`` (no root needed)
 and check with ``mincore`` what is still resident. Dirty pages (files written moments ago)
@@ -25,8 +33,9 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.dataset import Dataset, FileEntry
@@ -34,7 +43,11 @@ from ioprobe.collect.failures import ReadFailures, cause
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.record import StoragePass, SweepPoint
 
-CHUNK = 8 * 1024 * 1024  # files above this are read as several items
+CHUNK = 8 * 1024 * 1024  # plan_items: files above this are read as several items
+# files of at least this size are streamed: 8 reads of 1 MiB or more, long enough for the
+# kernel's readahead window to grow; shards (WebDataset's 100 MB-1 GB, chunked formats' tens of
+# MB) and videos are above it, images, audio clips and tensors of one sample below it
+STREAM_MIN = 8 * 1024 * 1024
 BUFFER = 1024 * 1024  # per-thread read buffer; one preadv per MiB, as fio's bs=1M
 LEVELS = (1, 2, 4, 8, 16, 32, 64)
 MIN_GAIN = 0.05
@@ -78,9 +91,37 @@ def plan_items(
     return items
 
 
+def split_streamed(
+    entries: Sequence[FileEntry], stream_min: int = STREAM_MIN
+) -> tuple[list[FileEntry], list[FileEntry]]:
+    """(small files, streamed files): files of at least ``stream_min`` bytes are streamed."""
+    small = [e for e in entries if e.size < stream_min]
+    large = [e for e in entries if e.size >= stream_min]
+    return small, large
+
+
+def plan_streams(entries: Sequence[FileEntry], readers: int, align: int = BUFFER) -> list[Item]:
+    """The regions ``readers`` readers stream from ``entries``: each file whole where there
+    are at least as many files as readers, else each file cut into ``ceil(readers / files)``
+    contiguous regions starting at multiples of ``align``, so that every reader has a region
+    of its own (one file and 16 readers: 16 regions of a sixteenth each, fio's
+    ``offset_increment`` layout). Every byte of every file lies in exactly one region."""
+    if not entries:
+        return []
+    cuts = 1 if len(entries) >= readers else -(-readers // len(entries))
+    regions: list[Item] = []
+    for e in entries:
+        # a region of whole align-sized blocks, so that no read straddles two readers
+        step = max(-(-e.size // cuts // align) * align, align)
+        regions.extend((e.path, off, min(step, e.size - off)) for off in range(0, e.size, step))
+    return regions
+
+
 # --------------------------------------------------------------------------- readers
 
 ReadOne = Callable[[str, int, int], int]  # (path, offset, length) -> bytes read
+# (path, offset, length) -> the bytes of each read, in order, as each one returns
+StreamOne = Callable[[str, int, int], Generator[int, None, None]]
 
 
 @dataclass(slots=True)
@@ -89,7 +130,8 @@ class _Level:
 
     ``counter`` hands out positions in ``order`` without a lock (``next`` on an
     ``itertools.count`` is atomic under the GIL); each thread owns ``latencies[slot]`` and
-    ``progress[slot]``, so no write is contended.
+    ``progress[slot]``, so no write is contended. Items from ``first_stream`` on are streamed
+    regions: timed per read, and left at the deadline mid-way.
     """
 
     items: Sequence[Item]
@@ -99,12 +141,14 @@ class _Level:
     latencies: list[list[int]]
     progress: list[int]
     errors: list[Failure]
+    first_stream: int
 
 
 def _read_items(
     level: _Level,
     slot: int,
     read_one: ReadOne,
+    stream_one: StreamOne,
     failure: type[Exception],
     describe: Callable[[Exception], str],
 ) -> None:
@@ -116,6 +160,7 @@ def _read_items(
     # locals, not attribute lookups, inside the loop: it runs once per file
     items, order, counter = level.items, level.order, level.counter
     deadline_ns, progress, errors = level.deadline_ns, level.progress, level.errors
+    first_stream = level.first_stream
     lat = level.latencies[slot]
     n = len(order)
     clock = time.perf_counter_ns
@@ -123,7 +168,14 @@ def _read_items(
     for k in counter:
         if k >= n:
             break
-        path, off, length = items[order[k]]
+        index = order[k]
+        path, off, length = items[index]
+        if index >= first_stream:
+            reads = stream_one(path, off, length)
+            done = _stream(level, slot, done, path, reads, failure, describe)
+            if clock() >= deadline_ns:
+                break
+            continue
         t0 = clock()
         try:
             got = read_one(path, off, length)
@@ -140,6 +192,42 @@ def _read_items(
             break
 
 
+def _stream(
+    level: _Level,
+    slot: int,
+    done: int,
+    path: str,
+    reads: Generator[int, None, None],
+    failure: type[Exception],
+    describe: Callable[[Exception], str],
+) -> int:
+    """Go through one streamed region's reads, timing each (the first with the file's open),
+    until the region's end or the deadline; returns ``done``, the thread's bytes so far, grown
+    by what it read. Bytes count as each read returns: a stream the deadline stops mid-way
+    counts what it read, as fio's time-limited jobs do.
+
+    A read that raises ``failure`` ends the region and is counted as ``_read_items`` counts
+    one; the reads before it stand.
+    """
+    lat, progress, deadline_ns = level.latencies[slot], level.progress, level.deadline_ns
+    clock = time.perf_counter_ns
+    t0 = clock()
+    try:
+        for got in reads:
+            t1 = clock()
+            lat.append(t1 - t0)
+            t0 = t1
+            done += got
+            progress[slot] = done
+            if t1 >= deadline_ns:
+                break
+    except failure as exc:
+        level.errors.append((path, cause(exc), describe(exc)))
+    finally:
+        reads.close()  # closes the file now, also when the deadline left the region part-read
+    return done
+
+
 def _os_error_text(exc: Exception) -> str:
     # strerror alone where there is one: str(OSError) repeats the path the message starts with
     return str(getattr(exc, "strerror", None) or exc)
@@ -152,6 +240,7 @@ def _local_reader(level: _Level, slot: int) -> None:
     buf = memoryview(mmap.mmap(-1, BUFFER))
     # bound once per thread: each lookup saved is saved once per file
     preadv, open_, close, rdonly = os.preadv, os.open, os.close, os.O_RDONLY
+    fadvise, sequential = os.posix_fadvise, os.POSIX_FADV_SEQUENTIAL
 
     def read_one(path: str, off: int, length: int) -> int:
         fd = open_(path, rdonly)
@@ -168,7 +257,24 @@ def _local_reader(level: _Level, slot: int) -> None:
             close(fd)
         return pos - off
 
-    _read_items(level, slot, read_one, OSError, _os_error_text)
+    def stream_one(path: str, off: int, length: int) -> Generator[int, None, None]:
+        fd = open_(path, rdonly)
+        try:
+            # the kernel's readahead window for this open file doubles; a reader that knows
+            # it goes through a shard from start to end can ask as much
+            fadvise(fd, off, length, sequential)
+            end = off + length
+            pos = off
+            while pos < end:
+                got = preadv(fd, [buf[: end - pos]], pos)
+                if got == 0:
+                    break  # the file shrank since it was listed
+                pos += got
+                yield got
+        finally:
+            close(fd)
+
+    _read_items(level, slot, read_one, stream_one, OSError, _os_error_text)
 
 
 def _remote_error_text(exc: Exception) -> str:
@@ -178,13 +284,28 @@ def _remote_error_text(exc: Exception) -> str:
 
 def _remote_reader_factory(fs: object) -> Callable[[_Level, int], None]:
     cat_file = fs.cat_file  # type: ignore[attr-defined]
+    open_file = fs.open  # type: ignore[attr-defined]
 
     def read_one(path: str, off: int, length: int) -> int:
         return len(cat_file(path, start=off, end=off + length))
 
+    def stream_one(path: str, off: int, length: int) -> Generator[int, None, None]:
+        # the backend's own file object, as a loader streaming a remote shard opens it: its
+        # buffering and read-ahead are part of what the loader would get
+        with open_file(path, "rb") as fh:
+            if off:
+                fh.seek(off)
+            left = length
+            while left > 0:
+                got = len(fh.read(min(BUFFER, left)))
+                if got == 0:
+                    break
+                left -= got
+                yield got
+
     def reader(level: _Level, slot: int) -> None:
         # backends raise their own types, not OSError: every exception is a failed read
-        _read_items(level, slot, read_one, Exception, _remote_error_text)
+        _read_items(level, slot, read_one, stream_one, Exception, _remote_error_text)
 
     return reader
 
@@ -204,11 +325,13 @@ def run_level(
     seed: int = 0,
     on_poll: Callable[[int], None] | None = None,
     hard_s: float | None = None,
+    first_stream: int | None = None,
 ) -> LevelResult:
     """Read ``items`` in a shuffled order with ``concurrency`` threads for at most ``seconds``.
 
-    Reads in flight at ``seconds`` finish and count; at ``hard_s`` (None: never) the level
-    stops waiting for them, and what they would have read is not counted."""
+    Items from ``first_stream`` on (None: none) are streamed regions, read in 1 MiB reads and
+    timed per read. Reads in flight at ``seconds`` finish and count; at ``hard_s`` (None:
+    never) the level stops waiting for them, and what they would have read is not counted."""
     order = list(range(len(items)))
     random.Random(seed).shuffle(order)
     start = time.perf_counter_ns()
@@ -220,6 +343,7 @@ def run_level(
         latencies=[[] for _ in range(concurrency)],
         progress=[0] * concurrency,
         errors=[],
+        first_stream=len(items) if first_stream is None else first_stream,
     )
     hard_stop = None if hard_s is None else start + int(hard_s * 1e9)
     abandoned = _run_threads(reader, level, concurrency, on_poll, hard_stop)
@@ -408,10 +532,13 @@ def _eviction_note(local: bool, cache: str) -> str | None:
 
 @dataclass
 class _PassPlan:
-    """What every level of one pass reads, with which reader, in which cache state."""
+    """What every level of one pass reads, with which reader, in which cache state: the
+    small files as one item each, the streamed ones cut into regions for each level's
+    readers."""
 
     reader: Callable[..., None]
-    items: list[Item]
+    small: list[Item]
+    streamed: list[FileEntry]
     total_bytes: int
     paths: list[str]
     check: list[str]  # the files whose residency is checked before each level
@@ -421,7 +548,8 @@ class _PassPlan:
     @classmethod
     def of(cls, ds: Dataset, selection: Sequence[FileEntry], cache: str, seed: int) -> _PassPlan:
         local = not ds.remote
-        items = plan_items(selection)
+        small_entries, streamed = split_streamed(selection)
+        small = plan_items(small_entries)
         paths = [e.path for e in selection]
         # mincore on every file of a large selection would cost more than the level itself
         check = (
@@ -431,13 +559,24 @@ class _PassPlan:
         )
         return cls(
             reader=reader_for(ds),
-            items=items,
-            total_bytes=sum(length for _, _, length in items),
+            small=small,
+            streamed=streamed,
+            total_bytes=sum(n for _, _, n in small) + sum(e.size for e in streamed),
             paths=paths,
             check=check,
             local=local,
             cold=local and cache == "cold",
         )
+
+    @property
+    def pattern(self) -> Literal["files", "streams", "mixed"]:
+        if not self.streamed:
+            return "files"
+        return "mixed" if self.small else "streams"
+
+    def items_for(self, readers: int) -> tuple[list[Item], int]:
+        """A level's items for ``readers`` readers, and where its streamed regions start."""
+        return self.small + plan_streams(self.streamed, readers), len(self.small)
 
     def settle_cache(self) -> float | None:
         """Evict the files before a cold level; the resident share of ``check`` then, None
@@ -511,8 +650,16 @@ def _measure_level(
         rep.update(share, f"{concurrency} threads  {done / 1e6:8.1f} MB")
 
     soft, hard = timing.level()
+    items, first_stream = plan.items_for(concurrency)
     res = run_level(
-        plan.reader, plan.items, concurrency, soft, seed=seed, on_poll=poll, hard_s=hard
+        plan.reader,
+        items,
+        concurrency,
+        soft,
+        seed=seed,
+        on_poll=poll,
+        hard_s=hard,
+        first_stream=first_stream,
     )
     for path, key, text in res.failures:
         failures.add(path, key, text)
@@ -522,7 +669,18 @@ def _measure_level(
 def _report(rep: Reporter, point: SweepPoint) -> None:
     rep.result(
         f"{point.concurrency:>2} threads: {point.read_bytes_per_s / 1e6:9.1f} MB/s  "
-        f"{point.files_per_s:9.1f} items/s  p99 {point.latency_p99_ms or 0:.2f} ms"
+        f"{point.files_per_s:9.1f} reads/s  p99 {point.latency_p99_ms or 0:.2f} ms"
+    )
+
+
+def _pattern_line(plan: _PassPlan) -> str:
+    """What the pass streams, said once before its levels."""
+    n = len(plan.streamed)
+    files = f"{n} file{'s' if n != 1 else ''} of {STREAM_MIN >> 20} MiB or more"
+    also = f", {len(plan.small)} smaller ones read whole in a shuffled order" if plan.small else ""
+    return (
+        f"streams: {files} read start to end in 1 MiB reads, cut into one region per thread "
+        f"where there are fewer files than threads{also}"
     )
 
 
@@ -584,15 +742,20 @@ def measure_pass(
     rep = reporter or SilentReporter()
     failures = failures if failures is not None else ReadFailures()
     plan = _PassPlan.of(ds, selection, cache, seed)
-    out = StoragePass(cache="cold" if cache == "cold" else "warm")
+    out = StoragePass(cache="cold" if cache == "cold" else "warm", pattern=plan.pattern)
     out.eviction = _eviction_note(plan.local, cache)
+    if plan.streamed:
+        rep.result(_pattern_line(plan))
     deadline = time.monotonic() + budget_s
     if plan.local and not plan.cold:
         # a warm pass measures page-cache reads: fill the cache first, untimed, so the first
         # level does not pay for the misses; it may take half the pass, the levels the rest
         rep.update(0.0, "warming the page cache")
         warm_s = max(budget_s / 2, 0.5)
-        run_level(plan.reader, plan.items, 8, warm_s, seed=seed, hard_s=budget_s)
+        items, first_stream = plan.items_for(8)
+        run_level(
+            plan.reader, items, 8, warm_s, seed=seed, hard_s=budget_s, first_stream=first_stream
+        )
     per_level = max((deadline - time.monotonic()) / len(levels), 0.5)
     timing = _Timing(deadline, per_level, max(LEVEL_GRACE_S, 0.1 * budget_s))
     try:

@@ -10,26 +10,30 @@ Usage::
 2. builds a scratch data set in a temporary directory under DIR (default: the system temp
    directory), removed at exit, on Ctrl-C too: 1,500 files of 128 KiB of random bytes in
    ``small/p0..p3`` and one 2 GiB file ``big.bin``, each fsync-ed (dirty pages can't be
-   evicted);
-3. per comparison, runs fio and ``ioprobe probe`` alternately, A B A B A B (``--repeats``
-   pairs), and takes the median of the per-pair ratios ioprobe / fio: the machines these run
-   on are shared and noisy, so absolute MB/s drift between runs while a ratio from
-   back-to-back runs holds still. Before each timed cold run the script reads the files once,
-   untimed, in order (see ``settle``), so no run inherits the state the previous one left on
-   the disk's host side;
+   evicted), and for fio's small-file jobs ``links/jJ/dK``: hard links to the same files, a
+   folder per job for each job count J (the same inodes, so the same page cache);
+3. per comparison, runs fio's job sweep and ``ioprobe probe`` alternately (``--repeats``
+   pairs) and takes the median of the per-pair ratios ioprobe / fio's best: the machines these
+   run on are shared and noisy, so absolute MB/s drift between runs while a ratio from
+   back-to-back runs holds still. fio's side of a pair is its best over 1, 4, 16 and 32 jobs
+   (``FIO_JOBS``), as ioprobe's is its best sweep level: for the big file each job streams its
+   own contiguous region (``size`` = ``offset_increment`` = file size / jobs), for the small
+   files each job reads its share of them. Before each timed cold run the script reads the
+   files once, untimed, in order (see ``settle``), so no run inherits the state the previous
+   one left on the disk's host side;
 4. prints a markdown report (table, commands, date, machine) and writes it to ``--out``.
 
 Cold reads (evicted before every pass) are the ranked comparisons, goal ratio >= 0.95. Warm
 (page-cached) figures are reported beside them but not ranked: fio keeps a file open across
 its I/Os and reaches memcpy speed, a loader opens and closes each file.
 
-Each pair also runs a reference fio, the same job with ``iomem_align=4096``. fio's default
-buffer comes from plain malloc, which puts a 1 MiB buffer 16 bytes into a page; on some CPUs
-the kernel's copy to user space is much slower into such a destination (measured on an AMD
-EPYC: 2.2-2.6 GB/s instead of 9.6-11 GB/s from the page cache when the address modulo 64 is
-8, 16 or 24), and that caps fio's warm single-file figure. The ranked ratio is the
-protocol's (fio as it comes); the reference shows how much of it is fio's buffer.
-``--no-reference`` skips it.
+Each pair also runs a reference fio: the job count that won the sweep, again, with
+``iomem_align=4096``. fio's default buffer comes from plain malloc, which puts a 1 MiB buffer
+16 bytes into a page; on some CPUs the kernel's copy to user space is much slower into such a
+destination (measured on an AMD EPYC: 2.2-2.6 GB/s instead of 9.6-11 GB/s from the page cache
+when the address modulo 64 is 8, 16 or 24), and that caps fio's warm single-file figure. The
+ranked ratio is the protocol's (fio as it comes); the reference shows how much of it is fio's
+buffer. ``--no-reference`` skips it.
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ WRITE_CHUNK = 8 * 1024 * 1024
 COLD_GOAL = 0.95
 ALIGN = "iomem_align=4096"
 RUN_TIMEOUT_S = 600
+FIO_JOBS = (1, 4, 16, 32)  # fio's sweep: its best is what ioprobe's best level is held to
 
 SMALL_JOB_GLOBAL = """\
 [global]
@@ -147,6 +152,7 @@ def build_data(root: Path) -> tuple[Path, Path]:
         f"wrote {SMALL_DIRS * SMALL_PER_DIR} x {SMALL_SIZE // 1024} KiB files "
         f"in {time.perf_counter() - t0:.1f} s"
     )
+    link_small_files(sorted(small.glob("p*/*")), root / "links")
     t0 = time.perf_counter()
     big = root / "big.bin"
     _write_random(big, BIG_SIZE)
@@ -155,11 +161,48 @@ def build_data(root: Path) -> tuple[Path, Path]:
     return small, big
 
 
-def small_job(small: Path | str, invalidate: int, aligned: bool) -> str:
+def link_small_files(files: Sequence[Path], links: Path) -> None:
+    """A folder per fio job for each job count: ``links/jJ/dK`` holds hard links to files
+    K, K+J, K+2J, ... (the same inodes: evicting or reading a link is the file itself)."""
+    for jobs in FIO_JOBS:
+        for k in range(jobs):
+            folder = links / f"j{jobs}" / f"d{k}"
+            folder.mkdir(parents=True)
+            for f in files[k::jobs]:
+                os.link(f, folder / f"{f.parent.name}-{f.name}")
+
+
+def small_job(links: Path | str, jobs: int, invalidate: int, aligned: bool) -> str:
+    """fio's small-file job at ``jobs`` jobs: each reads the files of its own folder, each
+    file in one 128 KiB request."""
     text = SMALL_JOB_GLOBAL.format(invalidate=invalidate)
     if aligned:
         text += ALIGN + "\n"
-    return text + "".join(f"[j{d}]\nopendir={small}/p{d}\n" for d in range(SMALL_DIRS))
+    return text + "".join(f"[j{k}]\nopendir={links}/j{jobs}/d{k}\n" for k in range(jobs))
+
+
+def big_job(
+    fio: str, big: Path | str, size: int, jobs: int, invalidate: int, aligned: bool
+) -> list[str]:
+    """fio's large-file job at ``jobs`` jobs: each streams its own contiguous 1/``jobs`` of
+    the file in 1 MiB requests, through the page cache."""
+    share = size // jobs
+    cmd = [
+        fio,
+        "--name=b",
+        f"--filename={big}",
+        "--rw=read",
+        "--bs=1M",
+        "--ioengine=psync",
+        "--direct=0",
+        f"--invalidate={invalidate}",
+        f"--numjobs={jobs}",
+        f"--size={share}",
+        f"--offset_increment={share}",
+        "--thread",
+        "--group_reporting",
+    ]
+    return [*cmd, f"--{ALIGN}"] if aligned else cmd
 
 
 # --------------------------------------------------------------------------- runs
@@ -170,13 +213,23 @@ class IoprobeResult:
     bytes_per_s: float
     best_concurrency: int | None
     sweep: list[dict[str, Any]]
+    pattern: str | None = None
 
 
 @dataclass
 class Pair:
-    fio_bps: float
+    fio_sweep: dict[int, float]  # jobs -> bytes/s
     ioprobe: IoprobeResult
-    fio_ref_bps: float | None = None
+    fio_ref_bps: float | None = None  # the best job count again, with a page-aligned buffer
+
+    @property
+    def fio_jobs(self) -> int:
+        """The job count of fio's best run."""
+        return max(self.fio_sweep, key=lambda j: self.fio_sweep[j])
+
+    @property
+    def fio_bps(self) -> float:
+        return self.fio_sweep[self.fio_jobs]
 
     @property
     def ratio(self) -> float:
@@ -192,8 +245,8 @@ class Comparison:
     key: str
     title: str
     cache: str  # "cold" or "warm"
-    fio_cmd: list[str]
-    fio_ref_cmd: list[str]  # the same job with a page-aligned buffer
+    fio_cmds: dict[int, list[str]]  # jobs -> the fio command of that sweep level
+    fio_ref_cmds: dict[int, list[str]]  # the same jobs with a page-aligned buffer
     ioprobe_cmd: list[str]
     files: list[Path]  # what both read: the settle pass reads it too
     pairs: list[Pair] = field(default_factory=list)
@@ -251,6 +304,7 @@ def run_ioprobe(cmd: list[str], out: Path, cache: str) -> IoprobeResult:
         bytes_per_s=float(stage["read_bytes_per_s"]),
         best_concurrency=stage.get("best_concurrency"),
         sweep=list(stage.get("sweep") or []),
+        pattern=stage.get("pattern"),
     )
 
 
@@ -281,7 +335,7 @@ def settle(files: Sequence[Path]) -> None:
 
 
 def run_comparison(comp: Comparison, repeats: int, scratch: Path, reference: bool) -> None:
-    """``repeats`` pairs: fio, ioprobe (and the reference fio after them).
+    """``repeats`` pairs: fio's job sweep, ioprobe (and the reference fio after them).
 
     Cold runs each follow an untimed settle pass; warm fio runs follow an untimed warm-up run
     (ioprobe ``--warm`` warms the cache itself).
@@ -291,23 +345,29 @@ def run_comparison(comp: Comparison, repeats: int, scratch: Path, reference: boo
         if not comp.warm:
             settle(comp.files)
 
-    for i in range(repeats):
+    def fio(cmd: list[str], name: str) -> float:
         prepare()
-        fio_bps = run_fio(comp.fio_cmd, scratch / f"fio-{comp.key}-{i}.json", comp.warm)
+        return run_fio(cmd, scratch / f"{name}.json", comp.warm)
+
+    for i in range(repeats):
+        sweep = {j: fio(cmd, f"fio-{comp.key}-{i}-j{j}") for j, cmd in comp.fio_cmds.items()}
         prepare()
         res = run_ioprobe(comp.ioprobe_cmd, scratch / f"ioprobe-{comp.key}-{i}.json", comp.cache)
-        ref = None
+        pair = Pair(sweep, res)
         if reference:
-            prepare()
-            ref = run_fio(comp.fio_ref_cmd, scratch / f"fio-ref-{comp.key}-{i}.json", comp.warm)
-        pair = Pair(fio_bps, res, ref)
+            pair.fio_ref_bps = fio(comp.fio_ref_cmds[pair.fio_jobs], f"fio-ref-{comp.key}-{i}")
         comp.pairs.append(pair)
+        ref = pair.fio_ref_bps
         extra = f", aligned fio {ref / 1e6:.0f} MB/s" if ref else ""
         log(
-            f"{comp.key} {i + 1}/{repeats}: fio {fio_bps / 1e6:.0f} MB/s, "
+            f"{comp.key} {i + 1}/{repeats}: fio {_sweep_text(sweep)} MB/s, "
             f"ioprobe {res.bytes_per_s / 1e6:.0f} MB/s at {res.best_concurrency} threads, "
             f"ratio {pair.ratio:.2f}{extra}"
         )
+
+
+def _sweep_text(sweep: dict[int, float]) -> str:
+    return " ".join(f"{j}:{bps / 1e6:,.0f}" for j, bps in sweep.items())
 
 
 # --------------------------------------------------------------------------- machine
@@ -395,15 +455,16 @@ def render(
     lines: list[str] = []
     add = lines.append
     add(
-        f"Measured {date}: {repeats} pairs per comparison, fio and ioprobe alternating; "
-        f"the script took {elapsed_s / 60:.1f} min."
+        f"Measured {date}: {repeats} pairs per comparison, fio's job sweep and ioprobe "
+        f"alternating; the script took {elapsed_s / 60:.1f} min."
     )
     add(f"Machine: {_machine_line(facts)}. Tools: {versions}.")
     add(f"Made by: `{invocation}`.")
     add("")
     head = [
         "Comparison",
-        "fio MB/s",
+        "fio best MB/s",
+        "fio best jobs",
         "ioprobe MB/s",
         "ratio",
         "median ratio",
@@ -411,7 +472,7 @@ def render(
         "goal",
     ]
     if reference:
-        head += [f"fio `{ALIGN}` MB/s", "median ratio vs it"]
+        head += [f"fio best jobs, `{ALIGN}`, MB/s", "median ratio vs it"]
     add("| " + " | ".join(head) + " |")
     add("|" + "---|" * len(head))
     for c in comps:
@@ -423,6 +484,7 @@ def render(
         row = [
             c.title,
             " / ".join(_mbs(p.fio_bps) for p in c.pairs),
+            " / ".join(str(p.fio_jobs) for p in c.pairs),
             " / ".join(_mbs(p.ioprobe.bytes_per_s) for p in c.pairs),
             " / ".join(f"{p.ratio:.2f}" for p in c.pairs),
             f"**{med:.2f}**",
@@ -438,42 +500,50 @@ def render(
         add("| " + " | ".join(row) + " |")
     add("")
     add("Per-pair values are separated by `/`, in run order. MB = 10^6 bytes; ratio =")
-    add("ioprobe / fio. ioprobe's concurrency sweep per run (threads:MB/s), and the largest")
-    add("page-cache residency its mincore check found before a cold level:")
+    add("ioprobe / fio's best. Both sweeps per run (fio jobs:MB/s, ioprobe threads:MB/s),")
+    add("ioprobe's read pattern, and the largest page-cache residency its mincore check found")
+    add("before a cold level:")
     add("")
-    add("| Comparison | pair | ioprobe sweep | resident before |")
-    add("|---|---|---|---|")
+    add("| Comparison | pair | fio sweep | ioprobe sweep | pattern | resident before |")
+    add("|---|---|---|---|---|---|")
     for c in comps:
         for i, p in enumerate(c.pairs, 1):
             res = "n/a (warm)" if c.warm else _resident_cell(p.ioprobe.sweep)
-            add(f"| {c.title} | {i} | {_sweep_cell(p.ioprobe.sweep)} | {res} |")
+            add(
+                f"| {c.title} | {i} | {_sweep_text(p.fio_sweep)} | "
+                f"{_sweep_cell(p.ioprobe.sweep)} | {p.ioprobe.pattern or 'n/a'} | {res} |"
+            )
     add("")
     add(
         f"Data: {SMALL_DIRS * SMALL_PER_DIR:,} files of {SMALL_SIZE // 1024} KiB of random bytes "
         f"in `DATA/small/p0..p{SMALL_DIRS - 1}` and one {BIG_SIZE >> 30} GiB file "
-        "`DATA/big.bin`, written and fsync-ed by the script in a scratch directory (DATA)."
+        "`DATA/big.bin`, written and fsync-ed by the script in a scratch directory (DATA); "
+        "`DATA/links/jJ/dK` hold hard links to the small files, file K, K+J, K+2J, ... for "
+        f"fio's job K of J (J in {', '.join(map(str, FIO_JOBS))})."
     )
     add("Commands, per pair in this order (fio also gets `--output-format=json --output=FILE`,")
     add(f"ioprobe `--json FILE`; `--time-budget {time_budget:g}` lets ioprobe's sweep finish,")
     add("the CPU stage it runs afterwards is not compared; each cold run follows an untimed")
-    add("settle pass: evict, read the files once in order, evict):")
+    add("settle pass: evict, read the files once in order, evict; each warm fio run follows an")
+    add("untimed run of itself; the reference reruns fio's best job count of the pair):")
     add("")
     add("```")
     for c in comps:
         add(f"# {c.title}")
-        if c.warm:
-            add(f"{shlex.join(c.fio_cmd)}   # untimed warm-up")
-        add(shlex.join(c.fio_cmd))
+        for cmd in c.fio_cmds.values():
+            add(shlex.join(cmd))
         add(shlex.join(c.ioprobe_cmd))
         if reference:
-            add(f"{shlex.join(c.fio_ref_cmd)}   # reference")
+            best = next(iter(c.fio_ref_cmds.values()))
+            add(f"{shlex.join(best)}   # reference, at the pair's best job count")
     add("```")
     add("")
-    add("`small-cold.fio` (`small-warm.fio` has `invalidate=0`; the `-aligned` variants add")
+    add("`small-cold-j4.fio` (`-j1`, `-j16`, `-j32` have one `[jK]` section per job, reading")
+    add("`DATA/links/jJ/dK`; `small-warm-*` have `invalidate=0`; the `-aligned` variants add")
     add(f"`{ALIGN}` to `[global]`):")
     add("")
     add("```ini")
-    add(small_job("DATA/small", 1, aligned=False).rstrip("\n"))
+    add(small_job("DATA/links", 4, 1, aligned=False).rstrip("\n"))
     add("```")
     return "\n".join(lines) + "\n"
 
@@ -503,24 +573,19 @@ def build_comparisons(
     time_budget: float,
     warm: bool,
 ) -> list[Comparison]:
-    jobs: dict[tuple[str, bool], Path] = {}
-    for cache, inv in (("cold", 1), ("warm", 0)):
-        for aligned in (False, True):
-            path = root / f"small-{cache}{'-aligned' if aligned else ''}.fio"
-            path.write_text(small_job(small, inv, aligned))
-            jobs[cache, aligned] = path
+    links = root / "links"
 
-    def big_fio(invalidate: int, aligned: bool) -> list[str]:
-        cmd = [
-            fio,
-            "--name=b",
-            f"--filename={big}",
-            "--rw=read",
-            "--bs=1M",
-            "--ioengine=psync",
-            f"--invalidate={invalidate}",
-        ]
-        return [*cmd, f"--{ALIGN}"] if aligned else cmd
+    def small_fio(cache: str, aligned: bool) -> dict[int, list[str]]:
+        cmds = {}
+        for jobs in FIO_JOBS:
+            path = root / f"small-{cache}-j{jobs}{'-aligned' if aligned else ''}.fio"
+            path.write_text(small_job(links, jobs, 1 if cache == "cold" else 0, aligned))
+            cmds[jobs] = [fio, str(path)]
+        return cmds
+
+    def big_fio(cache: str, aligned: bool) -> dict[int, list[str]]:
+        inv = 1 if cache == "cold" else 0
+        return {j: big_job(fio, big, BIG_SIZE, j, inv, aligned) for j in FIO_JOBS}
 
     def probe(target: Path, cache: str) -> list[str]:
         return [
@@ -538,14 +603,13 @@ def build_comparisons(
     small_files = sorted(small.glob("p*/*"))
     comps = []
     for cache in ("cold", "warm") if warm else ("cold",):
-        inv = 1 if cache == "cold" else 0
         comps.append(
             Comparison(
                 f"small-{cache}",
                 f"(a) 1,500 x 128 KiB, {cache}",
                 cache,
-                [fio, str(jobs[cache, False])],
-                [fio, str(jobs[cache, True])],
+                small_fio(cache, False),
+                small_fio(cache, True),
                 probe(small, cache),
                 small_files,
             )
@@ -555,8 +619,8 @@ def build_comparisons(
                 f"big-{cache}",
                 f"(b) 2 GiB file, {cache}",
                 cache,
-                big_fio(inv, False),
-                big_fio(inv, True),
+                big_fio(cache, False),
+                big_fio(cache, True),
                 probe(big, cache),
                 [big],
             )
@@ -609,8 +673,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         log(f"removed {root}")
 
     for comp in comps:
-        comp.fio_cmd = _portable(comp.fio_cmd, root, ioprobe, fio)
-        comp.fio_ref_cmd = _portable(comp.fio_ref_cmd, root, ioprobe, fio)
+        comp.fio_cmds = {j: _portable(c, root, ioprobe, fio) for j, c in comp.fio_cmds.items()}
+        # the report shows the reference at one job count: the one most pairs ran it at
+        best = statistics.mode(p.fio_jobs for p in comp.pairs)
+        comp.fio_ref_cmds = {best: _portable(comp.fio_ref_cmds[best], root, ioprobe, fio)}
         comp.ioprobe_cmd = _portable(comp.ioprobe_cmd, root, ioprobe, fio)
     report = render(
         comps,

@@ -123,3 +123,165 @@ def test_cpu_stage_of_one_huge_raw_file_reads_only_a_prefix(tmp_path: Path) -> N
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert rec.stages.cpu.cpu_seconds_per_sample is not None
     assert grown_mib < 200, grown_mib  # not the whole 600 MiB file in memory
+
+
+# --------------------------------------------------------------------------- streams
+
+MiB = 1 << 20
+
+
+def _covers_each_byte_once(regions: list[st.Item], entries: list[ds_mod.FileEntry]) -> bool:
+    """Whether ``regions`` tile every file of ``entries`` exactly, no gap and no overlap."""
+    for e in entries:
+        spans = sorted((off, n) for path, off, n in regions if path == e.path)
+        pos = 0
+        for off, n in spans:
+            if off != pos or n <= 0:
+                return False
+            pos += n
+        if pos != e.size:
+            return False
+    return {path for path, _, _ in regions} == {e.path for e in entries}
+
+
+def test_files_of_8_mib_and_more_are_streamed_and_smaller_ones_read_whole() -> None:
+    entries = [
+        ds_mod.FileEntry("img.jpg", 200_000),
+        ds_mod.FileEntry("just-under", st.STREAM_MIN - 1),
+        ds_mod.FileEntry("shard-0.tar", st.STREAM_MIN),
+        ds_mod.FileEntry("video.mp4", 3 << 30),
+    ]
+    small, streamed = st.split_streamed(entries)
+    assert [e.path for e in small] == ["img.jpg", "just-under"]
+    assert [e.path for e in streamed] == ["shard-0.tar", "video.mp4"]
+
+
+def test_one_large_file_is_cut_into_one_contiguous_region_per_reader() -> None:
+    big = ds_mod.FileEntry("big.bin", 2 << 30)
+    for readers in (1, 4, 16, 32, 64):
+        regions = st.plan_streams([big], readers)
+        assert len(regions) == readers
+        # equal shares, as fio's offset_increment = size / jobs gives each job
+        assert {n for _, _, n in regions} == {(2 << 30) // readers}
+        assert _covers_each_byte_once(regions, [big])
+
+
+def test_regions_start_on_mib_boundaries_and_the_last_takes_the_remainder() -> None:
+    odd = ds_mod.FileEntry("odd.bin", 100 * MiB + 12345)
+    regions = st.plan_streams([odd], 3)
+    assert [off % MiB for _, off, _ in regions] == [0, 0, 0]
+    assert [n for _, _, n in regions] == [34 * MiB, 34 * MiB, 32 * MiB + 12345]
+    assert _covers_each_byte_once(regions, [odd])
+
+
+def test_as_many_files_as_readers_or_more_are_streamed_whole() -> None:
+    shards = [ds_mod.FileEntry(f"shard-{i}.tar", (64 + i) * MiB) for i in range(8)]
+    for readers in (1, 4, 8):
+        regions = st.plan_streams(shards, readers)
+        assert regions == [(e.path, 0, e.size) for e in shards]
+
+
+def test_fewer_files_than_readers_are_each_cut_so_every_reader_has_a_region() -> None:
+    shards = [ds_mod.FileEntry(f"shard-{i}.tar", 96 * MiB) for i in range(3)]
+    regions = st.plan_streams(shards, 8)
+    assert len(regions) == 9  # ceil(8 / 3) = 3 regions of each file
+    assert _covers_each_byte_once(regions, shards)
+
+
+def test_a_file_is_never_cut_below_one_read() -> None:
+    f = ds_mod.FileEntry("s.bin", 8 * MiB)
+    regions = st.plan_streams([f], 64)
+    assert [n for _, _, n in regions] == [MiB] * 8
+    assert _covers_each_byte_once(regions, [f])
+
+
+@pytest.mark.parametrize("readers", [1, 3, 4])
+def test_a_streamed_level_reads_every_byte_of_a_real_file_once(
+    tmp_path: Path, readers: int
+) -> None:
+    size = 20 * MiB + 4096  # not a whole number of regions or reads
+    (path,) = make_files(tmp_path, 1, size)
+    regions = st.plan_streams([ds_mod.FileEntry(str(path), size)], readers)
+    res = st.run_level(st._local_reader, regions, readers, seconds=30, first_stream=0)
+    assert res.errors == 0
+    assert res.bytes == size
+    # one timed read per MiB of each region (a region's last read may be short)
+    assert res.items == sum(-(-n // MiB) for _, _, n in regions)
+
+
+def test_small_files_and_streams_in_one_level_each_read_once(tmp_path: Path) -> None:
+    small = make_files(tmp_path / "small", 10, 100_000)
+    (big,) = make_files(tmp_path / "big", 1, 9 * MiB)
+    items = [(str(p), 0, 100_000) for p in small]
+    items += st.plan_streams([ds_mod.FileEntry(str(big), 9 * MiB)], 2)
+    res = st.run_level(st._local_reader, items, 2, seconds=30, first_stream=len(small))
+    assert res.bytes == 10 * 100_000 + 9 * MiB
+    assert res.items == 10 + 9  # one per small file, one per MiB streamed
+    assert res.errors == 0
+
+
+def test_a_stream_stops_at_the_deadline_and_counts_what_it_read(tmp_path: Path) -> None:
+    size = 64 * MiB
+    sparse = tmp_path / "sparse.bin"
+    with open(sparse, "wb") as fh:
+        fh.truncate(size)
+    regions = st.plan_streams([ds_mod.FileEntry(str(sparse), size)], 1)
+    res = st.run_level(st._local_reader, regions, 1, seconds=0.0, first_stream=0)
+    # the deadline has passed before the first read returns: the stream ends after it
+    assert res.bytes == MiB
+    assert res.items == 1
+
+
+def test_a_missing_streamed_file_is_counted_not_fatal(tmp_path: Path) -> None:
+    (good,) = make_files(tmp_path, 1, 9 * MiB)
+    items = [(str(tmp_path / "gone.tar"), 0, 9 * MiB), (str(good), 0, 9 * MiB)]
+    res = st.run_level(st._local_reader, items, 1, seconds=30, first_stream=0)
+    assert res.errors == 1
+    assert "gone.tar" in (res.first_error or "")
+    assert res.bytes == 9 * MiB
+
+
+def test_a_cold_pass_over_one_large_file_streams_it_and_says_so(tmp_path: Path) -> None:
+    size = 32 * MiB
+    make_files(tmp_path, 1, size)
+    d = ds_mod.resolve(str(tmp_path))
+    p = st.measure_pass(d, d.entries, "cold", 8.0, levels=(1, 4))
+    assert p.pattern == "streams"
+    assert [pt.bytes for pt in p.sweep] == [size, size]  # each level reads the file once
+    assert [pt.items for pt in p.sweep] == [32, 32]  # in 1 MiB reads
+    assert p.resident_fraction_after_evict is not None
+    assert p.resident_fraction_after_evict < 0.05
+
+
+def test_a_pass_names_its_pattern_from_the_files_it_reads(tmp_path: Path) -> None:
+    make_files(tmp_path / "a", 4, 1000)
+    d = ds_mod.resolve(str(tmp_path / "a"))
+    assert st.measure_pass(d, d.entries, "cold", 2.0, levels=(1,)).pattern == "files"
+    make_files(tmp_path / "a" / "shards", 1, 8 * MiB)
+    d = ds_mod.resolve(str(tmp_path / "a"))
+    assert st.measure_pass(d, d.entries, "cold", 2.0, levels=(1,)).pattern == "mixed"
+
+
+def test_a_remote_large_file_is_streamed_through_the_backends_open(tmp_path: Path) -> None:
+    import fsspec
+
+    size = 10 * MiB + 777
+    (path,) = make_files(tmp_path, 1, size)
+    # fsspec's local backend: a file object of its own per open(), as remote backends give
+    # (the memory backend hands every open() one shared object, which threads can't share)
+    fs = fsspec.filesystem("file", skip_instance_cache=True)
+    opened: list[str] = []
+    real_open = fs.open
+
+    def counting_open(p: str, mode: str = "rb", **kw: object) -> object:
+        opened.append(p)
+        return real_open(p, mode, **kw)
+
+    fs.open = counting_open  # type: ignore[method-assign]
+    reader = st._remote_reader_factory(fs)
+    regions = st.plan_streams([ds_mod.FileEntry(str(path), size)], 2)
+    res = st.run_level(reader, regions, 2, seconds=30, first_stream=0)
+    assert res.errors == 0
+    assert res.bytes == size
+    assert len(opened) == 2  # one open per region, read through in 1 MiB reads
+    assert res.items == sum(-(-n // MiB) for _, _, n in regions)

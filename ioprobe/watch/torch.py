@@ -53,11 +53,10 @@ _last: list[int] | None = None  # rchar, read_bytes, run-queue ns at the previou
 _started = [0]
 _own = [0]  # bytes this module read from /proc: they count in rchar but are not the dataset's
 _batches = [0]  # batches this worker made: its mapped files are read at the 1st, 2nd, 4th ...
-_listed = [b""]  # the maps listing last parsed: an unchanged one is not parsed or sent again
-# its resident file pages at its first batch (-1: not yet), and whether they grew past it:
-# only then does it read through maps, and its mapped files count
-_file_rss = [-1]
-_faults_files = [False]
+# the maps listing whose data files were all resident when last listed: unchanged, nothing
+# is left to learn from it; and the listing last sent, which is not sent again
+_listed = [b""]
+_sent = [b""]
 
 
 def _after_fork() -> None:
@@ -67,8 +66,7 @@ def _after_fork() -> None:
     _started[0] = 0
     _batches[0] = 0
     _listed[0] = b""
-    _file_rss[0] = -1
-    _faults_files[0] = False
+    _sent[0] = b""
     _last = None
     del _wall[:]
     del _cpu[:]
@@ -112,11 +110,7 @@ _NOT_DATA_DIRS = (
     "/dev/", "/proc/", "/sys/", "/memfd:", "/SYSV", "/etc/", "/usr/lib/", "/usr/lib64/", "/lib/",
     "/lib64/",
 )  # fmt: skip
-# Resident file pages that grow less than this after a worker's first batch are its own code
-# warming up (a worker whose dataset reads nothing grew by 1 MB in its 3rd and 4th batches,
-# then not at all), not a dataset read through maps: its samples fault in a page each at the
-# least, and the kernel maps 64 KiB, or a whole large folio, per fault
-MAPPED_GROWTH_MIN = 4 << 20
+_HEX = frozenset(b"0123456789abcdef")
 _WEIGHTS = (".safetensors", ".pt", ".pth", ".ckpt", ".gguf", ".onnx")
 _PREFIXES = (sys.prefix, sys.base_prefix, sys.exec_prefix)
 _PYTHON_DIRS = tuple(sorted({d.rstrip("/") + "/" for d in _PREFIXES if d.strip("/")}))
@@ -168,46 +162,73 @@ def mapped_data_files(maps: bytes, skip: tuple[str, ...] = _PYTHON_DIRS) -> arra
     return out
 
 
-def parse_rss_file(status: bytes) -> int:
-    """Resident file-backed bytes (``RssFile``) from ``/proc/PID/status``; -1 if absent."""
-    at = status.find(b"RssFile:")
-    if at < 0:
-        return -1
-    fields = status[at + 8 :].split(b"\n", 1)[0].split()  # "   2012 kB"
-    return int(fields[0]) * 1024 if fields and fields[0].isdigit() else -1
+def resident_files(smaps: bytes) -> set[tuple[int, int]]:
+    """The ``(device, inode)`` of the files with resident pages in some mapping of a
+    ``/proc/PID/smaps`` listing. A forked worker inherits its parent's file mappings without
+    their page-table entries (the kernel lets them fault in again), so a file resident in a
+    worker is one that worker read through its map, not one its parent mapped and read."""
+    out: set[tuple[int, int]] = set()
+    key: tuple[int, int] | None = None
+    for line in smaps.splitlines():
+        if line and line[0] in _HEX:  # a mapping's header line, as in the maps listing
+            parts = line.split(None, 5)
+            key = None
+            if len(parts) >= 5 and parts[4] != b"0":
+                major, _, minor = parts[3].partition(b":")
+                key = (int(major, 16) << 32 | int(minor, 16), int(parts[4]))
+        elif key is not None and line.startswith(b"Rss:"):
+            fields = line.split()
+            if len(fields) > 1 and fields[1] != b"0":
+                out.add(key)
+    return out
 
 
-def _mapped() -> bytes:
-    """This process's mapped data files (``mapped_data_files``) as bytes for a BatchStats,
-    once its resident file pages grew by ``MAPPED_GROWTH_MIN`` since its first batch
-    (before: b""): files mapped but never read (one the script mapped before the workers
-    forked, in a loader that reads nothing through maps) then stay out. What this reads
-    from /proc counts in rchar: it joins this module's own."""
-    if not _faults_files[0]:
-        rss = parse_rss_file(_read_proc("/proc/self/status"))
-        if _file_rss[0] < 0:
-            _file_rss[0] = rss
-        if rss < 0 or rss - _file_rss[0] < MAPPED_GROWTH_MIN:
-            return b""
-        _faults_files[0] = True
+def _read_all(name: str) -> bytes:
+    """A /proc listing whole (it can exceed a page); b"" if it can't be read. What this
+    reads counts in rchar: it joins this module's own."""
     try:
-        fd = os.open("/proc/self/maps", os.O_RDONLY)
+        fd = os.open(name, os.O_RDONLY)
     except OSError:
         return b""
     chunks = []
     try:
-        while chunk := os.read(fd, 65536):
+        while chunk := os.read(fd, 1 << 16):
             chunks.append(chunk)
     except OSError:
         return b""
     finally:
         os.close(fd)
-    maps = b"".join(chunks)
-    _own[0] += len(maps)
-    if maps == _listed[0]:
-        return b""  # the collector has these already
-    _listed[0] = maps
-    return mapped_data_files(maps).tobytes()
+    data = b"".join(chunks)
+    _own[0] += len(data)
+    return data
+
+
+def _mapped() -> bytes:
+    """This process's mapped data files (``mapped_data_files``) that it read through their
+    maps (``resident_files``), as bytes for a BatchStats; b"" when that is unchanged since
+    it last sent it. Files mapped and never read here (one the script mapped, and maybe
+    read, before the workers forked) stay out. The costly per-mapping listing (smaps,
+    about 6 ms in a worker with torch loaded) is read only while some data file is mapped
+    and not yet resident."""
+    maps = _read_all("/proc/self/maps")
+    if not maps or maps == _listed[0]:
+        return b""
+    files = mapped_data_files(maps)
+    if not files:
+        _listed[0] = maps
+        return b""
+    resident = resident_files(_read_all("/proc/self/smaps"))
+    kept = array("q")
+    for i in range(0, len(files), 3):
+        if (files[i], files[i + 1]) in resident:
+            kept.extend(files[i : i + 3])
+    if len(kept) == len(files):
+        _listed[0] = maps
+    out = kept.tobytes()
+    if out == _sent[0]:
+        return b""
+    _sent[0] = out
+    return out
 
 
 def _baseline() -> None:

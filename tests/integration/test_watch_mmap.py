@@ -117,6 +117,20 @@ def test_memmap_reads_give_the_files_bytes_per_sample_and_density(
     assert size_line(again) == line
 
 
+def test_a_small_memmap_run_of_a_few_batches_per_worker_is_seen(tmp_path: Path) -> None:
+    """8 MB in 512 samples, 8 batches per worker: a worker's first batch already shows its
+    mapped file resident (a gate on the workers' resident file pages growing by 4 MiB
+    missed this run)."""
+    size, n = 16 * KIB, 512
+    path = make_file(tmp_path / "rows.bin", size, n)
+    run = watched_run(MemmapDataset(path, size))
+    w = run.watch
+    assert w is not None
+    assert w.bytes_seen == "mmap"
+    assert w.mapped_files == 1 and w.mapped_bytes == size * n
+    assert run.dataset.sample_bytes_mean == pytest.approx(size)
+
+
 def test_read_calls_still_count_through_rchar_with_the_same_file_mapped_in_the_parent(
     tmp_path: Path,
 ) -> None:

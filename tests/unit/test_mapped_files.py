@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 import time
 from array import array
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +17,7 @@ from ioprobe.record import LoaderSettings
 from ioprobe.render.facts import size_line
 from ioprobe.watch import torch as wt
 from ioprobe.watch.collector import BatchStats, WatchCollector
-from ioprobe.watch.torch import DataLoaderAdapter, Stamped, mapped_data_files, parse_rss_file
+from ioprobe.watch.torch import DataLoaderAdapter, Stamped, mapped_data_files, resident_files
 
 DEV = (0xFD << 32) | 0x01  # "fd:01"
 
@@ -68,15 +70,56 @@ def test_a_listing_without_data_files_gives_nothing() -> None:
     assert len(mapped_data_files(MAPS.replace(b"/data/", b"/dev/"), skip=("/venv/",))) == 0
 
 
-def test_resident_file_bytes_come_from_the_status_line() -> None:
-    status = (
-        b"VmRSS:\t    2168 kB\nRssAnon:\t     156 kB\nRssFile:\t    2012 kB\nRssShmem:\t 0 kB\n"
-    )
-    assert parse_rss_file(status) == 2012 * 1024
-    assert parse_rss_file(b"VmRSS:\t 1 kB\n") == -1
-    assert parse_rss_file(b"RssFile:") == -1
-    with open("/proc/self/status", "rb") as f:
-        assert parse_rss_file(f.read()) > 0
+SMAPS = b"""7f0000000000-7f0000100000 r--s 00000000 fd:01 10 /data/read.npy
+Size:               1024 kB
+KernelPageSize:        4 kB
+Rss:                  64 kB
+Pss:                  64 kB
+VmFlags: rd sh mr mw me ms sd
+7f0001000000-7f0001100000 r--s 00000000 fd:01 11 /data/unread.npy
+Size:               1024 kB
+Rss:                   0 kB
+THPeligible:    0
+7f0002000000-7f0002001000 rw-p 00000000 00:00 0
+Rss:                   4 kB
+7f0003000000-7f0003100000 r--s 00100000 fd:01 11 /data/unread.npy
+Rss:                   0 kB
+"""
+
+
+def test_a_file_is_resident_where_one_of_its_mappings_has_pages() -> None:
+    assert resident_files(SMAPS) == {(DEV, 10)}
+    assert resident_files(b"") == set()
+
+
+def test_a_file_mapped_in_the_parent_is_resident_in_a_forked_child_only_once_it_reads_it(
+    tmp_path: Path,
+) -> None:
+    """The premise of ``resident_files``: a fork copies no page-table entries of a file
+    mapping, so the parent's reads do not show in its worker."""
+    import numpy as np
+
+    path = tmp_path / "rows.bin"
+    np.arange(1 << 18, dtype=np.float64).tofile(path)
+    rows = np.memmap(path, mode="r", dtype=np.float64)
+    inode = os.stat(path).st_ino
+
+    def resident() -> bool:
+        with open("/proc/self/smaps", "rb") as f:
+            return any(i == inode for _, i in resident_files(f.read()))
+
+    assert float(rows[100]) == 100.0 and resident()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child reports before and after its own read, then leaves at once
+        before = resident()
+        assert float(rows[200_000]) == 200_000.0
+        os.write(w, bytes([before, resident()]))
+        os._exit(0)
+    os.close(w)
+    got = os.read(r, 2)
+    os.waitpid(pid, 0)
+    assert got == bytes([False, True])
 
 
 def test_mapped_bytes_per_sample_is_the_size_over_the_samples_held() -> None:
@@ -154,33 +197,36 @@ def test_a_stamped_batch_carries_its_listing_across_a_pickle() -> None:
     assert got.stats.mapped == listing
 
 
-def test_listing_the_mapped_files_costs_about_a_millisecond_at_most_log2_times(
-    capsys: pytest.CaptureFixture[str],
+def test_listing_the_mapped_files_costs_milliseconds_at_most_log2_times(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """The per-batch cost: a counter and a bit test; at a worker's 1st, 2nd, 4th, 16th ...
-    batch a status read (before its file pages grew) or the maps listing (after)."""
+    batch the maps listing, and the smaps listing while a data file is mapped and not yet
+    resident; an unchanged listing whose files are all resident is not parsed again."""
     import numpy as np  # a process with torch and NumPy loaded, as a worker has
 
-    assert np is not None
-    saved = wt._faults_files[0], wt._file_rss[0], wt._own[0], wt._listed[0]
+    saved = wt._own[0], wt._listed[0], wt._sent[0]
+    timings = {}
     try:
-        timings = {}
-        for grown in (False, True):
-            wt._faults_files[0] = grown
-            wt._file_rss[0] = -1
+        for label in ("no data file", "unchanged", "data file not read"):
+            if label == "data file not read":
+                path = tmp_path / "rows.bin"
+                np.zeros(1 << 16).tofile(path)
+                rows = np.memmap(path, mode="r")
             t = time.perf_counter()
             for _ in range(20):
-                wt._listed[0] = b""  # parsed every time: the listing changed
+                if label != "unchanged":
+                    wt._listed[0] = wt._sent[0] = b""
                 wt._mapped()
-            timings[grown] = (time.perf_counter() - t) / 20
+            timings[label] = (time.perf_counter() - t) / 20
+        assert int(rows[0]) == 0 and wt._mapped() != b""  # read now: listed, then sent
+        assert wt._mapped() == b""
     finally:
-        wt._faults_files[0], wt._file_rss[0], wt._own[0], wt._listed[0] = saved
+        wt._own[0], wt._listed[0], wt._sent[0] = saved
     with capsys.disabled():
-        print(
-            f"\nmapped files: status check {timings[False] * 1e6:.0f} us, "
-            f"maps listing {timings[True] * 1e6:.0f} us per call"
-        )
-    assert timings[False] < 0.005 and timings[True] < 0.05
+        print("\nmapped files: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in timings.items()))
+    assert timings["no data file"] < 0.01 and timings["data file not read"] < 0.05
+    assert timings["unchanged"] < timings["no data file"] + 0.002
 
 
 def test_a_worker_lists_its_mapped_files_at_its_1st_2nd_4th_16th_64th_batch(

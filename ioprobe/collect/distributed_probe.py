@@ -266,7 +266,7 @@ class DistributedProbe(Probe):
         per_level = max(seconds / len(counts), MIN_LEVEL_S)
         grace = max(st_mod.LEVEL_GRACE_S, 0.1 * per_level)
         order = client_order(self._nodes, self._local)
-        items = st_mod.plan_items(self._chosen(plan))
+        chosen = self._chosen(plan)
         reader = st_mod.reader_for(plan.ds)
         threads = self._dist.threads_per_rank or 1
         cold = self._cache == "cold" and not plan.ds.remote
@@ -274,12 +274,18 @@ class DistributedProbe(Probe):
         for i, k in enumerate(counts):
             active = order[:k]
             slot = active.index(self.info.rank) if self.info.rank in active else None
-            mine = items[slot::k] if slot is not None else []
+            mine, first_stream = (
+                st_mod.plan_share(chosen, k, slot, threads) if slot is not None else ([], 0)
+            )
             if cold and mine:
                 st_mod.evict(sorted({p for p, _, _ in mine}))
             # eviction opens every file of a rank's share: a slow one is waited for
             self.group.barrier(f"level {k}", per_level + self.slack)
-            got = self._read(reader, mine, threads, per_level, grace, i) if mine else None
+            got = (
+                self._read(reader, mine, first_stream, threads, per_level, grace, i)
+                if mine
+                else None
+            )
             seen = self.group.gather(f"level {k} read", got, per_level + grace + self.slack)
             levels = [lv for lv in seen if lv is not None]
             if not levels or not any(lv.items for lv in levels):
@@ -302,6 +308,7 @@ class DistributedProbe(Probe):
         self,
         reader: Callable[..., None],
         items: list[st_mod.Item],
+        first_stream: int,
         threads: int,
         seconds: float,
         grace: float,
@@ -309,7 +316,13 @@ class DistributedProbe(Probe):
     ) -> _Level:
         started = time.time()
         res = st_mod.run_level(
-            reader, items, threads, seconds, seed=self.options.seed + seed, hard_s=seconds + grace
+            reader,
+            items,
+            threads,
+            seconds,
+            seed=self.options.seed + seed,
+            hard_s=seconds + grace,
+            first_stream=first_stream,
         )
         for path, key, text in res.failures:
             self.failures.add(path, key, text)

@@ -117,6 +117,19 @@ def plan_streams(entries: Sequence[FileEntry], readers: int, align: int = BUFFER
     return regions
 
 
+def plan_share(
+    entries: Sequence[FileEntry], clients: int, slot: int, threads: int
+) -> tuple[list[Item], int]:
+    """Client ``slot``'s share of ``entries`` when ``clients`` clients of ``threads`` read
+    threads each read them together, and where its streamed regions start: every
+    ``clients``-th small file, and every ``clients``-th region of the large files streamed
+    by all the clients' threads (``plan_streams``), so a file larger than ``STREAM_MIN`` is
+    streamed as one client's loader streams a shard, not read in shuffled chunks."""
+    small_entries, streamed = split_streamed(entries)
+    small = plan_items(small_entries)[slot::clients]
+    return small + plan_streams(streamed, clients * threads)[slot::clients], len(small)
+
+
 # --------------------------------------------------------------------------- readers
 
 ReadOne = Callable[[str, int, int], int]  # (path, offset, length) -> bytes read

@@ -177,3 +177,25 @@ def test_a_one_rank_world_is_the_plain_probe(shared: Path, tmp_path: Path) -> No
     rec = _load(out)
     assert rec["distributed"] is None
     assert rec["stages"]["storage"]["cold"]["sweep"]
+
+
+def test_two_ranks_stream_a_large_file_in_regions_of_their_own(tmp_path: Path) -> None:
+    """A file of 8 MiB or more is streamed as a loader streams a shard, in the curve's
+    levels as in the one-client sweep: each rank reads its own regions in 1 MiB reads, and
+    together they read no byte twice."""
+    data = tmp_path / "data"
+    data.mkdir()
+    size = 40 << 20
+    (data / "shard.bin").write_bytes(os.urandom(size))
+    out = tmp_path / "run.json"
+    proc = _torchrun(2, str(data), "--loader", "raw", "--time-budget", "6", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dist = _load(out)["distributed"]
+    assert dist["one_client"]["pattern"] == "streams"
+    ranks = dist["ranks"]
+    assert all(r["read_bytes"] > 0 for r in ranks)
+    assert sum(r["read_bytes"] for r in ranks) <= size
+    for r in ranks:
+        reads = r["files_per_s"] * r["read_seconds"]
+        # 1 MiB per timed read; shuffled 8 MiB chunks would give 8 MiB
+        assert r["read_bytes"] / reads == pytest.approx(1 << 20, rel=0.15)

@@ -195,6 +195,28 @@ def test_a_file_is_never_cut_below_one_read() -> None:
     assert _covers_each_byte_once(regions, [f])
 
 
+@pytest.mark.parametrize(("clients", "threads"), [(1, 4), (2, 4), (3, 2), (4, 16)])
+def test_clients_share_small_files_and_stream_regions_of_large_ones_each_byte_once(
+    clients: int, threads: int
+) -> None:
+    """The distributed probe's split: each client's share holds every clients-th small file
+    and every clients-th stream region, so together they read each byte once, and a large
+    file gives each of the clients' threads a region of its own."""
+    entries = [ds_mod.FileEntry(f"img-{i}.jpg", 100_000) for i in range(10)]
+    entries.append(ds_mod.FileEntry("big.bin", 1 << 30))
+    small_all, streams_all = [], []
+    for slot in range(clients):
+        items, first_stream = st.plan_share(entries, clients, slot, threads)
+        small, streams = items[:first_stream], items[first_stream:]
+        assert all(n == 100_000 for _, _, n in small)
+        assert all(p == "big.bin" for p, _, _ in streams)
+        assert len(streams) == threads  # one region per thread of this client
+        small_all += small
+        streams_all += streams
+    assert sorted(small_all) == [(f"img-{i}.jpg", 0, 100_000) for i in range(10)]
+    assert _covers_each_byte_once(streams_all, [entries[-1]])
+
+
 @pytest.mark.parametrize("readers", [1, 3, 4])
 def test_a_streamed_level_reads_every_byte_of_a_real_file_once(
     tmp_path: Path, readers: int

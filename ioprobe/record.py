@@ -135,6 +135,9 @@ class StoragePass:
     # large file streamed from start to end by one reader, or cut into one region per reader),
     # "mixed" (both kinds in one selection)
     pattern: Literal["files", "streams", "mixed"] = "files"
+    # whether a remote server answered a byte range with that range (None: local files, or
+    # no file large enough to stream); without, each large file was streamed whole
+    byte_ranges: bool | None = None
 
 
 @dataclass

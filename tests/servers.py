@@ -135,7 +135,9 @@ class _Handler(BaseHTTPRequestHandler):
         with f:
             size = os.fstat(f.fileno()).st_size
             try:
-                span = _parse_range(self.headers.get("Range"), size)
+                # a server without byte ranges answers every GET with the whole file
+                header = self.headers.get("Range") if self.server.ranges else None
+                span = _parse_range(header, size)
             except _RangeNotSatisfiable:
                 self._send_empty(
                     HTTPStatus.REQUESTED_RANGE_NOT_SATISFIABLE,
@@ -151,7 +153,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.send_header("Content-Range", f"bytes {span[0]}-{span[1]}/{size}")
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(length))
-            self.send_header("Accept-Ranges", "bytes")
+            if self.server.ranges:
+                self.send_header("Accept-Ranges", "bytes")
             self.send_header("Last-Modified", self.date_time_string(int(path.stat().st_mtime)))
             self.end_headers()
             if not send_body:
@@ -182,6 +185,9 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
     ``bytes_sent`` counts file payload bytes actually written (directory listings excluded),
     ``requests`` counts every GET and HEAD, ``connections`` counts accepted TCP connections.
 
+    ``ranges=False`` makes it a server that ignores ``Range`` (Python's own ``http.server``
+    is one): every GET of a file is answered 200 with the whole file.
+
     Every request is answered ``latency_s`` late. ``slow_window=(t0, t1)`` with
     ``slow_latency_s`` adds a slow spell: a request that arrives from ``t0`` to ``t1`` seconds
     after ``start_slow_clock()`` (which the test calls at the moment it chooses) waits
@@ -202,6 +208,7 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
         latency_s: float = 0.0,
         slow_window: tuple[float, float] | None = None,
         slow_latency_s: float = 0.0,
+        ranges: bool = True,
     ) -> None:
         if rate_bytes_per_s is not None and rate_bytes_per_s <= 0:
             raise ValueError(f"rate_bytes_per_s must be positive, got {rate_bytes_per_s}")
@@ -218,6 +225,7 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
         self.latency_s = latency_s
         self.slow_window = slow_window
         self.slow_latency_s = slow_latency_s
+        self.ranges = ranges
         self._slow_lock = threading.Lock()
         self._slow_origin: float | None = None  # monotonic seconds at start_slow_clock()
         self._schedule_lock = threading.Lock()

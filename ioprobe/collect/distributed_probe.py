@@ -267,7 +267,8 @@ class DistributedProbe(Probe):
         grace = max(st_mod.LEVEL_GRACE_S, 0.1 * per_level)
         order = client_order(self._nodes, self._local)
         chosen = self._chosen(plan)
-        reader = st_mod.reader_for(plan.ds)
+        ranges = st_mod.serves_ranges(plan.ds, st_mod.split_streamed(chosen)[1])
+        reader = st_mod.reader_for(plan.ds, ranges)
         threads = self._dist.threads_per_rank or 1
         cold = self._cache == "cold" and not plan.ds.remote
         self.reporter.phase(f"storage ({len(counts)} client levels, {threads} threads each)")
@@ -275,7 +276,7 @@ class DistributedProbe(Probe):
             active = order[:k]
             slot = active.index(self.info.rank) if self.info.rank in active else None
             mine, first_stream = (
-                st_mod.plan_share(chosen, k, slot, threads) if slot is not None else ([], 0)
+                st_mod.plan_share(chosen, k, slot, threads, ranges) if slot is not None else ([], 0)
             )
             if cold and mine:
                 st_mod.evict(sorted({p for p, _, _ in mine}))

@@ -118,16 +118,18 @@ def plan_streams(entries: Sequence[FileEntry], readers: int, align: int = BUFFER
 
 
 def plan_share(
-    entries: Sequence[FileEntry], clients: int, slot: int, threads: int
+    entries: Sequence[FileEntry], clients: int, slot: int, threads: int, ranges: bool = True
 ) -> tuple[list[Item], int]:
     """Client ``slot``'s share of ``entries`` when ``clients`` clients of ``threads`` read
     threads each read them together, and where its streamed regions start: every
     ``clients``-th small file, and every ``clients``-th region of the large files streamed
     by all the clients' threads (``plan_streams``), so a file larger than ``STREAM_MIN`` is
-    streamed as one client's loader streams a shard, not read in shuffled chunks."""
+    streamed as one client's loader streams a shard, not read in shuffled chunks. Without
+    byte ranges (``ranges``) the large files are not cut: each is one region."""
     small_entries, streamed = split_streamed(entries)
     small = plan_items(small_entries)[slot::clients]
-    return small + plan_streams(streamed, clients * threads)[slot::clients], len(small)
+    readers = clients * threads if ranges else 1
+    return small + plan_streams(streamed, readers)[slot::clients], len(small)
 
 
 # --------------------------------------------------------------------------- readers
@@ -295,17 +297,25 @@ def _remote_error_text(exc: Exception) -> str:
     return " ".join(str(exc).split())[:200]
 
 
-def _remote_reader_factory(fs: object) -> Callable[[_Level, int], None]:
+def _remote_reader_factory(fs: object, ranges: bool = True) -> Callable[[_Level, int], None]:
     cat_file = fs.cat_file  # type: ignore[attr-defined]
     open_file = fs.open  # type: ignore[attr-defined]
+    # one request per 1 MiB read, no read-ahead cache: a backend's read-ahead (5 MiB for
+    # HTTP, 50 MiB for S3, and twice the block for fsspec's default cache) fetches what the
+    # level's deadline leaves unread and uncounted, and a level shorter than one such fetch
+    # counts one read of it (8 MB/s server, 1 thread: 1.3 MB/s counted). A server without byte ranges can only
+    # send a file whole, from its start: one GET streamed (fsspec's HTTP stream file), as a
+    # loader piping a shard through curl reads it
+    options: dict[str, object] = (
+        {"block_size": BUFFER, "cache_type": "none"} if ranges else {"block_size": 0}
+    )
 
     def read_one(path: str, off: int, length: int) -> int:
         return len(cat_file(path, start=off, end=off + length))
 
     def stream_one(path: str, off: int, length: int) -> Generator[int, None, None]:
-        # the backend's own file object, as a loader streaming a remote shard opens it: its
-        # buffering and read-ahead are part of what the loader would get
-        with open_file(path, "rb") as fh:
+        # the backend's own file object, as a loader streaming a remote shard opens it
+        with open_file(path, "rb", **options) as fh:
             if off:
                 fh.seek(off)
             left = length
@@ -323,10 +333,30 @@ def _remote_reader_factory(fs: object) -> Callable[[_Level, int], None]:
     return reader
 
 
-def reader_for(ds: Dataset) -> Callable[[_Level, int], None]:
+def reader_for(ds: Dataset, ranges: bool = True) -> Callable[[_Level, int], None]:
     """The read loop for ``ds``: preadv on local files, the fsspec backend's ranged reads
-    on a remote target."""
-    return _remote_reader_factory(ds.fs) if ds.remote else _local_reader
+    on a remote target (whole-file streams where the server serves no byte ranges)."""
+    return _remote_reader_factory(ds.fs, ranges) if ds.remote else _local_reader
+
+
+def serves_ranges(ds: Dataset, streamed: Sequence[FileEntry]) -> bool:
+    """Whether ``ds``'s server answers a byte range of its first large file with that range:
+    an HTTP server that ignores ``Range`` sends the whole file to every request, so regions
+    past a file's start cannot be read and a loader reads the file whole. One read of a
+    byte at offset 1; the body of a whole-file answer is not downloaded. True for local
+    files, without large files, and where the check itself fails (the pass meets that
+    failure and counts it)."""
+    if not ds.remote or not streamed or ds.fs is None:
+        return True
+    try:
+        with ds.fs.open(streamed[0].path, "rb", block_size=4096) as fh:
+            fh.seek(1)
+            fh.read(1)
+    except ValueError as exc:
+        return "range" not in str(exc).lower()
+    except Exception:  # backends raise their own types; the pass reports the failure
+        return True
+    return True
 
 
 def run_level(
@@ -557,6 +587,7 @@ class _PassPlan:
     check: list[str]  # the files whose residency is checked before each level
     local: bool
     cold: bool
+    ranges: bool = True  # whether the server serves byte ranges: else no file is cut
 
     @classmethod
     def of(cls, ds: Dataset, selection: Sequence[FileEntry], cache: str, seed: int) -> _PassPlan:
@@ -570,8 +601,9 @@ class _PassPlan:
             if len(paths) <= RESIDENCY_SAMPLE
             else random.Random(seed).sample(paths, RESIDENCY_SAMPLE)
         )
+        ranges = serves_ranges(ds, streamed)
         return cls(
-            reader=reader_for(ds),
+            reader=reader_for(ds, ranges),
             small=small,
             streamed=streamed,
             total_bytes=sum(n for _, _, n in small) + sum(e.size for e in streamed),
@@ -579,6 +611,7 @@ class _PassPlan:
             check=check,
             local=local,
             cold=local and cache == "cold",
+            ranges=ranges,
         )
 
     @property
@@ -589,7 +622,8 @@ class _PassPlan:
 
     def items_for(self, readers: int) -> tuple[list[Item], int]:
         """A level's items for ``readers`` readers, and where its streamed regions start."""
-        return self.small + plan_streams(self.streamed, readers), len(self.small)
+        streams = plan_streams(self.streamed, readers if self.ranges else 1)
+        return self.small + streams, len(self.small)
 
     def settle_cache(self) -> float | None:
         """Evict the files before a cold level; the resident share of ``check`` then, None
@@ -691,10 +725,12 @@ def _pattern_line(plan: _PassPlan) -> str:
     n = len(plan.streamed)
     files = f"{n} file{'s' if n != 1 else ''} of {STREAM_MIN >> 20} MiB or more"
     also = f", {len(plan.small)} smaller ones read whole in a shuffled order" if plan.small else ""
-    return (
-        f"streams: {files} read start to end in 1 MiB reads, cut into one region per thread "
-        f"where there are fewer files than threads{also}"
+    cut = (
+        "cut into one region per thread where there are fewer files than threads"
+        if plan.ranges
+        else "each whole by one thread (the server serves no byte ranges)"
     )
+    return f"streams: {files} read start to end in 1 MiB reads, {cut}{also}"
 
 
 def _nothing_read(res: LevelResult) -> OSError:
@@ -756,6 +792,7 @@ def measure_pass(
     failures = failures if failures is not None else ReadFailures()
     plan = _PassPlan.of(ds, selection, cache, seed)
     out = StoragePass(cache="cold" if cache == "cold" else "warm", pattern=plan.pattern)
+    out.byte_ranges = None if plan.local or not plan.streamed else plan.ranges
     out.eviction = _eviction_note(plan.local, cache)
     if plan.streamed:
         rep.result(_pattern_line(plan))

@@ -83,3 +83,24 @@ def test_http_404_is_a_one_line_error(http_data: Path) -> None:
     with ThrottledHTTPServer(http_data) as srv:
         proc = run_cli("probe", srv.url + "missing.bin", "-q", timeout=60)
     assert_one_line_error(proc, "missing.bin")
+
+
+@pytest.mark.parametrize("ranges", [True, False])
+def test_a_large_remote_file_is_streamed_with_or_without_byte_ranges(
+    tmp_path: Path, ranges: bool
+) -> None:
+    """A server that ignores Range (as Python's http.server does) answers each request with
+    the whole file: the probe finds that out, streams each large file whole with one GET
+    instead of cutting it into regions it cannot fetch, and measures the link's rate with no
+    failed read."""
+    data = tmp_path / "data"
+    data.mkdir()
+    size, rate = 12 << 20, 8_000_000
+    (data / "shard-0.tar").write_bytes(bytes(range(256)) * (size // 256))
+    with ThrottledHTTPServer(data, rate_bytes_per_s=rate, ranges=ranges) as srv:
+        rec = probe_json(tmp_path, srv.url, "--loader", "raw", "--time-budget", "8")
+    cold = rec["stages"]["storage"]["cold"]
+    assert cold["pattern"] == "streams"
+    assert cold["byte_ranges"] is ranges
+    assert all(p["errors"] == 0 for p in cold["sweep"])
+    assert rec["stages"]["storage"]["read_bytes_per_s"] == pytest.approx(rate, rel=0.15)

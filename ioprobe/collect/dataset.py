@@ -14,6 +14,7 @@ import glob as globlib
 import math
 import os
 import random
+import re
 import stat
 import statistics
 from collections import Counter
@@ -66,6 +67,8 @@ _EXT_FORMAT = {
     ".h5": "hdf5",
     ".hdf5": "hdf5",
     ".tfrecord": "tfrecord",
+    ".tfrecords": "tfrecord",
+    ".tfrec": "tfrecord",
     ".wav": "wav",
     ".flac": "flac",
     ".mp4": "mp4",
@@ -420,7 +423,8 @@ def detect_format(name: str, head: bytes) -> str:
         name = name.split("?", 1)[0].split("#", 1)[0]
     fmt = _magic_format(head)
     if fmt is None:
-        ext = os.path.splitext(name)[1].lower()
+        # TensorFlow's sharded names: "train.tfrecord-00003-of-00010" is a .tfrecord
+        ext = re.sub(r"-\d+-of-\d+$", "", os.path.splitext(name)[1].lower())
         return _EXT_FORMAT.get(ext, ext.lstrip(".") or "unknown")
     # a NIfTI volume is gzip and an .npz is zip to their magic: the name tells them apart
     if fmt == "gzip" and name.endswith(".nii.gz"):

@@ -1,35 +1,42 @@
 """How many samples a target's files hold, where one file is not one sample.
 
-Training data is often packed: WebDataset tar shards, chunked streaming formats with an
-``index.json`` (MDS shards, litdata chunks), Parquet files and Arrow tables. Counting each file
-as a sample makes the storage stage's capacity shards/s where the GPU counts samples/s (a chunk
-set read at 2 samples/s that holds thousands), makes the sample size that of a shard (advice to
-"pack small samples into shards" for data already in shards), and reads the index as a sample.
+Training data is often packed: WebDataset tar shards (plain or gzip-compressed), TFRecord
+files, chunked streaming formats with an ``index.json`` (MDS shards, litdata chunks), Parquet
+files and Arrow tables. Counting each file as a sample makes the storage stage's capacity
+shards/s where the GPU counts samples/s (a chunk set read at 2 samples/s that holds
+thousands), makes the sample size that of a shard (advice to "pack small samples into shards"
+for data already in shards), and reads the index as a sample.
 
 ``detect`` finds the layout and counts the samples from what the format itself says: the
-index's per-shard sample counts, the tar headers (one sample per WebDataset key), the Parquet
-footers and Arrow record batches (through pyarrow, which every user of those formats has);
-``--samples-per-file N`` overrides it. Index and metadata files are taken out of the samples.
-``split`` cuts a shard's bytes into its samples' bytes where the format allows (tar members,
-the offset tables of uncompressed MDS and litdata chunks), so the CPU stage decodes samples,
-not shards.
+index's per-shard sample counts, the tar headers (one sample per WebDataset key), the TFRecord
+record headers, the Parquet footers (through pyarrow, which every user of the format has) and
+the Arrow record batches' headers, all by range reads, so a remote file is counted without
+being fetched whole; gzip can't be hopped through, so compressed tars and TFRecords are
+decompressed to count. ``--samples-per-file N`` overrides it. Index and metadata files are
+taken out of the samples. ``split`` cuts a shard's bytes into its samples' bytes where the
+format allows (tar members, TFRecord records, the offset tables of uncompressed MDS and
+litdata chunks), so the CPU stage decodes samples, not shards.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import itertools
 import json
 import os
 import random
+import re
 import struct
 import tarfile
 import time
+import zlib
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ioprobe.collect.dataset import _EXT_FORMAT, Dataset, FileEntry
+from ioprobe.collect.dataset import _EXT_FORMAT, Dataset, FileEntry, _one_line
 
 INDEX_NAMES = frozenset({"index.json"})
 # metadata a Hugging Face `save_to_disk` directory holds beside its Arrow files
@@ -38,8 +45,19 @@ INDEX_MAX_BYTES = 64 << 20
 TAR_BLOCK = 512
 # tar shards whose headers are walked at most; the rest are extrapolated by bytes
 TAR_WALK_MAX = 64
-FIRST_SHARD_S = 5.0  # the first tar shard's headers may take this long past the deadline
+FIRST_SHARD_S = 5.0  # the first shard's count may take this long past the deadline
 OFFSET_SPLITTERS = ("MDS shards", "litdata chunks")
+GZIP_MAGIC = b"\x1f\x8b"
+# a gzip file's decompressed size is not known before its end: the walk's bound instead
+UNKNOWN_SIZE = 1 << 62
+SPLIT_MAX = 256 << 20  # decompressed bytes of one payload that ``split`` cuts at most
+TFRECORD_HEADER = 12  # uint64 length, uint32 masked crc of the length
+TFRECORD_NAME = re.compile(r"\.tfrec(?:ords?)?(?:-\d+-of-\d+)?(?:\.gz)?$")
+ARROW_MAGIC = b"ARROW1"
+ARROW_HEAD = 4096  # bytes read per Arrow message: its prefix and, mostly, its whole header
+ARROW_META_MAX = 16 << 20  # a message header longer than this is damage, not a header
+ARROW_RECORD_BATCH = 3  # the MessageHeader union's tag of a record batch
+PARQUET_TAIL = 8 << 10  # bytes read at a Parquet file's end: the footer, mostly, in one read
 
 Reader = Callable[[FileEntry, int, int], bytes]  # entry, offset, length -> bytes
 
@@ -68,6 +86,17 @@ class RangeReader:
         self._handle.seek(offset)
         return bytes(self._handle.read(length))
 
+    def exact(self, entry: FileEntry, offset: int, length: int) -> bytes:
+        """These bytes and no more: one ranged request where the file is remote. A footer
+        or a batch header far from the last read is fetched without the read-ahead block
+        (megabytes) that an open remote file fetches for the hops of a header walk."""
+        if self.fs is None:
+            return self(entry, offset, length)
+        end = min(offset + length, entry.size)
+        if end <= offset:
+            return b""
+        return bytes(self.fs.cat_file(entry.path, start=offset, end=end))
+
     def close(self) -> None:
         if self._handle is not None:
             if self.fs is None:
@@ -87,7 +116,8 @@ class RangeReader:
 class Layout:
     """What holds the samples. ``samples`` is None where each file is one sample."""
 
-    # files, tar shards, MDS shards, litdata chunks, parquet, arrow, packed files (the flag)
+    # files, tar shards, tar.gz shards, tfrecord files, MDS shards, litdata chunks, parquet,
+    # arrow, packed files (the flag)
     kind: str = "files"
     data: list[FileEntry] = field(default_factory=list)  # the files that hold samples
     samples: int | None = None  # samples in ``data`` (the listed entries, not extrapolated)
@@ -103,8 +133,8 @@ class Layout:
     @property
     def splitter(self) -> str | None:
         """How ``split`` cuts one of ``data``'s files into samples; None where it can't."""
-        if self.kind == "tar shards":
-            return "tar"
+        if self.kind in ("tar shards", "tar.gz shards", "tfrecord files"):
+            return self.kind.split()[0]
         if self.kind in OFFSET_SPLITTERS and self.basis != "compressed":
             return "offsets"
         return None
@@ -121,9 +151,10 @@ def detect(
     """The layout of ``ds``'s files and the samples they hold, counted within ``seconds``.
 
     An index (``index.json`` of MDS or litdata) names its data files and their sample counts;
-    files it does not name are left out. Tar files are counted from their headers; Parquet and
-    Arrow files from their metadata. ``samples_per_file`` overrides every count (index files
-    are still left out). A dataset of plain files is one sample per file."""
+    files it does not name are left out. Tar and TFRecord files are counted from their headers
+    (decompressed where gzip), Parquet files from their footers, Arrow files from their record
+    batches' headers. ``samples_per_file`` overrides every count (index files are still left
+    out). A dataset of plain files is one sample per file."""
     deadline = time.monotonic() + seconds
     entries = list(ds.entries)
     indexes = [e for e in entries if os.path.basename(e.path) in INDEX_NAMES]
@@ -150,8 +181,8 @@ def _by_format(
     seed: int,
 ) -> Layout:
     """The layout of a target with no index that could be read: the dominant extension
-    decides (tar, parquet, arrow), else plain files. An ``index.json`` of no known format is
-    still no sample."""
+    decides (tar, tar.gz, tfrecord, parquet, arrow), else plain files. An ``index.json`` of no
+    known format is still no sample."""
     others = [e for e in entries if e not in indexes]
     notes = (
         [
@@ -165,22 +196,38 @@ def _by_format(
     # the extension holding the most bytes: a saved dataset's few JSON files are not it
     exts: Counter[str] = Counter()
     for e in others:
-        exts[_ext(e.path)] += e.size
+        exts[_layout_ext(e.path)] += e.size
     top = exts.most_common(1)[0][0] if exts else ""
+    data = [e for e in others if _layout_ext(e.path) == top]
+    sidecars: list[FileEntry] = []
     if top == ".tar":
-        data = [e for e in others if _ext(e.path) == ".tar"]
-        layout = _tar_layout(data, read, deadline, seed)
-        layout.index_files = len(indexes)
-        layout.notes = notes + layout.notes
-        return layout
-    if top in (".parquet", ".arrow"):
+        layout = _walked("tar shards", data, read, deadline, seed, _tar_count, "tar headers")
+    elif top == ".tar.gz":
+        layout = _walked("tar.gz shards", data, read, deadline, seed, _targz_count, "tar headers")
+    elif top == ".tfrecord":
+        layout = _walked(
+            "tfrecord files", data, read, deadline, seed, tfrecord_count, "tfrecord headers"
+        )
+    elif top in (".parquet", ".arrow"):
         sidecars = [e for e in others if os.path.basename(e.path) in ARROW_SIDECARS]
-        data = [e for e in others if _ext(e.path) == top]
-        layout = _table_layout(top, data, deadline)
-        layout.index_files = len(indexes) + len(sidecars)
-        layout.notes = notes + layout.notes
-        return layout
-    return Layout(data=others or entries, index_files=len(indexes), notes=notes)
+        layout = _table_layout(top, data, read, deadline, seed)
+    else:
+        return Layout(data=others or entries, index_files=len(indexes), notes=notes)
+    layout.index_files = len(indexes) + len(sidecars)
+    layout.notes = notes + layout.notes
+    return layout
+
+
+def _layout_ext(path: str) -> str:
+    """The extension that names a packed format: ``.tar.gz`` for ``.tgz`` too, ``.tfrecord``
+    for TFRecord's spellings (``.tfrecords``, ``.tfrec``, ``x.tfrecord-00003-of-00010``, each
+    maybe ``.gz``), else the last one."""
+    name = os.path.basename(path.split("?", 1)[0]).lower()
+    if name.endswith((".tar.gz", ".tgz")):
+        return ".tar.gz"
+    if TFRECORD_NAME.search(name):
+        return ".tfrecord"
+    return _ext(path)
 
 
 def _ext(path: str) -> str:
@@ -283,40 +330,186 @@ def _parse_index(raw: bytes) -> tuple[str, list[tuple[list[str], int]]] | None:
     return None
 
 
-# ------------------------------------------------------------------------------ tar shards
+# ------------------------------------------------------------------------------ walks
 
 
-def _tar_layout(data: list[FileEntry], read: Reader, deadline: float, seed: int) -> Layout:
-    """Samples in tar shards, one per WebDataset key (a member's path up to the first dot of
-    its file name), from the headers of as many shards as ``deadline`` allows; the rest are
-    extrapolated by bytes from the ones walked."""
+@dataclass
+class _Count:
+    """One file's samples, as far as a walk through it went."""
+
+    samples: int
+    covered: int  # bytes of the file the count stands for: all of it, or up to a cut
+    formats: Counter[str] = field(default_factory=Counter)
+    damage: str | None = None  # why the walk stopped before the file's end, where it did
+    decompressed: bool = False
+
+
+Walker = Callable[[FileEntry, Reader, float], _Count]
+
+
+def _walked(
+    kind: str,
+    data: list[FileEntry],
+    read: Reader,
+    deadline: float,
+    seed: int,
+    walker: Walker,
+    what: str,
+    *,
+    cap: int | None = TAR_WALK_MAX,
+) -> Layout:
+    """Samples in ``data``, counted by ``walker`` in as many files as ``deadline`` allows (at
+    most ``cap``, in an order drawn from ``seed``); the rest are extrapolated by bytes from the
+    ones walked. The first file is walked whole where it can be within FIRST_SHARD_S past the
+    deadline: a count extrapolated from part of a file is off by its padding and headers. A
+    damaged file counts the samples before the damage, with a note; one that can't be read
+    is left to the extrapolation, with a note."""
     order = list(data)
     random.Random(seed).shuffle(order)
-    keys = 0
-    covered = 0
-    walked = 0
+    samples = covered = walked = 0
     formats: Counter[str] = Counter()
-    for entry in order[:TAR_WALK_MAX]:
-        if walked and time.monotonic() > deadline:
+    damaged: list[str] = []
+    unreadable: list[str] = []
+    decompressed = False
+    for entry in order if cap is None else order[:cap]:
+        if (walked or unreadable) and time.monotonic() > deadline:
             break
-        # the first shard is walked whole where it can be: a count extrapolated from part
-        # of a shard is off by the tar's padding
-        n, span, fmts = tar_keys(
-            entry, read, deadline if walked else max(deadline, time.monotonic() + FIRST_SHARD_S)
-        )
-        keys += n
-        covered += span
-        formats.update(fmts)
+        until = deadline if walked else max(deadline, time.monotonic() + FIRST_SHARD_S)
+        try:
+            count = walker(entry, read, until)
+        except Exception as exc:  # a remote read raises whatever its library raises
+            unreadable.append(f"{_name(entry)} ({_one_line(exc)})")
+            continue
+        samples += count.samples
+        covered += count.covered
+        formats.update(count.formats)
+        decompressed |= count.decompressed
         walked += 1
+        if count.damage is not None:
+            damaged.append(f"{_name(entry)} ({count.damage})")
+    notes = []
+    if damaged:
+        notes.append(
+            f"{len(damaged)} of the {kind} counted are damaged and count the samples before "
+            f"the damage: {_listed(damaged)}"
+        )
+    if unreadable:
+        notes.append(f"{len(unreadable)} of the {kind} could not be read: {_listed(unreadable)}")
+    if not samples:
+        notes.append(
+            f"no sample could be counted in the {kind}: each file counts as one sample; pass "
+            "--samples-per-file N"
+        )
+        return Layout(kind=kind, data=data, notes=notes)
     total_bytes = sum(e.size for e in data)
+    unzipped = ", decompressed to count" if decompressed else ""
     if covered >= total_bytes:
-        samples, basis = keys, "tar headers"
+        basis = what + unzipped
     else:
-        samples = round(keys * total_bytes / covered) if covered else len(data)
-        basis = f"tar headers of {walked} of {len(data)} shards, extrapolated by size"
+        samples = round(samples * total_bytes / covered) if covered else len(data)
+        noun = "shards" if kind.endswith("shards") else "files"
+        by = "compressed size" if decompressed else "size"
+        basis = f"{what} of {walked} of {len(data)} {noun}{unzipped}, extrapolated by {by}"
     return Layout(
-        kind="tar shards", data=data, samples=samples, basis=basis, sample_formats=formats
+        kind=kind, data=data, samples=samples, basis=basis, sample_formats=formats, notes=notes
     )
+
+
+def _name(entry: FileEntry) -> str:
+    return entry.path.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+
+
+def _listed(items: list[str], at_most: int = 3) -> str:
+    more = f" and {len(items) - at_most} more" if len(items) > at_most else ""
+    return "; ".join(items[:at_most]) + more
+
+
+class _ReaderFile(io.RawIOBase):
+    """One file through a ``Reader``, front to back, as a file object for ``gzip``; ``pos``
+    is how many of its bytes were fetched."""
+
+    def __init__(self, entry: FileEntry, read: Reader) -> None:
+        super().__init__()
+        self.entry, self._read, self.pos = entry, read, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        n = min(len(buffer), self.entry.size - self.pos)
+        if n <= 0:
+            return 0
+        data = self._read(self.entry, self.pos, n)
+        buffer[: len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+class _Gunzipped:
+    """A ``Reader`` over a gzip file's decompressed bytes, for walks that only go forward:
+    a hop forward is decompressed and dropped (gzip can't be seeked). A read that fails or
+    ends early sets ``damage`` and reads nothing from then on, so a walk stops where the
+    stream does and keeps what it counted."""
+
+    def __init__(self, entry: FileEntry, read: Reader) -> None:
+        self.raw = _ReaderFile(entry, read)
+        self.gz = gzip.GzipFile(fileobj=self.raw, mode="rb")
+        self.damage: str | None = None
+
+    def __call__(self, _entry: FileEntry, offset: int, length: int) -> bytes:
+        if self.damage is not None:
+            return b""
+        try:
+            if offset != self.gz.tell():
+                self.gz.seek(offset)
+                if self.gz.tell() < offset:
+                    self.damage = f"its data ends at decompressed byte {self.gz.tell():,}"
+                    return b""
+            return self.gz.read(length)
+        except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+            self.damage = f"damaged gzip stream: {_one_line(exc)}"
+            return b""
+
+    def compressed(self, decompressed: int) -> int:
+        """The compressed bytes that stand for the first ``decompressed`` bytes, at the
+        ratio of what was read so far."""
+        return min(round(self.raw.pos * decompressed / max(self.gz.tell(), 1)), self.raw.entry.size)
+
+    def close(self) -> None:
+        self.gz.close()
+
+
+def _gzipped(entry: FileEntry, read: Reader, deadline: float, walker: Walker) -> _Count:
+    """``walker``'s count of a gzip file's decompressed bytes, its bytes covered given back
+    in compressed bytes (extrapolation is by the files' sizes on storage)."""
+    gz = _Gunzipped(entry, read)
+    try:
+        count = walker(FileEntry(entry.path, UNKNOWN_SIZE), gz, deadline)
+        done = gz.damage is not None or count.covered >= UNKNOWN_SIZE
+        covered = entry.size if done else gz.compressed(count.covered)
+    finally:
+        gz.close()
+    return _Count(count.samples, covered, count.formats, gz.damage, decompressed=True)
+
+
+def _is_gzip(entry: FileEntry, read: Reader) -> bool:
+    return entry.size >= 2 and read(entry, 0, 2) == GZIP_MAGIC
+
+
+def _tar_count(entry: FileEntry, read: Reader, deadline: float) -> _Count:
+    keys, covered, formats = tar_keys(entry, read, deadline)
+    return _Count(keys, covered, formats)
+
+
+def _targz_count(entry: FileEntry, read: Reader, deadline: float) -> _Count:
+    """WebDataset keys in a gzip-compressed tar, from its headers as the stream is
+    decompressed; a ``.tar.gz`` that is no gzip is walked as a tar."""
+    if not _is_gzip(entry, read):
+        return _tar_count(entry, read, deadline)
+    return _gzipped(entry, read, deadline, _tar_count)
+
+
+# ------------------------------------------------------------------------------ tar shards
 
 
 def tar_keys(entry: FileEntry, read: Reader, deadline: float) -> tuple[int, int, Counter[str]]:
@@ -390,75 +583,176 @@ def _main_format(names: Iterable[str]) -> str:
     return next((f for f in fmts if f), "unknown")
 
 
+# ------------------------------------------------------------------------------ tfrecord
+
+
+def tfrecord_count(entry: FileEntry, read: Reader, deadline: float) -> _Count:
+    """Records in one TFRecord file (``uint64 length, uint32 crc, data, uint32 crc`` each),
+    from their 12-byte headers, the data skipped; a gzip-compressed file is decompressed to
+    count. Checksums are not checked: a loader checks them, a count needs only the lengths."""
+    if _is_gzip(entry, read):
+        return _gzipped(entry, read, deadline, _tfrecords)
+    return _tfrecords(entry, read, deadline)
+
+
+def _tfrecords(entry: FileEntry, read: Reader, deadline: float) -> _Count:
+    offset = records = 0
+
+    def count(covered: int, damage: str | None = None) -> _Count:
+        # the samples are tf.train.Example records, whatever their first bytes look like
+        return _Count(records, covered, Counter({"tfrecord": records}), damage)
+
+    while offset < entry.size:
+        if records and time.monotonic() > deadline:
+            return count(offset)
+        head = read(entry, offset, TFRECORD_HEADER)
+        if not head:
+            break  # a decompressed stream's end
+        if len(head) < TFRECORD_HEADER:
+            return count(entry.size, f"a record header cut at byte {offset:,}")
+        (length,) = struct.unpack_from("<Q", head)
+        end = offset + TFRECORD_HEADER + length + 4
+        if end > entry.size:
+            return count(entry.size, f"the record at byte {offset:,} runs past the end")
+        records += 1
+        offset = end
+    return count(entry.size)
+
+
 # ------------------------------------------------------------------------------ tables
 
 
-def _table_layout(ext: str, data: list[FileEntry], deadline: float) -> Layout:
-    """Rows in Parquet files (their footers) or Arrow files (their record batches), through
-    pyarrow, local files only; without it, or for remote tables, the layout says what is
-    missing and each file counts once."""
-    kind = "parquet" if ext == ".parquet" else "arrow"
+def _table_layout(
+    ext: str, data: list[FileEntry], read: Reader, deadline: float, seed: int
+) -> Layout:
+    """Rows in Parquet files (their footers, parsed by pyarrow) or Arrow IPC files (their
+    record batches' headers), local or remote, by range reads of those parts alone."""
+    exact = read.exact if isinstance(read, RangeReader) else read
+    if ext == ".arrow":
+        return _walked(
+            "arrow", data, exact, deadline, seed, arrow_rows, "arrow batch headers", cap=None
+        )
     try:
-        import pyarrow  # noqa: F401
+        import pyarrow.parquet  # noqa: F401
     except ImportError:
         return Layout(
-            kind=kind,
+            kind="parquet",
             data=data,
             notes=[
-                f"the rows of {kind} files are counted with pyarrow, which is not installed: "
+                "the rows of parquet files are counted with pyarrow, which is not installed: "
                 "each file counts as one sample; pass --samples-per-file N"
             ],
         )
-    if any("://" in e.path for e in data):
-        return Layout(
-            kind=kind,
-            data=data,
-            notes=[
-                f"the rows of remote {kind} files are not counted: each file counts as one "
-                "sample; pass --samples-per-file N"
-            ],
-        )
-    rows = 0
-    counted = 0
-    for entry in data:
-        if counted and time.monotonic() > deadline:
-            break
-        try:
-            rows += _table_rows(kind, entry.path)
-        except Exception:  # pyarrow raises its own errors for a damaged file
-            continue
-        counted += 1
-    if not counted:
-        return Layout(kind=kind, data=data, notes=[f"no {kind} file's rows could be read"])
-    total_bytes = sum(e.size for e in data)
-    done = data[:counted]
-    if counted == len(data):
-        return Layout(kind=kind, data=data, samples=rows, basis=f"{kind} metadata")
-    covered = sum(e.size for e in done)
-    return Layout(
-        kind=kind,
-        data=data,
-        samples=round(rows * total_bytes / covered),
-        basis=f"{kind} metadata of {counted} of {len(data)} files, extrapolated by size",
+    return _walked(
+        "parquet", data, exact, deadline, seed, parquet_rows, "parquet metadata", cap=None
     )
 
 
-def _table_rows(kind: str, path: str) -> int:
+def parquet_rows(entry: FileEntry, read: Reader, deadline: float) -> _Count:
+    """Rows in one Parquet file from its footer alone: the file's last 8 bytes are the
+    footer's length and ``PAR1``; the footer, read from before them, is parsed by pyarrow
+    behind a stand-in file head (it reads no other part of the file for its metadata)."""
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
-    if kind == "parquet":
-        import pyarrow.parquet as pq
+    if entry.size < 12:
+        return _Count(0, entry.size, damage="too short for a parquet file")
+    n = min(entry.size, PARQUET_TAIL)
+    tail = read(entry, entry.size - n, n)
+    if len(tail) < 8:
+        return _Count(0, entry.size, damage="its end could not be read")
+    length, magic = struct.unpack_from("<I4s", tail, len(tail) - 8)
+    if magic != b"PAR1":
+        why = "an encrypted footer" if magic == b"PARE" else "no parquet footer"
+        return _Count(0, entry.size, damage=why)
+    if length + 12 > entry.size:
+        return _Count(0, entry.size, damage="a footer longer than the file")
+    if length + 8 > len(tail):
+        tail = read(entry, entry.size - 8 - length, length + 8 - len(tail)) + tail
+    footer = tail[len(tail) - 8 - length :]
+    try:
+        meta = pq.read_metadata(pa.BufferReader(b"PAR1" + footer))
+    except Exception as exc:  # pyarrow raises its own errors for a damaged footer
+        return _Count(0, entry.size, damage=f"footer unreadable: {_one_line(exc)}")
+    return _Count(int(meta.num_rows), entry.size)
 
-        return int(pq.ParquetFile(path).metadata.num_rows)
-    with pa.memory_map(path) as source:
-        try:
-            reader = pa.ipc.open_file(source)
-        except pa.ArrowInvalid:
-            source.seek(0)
-            # the stream format (Hugging Face's): batches are read zero-copy from the map,
-            # so only their headers are touched
-            return sum(batch.num_rows for batch in pa.ipc.open_stream(source))
-        return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
+
+def arrow_rows(entry: FileEntry, read: Reader, deadline: float) -> _Count:
+    """Rows in one Arrow IPC file, file or stream format (Hugging Face writes the stream
+    format), from its record batches' headers, the bodies skipped: each message is a length
+    prefix, a flatbuffer header (a record batch's says its rows and body length), then the
+    body. The file format is the stream format behind 8 bytes of magic, with a footer after
+    the end-of-stream marker that lists the batches but not their rows."""
+    offset = 8 if read(entry, 0, len(ARROW_MAGIC)) == ARROW_MAGIC else 0
+    rows = 0
+    covered = offset
+    while offset < entry.size:
+        if rows and time.monotonic() > deadline:
+            return _Count(rows, covered)
+        head = read(entry, offset, min(ARROW_HEAD, entry.size - offset))
+        (size,) = struct.unpack_from("<I", head) if len(head) >= 4 else (None,)
+        start = 4
+        if size == 0xFFFFFFFF:  # the continuation marker of format version 0.15 on
+            (size,) = struct.unpack_from("<I", head, 4) if len(head) >= 8 else (None,)
+            start = 8
+        if size is None or size > ARROW_META_MAX or offset + start + size > entry.size:
+            return _Count(rows, entry.size, damage=f"the message at byte {offset:,} is cut")
+        if size == 0:
+            break  # the end-of-stream marker
+        meta = head[start : start + size]
+        if len(meta) < size:
+            meta += read(entry, offset + start + len(meta), size - len(meta))
+        parsed = _arrow_message(meta)
+        if parsed is None:
+            return _Count(rows, entry.size, damage=f"no arrow message at byte {offset:,}")
+        kind, body, n = parsed
+        offset += start + size + body
+        if offset > entry.size:
+            return _Count(rows, entry.size, damage="a record batch runs past the end")
+        rows += n
+        if kind == ARROW_RECORD_BATCH:
+            covered = offset
+    return _Count(rows, entry.size)
+
+
+def _arrow_message(meta: bytes) -> tuple[int, int, int] | None:
+    """(header type, body length, rows) of an Arrow ``Message`` flatbuffer; rows are a
+    record batch's ``length``, 0 for other messages. None where it is no message."""
+    try:
+        message = _fb_table(meta, struct.unpack_from("<I", meta)[0])
+        at = _fb_field(meta, message, 1)
+        kind = meta[at] if at is not None else 0
+        at = _fb_field(meta, message, 3)
+        body = struct.unpack_from("<q", meta, at)[0] if at is not None else 0
+        rows = 0
+        at = _fb_field(meta, message, 2)
+        if kind == ARROW_RECORD_BATCH and at is not None:
+            batch = _fb_table(meta, at + struct.unpack_from("<I", meta, at)[0])
+            at = _fb_field(meta, batch, 0)
+            rows = struct.unpack_from("<q", meta, at)[0] if at is not None else 0
+    except (struct.error, IndexError):
+        return None
+    if body < 0 or rows < 0:
+        return None
+    return kind, body, rows
+
+
+def _fb_table(buf: bytes, pos: int) -> tuple[int, int, int]:
+    """A flatbuffer table at ``pos``: (its position, its vtable's, the vtable's size)."""
+    vtable = pos - struct.unpack_from("<i", buf, pos)[0]
+    if not 0 <= vtable < len(buf):
+        raise IndexError(vtable)
+    return pos, vtable, struct.unpack_from("<H", buf, vtable)[0]
+
+
+def _fb_field(buf: bytes, table: tuple[int, int, int], slot: int) -> int | None:
+    """Where field ``slot`` of ``table`` is in ``buf``; None where it is absent (default)."""
+    pos, vtable, size = table
+    entry = 4 + 2 * slot
+    if entry + 2 > size:
+        return None
+    rel = struct.unpack_from("<H", buf, vtable + entry)[0]
+    return pos + rel if rel else None
 
 
 # ------------------------------------------------------------------------------ splitting
@@ -466,20 +760,60 @@ def _table_rows(kind: str, path: str) -> int:
 
 def split(layout: Layout, payload: bytes) -> list[bytes] | None:
     """The samples in one of ``layout``'s files, as a loader hands them to its decode: a tar
-    shard's samples (each its main member: the image, else the largest), an MDS or litdata
-    chunk's samples (cut at its offset table); None where the format can't be cut here
-    (compressed shards, tables), and the file then stands for its samples as a whole."""
+    shard's samples (each its main member: the image, else the largest; a ``.tar.gz`` once
+    decompressed), a TFRecord file's records' data (decompressed where gzip), an MDS or
+    litdata chunk's samples (cut at its offset table); None where the format can't be cut
+    here (compressed chunks, tables), and the file then stands for its samples as a whole. A
+    payload cut short gives the samples it holds whole."""
     how = layout.splitter
     if how == "tar":
         return _tar_samples(payload)
+    if how == "tar.gz":
+        return _tar_samples(_gunzip(payload))
+    if how == "tfrecord":
+        return _tfrecord_samples(_gunzip(payload))
     if how == "offsets":
         return _offset_samples(payload)
     return None
 
 
-def _tar_samples(payload: bytes) -> list[bytes]:
-    import io
+def _gunzip(payload: bytes) -> bytes:
+    """``payload`` decompressed where it is gzip (every member of a multi-member file, up to
+    SPLIT_MAX bytes), as far as it goes: a prefix or a damaged stream gives what came before
+    the cut. Anything else is returned as it is."""
+    if payload[:2] != GZIP_MAGIC:
+        return payload
+    out: list[bytes] = []
+    left = SPLIT_MAX
+    data = payload
+    while data[:2] == GZIP_MAGIC and left > 0:
+        d = zlib.decompressobj(wbits=31)
+        try:
+            chunk = d.decompress(data, left)
+        except zlib.error:
+            break
+        out.append(chunk)
+        left -= len(chunk)
+        if not d.eof:
+            break
+        data = d.unused_data
+    return b"".join(out)
 
+
+def _tfrecord_samples(data: bytes) -> list[bytes] | None:
+    out: list[bytes] = []
+    offset = 0
+    while offset + TFRECORD_HEADER <= len(data):
+        (length,) = struct.unpack_from("<Q", data, offset)
+        start = offset + TFRECORD_HEADER
+        if start + length > len(data):
+            break
+        out.append(data[start : start + length])
+        offset = start + length + 4
+    return out or None
+
+
+def _tar_samples(payload: bytes) -> list[bytes]:
     out: list[bytes] = []
     last = None
     group: list[tuple[str, bytes]] = []
@@ -527,4 +861,13 @@ def _offset_samples(payload: bytes) -> list[bytes] | None:
     return [payload[a:b] for a, b in itertools.pairwise(offsets) if b <= end]
 
 
-__all__ = ["Layout", "RangeReader", "detect", "split", "tar_keys"]
+__all__ = [
+    "Layout",
+    "RangeReader",
+    "arrow_rows",
+    "detect",
+    "parquet_rows",
+    "split",
+    "tar_keys",
+    "tfrecord_count",
+]

@@ -260,6 +260,8 @@ class Probe:
         self.failures = ReadFailures()  # every phase's failed reads, each file once
         self._deadline = math.inf  # perf_counter when the budget is spent
         self._per_file = 1.0  # samples per CPU payload: more where whole shards were decoded
+        # the files' bytes over the payloads' where raw decoding read only a prefix of each
+        self._prefix_scale = 1.0
 
     def run(self) -> RunRecord:
         """Every phase, with NVML sampled in the background throughout where there is a GPU.
@@ -459,6 +461,8 @@ class Probe:
             failures=self.failures,
         )
         spent = time.monotonic() - started
+        if limit is not None and loader == "raw" and plan.layout.splitter is None and payloads:
+            self._scale_prefixes(entries, payloads, limit)
         payloads = self._samples_of(plan, payloads)
         if not payloads:
             why = (
@@ -469,6 +473,20 @@ class Probe:
             )
             self.notes.append(f"the CPU stage was not measured: no sample to decode ({why})")
         return payloads, spent
+
+    def _scale_prefixes(self, entries: list[FileEntry], payloads: list[bytes], limit: int) -> None:
+        """Raw decoding of files over ``limit`` read a prefix of each: its cost, a copy, grows
+        with the bytes, so the stage is scaled by the files' mean size over the payloads'."""
+        if not any(len(p) >= limit for p in payloads):
+            return
+        files = sum(e.size for e in entries) / len(entries)
+        read = sum(len(p) for p in payloads) / len(payloads)
+        if read > 0 and files > read:
+            self._prefix_scale = files / read
+            self.notes.append(
+                f"raw decoding copied a {limit >> 20} MiB prefix of each file; its CPU time "
+                f"is scaled by the files' size ({self._prefix_scale:.2f}x)"
+            )
 
     def _samples_of(self, plan: _Plan, payloads: list[bytes]) -> list[bytes]:
         """The samples the CPU stage decodes: each shard or chunk read is cut into its
@@ -531,6 +549,10 @@ class Probe:
         cpu.output_bytes_per_sample = cpu_mod.output_bytes(loader, payloads)
         if cpu.output_bytes_per_sample and per_file > 1:
             cpu.output_bytes_per_sample /= per_file
+        if self._prefix_scale > 1:
+            scale_cpu(cpu, 1 / self._prefix_scale)
+            if cpu.output_bytes_per_sample:
+                cpu.output_bytes_per_sample *= self._prefix_scale
         return cpu
 
     def _pcie(self, plan: _Plan, cpu: CpuStage, path: DiskToGpu | None) -> PcieStage:
@@ -816,12 +838,14 @@ def _decode_formats(plan: _Plan) -> dict[str, int]:
 
 
 def scale_cpu(cpu: CpuStage, per_file: float) -> None:
-    """A CPU stage measured on whole files of ``per_file`` samples, per sample."""
+    """A CPU stage measured on whole files of ``per_file`` samples, per sample; a
+    ``per_file`` below 1 is a stage measured on that share of each sample (a prefix)."""
     if cpu.capacity_samples_per_s is not None:
         cpu.capacity_samples_per_s *= per_file
     if cpu.cpu_seconds_per_sample is not None:
         cpu.cpu_seconds_per_sample /= per_file
     for level in cpu.sweep:
-        level.samples *= round(per_file)
+        if per_file >= 1:  # below 1: prefixes of files, one sample each
+            level.samples *= round(per_file)
         level.samples_per_s *= per_file
         level.cpu_seconds_per_sample /= per_file

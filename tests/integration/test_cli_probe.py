@@ -160,3 +160,30 @@ def test_help_and_module_entry_point_work() -> None:
     for sub in ("probe", "env", "report"):
         assert sub in proc.stdout
     assert "--compute-ms-per-batch" in run_cli("probe", "--help").stdout
+
+
+def test_raw_decoding_of_files_over_the_cap_is_scaled_to_their_whole_size(
+    tmp_path: Path,
+) -> None:
+    """A file over the 64 MiB decode cap is decoded from its prefix; the raw decode is the
+    copy a loader makes of a sample's bytes, so its cost scales with the whole file, and a
+    cache of the dataset gains what that copy allows, not a million-fold (it did: a copy
+    of nothing cost nothing)."""
+    data = tmp_path / "data"
+    data.mkdir()
+    size = 96 << 20
+    (data / "volume.bin").write_bytes(os.urandom(size))
+    rec = probe_json(tmp_path, str(data), "--loader", "raw", "--time-budget", "8")
+    cpu = rec["stages"]["cpu"]
+    assert cpu["output_bytes_per_sample"] == pytest.approx(size)
+    assert any("64 MiB prefix" in n and "1.50x" in n for n in rec["notes"]), rec["notes"]
+    # one copy of 96 MiB per sample: slower than 100 GB/s per core, faster than 50 MB/s
+    copy_rate = size / cpu["cpu_seconds_per_sample"]
+    assert 50e6 < copy_rate < 100e9
+    now = rec["predicted_samples_per_s"]
+    gains = [
+        r["predicted_samples_per_s"] / now
+        for r in rec["recommendations"]
+        if r["predicted_samples_per_s"]
+    ]
+    assert all(g < 1000 for g in gains), gains

@@ -45,7 +45,7 @@ chromium:
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 test: lint typecheck chromium
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=20
 
 # On a GPU machine whose Python already has a CUDA build of torch (and maybe no index): install
 # ioprobe beside that torch without touching it, run every test marked gpu and the GPU

@@ -48,10 +48,19 @@ def steady(epochs: Sequence[WatchEpoch]) -> list[WatchEpoch]:
     return [e for e in epochs if e.samples > e.startup_samples and e.seconds > e.startup_seconds]
 
 
+# What a worker's first round reads besides the dataset and the module files it imports
+# (those are not counted: watch.torch): files C code opens as a library loads, a CA bundle or
+# locale tables, a few hundred kB. A first round that read more per worker read data.
+FIRST_ROUND_DATA_MIN = 1 << 20
+
+
 def file_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
     """Bytes the workers passed to read() per sample, from the steady batches (a worker's
-    first samples also read the modules its dataset imports lazily); 0 when that is no more
-    than IPC, as reads over sockets and through memory maps leave it."""
+    first samples also set up what its dataset imports lazily); 0 when that is no more than
+    IPC, as reads over sockets and through memory maps leave it. Where the steady batches
+    read nothing but the first rounds read ``FIRST_ROUND_DATA_MIN`` or more per worker
+    started, the data was read up front (a stream that reads each worker's shard whole at
+    its first sample): the whole epochs' bytes per sample then."""
     ok = steady(epochs)
     n = sum(e.samples - e.startup_samples for e in ok)
     if n:
@@ -59,6 +68,15 @@ def file_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
     else:
         samples = sum(e.samples for e in epochs)
         mean = sum(e.read_chars for e in epochs) / samples if samples else 0.0
+    if mean < METERED_MIN_BYTES_PER_SAMPLE:
+        upfront = [
+            e
+            for e in ok
+            if e.workers_started
+            and e.startup_read_chars >= FIRST_ROUND_DATA_MIN * e.workers_started
+        ]
+        samples = sum(e.samples for e in upfront)
+        mean = sum(e.read_chars for e in upfront) / samples if samples else 0.0
     return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
 
 

@@ -16,6 +16,7 @@ The user's loader object is never modified.
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import sys
@@ -231,8 +232,38 @@ def _mapped() -> bytes:
     return out
 
 
+_MODULE_SUFFIXES = (".py", ".pyc", ".pyi", ".pth")
+_WRITING = os.O_WRONLY | os.O_RDWR
+_hooked = [False]  # whether this process counts the module files it opens as its own
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    """Count the files a worker opens for reading that are modules, or anything in Python's
+    tree (a package's data, a CA bundle in certifi), as read by the interpreter, not the
+    dataset: a dataset that imports an HTTP client in its first sample reads megabytes of
+    them, once. A module is read whole: its size is what the read counters will show."""
+    if event != "open":
+        return
+    path, mode, flags = args
+    if not isinstance(path, str) or not (
+        path.endswith(_MODULE_SUFFIXES) or path.startswith(_PYTHON_DIRS)
+    ):
+        return
+    if (isinstance(mode, str) and mode.strip("rbt")) or (
+        isinstance(flags, int) and flags & _WRITING
+    ):
+        return  # written (a .pyc cached), not read
+    with contextlib.suppress(OSError):  # not there: the open fails and reads nothing
+        _own[0] += os.stat(path).st_size
+
+
 def _baseline() -> None:
     global _last
+    if not _hooked[0] and get_worker_info() is not None:
+        # once per process (an audit hook cannot be removed, and stays through a fork): the
+        # main process of a loader without workers keeps its own hooks to itself
+        _hooked[0] = True
+        sys.addaudithook(_audit)
     _started[0] = time.perf_counter_ns()
     _last = _counters()
 

@@ -171,13 +171,6 @@ def test_a_watched_parquet_stream_records_the_bytes_its_workers_read_per_row(
     assert run.dataset.sample_bytes_mean == pytest.approx(truth, rel=0.05)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="ioprobe bug: a worker that reads its whole Parquet file in its first batch (Arrow's "
-    "pre-buffering, the library's default) leaves every byte in the first round, which bytes "
-    "per sample leaves out: the record says bytes_seen 'none', 0 bytes per sample, though the "
-    "workers read 16.7 kB per row",
-)
 def test_a_parquet_stream_read_whole_in_the_first_batch_still_shows_its_bytes(
     tmp_path: Path,
 ) -> None:

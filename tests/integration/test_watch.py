@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import time
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tests.fixtures.datasets import (
     MeteredHttpDataset,
     RangeIterable,
     SleepDataset,
+    UpfrontDataset,
 )
 from tests.servers import ThrottledHTTPServer, make_files
 
@@ -128,13 +130,14 @@ def test_reads_through_the_metered_opener_give_storage_real_bytes(tmp_path: Path
 
 
 def test_bytes_a_workers_first_samples_import_are_not_dataset_reads(tmp_path: Path) -> None:
-    # each worker reads 2 MB once, in its first sample, and nothing after: spread over 128
-    # samples that read 31 KiB each, as a lazily imported HTTP client made it look
-    module = tmp_path / "module.bin"
-    module.write_bytes(b"\0" * (2 << 20))
+    # each worker imports a 2 MB module in its first sample, and reads nothing after: spread
+    # over 128 samples, 31 KiB each, as a lazily imported HTTP client made it look
+    module = tmp_path / "lazy_module.py"
+    module.write_text(f"DATA = {'x' * (2 << 20)!r}\n")
+    log = tmp_path / "imported.log"
     loader = ioprobe.watch(
         DataLoader(
-            LazyImportDataset(128, str(module), 2 << 20),
+            LazyImportDataset(128, str(module), str(log)),
             batch_size=8,
             num_workers=2,
             multiprocessing_context="spawn",
@@ -143,9 +146,26 @@ def test_bytes_a_workers_first_samples_import_are_not_dataset_reads(tmp_path: Pa
     consume(loader)
     run = loader.run
     assert run.watch is not None
-    assert sum(e.read_chars for e in run.watch.epochs) >= 2 * (2 << 20)  # the reads were seen
+    assert len(log.read_text().split()) == 2  # each worker imported it
+    # the module's bytes are the interpreter's: not in the workers' reads at all
+    assert sum(e.read_chars for e in run.watch.epochs) < 2 << 20
     assert not run.watch.storage_metered
     assert run.dataset.sample_bytes_mean == 0
+
+
+def test_a_data_file_read_whole_in_a_workers_first_sample_is_the_datasets(
+    tmp_path: Path,
+) -> None:
+    """The same pattern with data instead of a module: each worker reads its 2 MB shard at
+    its first sample (a stream reading its file up front), and nothing after."""
+    shard = tmp_path / "shard.bin"
+    shard.write_bytes(os.urandom(2 << 20))
+    loader = ioprobe.watch(DataLoader(UpfrontDataset(128, str(shard)), batch_size=8, num_workers=2))
+    consume(loader)
+    run = loader.run
+    assert run.watch is not None and run.watch.bytes_seen == "read"
+    # 2 workers x 2 MiB over 128 samples
+    assert run.dataset.sample_bytes_mean == pytest.approx(2 * (2 << 20) / 128, rel=0.05)
 
 
 def test_iterable_dataset_and_several_epochs_are_segments() -> None:

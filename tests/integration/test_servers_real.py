@@ -55,9 +55,7 @@ def _download_all(urls_per_client: list[list[str]]) -> tuple[float, list[int]]:
     return elapsed, received
 
 
-def test_rate_limit_is_shared_by_four_concurrent_clients_within_8_percent(
-    tmp_path: Path,
-) -> None:
+def test_rate_limit_is_shared_by_four_concurrent_clients(tmp_path: Path) -> None:
     make_files(tmp_path, count=8, size=MB)
     with ThrottledHTTPServer(tmp_path, rate_bytes_per_s=RATE) as srv:
         # 4 clients x 2 files x 1 MB = 8 MB, about 2 s at 4 MB/s; a per-connection limit
@@ -69,7 +67,10 @@ def test_rate_limit_is_shared_by_four_concurrent_clients_within_8_percent(
     total = sum(received)
     assert total == sent == 8 * MB
     measured = total / elapsed
-    assert measured == pytest.approx(RATE, rel=0.08), f"{measured / 1e6:.3f} MB/s"
+    # never above the one limit (per connection, four clients would read 16 MB/s); below it
+    # only as far as a loaded host delays four client threads (a clean-clone run of the
+    # whole suite on 2 cores read 3.19 MB/s once, 4.0 on each rerun)
+    assert 0.75 * RATE <= measured <= 1.08 * RATE, f"{measured / 1e6:.3f} MB/s"
 
 
 def test_single_client_gets_the_full_rate_within_8_percent(tmp_path: Path) -> None:

@@ -52,31 +52,38 @@ def steady(epochs: Sequence[WatchEpoch]) -> list[WatchEpoch]:
 # (those are not counted: watch.torch): files C code opens as a library loads, a CA bundle or
 # locale tables, a few hundred kB. A first round that read more per worker read data.
 FIRST_ROUND_DATA_MIN = 1 << 20
+# A first round that read this many times the steady bytes per sample read ahead in lumps
+LUMPY_RATIO = 2.0
 
 
 def file_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
-    """Bytes the workers passed to read() per sample, from the steady batches (a worker's
-    first samples also set up what its dataset imports lazily); 0 when that is no more than
-    IPC, as reads over sockets and through memory maps leave it. Where the steady batches
-    read nothing but the first rounds read ``FIRST_ROUND_DATA_MIN`` or more per worker
-    started, the data was read up front (a stream that reads each worker's shard whole at
-    its first sample): the whole epochs' bytes per sample then."""
+    """Bytes the workers passed to read() per sample; 0 when that is no more than IPC, as
+    reads over sockets and through memory maps leave it.
+
+    From the steady batches: a worker's first samples also set up what its dataset imports
+    lazily (C code reading a CA bundle as an HTTP client loads). But a reader that reads
+    ahead in lumps (a shard, a file or a row group at a time) reads much of its data in that
+    first round: up front, whole, where each worker's shard is read at its first sample, and
+    the steady batches then understate it or read nothing. Where the first round read
+    ``FIRST_ROUND_DATA_MIN`` or more per worker started and ``LUMPY_RATIO`` times the
+    steady bytes per sample or more, the whole epochs count."""
     ok = steady(epochs)
     n = sum(e.samples - e.startup_samples for e in ok)
-    if n:
-        mean = sum(e.read_chars - e.startup_read_chars for e in ok) / n
-    else:
+    if not n:
         samples = sum(e.samples for e in epochs)
         mean = sum(e.read_chars for e in epochs) / samples if samples else 0.0
-    if mean < METERED_MIN_BYTES_PER_SAMPLE:
-        upfront = [
-            e
-            for e in ok
-            if e.workers_started
-            and e.startup_read_chars >= FIRST_ROUND_DATA_MIN * e.workers_started
-        ]
-        samples = sum(e.samples for e in upfront)
-        mean = sum(e.read_chars for e in upfront) / samples if samples else 0.0
+        return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
+    mean = sum(e.read_chars - e.startup_read_chars for e in ok) / n
+    floor = LUMPY_RATIO * max(mean, METERED_MIN_BYTES_PER_SAMPLE)
+    lumpy = [
+        e
+        for e in ok
+        if e.workers_started
+        and e.startup_read_chars >= FIRST_ROUND_DATA_MIN * e.workers_started
+        and e.startup_read_chars >= floor * e.startup_samples
+    ]
+    if lumpy:
+        mean = sum(e.read_chars for e in lumpy) / sum(e.samples for e in lumpy)
     return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
 
 

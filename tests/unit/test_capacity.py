@@ -271,3 +271,43 @@ def test_a_curve_is_linear_through_its_points_and_flat_or_extended_past_them() -
 def test_a_shared_gpu_adds_the_times_per_sample() -> None:
     assert capacity.shared_gpu(1000.0, 1000.0) == pytest.approx(500.0)
     assert math.isclose(capacity.shared_gpu(400.0, 1200.0), 300.0)
+
+
+def _epoch(first: int, steady: int, workers: int = 2, samples: int = 1024) -> WatchEpoch:
+    """An epoch of ``samples``: a first round of one batch of 32 per worker that read
+    ``first`` bytes, and steady batches that read ``steady``."""
+    return WatchEpoch(
+        index=0,
+        batches=samples // 32,
+        samples=samples,
+        seconds=10.0,
+        workers_started=workers,
+        startup_samples=32 * workers,
+        startup_seconds=1.0,
+        startup_read_chars=first,
+        read_chars=first + steady,
+    )
+
+
+MiB = 1 << 20
+
+
+@pytest.mark.parametrize(
+    ("first", "steady", "expected"),
+    [
+        # a JPEG folder: 100 kB a sample, the first round with 450 kB of a CA bundle and
+        # locale tables per worker on top: the steady batches alone
+        (64 * 100_000 + 2 * 450_000, 960 * 100_000, 100_000),
+        # an HTTP dataset: sockets read, the first round only the library's set-up
+        (2 * 450_000, 960 * 40, 0),
+        # a shard per worker read whole at its first sample, nothing after: every byte
+        (2 * 8 * MiB, 960 * 40, (2 * 8 * MiB + 960 * 40) / 1024),
+        # two files per worker read ahead in lumps: the first half in the first round
+        (2 * 4 * MiB, 2 * 4 * MiB, 4 * 4 * MiB / 1024),
+    ],
+    ids=["jpeg-folder", "sockets", "shard-up-front", "lumps"],
+)
+def test_bytes_per_sample_count_the_first_round_where_a_reader_read_ahead_in_it(
+    first: int, steady: int, expected: float
+) -> None:
+    assert capacity.file_bytes_per_sample([_epoch(first, steady)]) == pytest.approx(expected)

@@ -21,12 +21,13 @@ import operator
 import os
 import sys
 import time
+import warnings
 from array import array
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
+from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler, get_worker_info
 from torch.utils.data._utils.collate import default_collate, default_convert
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
@@ -894,6 +895,17 @@ def _adopt_pending_iterator(loader: Any, inner: DataLoader[Any]) -> None:
     if not (stateful(inner) and getattr(loader, "_initial_iter_for_state_dict", False)):
         return
     state = loader._iterator.state_dict()
+    main = state.get("_snapshot", {}).get("_main_snapshot", {})
+    kept = main.get("_sampler_iter_state") is not None or main.get("_index_sampler_state")
+    if inner.num_workers > 0 and not kept and _draws_order(inner):
+        warnings.warn(
+            "ioprobe.watch: this loader's first pass began before it was watched (its "
+            "state_dict() was taken, as Accelerate's prepare() does) and drew its shuffle "
+            "order then, which its sampler keeps no state to draw again: the first epoch "
+            "comes in another order than unwatched (the later epochs, checkpoints and "
+            "resumes are the same). `ioprobe run` watches the loader from its first pass.",
+            stacklevel=6,  # the caller of ioprobe.watch
+        )
     gen = inner.generator
     cpu = torch.get_rng_state()
     own = gen.get_state() if gen is not None else None
@@ -904,6 +916,21 @@ def _adopt_pending_iterator(loader: Any, inner: DataLoader[Any]) -> None:
         torch.set_rng_state(cpu)
         if gen is not None and own is not None:
             gen.set_state(own)
+
+
+def _draws_order(sampler: Any, depth: int = 0) -> bool:
+    """Whether a loader's sampling draws a random order: a ``RandomSampler`` (or a subclass,
+    as Accelerate's seedable one) as its sampler, or inside its batch sampler, a few levels
+    down (a batch sampler wrapped by a sharding one)."""
+    if isinstance(sampler, RandomSampler):
+        return True
+    if depth >= 4:
+        return False
+    for name in ("sampler", "batch_sampler"):
+        child = getattr(sampler, name, None)
+        if child is not None and child is not sampler and _draws_order(child, depth + 1):
+            return True
+    return False
 
 
 class Watched:

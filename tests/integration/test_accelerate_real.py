@@ -4,6 +4,7 @@ inside the prepared loader is the one measured."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -167,6 +168,25 @@ def test_a_stateful_prepared_loader_checkpoints_the_position_reached_and_resumes
     # its own, so only a pass after that, or a resumed one, is the same (docs/frameworks.md)
     _, _, from_plain = job(True, plain_state)
     assert same(from_plain, plain_rest)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_stateful_prepared_loader_whose_first_order_cannot_be_drawn_again_says_so(
+    workers: int,
+) -> None:
+    """Where the watched first epoch will come in another order (workers, a shuffled
+    sampler that keeps no state), ``ioprobe.watch`` says so as it is called; where it will
+    not, it says nothing."""
+    _, _, _, prepared = prepare(workers, use_stateful_dataloader=True)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        ioprobe.watch(prepared)
+    ours = [w for w in seen if "ioprobe.watch" in str(w.message)]
+    if workers:
+        assert len(ours) == 1 and "another order" in str(ours[0].message)
+        assert ours[0].filename == __file__  # pointed at the caller's line
+    else:
+        assert ours == []
 
 
 def test_a_loader_holding_no_dataloader_is_refused_in_one_line() -> None:

@@ -243,7 +243,7 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
     tree (a package's data, a CA bundle in certifi), as read by the interpreter, not the
     dataset: a dataset that imports an HTTP client in its first sample reads megabytes of
     them, once. A module is read whole: its size is what the read counters will show."""
-    if event != "open":
+    if event != "open" or len(args) != 3:  # anyone may raise an "open" event of their own
         return
     path, mode, flags = args
     if not isinstance(path, str) or not (
@@ -254,7 +254,9 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
         isinstance(flags, int) and flags & _WRITING
     ):
         return  # written (a .pyc cached), not read
-    with contextlib.suppress(OSError):  # not there: the open fails and reads nothing
+    # an exception here would fail the worker's open itself: a path that can't be stat-ed
+    # (not there, a NUL in it) is one the open fails on, and reads nothing
+    with contextlib.suppress(OSError, ValueError):
         _own[0] += os.stat(path).st_size
 
 

@@ -117,6 +117,12 @@ _PREFIXES = (sys.prefix, sys.base_prefix, sys.exec_prefix)
 _PYTHON_DIRS = tuple(sorted({d.rstrip("/") + "/" for d in _PREFIXES if d.strip("/")}))
 
 
+def _file_key(dev: bytes, inode: bytes) -> tuple[int, int]:
+    """A maps line's ``major:minor`` (hex) and inode as one file's ``(device, inode)``."""
+    major, _, minor = dev.partition(b":")
+    return int(major, 16) << 32 | int(minor, 16), int(inode)
+
+
 def mapped_data_files(maps: bytes, skip: tuple[str, ...] = _PYTHON_DIRS) -> array[int]:
     """The data files in a ``/proc/PID/maps`` listing, as flat ``(device, inode, bytes)``
     triples: each file's mapped extent (overlapping mappings of it counted once). Left out:
@@ -130,8 +136,7 @@ def mapped_data_files(maps: bytes, skip: tuple[str, ...] = _PYTHON_DIRS) -> arra
         if len(parts) < 6 or parts[4] == b"0":
             continue  # anonymous memory, the heap, the stack: no file
         addresses, perms, offset, dev, inode, raw = parts
-        major, _, minor = dev.partition(b":")
-        key = (int(major, 16) << 32 | int(minor, 16), int(inode))
+        key = _file_key(dev, inode)
         if b"x" in perms:
             code.add(key)
             continue
@@ -175,8 +180,7 @@ def resident_files(smaps: bytes) -> set[tuple[int, int]]:
             parts = line.split(None, 5)
             key = None
             if len(parts) >= 5 and parts[4] != b"0":
-                major, _, minor = parts[3].partition(b":")
-                key = (int(major, 16) << 32 | int(minor, 16), int(parts[4]))
+                key = _file_key(parts[3], parts[4])
         elif key is not None and line.startswith(b"Rss:"):
             fields = line.split()
             if len(fields) > 1 and fields[1] != b"0":

@@ -20,18 +20,23 @@ def kinds(rec: dict[str, Any]) -> list[str]:
     return [r["kind"] for r in rec.get("recommendations", [])]
 
 
-def test_tar_shards_are_measured_per_sample_not_per_shard(tmp_path: Path) -> None:
-    data = tmp_path / "wds"
-    write_tar_shards(data, SHARDS, PER_SHARD, size=8192)
-    rec = probe_json(
+def burned(tmp_path: Path, target: str, *extra: str) -> dict[str, Any]:
+    """The probe's record of ``target`` decoded by a decoder that burns 4 ms a sample."""
+    return probe_json(
         tmp_path,
-        str(data),
-        "--warm",
+        target,
+        *extra,
         "--loader",
         "tests.fixtures.burn:burn_4ms",
         "--time-budget",
         "8",
     )
+
+
+def test_tar_shards_are_measured_per_sample_not_per_shard(tmp_path: Path) -> None:
+    data = tmp_path / "wds"
+    write_tar_shards(data, SHARDS, PER_SHARD, size=8192)
+    rec = burned(tmp_path, str(data), "--warm")
     ds = rec["dataset"]
     assert (ds["files"], ds["samples"], ds["layout"]) == (SHARDS, SHARDS * PER_SHARD, "tar shards")
     assert ds["samples_basis"] == "tar headers"
@@ -50,15 +55,7 @@ def test_tar_shards_are_measured_per_sample_not_per_shard(tmp_path: Path) -> Non
 def test_a_litdata_index_is_not_a_sample_and_its_chunks_are_cut(tmp_path: Path) -> None:
     data = tmp_path / "lit"
     write_litdata(data, chunks=3, per_chunk=40, size=4096)
-    rec = probe_json(
-        tmp_path,
-        str(data),
-        "--warm",
-        "--loader",
-        "tests.fixtures.burn:burn_4ms",
-        "--time-budget",
-        "8",
-    )
+    rec = burned(tmp_path, str(data), "--warm")
     ds = rec["dataset"]
     assert (ds["files"], ds["samples"], ds["index_files"]) == (3, 120, 1)
     assert ds["layout"] == "litdata chunks"
@@ -72,17 +69,7 @@ def test_samples_per_file_scales_a_decode_of_whole_files(tmp_path: Path) -> None
     for i in range(8):
         (data / f"chunk-{i:03d}.npz").write_bytes(bytes(64 * 1024))
     (data / "index.json").write_text(json.dumps({"chunks": 8, "per_chunk": 64}))
-    rec = probe_json(
-        tmp_path,
-        str(data),
-        "--warm",
-        "--samples-per-file",
-        "64",
-        "--loader",
-        "tests.fixtures.burn:burn_4ms",
-        "--time-budget",
-        "8",
-    )
+    rec = burned(tmp_path, str(data), "--warm", "--samples-per-file", "64")
     ds = rec["dataset"]
     assert (ds["files"], ds["samples"], ds["layout"]) == (8, 512, "packed files")
     assert rec["settings"]["samples_per_file"] == 64
@@ -90,19 +77,6 @@ def test_samples_per_file_scales_a_decode_of_whole_files(tmp_path: Path) -> None
     # this format is not cut: each whole file burned 4 ms for its 64 samples
     assert rec["stages"]["cpu"]["cpu_seconds_per_sample"] == pytest.approx(0.004 / 64, rel=0.15)
     assert any("per file times the samples per file" in n for n in rec.get("notes", []))
-
-
-def burned(tmp_path: Path, target: str, *extra: str) -> dict[str, Any]:
-    """The probe's record of ``target`` decoded by a decoder that burns 4 ms a sample."""
-    return probe_json(
-        tmp_path,
-        target,
-        *extra,
-        "--loader",
-        "tests.fixtures.burn:burn_4ms",
-        "--time-budget",
-        "8",
-    )
 
 
 @pytest.mark.parametrize(

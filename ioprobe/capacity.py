@@ -41,6 +41,14 @@ DENSITY_HIGH_MIN = 8 * 1024 * 1024
 METERED_MIN_BYTES_PER_SAMPLE = 512
 
 
+def worker_epochs(epochs: Sequence[WatchEpoch]) -> list[WatchEpoch]:
+    """The epochs whose workers measured their samples. A pass the loader began before it
+    was watched has workers started without ioprobe's timing: the consumer's side of it
+    (waits, steps, copies) counts, the worker-side rules (CPU, storage, bytes per sample)
+    leave it out rather than read its samples as costing nothing."""
+    return [e for e in epochs if e.workers_measured]
+
+
 def steady(epochs: Sequence[WatchEpoch]) -> list[WatchEpoch]:
     """The epochs that ran past their first round of batches (one per worker): made together
     and arriving bunched, that round is left out of steady-state rates. An epoch too short to
@@ -67,6 +75,7 @@ def file_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
     the steady batches then understate it or read nothing. Where the first round read
     ``FIRST_ROUND_DATA_MIN`` or more per worker started and ``LUMPY_RATIO`` times the
     steady bytes per sample or more, the whole epochs count."""
+    epochs = worker_epochs(epochs)
     ok = steady(epochs)
     n = sum(e.samples - e.startup_samples for e in ok)
     if not n:
@@ -152,6 +161,7 @@ def cpu_context(epochs: Sequence[WatchEpoch], workers: int, usable: float) -> Cp
     rest, ``N / s - k``, is someone else's. A share above 0.95 is read as no contention: with
     a free core the wait says nothing about how much else is running.
     """
+    epochs = worker_epochs(epochs)  # an epoch whose workers timed nothing tells nothing
     wall = sum(e.seconds for e in epochs)
     # with no workers the main process loaded too: its CPU is not the training loop's alone
     loop = sum(e.main_cpu_seconds for e in epochs) / wall if wall > 0 and workers > 0 else 0.0

@@ -378,6 +378,10 @@ class WatchEpoch:
     h2d_seconds: float = 0.0
     h2d_pinned_bytes: int = 0
     h2d_pinned_seconds: float = 0.0
+    # False for a pass the loader began before it was watched (its state_dict() taken first,
+    # as Accelerate's prepare() does): its workers were started without ioprobe's timing, so
+    # only the consumer's side of it (arrivals, waits, steps) is in this epoch
+    workers_measured: bool = True
 
 
 @dataclass

@@ -32,8 +32,10 @@ def finalize(rec: RunRecord, catalog: Catalog | None = None) -> RunRecord:
 
 def finalize_watch(rec: RunRecord, catalog: Catalog | None = None) -> RunRecord:
     """A watched run's verdict, once the record has something to model: a loader that
-    delivered nothing, or whose stages all went unmeasured, is returned as measured."""
-    if rec.dataset.files and any(v for v in rec.stages.capacities().values()):
+    delivered nothing, or whose loader side went unmeasured (no CPU stage: its workers were
+    started before the watch), is returned as measured. The GPU stage alone would name
+    itself the bottleneck whatever the GPU waited."""
+    if rec.dataset.files and rec.stages.cpu.capacity_samples_per_s is not None:
         return finalize(rec, catalog)
     return rec
 

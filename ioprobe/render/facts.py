@@ -39,6 +39,12 @@ def incomplete(rec: RunRecord) -> str:
     return f"incomplete: interrupted during {rec.interrupted or 'the run'}"
 
 
+def judged(rec: RunRecord) -> bool:
+    """Whether the record names a bottleneck. A watch whose loader side went unmeasured has
+    none (``analysis.finalize_watch``): its ``bottleneck`` field is then no finding."""
+    return rec.kind != "watch" or rec.predicted_samples_per_s > 0
+
+
 def verdict(rec: RunRecord, f: Findings) -> str:
     """The one line that answers "what limits me": the binding stage, the rate it allows,
     the measured rate when there is one, and the GPU's waiting share. A sizing's is its
@@ -51,12 +57,18 @@ def verdict(rec: RunRecord, f: Findings) -> str:
     link_only = link_verdict(rec, f)
     if link_only is not None:
         return link_only
-    line = (
-        f"{rec.bottleneck}-bound: the pipeline can deliver "
-        f"{rate(rec.predicted_samples_per_s)} samples/s"
-    )
+    if not judged(rec):
+        batches = rec.watch is not None and any(e.batches for e in rec.watch.epochs)
+        why = "the loader's side was not measured" if batches else "no batch was delivered"
+        line = f"no verdict: {why}"
+    else:
+        line = (
+            f"{rec.bottleneck}-bound: the pipeline can deliver "
+            f"{rate(rec.predicted_samples_per_s)} samples/s"
+        )
     if rec.measured_samples_per_s is not None:
-        line += f" (measured {rate(rec.measured_samples_per_s)})"
+        got = rate(rec.measured_samples_per_s)
+        line += f" (measured {got})" if judged(rec) else f"; {got} samples/s delivered"
     if rec.gpu_idle_fraction is not None:
         line += f"; the GPU waits {rec.gpu_idle_fraction:.0%} of the time"
     return line
@@ -225,7 +237,7 @@ def _rates(rec: RunRecord) -> Facts:
         out.append(("size", size_line(rec)))
     if rec.measured_samples_per_s is not None:
         out.append(("measured", f"{rate(rec.measured_samples_per_s)} samples/s"))
-    if any(rec.stages.capacities().values()):
+    if any(rec.stages.capacities().values()) and judged(rec):
         out.append(("model", f"{rate(rec.predicted_samples_per_s)} samples/s ({rec.bottleneck})"))
     if rec.gpu_idle_fraction is not None:
         out.append(("GPU waiting", f"{rec.gpu_idle_fraction:.1%} ({rec.gpu_idle_method or ''})"))

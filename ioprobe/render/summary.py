@@ -16,6 +16,7 @@ from ioprobe.render.facts import (
     cluster_title,
     curve_line,
     incomplete,
+    judged,
     measurements,
     missing_line,
     rank_rest,
@@ -68,7 +69,7 @@ def _stage_table(rec: RunRecord) -> Table:
     table.add_column("", width=BAR, no_wrap=True)
     table.add_column("measured", overflow="fold")
     for name in STAGE_NAMES:
-        limiting = name == rec.bottleneck
+        limiting = name == rec.bottleneck and judged(rec)
         bar = _bar(caps[name], top)
         bar.stylize("red" if limiting else "green")
         table.add_row(

@@ -26,6 +26,7 @@ from typing import NamedTuple, Protocol
 
 from ioprobe import capacity
 from ioprobe._version import __version__
+from ioprobe.capacity import worker_epochs
 from ioprobe.collect import gpu_sampler
 from ioprobe.collect.distributed import rank_info
 from ioprobe.collect.gpu_events import EventBackend, GpuTimeline
@@ -428,6 +429,11 @@ class WatchCollector:
             if len(heap) == HEAVIEST:
                 self._heavy_bar = heap[0][0]
 
+    def on_unmeasured(self, t_request: int, t_arrival: int, n: int) -> None:
+        """A batch of ``n`` samples from workers that measured nothing: a pass the loader
+        began before it was watched. Only the consumer's side of it is known."""
+        self.on_delivery(t_request, t_arrival, n).workers_measured = False
+
     def on_delivery(self, t_request: int, t_arrival: int, n: int) -> WatchEpoch:
         """The consumer's side of one batch of ``n`` samples: what every framework has."""
         ep = self._cur
@@ -600,7 +606,7 @@ class WatchCollector:
         figure comes from the steady batches. Where read() shows nothing, the data files the
         workers mapped stand in (``capacity.mapped_bytes_per_sample``): the bytes are then
         the files' size, not an epoch's reads."""
-        eps = self.epochs
+        eps = worker_epochs(self.epochs)
         samples = sum(e.samples for e in eps)
         metered = sum(e.metered_bytes for e in eps)
         if metered:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ioprobe import capacity
-from ioprobe.capacity import steady
+from ioprobe.capacity import steady, worker_epochs
 from ioprobe.record import (
     CpuStage,
     DaliData,
@@ -58,8 +58,14 @@ class Measured:
     bytes_seen: str = "read"
 
     @property
+    def worker_epochs(self) -> list[WatchEpoch]:
+        """The epochs the worker-side rules read (``capacity.worker_epochs``)."""
+        return worker_epochs(self.epochs)
+
+    @property
     def samples(self) -> int:
-        return sum(e.samples for e in self.epochs)
+        """Samples whose workers measured them: what per-sample figures divide by."""
+        return sum(e.samples for e in self.worker_epochs)
 
 
 def gpu_stage(m: Measured, step_ns: Sequence[int], method: str) -> GpuStage | None:
@@ -87,11 +93,16 @@ def loader_stages(m: Measured) -> tuple[Stages, list[str]]:
     CPU time per sample on the cores the workers get, storage from metered reads or from the
     time the workers were blocked, the GPU from the consumer's steps, PCIe from timed copies."""
     stages = Stages(pcie=PcieStage(method="not measured: batches stay on the host"))
-    if not m.samples:
+    delivered = sum(e.batches for e in m.epochs)
+    if not delivered:
         return stages, ["no batch was delivered"]
     notes: list[str] = []
-    stages.cpu = worker_cpu(m, notes)
-    stages.storage = worker_storage(m, stages.cpu.cpu_seconds_per_sample or 0.0)
+    unmeasured = [e.index for e in m.epochs if not e.workers_measured]
+    if unmeasured:
+        notes.append(unmeasured_note(unmeasured, bool(m.samples)))
+    if m.samples:
+        stages.cpu = worker_cpu(m, notes)
+        stages.storage = worker_storage(m, stages.cpu.cpu_seconds_per_sample or 0.0)
     gpu = gpu_stage(m, m.step_ns, HOST_STEP_METHOD)
     if gpu is not None:
         stages.gpu = gpu
@@ -101,11 +112,29 @@ def loader_stages(m: Measured) -> tuple[Stages, list[str]]:
     return stages, notes
 
 
+def unmeasured_note(indices: Sequence[int], others: bool) -> str:
+    """What a record says of epochs whose workers measured nothing (``capacity.worker_epochs``),
+    and where their CPU and storage figures come from instead."""
+    which = (
+        "epoch " + ", ".join(str(i) for i in indices[:5]) + (", ..." if len(indices) > 5 else "")
+    )
+    rest = (
+        "CPU and storage come from the other epochs"
+        if others
+        else "CPU and storage are not measured (`ioprobe run` watches the loader from its first pass)"
+    )
+    return (
+        f"{which}: the loader's workers were started before it was watched (its state_dict() "
+        "was taken first, as Accelerate's prepare() does), so they timed nothing; the batches "
+        f"are the ones it gives unwatched; {rest}"
+    )
+
+
 def worker_cpu(m: Measured, notes: list[str]) -> CpuStage:
     """CPU seconds per sample in the workers (collate included) on the cores they get: the
     affinity set less what the training loop uses, shared fairly with whatever else the host
     ran (``capacity.watch_cores``)."""
-    eps = m.epochs
+    eps = m.worker_epochs
     cpu_per_sample = sum(e.sample_cpu_seconds + e.collate_seconds for e in eps) / m.samples
     ctx = capacity.cpu_context(eps, m.settings.workers, m.usable_cores)
     if ctx.contention >= 0.25:
@@ -142,7 +171,7 @@ def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
     """Storage from the reads the workers timed through ``ioprobe.loaders.files`` when there
     are any; otherwise from the time they were blocked (wall - CPU - run-queue wait): each
     loading lane spends that long per sample waiting on reads."""
-    eps, samples = m.epochs, m.samples
+    eps, samples = m.worker_epochs, m.samples
     lanes = max(m.settings.workers, 1)
     mean_bytes = m.sample_bytes
     metered_s, open_s = _metered_per_sample(eps, samples)

@@ -638,8 +638,12 @@ def iterate(
             t1 = clock()
             if tl is not None:
                 tl.after_wait(t1)
-            batch = item.batch
-            on_batch(t0, t1, item.stats)
+            if type(item) is Stamped:
+                batch = item.batch
+                on_batch(t0, t1, item.stats)
+            else:  # a pass begun before the watch (_adopt_pending_iterator): no stats
+                batch = item
+                collector.on_unmeasured(t0, t1, _first_dim(batch) or collector.batch_size or 1)
             if device is not None:
                 batch = move(batch, device, None, collector.timeline)
             yield batch
@@ -884,25 +888,38 @@ def _adopt_pending_iterator(loader: Any, inner: DataLoader[Any]) -> None:
     """Start the stateful sibling ``inner`` where ``loader`` would start. Asked for its
     ``state_dict()`` before iterating (Accelerate does so when it prepares a loader), a
     ``StatefulDataLoader`` makes the iterator its first pass will use, drawing that pass's
-    worker seed from the random generator then. The sibling takes that iterator's state, seed
+    worker seed from the random generator then. Where that pass keeps its place in its own
+    state (no workers, or a sampler with a state), the sibling takes that state, seed
     included, and makes its own iterator now, with the generators put back as they were: a
     seed drawn again later would shift every draw after it, and the shuffle order with them.
-    What that pass has drawn of its sampler's order (with workers, its first batches' indices
-    are sent to them as it starts) stays in it: the sibling's first pass draws its own."""
+    Where it does not (workers, and a shuffled sampler that keeps no state: its first batches'
+    indices went to the workers as it started, from an order no new pass can draw again),
+    the sibling's first pass is that very iterator: the same batches, with workers started
+    without ioprobe's timing, so that pass's worker side goes unmeasured
+    (``capacity.worker_epochs``); with persistent workers every pass reuses them."""
     if not (stateful(inner) and getattr(loader, "_initial_iter_for_state_dict", False)):
         return
-    state = loader._iterator.state_dict()
+    pending = loader._iterator
+    state = pending.state_dict()
     main = state.get("_snapshot", {}).get("_main_snapshot", {})
     kept = main.get("_sampler_iter_state") is not None or main.get("_index_sampler_state")
-    if inner.num_workers > 0 and not kept and _draws_order(inner):
-        warnings.warn(
-            "ioprobe.watch: this loader's first pass began before it was watched (its "
-            "state_dict() was taken, as Accelerate's prepare() does) and drew its shuffle "
-            "order then, which its sampler keeps no state to draw again: the first epoch "
-            "comes in another order than unwatched (the later epochs, checkpoints and "
-            "resumes are the same). `ioprobe run` watches the loader from its first pass.",
-            stacklevel=6,  # the caller of ioprobe.watch
-        )
+    randoms = _random_samplers(inner)
+    # the order is kept where every sampler drawing it keeps a state: torchdata's batch
+    # sampler keeps one of its own around torch's RandomSampler, which keeps none
+    kept = kept and all(hasattr(r, "state_dict") for r in randoms)
+    if inner.num_workers > 0 and randoms and not kept:
+        inner._iterator = pending
+        inner._initial_iter_for_state_dict = True
+        if inner.persistent_workers:
+            warnings.warn(
+                "ioprobe.watch: this loader's workers were started before it was watched (its "
+                "state_dict() was taken first, as Accelerate's prepare() does) and persist, so "
+                "no epoch of it can be timed on the worker side: its batches are the ones it "
+                "gives unwatched, its record names no bottleneck. `ioprobe run` watches the "
+                "loader from its first pass.",
+                stacklevel=6,  # the caller of ioprobe.watch
+            )
+        return
     gen = inner.generator
     cpu = torch.get_rng_state()
     own = gen.get_state() if gen is not None else None
@@ -915,19 +932,20 @@ def _adopt_pending_iterator(loader: Any, inner: DataLoader[Any]) -> None:
             gen.set_state(own)
 
 
-def _draws_order(sampler: Any, depth: int = 0) -> bool:
-    """Whether a loader's sampling draws a random order: a ``RandomSampler`` (or a subclass,
+def _random_samplers(sampler: Any, depth: int = 0) -> list[Any]:
+    """The samplers that draw a loader's random order: a ``RandomSampler`` (or a subclass,
     as Accelerate's seedable one) as its sampler, or inside its batch sampler, a few levels
     down (a batch sampler wrapped by a sharding one)."""
     if isinstance(sampler, RandomSampler):
-        return True
+        return [sampler]
+    found: list[Any] = []
     if depth >= 4:
-        return False
+        return found
     for name in ("sampler", "batch_sampler"):
         child = getattr(sampler, name, None)
-        if child is not None and child is not sampler and _draws_order(child, depth + 1):
-            return True
-    return False
+        if child is not None and child is not sampler:
+            found += _random_samplers(child, depth + 1)
+    return found
 
 
 class Watched:

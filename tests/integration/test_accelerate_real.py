@@ -13,7 +13,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import ioprobe
+from ioprobe.analysis.report import findings
 from ioprobe.errors import BadInputError
+from ioprobe.render.facts import verdict
 
 # the dev extras install accelerate; an image without it collects this module and skips it
 pytest.importorskip("accelerate")
@@ -39,7 +41,9 @@ class Numbered(Dataset[tuple[torch.Tensor, int]]):
         return torch.full((8,), float(i)), i % 4
 
 
-def prepare(workers: int = 2, **config: Any) -> tuple[Accelerator, Any, Any, Any]:
+def prepare(
+    workers: int = 2, persistent: bool = False, **config: Any
+) -> tuple[Accelerator, Any, Any, Any]:
     """A fresh Accelerator (its state is process-wide: reset, so each job starts alike) with
     a model, an optimizer and a shuffled loader prepared."""
     AcceleratorState._reset_state(True)
@@ -51,7 +55,13 @@ def prepare(workers: int = 2, **config: Any) -> tuple[Accelerator, Any, Any, Any
     )
     model = torch.nn.Linear(8, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    loader = DataLoader(Numbered(), batch_size=BATCH, shuffle=True, num_workers=workers)
+    loader = DataLoader(
+        Numbered(),
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=workers,
+        persistent_workers=persistent,
+    )
     model, opt, loader = accelerator.prepare(model, opt, loader)
     return accelerator, model, opt, loader
 
@@ -160,33 +170,59 @@ def test_a_stateful_prepared_loader_checkpoints_the_position_reached_and_resumes
     yielded = state["_snapshot"]["_snapshot_step"] if workers else state["_num_yielded"]
     assert yielded == 5
     assert state == plain_state  # the worker seed included
+    assert same(first, plain_first)
     assert same(rest, plain_rest) and len(rest) == BATCHES - 5
-    if workers == 0:
-        assert same(first, plain_first)
-    # with workers, the prepared loader's first pass was started (its order drawn) when
-    # Accelerate took its state_dict() during prepare: a watched loader begins a pass of
-    # its own, so only a pass after that, or a resumed one, is the same (docs/frameworks.md)
     _, _, from_plain = job(True, plain_state)
     assert same(from_plain, plain_rest)
 
 
-@pytest.mark.parametrize("workers", [0, 2])
-def test_a_stateful_prepared_loader_whose_first_order_cannot_be_drawn_again_says_so(
-    workers: int,
+@pytest.mark.parametrize("persistent", [False, True])
+def test_a_stateful_prepared_loader_whose_first_pass_began_in_prepare_trains_as_unwatched(
+    persistent: bool,
 ) -> None:
-    """Where the watched first epoch will come in another order (workers, a shuffled
-    sampler that keeps no state), ``ioprobe.watch`` says so as it is called; where it will
-    not, it says nothing."""
-    _, _, _, prepared = prepare(workers, use_stateful_dataloader=True)
-    with warnings.catch_warnings(record=True) as seen:
-        warnings.simplefilter("always")
-        ioprobe.watch(prepared)
-    ours = [w for w in seen if "ioprobe.watch" in str(w.message)]
-    if workers:
-        assert len(ours) == 1 and "another order" in str(ours[0].message)
-        assert ours[0].filename == __file__  # pointed at the caller's line
+    """With workers and a shuffled sampler that keeps no state, the pass Accelerate began in
+    prepare() has drawn an order no new pass can draw again: the watched loader iterates that
+    very pass, so every epoch is the same as unwatched, and its record says which epochs'
+    workers timed nothing (they were started before the watch) and measures the rest."""
+
+    def epochs(watch: bool) -> tuple[list[torch.Tensor], Any]:
+        _, _, _, prepared = prepare(2, persistent, use_stateful_dataloader=True)
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            loader = ioprobe.watch(prepared) if watch else prepared
+        ours = [w for w in seen if "ioprobe" in str(w.message)]
+        # said up front only where no epoch will be timed
+        assert len(ours) == (watch and persistent)
+        if ours:
+            assert "persist" in str(ours[0].message) and ours[0].filename == __file__
+        return [x.clone() for _ in range(2) for x, _ in loader], loader
+
+    plain, _ = epochs(False)
+    watched, loader = epochs(True)
+    assert len(plain) == 2 * BATCHES
+    assert same(watched, plain)
+    assert not torch.equal(plain[0], plain[BATCHES])  # two epochs, two orders
+
+    rec = loader.run
+    assert rec.watch is not None
+    eps = rec.watch.epochs
+    assert [(e.batches, e.samples) for e in eps] == [(BATCHES, SAMPLES)] * 2
+    assert [e.workers_measured for e in eps] == [False, persistent is False]
+    assert eps[0].sample_cpu_seconds == 0 and eps[0].stall_seconds > 0
+    note = next(n for n in rec.notes if "started before it was watched" in n)
+    if persistent:  # the same workers serve every pass: none of them timed anything
+        assert note.startswith("epoch 0, 1:") and "not measured" in note
+        assert rec.stages.cpu.capacity_samples_per_s is None
+        # the GPU stage alone must not name itself the bottleneck of a waiting GPU
+        assert rec.predicted_samples_per_s == 0 and rec.recommendations == []
+        assert verdict(rec, findings(rec)).startswith("no verdict: the loader's side")
     else:
-        assert ours == []
+        assert note.startswith("epoch 0:") and "from the other epochs" in note
+        assert eps[1].sample_cpu_seconds > 0
+        assert rec.stages.cpu.cpu_seconds_per_sample == pytest.approx(
+            (eps[1].sample_cpu_seconds + eps[1].collate_seconds) / SAMPLES
+        )
+        assert rec.predicted_samples_per_s > 0
 
 
 def test_a_loader_holding_no_dataloader_is_refused_in_one_line() -> None:

@@ -7,8 +7,10 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 import ioprobe
 from ioprobe.record import RunRecord
@@ -58,3 +60,32 @@ def test_ioprobe_run_watches_a_stateful_loader_and_the_job_resumes_as_unwatched(
     runs = [RunRecord.load(out), RunRecord.load(tmp_path / "run.loader2.json")]
     batches = sorted(r.watch.epochs[0].batches for r in runs if r.watch)
     assert batches == [stateful_train.BEFORE, stateful_train.SAMPLES // 4 - stateful_train.BEFORE]
+
+
+@pytest.mark.parametrize("sampler", ["torch", "torchdata"])
+def test_a_loader_asked_for_its_state_before_iterating_gives_the_unwatched_batches(
+    sampler: str,
+) -> None:
+    """``state_dict()`` before the first pass begins that pass (Accelerate's prepare() asks
+    for it). With torch's own RandomSampler the pass has drawn an order no new pass can draw
+    again, so the watched loader iterates that pass and its first epoch's workers time
+    nothing; torchdata's sampler keeps its place in the state, and every epoch is timed."""
+    from torch.utils.data import RandomSampler
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    def two_epochs(watch: bool) -> tuple[list[list[int]], Any]:
+        torch.manual_seed(11)
+        data = stateful_train.Numbers()
+        order = {"sampler": RandomSampler(data)} if sampler == "torch" else {"shuffle": True}
+        loader: Any = StatefulDataLoader(data, batch_size=4, num_workers=2, **order)
+        loader.state_dict()
+        if watch:
+            loader = ioprobe.watch(loader)
+        return [b.flatten().tolist() for _ in range(2) for b in loader], loader
+
+    plain, _ = two_epochs(False)
+    watched, loader = two_epochs(True)
+    assert watched == plain and plain[0] != plain[stateful_train.SAMPLES // 4]
+    eps = loader.run.watch.epochs
+    assert [e.workers_measured for e in eps] == [sampler != "torch", True]
+    assert all(e.batches == stateful_train.SAMPLES // 4 for e in eps)

@@ -212,6 +212,46 @@ def test_a_dataloader_whatif_applies_the_collectors_cpu_rule_to_the_new_resource
 
 
 @st.composite
+def torch_with_an_unmeasured_pass(draw: st.DrawFn) -> tuple[RunRecord, RunRecord, Change]:
+    """One loader's record, and the same record with a pass in front whose workers timed
+    nothing (begun before the watch): its samples, waits and wall time, and no worker side."""
+    rec, m = torch_record(draw)
+    samples = draw(st.integers(64, 100_000))
+    blind = WatchEpoch(
+        index=-1,
+        batches=max(samples // 32, 2),
+        samples=samples,
+        seconds=draw(st.floats(0.5, 600.0)),
+        stall_seconds=draw(st.floats(0.0, 0.5)),
+        main_cpu_seconds=draw(st.floats(0.0, 3.0)),
+        workers_measured=False,
+    )
+    eps = [blind, *m.epochs]
+    stages, notes = loader_stages(measured(m.settings, eps, m.usable_cores, 10.0))
+    assert notes[0].startswith("epoch -1: the loader's workers were started before")
+    both = watched(stages, m.settings, eps, m.usable_cores)
+    return rec, both, Change(workers=draw(st.integers(0, 32)), cores=draw(st.integers(1, 128)))
+
+
+@given(torch_with_an_unmeasured_pass())
+@settings(max_examples=200, deadline=None)
+def test_a_pass_whose_workers_timed_nothing_changes_no_worker_stage_nor_what_if(
+    case: tuple[RunRecord, RunRecord, Change],
+) -> None:
+    """Its samples would read as free: CPU per sample, the cores the workers got and the
+    storage stage come from the measured epochs alone, in the record and in the what-if."""
+    rec, both, change = case
+    for name in ("cpu", "storage"):
+        assert both.stages.capacities()[name] == pytest.approx(rec.stages.capacities()[name])
+    assert both.stages.cpu.cpu_seconds_per_sample == pytest.approx(
+        rec.stages.cpu.cpu_seconds_per_sample
+    )
+    assert evaluate(both, change).stages.cpu.capacity_samples_per_s == pytest.approx(
+        evaluate(rec, change).stages.cpu.capacity_samples_per_s
+    )
+
+
+@st.composite
 def dali_with_change(draw: st.DrawFn) -> tuple[RunRecord, Measured, int, int]:
     rec, m = dali_record(draw)
     return rec, m, draw(st.integers(1, 64)), draw(st.integers(1, 128))

@@ -211,6 +211,15 @@ def _by_format(
     elif top in (".parquet", ".arrow"):
         sidecars = [e for e in others if os.path.basename(e.path) in ARROW_SIDECARS]
         layout = _table_layout(top, data, read, deadline, seed)
+    elif (top == ".gz" or top not in _EXT_FORMAT) and _all_tfrecord(data, read):
+        # TensorFlow's shard names need no extension: "train-00000-of-01024"
+        layout = _walked(
+            "tfrecord files", data, read, deadline, seed, tfrecord_count, "tfrecord headers"
+        )
+        layout.notes.append(
+            f"files named without .tfrecord ({os.path.basename(data[0].path)}, ...) are "
+            "TFRecord by their record headers: counted as such"
+        )
     else:
         return Layout(data=others or entries, index_files=len(indexes), notes=notes)
     layout.index_files = len(indexes) + len(sidecars)
@@ -584,6 +593,59 @@ def _main_format(names: Iterable[str]) -> str:
 
 
 # ------------------------------------------------------------------------------ tfrecord
+
+
+SNIFFED_FILES = 3  # files of no known extension whose first bytes are looked at
+GZIP_SNIFF = 64 << 10  # compressed bytes read to see a gzip file's first record header
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), the checksum TFRecord headers carry; for a header's 8 bytes,
+    a table walk costs nothing worth a C library."""
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = _CRC32C[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+def looks_tfrecord(entry: FileEntry, read: Reader) -> bool:
+    """Whether a file begins with a TFRecord record header: a length, then the masked CRC-32C
+    of those 8 bytes, which other data matches about once in 2^32. A gzip file is looked at
+    through its first decompressed bytes."""
+    if entry.size < TFRECORD_HEADER:
+        return False
+    head = read(entry, 0, TFRECORD_HEADER)
+    if head[:2] == GZIP_MAGIC:
+        packed = read(entry, 0, min(entry.size, GZIP_SNIFF))
+        try:
+            head = zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(packed, TFRECORD_HEADER)
+        except zlib.error:
+            return False
+    if len(head) < TFRECORD_HEADER:
+        return False
+    crc = crc32c(head[:8])
+    masked = (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    (stored,) = struct.unpack_from("<I", head, 8)
+    return bool(stored == masked)
+
+
+def _all_tfrecord(data: list[FileEntry], read: Reader) -> bool:
+    """Whether files whose names say nothing are TFRecord: the first few, by path, all are."""
+    firsts = sorted(data, key=lambda e: e.path)[:SNIFFED_FILES]
+    return bool(firsts) and all(looks_tfrecord(e, read) for e in firsts)
 
 
 def tfrecord_count(entry: FileEntry, read: Reader, deadline: float) -> _Count:

@@ -489,3 +489,42 @@ def test_remote_tfrecords_and_gzip_tars_are_counted(tmp_path: Path) -> None:
         tgz = remote_detect(srv.url)
     assert (tf.kind, tf.samples, tf.basis) == ("tfrecord files", 120, "tfrecord headers")
     assert (tgz.kind, tgz.samples) == ("tar.gz shards", 60)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_tfrecord_files_named_without_an_extension_are_known_by_their_record_headers(
+    tmp_path: Path, gz: bool
+) -> None:
+    """TensorFlow's shard names ("train-00000-of-00004") need no extension: the first record
+    header's checksum of its length tells TFRecord from other bytes."""
+    records = write_tfrecords(
+        tmp_path, files=4, per_file=25, size=900, gz=gz, name="train-{i:05d}-of-{n:05d}"
+    )
+    layout = detect(tmp_path)
+    assert (layout.kind, layout.samples) == ("tfrecord files", 100)
+    assert any("TFRecord by their record headers" in n for n in layout.notes)
+    first = next(p for p in sorted(tmp_path.iterdir()))
+    assert shards.split(layout, first.read_bytes()) == records[:25]
+
+
+def test_extensionless_files_that_are_not_tfrecord_stay_one_sample_each(tmp_path: Path) -> None:
+    for i in range(4):
+        (tmp_path / f"part-{i:05d}").write_bytes(sample_bytes(i, 5000))
+    layout = detect(tmp_path)
+    assert (layout.kind, len(layout.data)) == ("files", 4)
+    assert not any("TFRecord" in n for n in layout.notes)
+    # a length whose checksum is wrong by one bit is not a record header
+    good = tfrecord_bytes([sample_bytes(9, 100)])
+    near = tmp_path / "near"
+    near.write_bytes(good[:8] + bytes([good[8] ^ 1]) + good[9:])
+    (tmp_path / "good").write_bytes(good)
+    with shards.RangeReader(None) as read:
+        seen = [
+            shards.looks_tfrecord(ds_mod.FileEntry(str(p), p.stat().st_size), read)
+            for p in (tmp_path / "good", near)
+        ]
+    assert seen == [True, False]
+
+
+def test_crc32c_matches_the_standard_check_value() -> None:
+    assert shards.crc32c(b"123456789") == 0xE3069283

@@ -744,6 +744,9 @@ class Recommendation:
     kind: str
     text: str
     predicted_samples_per_s: float | None = None
+    # today's rate that prediction is to be read against, where it is not the run's
+    # measured steady rate: an end-to-end rate, epoch starts included
+    baseline_samples_per_s: float | None = None
     evidence: str = ""
     # the what-if that predicts it, when it is one; `ioprobe compare` matches a later run to it
     change: Change | None = None

@@ -610,6 +610,7 @@ def persistent_workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recomme
                 f"end {over}, from {now:,.0f} ({pred / now - 1:+.0%})."
             ),
             predicted_samples_per_s=pred,
+            baseline_samples_per_s=now,
             evidence=(
                 f"epoch starts {', '.join(f'{e.seconds:.2f}' for e in starts.epochs[:4])} s; "
                 f"a steady batch takes {starts.batch_seconds * 1e3:.1f} ms"

@@ -409,12 +409,15 @@ NO_CHANGE = frozenset({"balanced"})
 
 def advice(rec: RunRecord) -> list[Advice]:
     """The recommendations in rank order, each with predicted / today's rate (the measured
-    rate where the run measured one, else the model's); none for advice that changes
-    nothing (a balanced pipeline said "nothing to gain", then "1.7x": the model's rate over
-    the measured one)."""
-    now = rec.measured_samples_per_s or rec.predicted_samples_per_s
+    rate where the run measured one, else the model's, or the advice's own baseline where it
+    predicts another rate: an end-to-end rate against the end-to-end rate, not the steady
+    one, which read as "0.2x" for a 64% gain); none for advice that changes nothing (a
+    balanced pipeline said "nothing to gain", then "1.7x": the model's rate over the
+    measured one)."""
+    today = rec.measured_samples_per_s or rec.predicted_samples_per_s
     out = []
     for r in rec.recommendations:
+        now = r.baseline_samples_per_s or today
         pred = None if r.kind in NO_CHANGE else r.predicted_samples_per_s
         out.append(
             Advice(

@@ -233,3 +233,27 @@ def test_a_million_batch_record_renders_in_seconds_and_the_page_stays_small() ->
     assert len(page.encode()) < 5 * 2**20
     assert f.consumer_batches == n and len(f.consumer) <= 400
     assert len(trace.encode()) < 50 * 2**20
+
+
+def test_an_end_to_end_prediction_is_read_against_the_end_to_end_rate() -> None:
+    """persistent_workers predicts an end-to-end rate (epoch starts included): its gain is
+    over today's end-to-end rate, not the steady rate the run measured, which made a 64%
+    gain read "0.2x"."""
+    from ioprobe.analysis.report import advice
+    from ioprobe.record import DatasetProfile, HostInfo, Recommendation
+
+    rec = RunRecord(
+        kind="watch",
+        host=HostInfo(),
+        dataset=DatasetProfile(target="t", files=10),
+        measured_samples_per_s=4318.0,
+        recommendations=[
+            Recommendation("persistent_workers", "t", 762.0, baseline_samples_per_s=465.0),
+            Recommendation("num_workers", "t", 8636.0),
+        ],
+    )
+    gains = [a.gain for a in advice(rec)]
+    assert gains == [pytest.approx(762 / 465), pytest.approx(2.0)]
+    # the baseline is the record's: it survives a save and a load
+    back = RunRecord.from_json(json.loads(rec.dumps()))
+    assert back.recommendations[0].baseline_samples_per_s == 465.0

@@ -21,7 +21,7 @@ import time
 import weakref
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple, Protocol
 
 from ioprobe import capacity
@@ -92,6 +92,42 @@ class BatchStats(NamedTuple):
     # at a worker's 1st, 2nd, 4th ... batch: array("q") of (device, inode, bytes) per data
     # file mapped into it (torch.mapped_data_files), as bytes
     mapped: bytes = b""
+    # NUL-separated "directory/*ending" of data files the worker unmapped: a reader that
+    # maps its files in turn (torch._mapped)
+    turned: bytes = b""
+
+
+TURNED_FILES_MAX = 100_000  # files counted per directory of files mapped in turn
+
+
+def turned_files(patterns: Sequence[str]) -> tuple[dict[tuple[int, int], int], str]:
+    """The regular files matching each ``directory/*ending`` (a reader maps them in turn: the
+    chunks of a chunked format, a memmap per sample), by ``(device, inode)`` with their
+    sizes, and "" or why the count is short: a directory that can't be listed, or one with
+    more than ``TURNED_FILES_MAX`` such files, of which the first that many count. The files
+    are the dataset's as far as their directory and ending say; a reader that maps only some
+    of them reads less per epoch than they hold."""
+    out: dict[tuple[int, int], int] = {}
+    short = ""
+    for pattern in patterns:
+        folder, _, ending = pattern.rpartition("/*")
+        taken = 0
+        try:
+            with os.scandir(folder) as it:
+                for entry in it:
+                    if not entry.name.endswith(ending) or not entry.is_file():
+                        continue
+                    if taken == TURNED_FILES_MAX:
+                        short = f"; more than {TURNED_FILES_MAX:,} in {folder}: those counted"
+                        break
+                    st = entry.stat()
+                    # keyed as a maps listing names a file (torch._file_key)
+                    dev = os.major(st.st_dev) << 32 | os.minor(st.st_dev)
+                    out[(dev, st.st_ino)] = st.st_size
+                    taken += 1
+        except OSError as exc:
+            short = f"; {folder} could not be listed ({exc.strerror or exc})"
+    return out, short
 
 
 class EpochHook(Protocol):
@@ -262,6 +298,10 @@ class WatchCollector:
         # unpacked only when the record is made
         self._spans: list[tuple[int, int, bytes, bytes, int]] = []
         self._mapped: dict[tuple[int, int], int] = {}  # (device, inode) -> bytes mapped
+        # "directory/*ending" of the files a worker unmapped (BatchStats.turned) -> the files
+        # matching it, counted as it first came, and why the count may be short
+        self.turned: dict[str, tuple[int, str]] = {}
+        self._mapped_seen = 0  # files seen mapped before the directories' files were added
         self._span_samples = 0
         self._scaling: ReadScaling | None = None
         self._origin = 0
@@ -331,7 +371,7 @@ class WatchCollector:
         """A batch that a worker made and measured (``stats``) reached the consumer."""
         # unpacked in field order: one operation where reading the names would take eleven
         (worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns, mopen, done, index_b,
-         bytes_b, started, mapped) = stats  # fmt: skip
+         bytes_b, started, mapped, turned) = stats  # fmt: skip
         wall = array("q", wall_b)
         n = len(wall)
         wall_ns = sum(wall)
@@ -359,6 +399,8 @@ class WatchCollector:
             self.sample_bytes.extend(array("q", bytes_b))
         if mapped:
             self._add_mapped(mapped)
+        if turned:
+            self._take_turned(turned)
         ws = self.worker_series.get(worker)
         if ws is None:
             ws = self.worker_series[worker] = Series(WORKER_COLUMNS, WORKER_ROWS)
@@ -549,10 +591,13 @@ class WatchCollector:
             self.end_epoch(None)
         host = host_info(None)
         usable = host.usable_cores or os.cpu_count() or 1
+        turned_note = self._turned_note()
         read_total, mean_bytes, seen = self._bytes_read()
         self._scaling = capacity.read_scaling(self.sample_spans())
         stages, notes = self.adapter.stages(self.measured(usable, mean_bytes, seen))
         idle, idle_method = self._idle()
+        if turned_note and seen == "mmap":
+            notes.append(turned_note)
         if self.timeline_error:
             notes.append(f"the device timeline stopped ({self.timeline_error}): host clock used")
         self._gpu_use(stages.gpu, idle)
@@ -596,6 +641,35 @@ class WatchCollector:
             on_device_clock=tl is not None and tl.backend.on_device_clock,
             device=self.device,
             read_scaling=self._scaling,
+        )
+
+    def _take_turned(self, turned: bytes) -> None:
+        """Count the files of the directories whose files a worker mapped in turn
+        (``turned_files``) as mapped. Listed as they are first reported, not when the record
+        is made: a job may remove its data before it exits (``ioprobe run`` records then)."""
+        for pattern in turned.decode("utf-8", "surrogateescape").split("\0"):
+            if pattern in self.turned:
+                continue
+            if not self.turned:
+                self._mapped_seen = len(self._mapped)
+            found, why = turned_files([pattern])
+            self.turned[pattern] = (len(found), why)
+            for key, size in found.items():
+                if size > self._mapped.get(key, 0):
+                    self._mapped[key] = size
+
+    def _turned_note(self) -> str:
+        """What the record says of files mapped in turn; "" where none were."""
+        if not self.turned:
+            return ""
+        names = sorted(self.turned)
+        where = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        found = sum(n for n, _ in self.turned.values())
+        why = "".join(w for _, w in self.turned.values())
+        return (
+            f"the workers mapped data files in turn, unmapping some between two looks: the "
+            f"mapped bytes count every file matching {where} ({found:,} files; "
+            f"{self._mapped_seen:,} were seen mapped before the first was unmapped){why}"
         )
 
     def _bytes_read(self) -> tuple[int, float, str]:

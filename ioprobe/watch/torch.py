@@ -58,6 +58,11 @@ _batches = [0]  # batches this worker made: its mapped files are read at the 1st
 # is left to learn from it; and the listing last sent, which is not sent again
 _listed = [b""]
 _sent = [b""]
+# the data files mapped at the last listing, by (device, inode), with their paths; and the
+# "directory/*ending" of each file the worker unmapped, sent once (``_mapped``)
+_NOTHING = (b"", b"")  # no listing at this batch
+_present: list[dict[tuple[int, int], str]] = [{}]
+_turned: set[str] = set()
 
 
 def _after_fork() -> None:
@@ -68,6 +73,8 @@ def _after_fork() -> None:
     _batches[0] = 0
     _listed[0] = b""
     _sent[0] = b""
+    _present[0] = {}
+    _turned.clear()
     _last = None
     del _wall[:]
     del _cpu[:]
@@ -123,12 +130,17 @@ def _file_key(dev: bytes, inode: bytes) -> tuple[int, int]:
     return int(major, 16) << 32 | int(minor, 16), int(inode)
 
 
-def mapped_data_files(maps: bytes, skip: tuple[str, ...] = _PYTHON_DIRS) -> array[int]:
+def mapped_data_files(
+    maps: bytes,
+    skip: tuple[str, ...] = _PYTHON_DIRS,
+    paths: dict[tuple[int, int], str] | None = None,
+) -> array[int]:
     """The data files in a ``/proc/PID/maps`` listing, as flat ``(device, inode, bytes)``
     triples: each file's mapped extent (overlapping mappings of it counted once). Left out:
     anonymous and special mappings, files with an executable mapping (libraries, the
     interpreter), shared libraries' other segments, deleted files, paths under
-    ``_NOT_DATA_DIRS`` and ``skip`` (Python's own tree), and model weights (``_WEIGHTS``)."""
+    ``_NOT_DATA_DIRS`` and ``skip`` (Python's own tree), and model weights (``_WEIGHTS``).
+    ``paths``, where given, gets each data file's path."""
     spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
     code: set[tuple[int, int]] = set()
     for line in maps.splitlines():
@@ -152,12 +164,16 @@ def mapped_data_files(maps: bytes, skip: tuple[str, ...] = _PYTHON_DIRS) -> arra
             or ".so." in name
         ):
             continue
+        if paths is not None:
+            paths[key] = path
         lo, _, hi = addresses.partition(b"-")
         start = int(offset, 16)
         spans.setdefault(key, []).append((start, start + int(hi, 16) - int(lo, 16)))
     out = array("q")
     for key, ranges in spans.items():
         if key in code:
+            if paths is not None:
+                paths.pop(key, None)
             continue
         total, end = 0, -1
         for a, b in sorted(ranges):
@@ -208,20 +224,34 @@ def _read_all(name: str) -> bytes:
     return data
 
 
-def _mapped() -> bytes:
+def _mapped() -> tuple[bytes, bytes]:
     """This process's mapped data files (``mapped_data_files``) that it read through their
-    maps (``resident_files``), as bytes for a BatchStats; b"" when that is unchanged since
-    it last sent it. Files mapped and never read here (one the script mapped, and maybe
-    read, before the workers forked) stay out. The costly per-mapping listing (smaps,
-    about 6 ms in a worker with torch loaded) is read only while some data file is mapped
-    and not yet resident."""
+    maps (``resident_files``), as bytes for a BatchStats, b"" when that is unchanged since it
+    last sent it; and the ``directory/*ending`` of each data file unmapped since the last
+    listing, NUL-separated, each sent once. Files mapped and never read here (one the script
+    mapped, and maybe read, before the workers forked) stay out. The costly per-mapping
+    listing (smaps, about 6 ms in a worker with torch loaded) is read only while some data
+    file is mapped and not yet resident.
+
+    A reader that maps its files in turn (litdata's chunks, a memmap per sample) has most of
+    them mapped between two listings, which are sparse to cost nothing: a file it unmapped
+    marks its directory, whose files with that ending the collector counts instead
+    (``WatchCollector.turned_files``)."""
     maps = _read_all("/proc/self/maps")
     if not maps or maps == _listed[0]:
-        return b""
-    files = mapped_data_files(maps)
+        return b"", b""
+    paths: dict[tuple[int, int], str] = {}
+    files = mapped_data_files(maps, paths=paths)
+    turned = b""
+    gone = [p for k, p in _present[0].items() if k not in paths]
+    _present[0] = paths
+    if gone:
+        dirs = {f"{os.path.dirname(p)}/*{os.path.splitext(p)[1]}" for p in gone} - _turned
+        _turned.update(dirs)
+        turned = "\0".join(sorted(dirs)).encode("utf-8", "surrogateescape")
     if not files:
         _listed[0] = maps
-        return b""
+        return b"", turned
     resident = resident_files(_read_all("/proc/self/smaps"))
     kept = array("q")
     for i in range(0, len(files), 3):
@@ -231,9 +261,9 @@ def _mapped() -> bytes:
         _listed[0] = maps
     out = kept.tobytes()
     if out == _sent[0]:
-        return b""
+        return b"", turned
     _sent[0] = out
-    return out
+    return out, turned
 
 
 def _count_module_reads() -> None:
@@ -411,7 +441,9 @@ class TimedCollate:
         # them): listed at this worker's 1st, 2nd, 4th, 16th, 64th ... batch, a cost that
         # vanishes over an epoch
         n = _batches[0] = _batches[0] + 1
-        mapped = _mapped() if not n & (n - 1) and (n == 2 or n.bit_length() & 1) else b""
+        mapped, turned = (
+            _mapped() if not n & (n - 1) and (n == 2 or n.bit_length() & 1) else _NOTHING
+        )
         stats = BatchStats(
             worker=-1 if info is None else info.id,
             wall=wall,
@@ -428,6 +460,7 @@ class TimedCollate:
             sample_bytes=nbytes,
             started_ns=_started[0],
             mapped=mapped,
+            turned=turned,
         )
         _started[0] = 0
         return Stamped(out, stats)

@@ -162,3 +162,52 @@ def test_a_dataset_reading_nothing_is_not_seen_though_a_mapped_file_is_inherited
     assert w.mapped_bytes == 0
     assert run.dataset.sample_bytes_mean == 0.0 and run.dataset.density == "unknown"
     assert "bytes per sample not seen" in size_line(run)
+
+
+class ChunkInTurnDataset(Dataset[torch.Tensor]):
+    """Samples packed 64 to a chunk file, read as litdata reads a local chunk: the chunk is
+    memory-mapped, and unmapped before the next one is mapped, so a worker holds one chunk at
+    a time and most chunks come and go between two looks at its maps. Unshuffled, a batch
+    of 32 reads half a chunk."""
+
+    def __init__(self, folder: Path, sample_bytes: int, per_chunk: int, chunks: int) -> None:
+        self.folder, self.size, self.per, self.n = folder, sample_bytes, per_chunk, chunks
+        self.current: tuple[int, Any] | None = None
+
+    def __len__(self) -> int:
+        return self.per * self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        chunk, row = divmod(i, self.per)
+        if self.current is None or self.current[0] != chunk:
+            if self.current is not None:
+                self.current[1]._mmap.close()  # unmapped now, not when collected
+            self.current = None
+            rows = np.memmap(self.folder / f"chunk-{chunk:03d}.bin", dtype=np.uint8, mode="r")
+            self.current = (chunk, rows.reshape(-1, self.size))
+        return torch.from_numpy(np.array(self.current[1][row]))
+
+
+def test_chunks_mapped_in_turn_count_every_chunk_of_their_directory(tmp_path: Path) -> None:
+    """16 chunks of 64 samples of 16 KiB, 2 workers taking batches of 32 in turn: each worker
+    maps 8 chunks one after another, and its maps are looked at in only 4 of its 16 batches
+    (at 1, 2, 4 and 16): before, the record counted the 6 chunks seen mapped, 6.1 kB per
+    sample. A chunk unmapped between two looks marks its directory and ending, whose files
+    all count; the index beside them does not."""
+    size, per, chunks = 16 * KIB, 64, 16
+    folder = tmp_path / "chunks"
+    folder.mkdir()
+    for c in range(chunks):
+        make_file(folder / f"chunk-{c:03d}.bin", size, per)
+    (folder / "index.json").write_text('{"chunks": 16}')
+    loader = DataLoader(ChunkInTurnDataset(folder, size, per, chunks), batch_size=32, num_workers=2)
+    w = ioprobe.watch(loader)
+    for _ in w:
+        pass
+    run = w.run
+    assert run.watch is not None and run.watch.bytes_seen == "mmap"
+    assert run.watch.mapped_files == chunks
+    assert run.dataset.bytes == size * per * chunks
+    assert run.dataset.sample_bytes_mean == pytest.approx(size)
+    (note,) = [n for n in run.notes if "in turn" in n]
+    assert f"{folder}/*.bin" in note and "16 files" in note

@@ -219,10 +219,16 @@ def test_listing_the_mapped_files_costs_milliseconds_at_most_log2_times(
                     wt._listed[0] = wt._sent[0] = b""
                 wt._mapped()
             timings[label] = (time.perf_counter() - t) / 20
-        assert int(rows[0]) == 0 and wt._mapped() != b""  # read now: listed, then sent
-        assert wt._mapped() == b""
+        assert int(rows[0]) == 0 and wt._mapped()[0] != b""  # read now: listed, then sent
+        assert wt._mapped() == (b"", b"")
+        # unmapped: its directory and ending are sent once, as a reader's in turn
+        del rows
+        assert wt._mapped()[1] == f"{tmp_path}/*.bin".encode()
+        assert wt._mapped() == (b"", b"")
     finally:
         wt._own[0], wt._listed[0], wt._sent[0] = saved
+        wt._present[0] = {}
+        wt._turned.clear()
     with capsys.disabled():
         print("\nmapped files: " + ", ".join(f"{k} {v * 1e6:.0f} us" for k, v in timings.items()))
     assert timings["no data file"] < 0.01 and timings["data file not read"] < 0.05
@@ -234,9 +240,9 @@ def test_a_worker_lists_its_mapped_files_at_its_1st_2nd_4th_16th_64th_batch(
 ) -> None:
     listed: list[int] = []
 
-    def spy() -> bytes:
+    def spy() -> tuple[bytes, bytes]:
         listed.append(wt._batches[0])
-        return b""
+        return b"", b""
 
     monkeypatch.setattr(wt, "_mapped", spy)
     monkeypatch.setattr(wt, "_batches", [0])

@@ -14,8 +14,14 @@ SECTIONS = ("model", "framework", "workflow", "dataset", "reader", "train", "met
 def _scalar(v: Value) -> str:
     if isinstance(v, bool):
         return "True" if v else "False"
-    if isinstance(v, int | float):
+    if isinstance(v, int):
         return repr(v)
+    if isinstance(v, float):
+        # YAML 1.1 (PyYAML, which DLIO's Hydra reads with) takes "5e-05" for a string: a
+        # float in exponent form needs its point, "5.0e-05"
+        text = repr(v)
+        mantissa, e, exponent = text.partition("e")
+        return f"{mantissa}.0e{exponent}" if e and "." not in mantissa else text
     # a JSON string is a valid double-quoted YAML scalar: nothing in it can be misread
     return json.dumps(v)
 

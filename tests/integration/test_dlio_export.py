@@ -116,3 +116,13 @@ def test_a_record_without_a_step_is_refused_in_one_line(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith("ioprobe: error: ") and "no step time" in proc.stderr
     assert proc.stdout == ""
+
+
+@pytest.mark.parametrize("value", [5e-05, 5.1e-05, 1e-07, 1e20, 0.025, 3])
+def test_every_number_reads_back_as_a_number_in_yaml(value: float) -> None:
+    """A float repr'd in exponent form without a point ("5e-05", a preprocess time that
+    rounded to it) is a string to YAML 1.1 readers: DLIO would get "5e-05", not 5e-05."""
+    from ioprobe.render.dlio import _scalar
+
+    back = yaml.safe_load(f"v: {_scalar(value)}")["v"]
+    assert back == value and type(back) is type(value)

@@ -47,12 +47,14 @@ def restarting() -> RunRecord:
 def test_every_epoch_pays_the_workers_start_up_again(restarting: RunRecord) -> None:
     st = epoch_starts(restarting)
     assert st is not None and not st.persistent and len(st.epochs) == EPOCHS
+    # a start-up is the sleep plus the fork and the worker's own set-up, which a loaded host
+    # stretches (0.58 s once on 2 busy cores): never below the sleep, at most 0.15 s over
     for e in st.epochs:
         assert e.workers_started == 2
-        assert e.worker_startup_seconds == pytest.approx(STARTUP_S, rel=0.15)
+        assert STARTUP_S * 0.98 <= (e.worker_startup_seconds or 0.0) <= STARTUP_S + 0.15
         # the loss beyond a steady batch is the start-up: nothing else is slow here
-        assert e.lost_seconds == pytest.approx(STARTUP_S, rel=0.15)
-    assert per_epoch_saving(st) == pytest.approx(STARTUP_S, rel=0.15)
+        assert e.lost_seconds == pytest.approx(e.worker_startup_seconds, rel=0.15)
+    assert STARTUP_S * 0.98 <= (per_epoch_saving(st) or 0.0) <= STARTUP_S + 0.15
 
 
 def test_persistent_workers_start_once_and_later_epochs_begin_at_once() -> None:

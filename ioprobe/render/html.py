@@ -41,6 +41,7 @@ from ioprobe.render.facts import (
     cluster_title,
     facts_title,
     incomplete,
+    judged,
     key_facts,
     missing_line,
     rank_cells,
@@ -746,7 +747,8 @@ def _answer(rec: RunRecord, f: Findings) -> list[str]:
     """Above the fold: a run's advice and stages, or a sizing's report."""
     if f.kind == "size" and rec.sizing is not None:
         return sizing_sections(rec.sizing, f)
-    return ["<h2>What to change</h2>", _recs(f), "<h2>Stage capacities</h2>", stage_chart(rec, f)]
+    advice = ["<h2>What to change</h2>", _recs(f)] if judged(rec) else []
+    return [*advice, "<h2>Stage capacities</h2>", stage_chart(rec, f)]
 
 
 # -- a sizing: a report to forward, the answer first and every input with its source --------

@@ -22,6 +22,7 @@ from ioprobe.render.facts import (
     curve_line,
     facts_title,
     incomplete,
+    judged,
     key_facts,
     missing_line,
     rank_cells,
@@ -51,7 +52,7 @@ def render(rec: RunRecord, f: Findings) -> str:
     lines += _stage_table(rec, f.stages)
     lines += _ranks(rec, f)
     if f.kind != "size":  # a sizing's advice is its verdict and its table
-        lines += _recommendations(f.recommendations)
+        lines += _recommendations(f.recommendations) if judged(rec) else []
     lines += _sizing(rec.sizing, f) if f.kind == "size" and rec.sizing is not None else []
     lines += _heatmap(f.heatmap)
     lines += _operators(f.operators)

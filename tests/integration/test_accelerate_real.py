@@ -16,6 +16,8 @@ import ioprobe
 from ioprobe.analysis.report import findings
 from ioprobe.errors import BadInputError
 from ioprobe.render.facts import verdict
+from ioprobe.render.html import render as render_html
+from ioprobe.render.markdown import render as render_markdown
 
 # the dev extras install accelerate; an image without it collects this module and skips it
 pytest.importorskip("accelerate")
@@ -216,6 +218,9 @@ def test_a_stateful_prepared_loader_whose_first_pass_began_in_prepare_trains_as_
         # the GPU stage alone must not name itself the bottleneck of a waiting GPU
         assert rec.predicted_samples_per_s == 0 and rec.recommendations == []
         assert verdict(rec, findings(rec)).startswith("no verdict: the loader's side")
+        # nor may a report say there is nothing to change
+        text = render_markdown(rec, findings(rec)) + render_html(rec, findings(rec))
+        assert "to change" not in text and "no verdict" in text
     else:
         assert note.startswith("epoch 0:") and "from the other epochs" in note
         assert eps[1].sample_cpu_seconds > 0

@@ -21,7 +21,7 @@ import time
 import weakref
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
 from ioprobe import capacity
@@ -100,34 +100,28 @@ class BatchStats(NamedTuple):
 TURNED_FILES_MAX = 100_000  # files counted per directory of files mapped in turn
 
 
-def turned_files(patterns: Sequence[str]) -> tuple[dict[tuple[int, int], int], str]:
-    """The regular files matching each ``directory/*ending`` (a reader maps them in turn: the
+def turned_files(pattern: str) -> tuple[dict[tuple[int, int], int], str]:
+    """The regular files matching ``directory/*ending`` (a reader maps them in turn: the
     chunks of a chunked format, a memmap per sample), by ``(device, inode)`` with their
     sizes, and "" or why the count is short: a directory that can't be listed, or one with
     more than ``TURNED_FILES_MAX`` such files, of which the first that many count. The files
     are the dataset's as far as their directory and ending say; a reader that maps only some
     of them reads less per epoch than they hold."""
+    folder, _, ending = pattern.rpartition("/*")
     out: dict[tuple[int, int], int] = {}
-    short = ""
-    for pattern in patterns:
-        folder, _, ending = pattern.rpartition("/*")
-        taken = 0
-        try:
-            with os.scandir(folder) as it:
-                for entry in it:
-                    if not entry.name.endswith(ending) or not entry.is_file():
-                        continue
-                    if taken == TURNED_FILES_MAX:
-                        short = f"; more than {TURNED_FILES_MAX:,} in {folder}: those counted"
-                        break
-                    st = entry.stat()
-                    # keyed as a maps listing names a file (torch._file_key)
-                    dev = os.major(st.st_dev) << 32 | os.minor(st.st_dev)
-                    out[(dev, st.st_ino)] = st.st_size
-                    taken += 1
-        except OSError as exc:
-            short = f"; {folder} could not be listed ({exc.strerror or exc})"
-    return out, short
+    try:
+        with os.scandir(folder) as it:
+            for entry in it:
+                if not entry.name.endswith(ending) or not entry.is_file():
+                    continue
+                if len(out) == TURNED_FILES_MAX:
+                    return out, f"; more than {TURNED_FILES_MAX:,} in {folder}: those counted"
+                st = entry.stat()
+                # keyed as a maps listing names a file (torch._file_key)
+                out[(os.major(st.st_dev) << 32 | os.minor(st.st_dev), st.st_ino)] = st.st_size
+    except OSError as exc:
+        return out, f"; {folder} could not be listed ({exc.strerror or exc})"
+    return out, ""
 
 
 class EpochHook(Protocol):
@@ -652,7 +646,7 @@ class WatchCollector:
                 continue
             if not self.turned:
                 self._mapped_seen = len(self._mapped)
-            found, why = turned_files([pattern])
+            found, why = turned_files(pattern)
             self.turned[pattern] = (len(found), why)
             for key, size in found.items():
                 if size > self._mapped.get(key, 0):

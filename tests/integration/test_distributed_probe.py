@@ -80,9 +80,13 @@ def test_two_ranks_make_one_record_with_their_summed_bandwidth(
     assert [p["clients"] for p in dist["curve"]] == [1, 2]
     both = dist["curve"][-1]
     assert both["ranks"] == [0, 1]
-    # the ranks read together (a barrier started them): the job's bytes over the span they
-    # shared agree with the ranks' own rates summed
-    assert both["read_bytes_per_s"] == pytest.approx(both["rank_sum_bytes_per_s"], rel=0.05)
+    # the ranks read together (a barrier started them): the span they shared is the slowest
+    # rank's reading, give or take the barrier's release. The job's bytes over it equal the
+    # ranks' own rates summed only where they read equally fast: with equal shares the
+    # faster one finishes first (575 and 518 MB/s read 0.95 of the sum once), never above
+    longest = max(r["read_bytes"] / r["read_bytes_per_s"] for r in dist["ranks"])
+    assert longest <= both["seconds"] <= longest * 1.05 + 0.01
+    assert both["read_bytes_per_s"] <= both["rank_sum_bytes_per_s"] * (1 + 1e-9)
     per_rank = sum(r["read_bytes_per_s"] for r in dist["ranks"])
     assert both["rank_sum_bytes_per_s"] == pytest.approx(per_rank, rel=1e-9)
     assert rec["stages"]["storage"]["read_bytes_per_s"] == both["read_bytes_per_s"]

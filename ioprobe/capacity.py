@@ -82,7 +82,7 @@ def file_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
         samples = sum(e.samples for e in epochs)
         mean = sum(e.read_chars for e in epochs) / samples if samples else 0.0
         return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
-    mean = sum(e.read_chars - e.startup_read_chars for e in ok) / n
+    mean = _steady_mean(ok, n)
     floor = LUMPY_RATIO * max(mean, METERED_MIN_BYTES_PER_SAMPLE)
     lumpy = [
         e
@@ -94,6 +94,23 @@ def file_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
     if lumpy:
         mean = sum(e.read_chars for e in lumpy) / sum(e.samples for e in lumpy)
     return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
+
+
+def steady_read_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float | None:
+    """Bytes the workers passed to read() per sample in the steady batches alone (the first
+    round, which also sets up what the dataset imports, left out); 0 at or below what IPC
+    accounts for, None where no epoch had steady batches. The evidence that a loader reads
+    its data through read() at all, whatever its first round read."""
+    ok = steady(worker_epochs(epochs))
+    n = sum(e.samples - e.startup_samples for e in ok)
+    if not n:
+        return None
+    mean = _steady_mean(ok, n)
+    return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
+
+
+def _steady_mean(ok: Sequence[WatchEpoch], n: int) -> float:
+    return sum(e.read_chars - e.startup_read_chars for e in ok) / n
 
 
 def mapped_bytes_per_sample(mapped_bytes: int, samples: int) -> float:

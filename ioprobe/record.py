@@ -454,6 +454,9 @@ class LoaderSettings:
 
     framework: str = "torch"  # torch, dali
     dataset: str = "dataset"  # the dataset's class name, or what a DALI pipeline reads
+    # where the dataset says it reads from (a chunked streaming format's input directory or
+    # URL, as given, redacted); "" where it names none
+    source: str = ""
     # samples loaded at once: a DataLoader's num_workers (0: the main process loads), a DALI
     # pipeline's num_threads (its thread pool plays the workers' part)
     workers: int = 0
@@ -482,6 +485,7 @@ class LoaderSettings:
         return cls(
             framework=loader.get("framework", "torch"),
             dataset=loader.get("dataset", "dataset"),
+            source=loader.get("source", ""),
             workers=max(num("num_workers") or 0, 0),
             batch_size=num("batch_size"),
             iterable=loader.get("iterable") == "True",

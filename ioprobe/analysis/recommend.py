@@ -303,7 +303,7 @@ def cache_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     if total <= budget:
         change = Change(cache_bytes=total)
         text = (
-            f"The dataset ({total / 1e9:.1f} GB) fits in free RAM "
+            f"The dataset ({_size(total)}) fits in free RAM "
             f"({avail / 1e9:.1f} GB): from the second epoch the page cache serves it."
         )
     else:
@@ -328,8 +328,10 @@ def reads_through_page_cache(rec: RunRecord) -> bool | None:
     its target (local files do, fsspec URLs do not); a watched run from its workers' file
     reads in steady state (bytes read() per sample) or the data files they memory-mapped
     (mapped pages are page-cache pages), None where it saw neither: reads over sockets show
-    as none."""
-    if rec.watch is None:
+    as none. A watched dataset that names a remote source (litdata or MDS from object
+    storage) does not: it maps chunks it downloaded, and what its cache evicts comes over
+    the network again."""
+    if rec.watch is None or rec.dataset.remote:
         return not rec.dataset.remote
     if rec.watch.bytes_seen == "mmap":
         return True
@@ -339,18 +341,33 @@ def reads_through_page_cache(rec: RunRecord) -> bool | None:
 def _local_cache(
     rec: RunRecord, f: PipelineFindings, total: float, avail: float
 ) -> list[Recommendation]:
-    """Remote data that fits in RAM: the page cache never sees it, a local copy would."""
+    """Remote data that fits in RAM: the page cache never sees it, a local copy would. A
+    streaming format that names its remote source keeps such a copy itself, in a cache of
+    the size it is given."""
+    how = (
+        "give the format's own cache room for all of it (litdata's max_cache_size, "
+        "mosaicml-streaming's cache_limit)"
+        if rec.watch is not None and rec.watch.settings.source
+        else "cache it on this host (copy it to local disk, or open it through fsspec's "
+        "simplecache:: or filecache:: URL prefix)"
+    )
     return _if_gain(
         rec,
         f,
         Change(cache_bytes=total),
         "local_cache",
         f"Reads go over the network, where the page cache never sees them; the dataset "
-        f"({total / 1e9:.1f} GB) fits in free RAM ({avail / 1e9:.1f} GB): cache it on this "
-        "host (copy it to local disk, or open it through fsspec's simplecache:: or "
-        "filecache:: URL prefix), and from the second epoch local reads serve it.",
+        f"({_size(total)}) fits in free RAM ({avail / 1e9:.1f} GB): {how}, and from the "
+        "second epoch local reads serve it.",
         f"storage delivers {f.predicted_samples_per_s:,.0f} samples/s",
     )
+
+
+def _size(n: float) -> str:
+    """A dataset's size in GB, or MB below 1 GB, so that a small one does not read 0.0 GB."""
+    if n >= 1e9:
+        return f"{n / 1e9:.1f} GB"
+    return f"{n / 1e6:.1f} MB" if n < 10e6 else f"{n / 1e6:.0f} MB"
 
 
 def shard_rule(rec: RunRecord, f: PipelineFindings, catalog: Catalog) -> list[Recommendation]:
@@ -477,13 +494,17 @@ def _cheapest_faster_class(
 
 def _gpus_fed(rec: RunRecord, sc: Scenario) -> str:
     """The sentence saying how many GPUs like the recorded ones the new storage feeds at
-    90%; empty when the GPU's or the new storage's rate is unknown."""
+    90%, or, short of one, how busy it keeps one; empty when the GPU's or the new storage's
+    rate is unknown."""
     gpu = rec.stages.gpu.capacity_samples_per_s
     st_cap = sc.stages.storage.capacity_samples_per_s
     if not gpu or not st_cap:
         return ""
     per_gpu = gpu / recorded_gpus(rec)
-    return f" It would feed {int(st_cap / (0.9 * per_gpu))} GPUs like this one at 90%."
+    fed = int(st_cap / (0.9 * per_gpu))
+    if fed < 1:
+        return f" It would keep a GPU like this one {st_cap / per_gpu:.0%} busy."
+    return f" It would feed {fed} GPU{'s' if fed > 1 else ''} like this one at 90%."
 
 
 def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:

@@ -28,6 +28,7 @@ from ioprobe import capacity
 from ioprobe._version import __version__
 from ioprobe.capacity import worker_epochs
 from ioprobe.collect import gpu_sampler
+from ioprobe.collect.dataset import is_remote
 from ioprobe.collect.distributed import rank_info
 from ioprobe.collect.gpu_events import EventBackend, GpuTimeline
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
@@ -671,23 +672,26 @@ class WatchCollector:
         how they were seen (``WatchData.bytes_seen``). Metered reads also count in rchar when
         they are local: never add the two. Metered bytes are the dataset's by construction;
         the workers' rchar also holds what their first samples imported, so its per-sample
-        figure comes from the steady batches. Where read() shows nothing, the data files the
-        workers mapped stand in (``capacity.mapped_bytes_per_sample``): the bytes are then
-        the files' size, not an epoch's reads."""
+        figure comes from the steady batches. Where the steady batches read() nothing, the
+        data files the workers mapped stand in (``capacity.mapped_bytes_per_sample``): the
+        bytes are then the files' size, not an epoch's reads. They stand in before a first
+        round read in a lump: a reader that downloads its chunks over a socket and maps them
+        (litdata from S3) read() megabytes per worker setting up its client (CA bundles, an
+        SDK's endpoint tables) and nothing of its data."""
         eps = worker_epochs(self.epochs)
         samples = sum(e.samples for e in eps)
         metered = sum(e.metered_bytes for e in eps)
         if metered:
             return metered, metered / samples if samples else 0.0, "metered"
         read_chars = sum(e.read_chars for e in eps)
+        mapped = sum(self._mapped.values())
+        held = self.dataset_len or max((e.samples for e in eps), default=0)
+        by_map = capacity.mapped_bytes_per_sample(mapped, held)
+        if by_map > 0 and capacity.steady_read_bytes_per_sample(eps) == 0.0:
+            return mapped, by_map, "mmap"
         per_sample = capacity.file_bytes_per_sample(eps)
         if per_sample > 0:
             return read_chars, per_sample, "read"
-        mapped = sum(self._mapped.values())
-        held = self.dataset_len or max((e.samples for e in eps), default=0)
-        per_sample = capacity.mapped_bytes_per_sample(mapped, held)
-        if per_sample > 0:
-            return mapped, per_sample, "mmap"
         return read_chars, 0.0, "none"
 
     def _delivered(self) -> float | None:
@@ -714,8 +718,10 @@ class WatchCollector:
 
     def _dataset(self, read_total: int, mean_bytes: float) -> DatasetProfile:
         samples = sum(e.samples for e in self.epochs)
+        name, source = redact_url(self.adapter.settings.dataset), self.adapter.settings.source
         return DatasetProfile(
-            target=redact_url(self.adapter.settings.dataset),
+            target=f"{name} ({source})" if source else name,
+            remote=is_remote(source),
             files=self.dataset_len if self.dataset_len is not None else samples,
             bytes=read_total,
             sample_bytes_mean=mean_bytes,

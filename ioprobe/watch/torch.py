@@ -543,14 +543,36 @@ def _batching(loader: DataLoader[Any]) -> tuple[int | None, str]:
     return loader.batch_size, type(loader.sampler).__qualname__
 
 
+def dataset_source(ds: Any) -> str:
+    """Where a chunked streaming dataset reads from, as it was given, redacted: litdata's
+    ``input_dir`` (its URL, else its local path), a mosaicml-streaming dataset's first
+    stream's ``remote`` (else its ``local``); "" where the dataset names none. A remote one
+    downloads its chunks into a local cache and maps them from there, so the files the
+    workers map look local: only the dataset's own word says the data comes over a network."""
+    try:
+        where = getattr(ds, "input_dir", None)
+        if where is not None:
+            found = getattr(where, "url", None) or getattr(where, "path", None)
+            return redact_url(found) if isinstance(found, str) else ""
+        streams = getattr(ds, "streams", None)
+        if isinstance(streams, list | tuple) and streams:
+            found = getattr(streams[0], "remote", None) or getattr(streams[0], "local", None)
+            return redact_url(found) if isinstance(found, str) else ""
+    except Exception:  # a dataset's own __getattr__ may raise anything: it names no source
+        return ""
+    return ""
+
+
 def describe(loader: DataLoader[Any]) -> dict[str, str]:
     """The loader's settings as the user wrote them, for reports."""
     ctx = loader.multiprocessing_context
     method = ctx.get_start_method() if ctx is not None else torch.multiprocessing.get_start_method()
     batch_size, sampler = _batching(loader)
+    source = dataset_source(loader.dataset)
     return {
         "framework": "torch",
         "dataset": type(loader.dataset).__qualname__,
+        **({"source": source} if source else {}),
         "iterable": str(isinstance(loader.dataset, IterableDataset)),
         "num_workers": str(loader.num_workers),
         "batch_size": str(batch_size),
@@ -569,6 +591,7 @@ def settings(loader: DataLoader[Any]) -> LoaderSettings:
     return LoaderSettings(
         framework="torch",
         dataset=type(loader.dataset).__qualname__,
+        source=dataset_source(loader.dataset),
         workers=loader.num_workers,
         batch_size=batch_size,
         iterable=isinstance(loader.dataset, IterableDataset),

@@ -211,3 +211,47 @@ def test_chunks_mapped_in_turn_count_every_chunk_of_their_directory(tmp_path: Pa
     assert run.dataset.sample_bytes_mean == pytest.approx(size)
     (note,) = [n for n in run.notes if "in turn" in n]
     assert f"{folder}/*.bin" in note and "16 files" in note
+
+
+class RemoteDir:
+    """litdata's ``Dir``: the URL a StreamingDataset was given, and its local cache path."""
+
+    def __init__(self, url: str) -> None:
+        self.url, self.path = url, None
+
+
+class DownloadedChunks(MemmapDataset):
+    """A chunked format read from object storage, as litdata reads S3: each worker sets up its
+    client at its first sample, reading ``setup_bytes`` of files (the CA bundle, the SDK's
+    endpoint tables) through read(); the chunks come over a socket into a local cache and
+    are mapped from there (here: already there), so no byte of data passes through read()."""
+
+    def __init__(self, path: Path, sample_bytes: int, setup: Path) -> None:
+        super().__init__(path, sample_bytes)
+        self.input_dir = RemoteDir("s3://training-data/train")
+        self.setup = setup
+        self.ready = False  # per worker: each is a copy made at fork
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if not self.ready:
+            self.setup.read_bytes()
+            self.ready = True
+        return super().__getitem__(i)
+
+
+def test_a_remote_chunk_reader_counts_its_mapped_chunks_not_its_client_set_up(
+    tmp_path: Path,
+) -> None:
+    sample_bytes, samples = 16 * KIB, 2048
+    path = make_file(tmp_path / "chunk-0.bin", sample_bytes, samples)
+    setup = make_file(tmp_path / "ca-bundle.crt", 3 * KIB, 1024)  # 3 MiB per worker
+    run = watched_run(DownloadedChunks(path, sample_bytes, setup))
+    w = run.watch
+    assert w is not None and w.bytes_seen == "mmap"
+    # the first round read 6 MiB for 64 samples, 6 times the data: the lump is set-up
+    assert sum(e.startup_read_chars for e in w.epochs) >= 2 * (3 << 20)
+    assert run.dataset.sample_bytes_mean == pytest.approx(sample_bytes, rel=0.1)
+    assert (
+        run.dataset.remote and run.dataset.target == "DownloadedChunks (s3://training-data/train)"
+    )
+    assert w.settings.source == "s3://training-data/train"

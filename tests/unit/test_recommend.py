@@ -3,6 +3,8 @@ against what the what-if gives for the same change."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from ioprobe.analysis import finalize
@@ -190,3 +192,35 @@ def test_no_shard_advice_without_a_known_sample_size() -> None:
     rec = _storage_bound_probe()
     rec.dataset.sample_bytes_mean = 0.0  # unmetered reads: the size is unknown, not zero
     assert "shard_small_files" not in kinds(finalize(rec))
+
+
+def test_a_streaming_dataset_from_object_storage_is_advised_its_own_cache() -> None:
+    # litdata from S3: its chunks are downloaded to a local cache and mapped from there, so
+    # the record saw mapped files, which look local; only the dataset's source says remote
+    rec = watch_record(cpu_s=0.001, workers=2, storage=40.0, gpu=400.0, cores=8)
+    assert rec.watch is not None
+    rec.dataset.sample_bytes_mean, rec.dataset.files = 16_404.0, 1024
+    rec.watch.bytes_seen = "mmap"
+    assert "cache_in_ram" in kinds(finalize(rec))  # local chunks: the page cache keeps them
+    rec.watch.settings.source = "s3://bucket/train"
+    rec.dataset.remote = True
+    out = finalize(rec)
+    assert "cache_in_ram" not in kinds(out)
+    text, pred = rec_of(out, "local_cache")
+    assert "max_cache_size" in text and "simplecache::" not in text
+    assert "(17 MB)" in text  # 1,024 x 16,404 B: not "0.0 GB"
+    assert pred == evaluate(rec, Change(cache_bytes=dataset_bytes(rec))).predicted_samples_per_s
+
+
+def test_storage_that_feeds_less_than_one_gpu_says_how_busy_it_keeps_one() -> None:
+    # a step that takes no time (a CPU-only run): no storage class feeds a whole GPU at 90%
+    rec = watch_record(cpu_s=0.0001, workers=8, storage=40.0, gpu=1_000_000.0, cores=64)
+    rec.dataset.sample_bytes_mean, rec.dataset.files = 16_404.0, 1024
+    out = finalize(rec)
+    text, _ = rec_of(out, "faster_storage")
+    busy = re.search(r"keep a GPU like this one (\d+)% busy", text)
+    assert busy is not None and "0 GPUs" not in text, text
+    cls = next(c for c in load_catalog().values() if f"to {c.name} (" in text)
+    storage = evaluate(rec, Change(storage=cls)).stages.storage.capacity_samples_per_s
+    assert storage is not None
+    assert int(busy[1]) == round(100 * storage / 1_000_000.0)

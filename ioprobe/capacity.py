@@ -76,13 +76,11 @@ def file_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
     ``FIRST_ROUND_DATA_MIN`` or more per worker started and ``LUMPY_RATIO`` times the
     steady bytes per sample or more, the whole epochs count."""
     epochs = worker_epochs(epochs)
-    ok = steady(epochs)
-    n = sum(e.samples - e.startup_samples for e in ok)
-    if not n:
+    ok, mean = _steady_reads(epochs)
+    if mean is None:
         samples = sum(e.samples for e in epochs)
         mean = sum(e.read_chars for e in epochs) / samples if samples else 0.0
         return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
-    mean = _steady_mean(ok, n)
     floor = LUMPY_RATIO * max(mean, METERED_MIN_BYTES_PER_SAMPLE)
     lumpy = [
         e
@@ -101,16 +99,18 @@ def steady_read_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float | None:
     round, which also sets up what the dataset imports, left out); 0 at or below what IPC
     accounts for, None where no epoch had steady batches. The evidence that a loader reads
     its data through read() at all, whatever its first round read."""
-    ok = steady(worker_epochs(epochs))
-    n = sum(e.samples - e.startup_samples for e in ok)
-    if not n:
+    _, mean = _steady_reads(worker_epochs(epochs))
+    if mean is None:
         return None
-    mean = _steady_mean(ok, n)
     return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
 
 
-def _steady_mean(ok: Sequence[WatchEpoch], n: int) -> float:
-    return sum(e.read_chars - e.startup_read_chars for e in ok) / n
+def _steady_reads(epochs: Sequence[WatchEpoch]) -> tuple[list[WatchEpoch], float | None]:
+    """The epochs with steady batches, and the bytes read() per steady sample over them
+    (None where there were none)."""
+    ok = steady(epochs)
+    n = sum(e.samples - e.startup_samples for e in ok)
+    return ok, (sum(e.read_chars - e.startup_read_chars for e in ok) / n if n else None)
 
 
 def mapped_bytes_per_sample(mapped_bytes: int, samples: int) -> float:

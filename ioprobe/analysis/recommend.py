@@ -331,8 +331,10 @@ def reads_through_page_cache(rec: RunRecord) -> bool | None:
     as none. A watched dataset that names a remote source (litdata or MDS from object
     storage) does not: it maps chunks it downloaded, and what its cache evicts comes over
     the network again."""
-    if rec.watch is None or rec.dataset.remote:
-        return not rec.dataset.remote
+    if rec.dataset.remote:
+        return False
+    if rec.watch is None:
+        return True
     if rec.watch.bytes_seen == "mmap":
         return True
     return True if capacity.file_bytes_per_sample(rec.watch.epochs) > 0 else None

@@ -230,7 +230,7 @@ def _mapped() -> tuple[bytes, bytes]:
     last sent it; and the ``directory/*ending`` of each data file unmapped since the last
     listing, NUL-separated, each sent once. Files mapped and never read here (one the script
     mapped, and maybe read, before the workers forked) stay out. The costly per-mapping
-    listing (smaps, about 6 ms in a worker with torch loaded) is read only while some data
+    listing (smaps, about 10 ms in a worker with torch loaded) is read only while some data
     file is mapped and not yet resident.
 
     A reader that maps its files in turn (litdata's chunks, a memmap per sample) has most of

@@ -265,12 +265,12 @@ def _from_indexes(
         base = os.path.dirname(idx.path)
         for names, n in shards:
             entry = next(
-                (by_path[p] for p in (_join(base, m) for m in names) if p in by_path), None
+                (by_path[p] for p in (_join(base, m) for m, _ in names) if p in by_path), None
             )
             if entry is not None:
                 data.append(entry)
                 samples += n
-                compressed |= entry.path != _join(base, names[0])
+                compressed |= entry.path != _join(base, names[0][0])
     if not kinds:
         return None
     named = {e.path for e in data}
@@ -300,26 +300,27 @@ def _read_all(read: Reader, entry: FileEntry) -> bytes:
     return read(entry, 0, min(entry.size, INDEX_MAX_BYTES))
 
 
-def _parse_index(raw: bytes) -> tuple[str, list[tuple[list[str], int]]] | None:
-    """(layout kind, [(file names that may hold a shard, samples)]) from an MDS or litdata
-    ``index.json``; None for anything else.
+def _parse_index(raw: bytes) -> tuple[str, list[tuple[list[tuple[str, int]], int]]] | None:
+    """(layout kind, [([(file name that may hold a shard, its bytes or -1)], samples)]) from
+    an MDS or litdata ``index.json``; None for anything else.
 
     MDS lists ``shards``, each with ``samples`` and its ``raw_data`` (and, when compressed,
-    ``zip_data``) basename; litdata lists ``chunks``, each with ``chunk_size`` samples and its
-    ``filename``. A compressed MDS shard is on disk under its ``zip_data`` name."""
+    ``zip_data``) basename and bytes; litdata lists ``chunks``, each with ``chunk_size``
+    samples, its ``filename`` and ``chunk_bytes``. A compressed MDS shard is on disk under its
+    ``zip_data`` name."""
     try:
         doc = json.loads(raw)
     except (ValueError, UnicodeDecodeError):
         return None
     if not isinstance(doc, dict):
         return None
-    out: list[tuple[list[str], int]] = []
+    out: list[tuple[list[tuple[str, int]], int]] = []
     shards = doc.get("shards")
     if isinstance(shards, list):
         for s in shards:
             n = s.get("samples") if isinstance(s, dict) else None
             names = [
-                d["basename"]
+                (d["basename"], _size_field(d.get("bytes")))
                 for key in ("raw_data", "zip_data")
                 if isinstance(d := s.get(key) if isinstance(s, dict) else None, dict)
                 and isinstance(d.get("basename"), str)
@@ -334,9 +335,35 @@ def _parse_index(raw: bytes) -> tuple[str, list[tuple[list[str], int]]] | None:
                 continue
             n, name = c.get("chunk_size"), c.get("filename")
             if isinstance(n, int) and n >= 0 and isinstance(name, str):
-                out.append(([name], n))
+                out.append(([(name, _size_field(c.get("chunk_bytes")))], n))
         return ("litdata chunks", out) if out else None
     return None
+
+
+def _size_field(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else -1
+
+
+def indexed_sizes(folder: str, ending: str) -> dict[str, int]:
+    """The data files ending in ``ending`` that an MDS or litdata ``index.json`` in the local
+    ``folder`` names, with their bytes as the index gives them; empty where there is no such
+    index, or it gives no size for one of them. A streaming format's local cache keeps its
+    index while it evicts chunks (litdata's ``max_cache_size``, mosaicml-streaming's
+    ``cache_limit``), so the index still names every file after a listing of the folder has
+    lost some."""
+    try:
+        with open(os.path.join(folder, "index.json"), "rb") as f:
+            parsed = _parse_index(f.read(INDEX_MAX_BYTES))
+    except OSError:
+        return {}
+    out: dict[str, int] = {}
+    for names, _ in parsed[1] if parsed else []:
+        for name, size in names:
+            if name.endswith(ending):
+                if size < 0:
+                    return {}
+                out[name] = size
+    return out
 
 
 # ------------------------------------------------------------------------------ walks

@@ -19,6 +19,7 @@ import random
 import sys
 import time
 import weakref
+import zlib
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
@@ -90,8 +91,8 @@ class BatchStats(NamedTuple):
     indices: bytes = b""  # array("q") of each sample's dataset index (-1: none)
     sample_bytes: bytes = b""  # array("q") of each sample's metered bytes
     started_ns: int = 0  # with a worker's first batch: when it began its first sample
-    # at a worker's 1st, 2nd, 4th ... batch: array("q") of (device, inode, bytes) per data
-    # file mapped into it (torch.mapped_data_files), as bytes
+    # at a worker's 1st, 2nd, 4th ... batch: array("q") of (device, inode, bytes, folder_tag)
+    # per data file mapped into it (torch.mapped_data_files), as bytes
     mapped: bytes = b""
     # NUL-separated "directory/*ending" of data files the worker unmapped: a reader that
     # maps its files in turn (torch._mapped)
@@ -99,6 +100,14 @@ class BatchStats(NamedTuple):
 
 
 TURNED_FILES_MAX = 100_000  # files counted per directory of files mapped in turn
+MAPPED_FIELDS = 4  # a mapped file in BatchStats.mapped: device, inode, bytes, folder_tag
+
+
+def folder_tag(folder: bytes) -> int:
+    """A directory's tag in a mapped-files listing (``BatchStats.mapped``): its path's CRC-32,
+    the same in every worker whatever the start method (``hash()`` is seeded per process), so
+    the collector can tell which files a directory it lists again held."""
+    return zlib.crc32(folder)
 
 
 def turned_files(pattern: str) -> tuple[dict[tuple[int, int], int], str]:
@@ -293,6 +302,10 @@ class WatchCollector:
         # unpacked only when the record is made
         self._spans: list[tuple[int, int, bytes, bytes, int]] = []
         self._mapped: dict[tuple[int, int], int] = {}  # (device, inode) -> bytes mapped
+        self._folder_of: dict[tuple[int, int], int] = {}  # (device, inode) -> folder_tag
+        # folder_tag of a directory mapped in turn whose index names its files -> (bytes,
+        # files) the index gives: they replace what was seen mapped there
+        self._indexed: dict[int, tuple[int, int]] = {}
         # "directory/*ending" of the files a worker unmapped (BatchStats.turned) -> the files
         # matching it, counted as it first came, and why the count may be short
         self.turned: dict[str, tuple[int, str]] = {}
@@ -433,12 +446,24 @@ class WatchCollector:
     def _add_mapped(self, mapped: bytes) -> None:
         """A worker's mapped data files: each file's largest extent seen in any worker (a
         file mapped before the workers forked is in every one of them: counted once)."""
-        triples = array("q", mapped)
+        quads = array("q", mapped)
         files = self._mapped
-        for k in range(0, len(triples) - 2, 3):
-            key = (triples[k], triples[k + 1])
-            if triples[k + 2] > files.get(key, 0):
-                files[key] = triples[k + 2]
+        for k in range(0, len(quads) - MAPPED_FIELDS + 1, MAPPED_FIELDS):
+            key = (quads[k], quads[k + 1])
+            self._folder_of[key] = quads[k + 3]
+            if quads[k + 2] > files.get(key, 0):
+                files[key] = quads[k + 2]
+
+    def _mapped_total(self) -> tuple[int, int]:
+        """Bytes and files mapped: each file seen mapped once, except in a directory of files
+        mapped in turn whose index names them, where the index's files count instead (a
+        cache smaller than the data evicts files before any listing sees them)."""
+        indexed, folder_of = self._indexed, self._folder_of
+        seen = [n for k, n in self._mapped.items() if folder_of.get(k) not in indexed]
+        return (
+            sum(seen) + sum(b for b, _ in indexed.values()),
+            len(seen) + sum(f for _, f in indexed.values()),
+        )
 
     def _keep_heaviest(
         self, wall: array[int], cpu: array[int], index_b: bytes, bytes_b: bytes, worker: int,
@@ -641,12 +666,25 @@ class WatchCollector:
     def _take_turned(self, turned: bytes) -> None:
         """Count the files of the directories whose files a worker mapped in turn
         (``turned_files``) as mapped. Listed as they are first reported, not when the record
-        is made: a job may remove its data before it exits (``ioprobe run`` records then)."""
+        is made: a job may remove its data before it exits (``ioprobe run`` records then).
+        Where the directory holds a streaming format's index (``shards.indexed_sizes``), the
+        files it names count instead of those listed and those seen mapped there: a cache
+        smaller than the data (litdata's ``max_cache_size``) has evicted most of them before
+        the first look."""
+        from ioprobe.collect.shards import indexed_sizes  # tar, gzip: not for every worker
+
         for pattern in turned.decode("utf-8", "surrogateescape").split("\0"):
             if pattern in self.turned:
                 continue
             if not self.turned:
                 self._mapped_seen = len(self._mapped)
+            folder, _, ending = pattern.rpartition("/*")
+            sizes = indexed_sizes(folder, ending)
+            if sizes:
+                tag = folder_tag(folder.encode("utf-8", "surrogateescape"))
+                self._indexed[tag] = (sum(sizes.values()), len(sizes))
+                self.turned[pattern] = (len(sizes), f"; the files {folder}/index.json names")
+                continue
             found, why = turned_files(pattern)
             self.turned[pattern] = (len(found), why)
             for key, size in found.items():
@@ -684,7 +722,7 @@ class WatchCollector:
         if metered:
             return metered, metered / samples if samples else 0.0, "metered"
         read_chars = sum(e.read_chars for e in eps)
-        mapped = sum(self._mapped.values())
+        mapped = self._mapped_total()[0]
         held = self.dataset_len or max((e.samples for e in eps), default=0)
         by_map = capacity.mapped_bytes_per_sample(mapped, held)
         if by_map > 0 and capacity.steady_read_bytes_per_sample(eps) == 0.0:
@@ -730,6 +768,7 @@ class WatchCollector:
         )
 
     def _watch_data(self, mean_bytes: float, seen: str) -> WatchData:
+        mapped_bytes, mapped_files = self._mapped_total()
         return WatchData(
             loader=dict(self.adapter.description),
             settings=self.adapter.settings,
@@ -740,8 +779,8 @@ class WatchCollector:
             sample_ms=self.sample.to_record(),
             storage_metered=mean_bytes > 0,
             bytes_seen=seen,
-            mapped_bytes=sum(self._mapped.values()),
-            mapped_files=len(self._mapped),
+            mapped_bytes=mapped_bytes,
+            mapped_files=mapped_files,
             tracks=self._tracks(),
             device=self.device,
             gpu_timing=self._timing(),

@@ -35,7 +35,14 @@ from ioprobe.errors import BadInputError
 from ioprobe.loaders import files as _files
 from ioprobe.record import GpuAlone, LoaderSettings, RunRecord, Stages, WatchEpoch
 from ioprobe.redact import printable, redact_url
-from ioprobe.watch.collector import BatchStats, Finish, WatchCollector, unjudged
+from ioprobe.watch.collector import (
+    MAPPED_FIELDS,
+    BatchStats,
+    Finish,
+    WatchCollector,
+    folder_tag,
+    unjudged,
+)
 from ioprobe.watch.stages import Measured, loader_stages
 from ioprobe.watch.stateful import ROUTED, is_stateful, patch_class, route
 
@@ -135,13 +142,15 @@ def mapped_data_files(
     skip: tuple[str, ...] = _PYTHON_DIRS,
     paths: dict[tuple[int, int], str] | None = None,
 ) -> array[int]:
-    """The data files in a ``/proc/PID/maps`` listing, as flat ``(device, inode, bytes)``
-    triples: each file's mapped extent (overlapping mappings of it counted once). Left out:
+    """The data files in a ``/proc/PID/maps`` listing, as flat ``(device, inode, bytes,
+    folder)`` quads (``MAPPED_FIELDS``): each file's mapped extent (overlapping mappings of it
+    counted once) and its directory's ``folder_tag``. Left out:
     anonymous and special mappings, files with an executable mapping (libraries, the
     interpreter), shared libraries' other segments, deleted files, paths under
     ``_NOT_DATA_DIRS`` and ``skip`` (Python's own tree), and model weights (``_WEIGHTS``).
     ``paths``, where given, gets each data file's path."""
     spans: dict[tuple[int, int], list[tuple[int, int]]] = {}
+    folders: dict[tuple[int, int], bytes] = {}
     code: set[tuple[int, int]] = set()
     for line in maps.splitlines():
         parts = line.split(None, 5)
@@ -166,6 +175,7 @@ def mapped_data_files(
             continue
         if paths is not None:
             paths[key] = path
+        folders[key] = raw.rpartition(b"/")[0]
         lo, _, hi = addresses.partition(b"-")
         start = int(offset, 16)
         spans.setdefault(key, []).append((start, start + int(hi, 16) - int(lo, 16)))
@@ -180,7 +190,7 @@ def mapped_data_files(
             if b > end:
                 total += b - max(a, end)
                 end = b
-        out.extend((key[0], key[1], total))
+        out.extend((key[0], key[1], total, folder_tag(folders[key])))
     return out
 
 
@@ -243,7 +253,8 @@ def _mapped() -> tuple[bytes, bytes]:
     paths: dict[tuple[int, int], str] = {}
     files = mapped_data_files(maps, paths=paths)
     turned = b""
-    gone = [p for k, p in _present[0].items() if k not in paths]
+    # by path too: a file deleted and another written in its place may get its inode
+    gone = [p for k, p in _present[0].items() if paths.get(k) != p]
     _present[0] = paths
     if gone:
         dirs = {f"{os.path.dirname(p)}/*{os.path.splitext(p)[1]}" for p in gone} - _turned
@@ -254,9 +265,9 @@ def _mapped() -> tuple[bytes, bytes]:
         return b"", turned
     resident = resident_files(_read_all("/proc/self/smaps"))
     kept = array("q")
-    for i in range(0, len(files), 3):
+    for i in range(0, len(files), MAPPED_FIELDS):
         if (files[i], files[i + 1]) in resident:
-            kept.extend(files[i : i + 3])
+            kept.extend(files[i : i + MAPPED_FIELDS])
     if len(kept) == len(files):
         _listed[0] = maps
     out = kept.tobytes()

@@ -9,6 +9,7 @@ it saw them, and never count the same bytes twice or a file nobody read.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -255,3 +256,51 @@ def test_a_remote_chunk_reader_counts_its_mapped_chunks_not_its_client_set_up(
         run.dataset.remote and run.dataset.target == "DownloadedChunks (s3://training-data/train)"
     )
     assert w.settings.source == "s3://training-data/train"
+
+
+class EvictingCache(ChunkInTurnDataset):
+    """A chunked format streamed through a local cache with room for one chunk per worker, as
+    litdata with a small ``max_cache_size`` runs: a chunk is downloaded into the cache when
+    first needed (written from memory, as bytes off a socket are: nothing read()) and deleted
+    as soon as the worker moves on, so almost every chunk comes and goes between two looks at
+    the worker's maps or the cache's directory. The cache keeps the format's index, naming
+    every chunk."""
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        chunk = i // self.per
+        if self.current is not None and self.current[0] != chunk:
+            self.current[1]._mmap.close()
+            (self.folder / f"chunk-{self.current[0]:03d}.bin").unlink()  # evicted
+            self.current = None
+        if self.current is None:
+            data = bytes([chunk]) * (self.size * self.per)
+            (self.folder / f"chunk-{chunk:03d}.bin").write_bytes(data)  # downloaded
+        return super().__getitem__(i)
+
+
+def test_a_cache_that_evicts_its_chunks_still_counts_every_chunk_its_index_names(
+    tmp_path: Path,
+) -> None:
+    """16 chunks of 64 samples of 16 KiB through a cache holding one chunk per worker: when
+    the collector first lists the cache, 2 chunks at most are there (before, 2.0 kB per
+    sample for 16 KiB); the index beside them names all 16 with their sizes."""
+    size, per, chunks = 16 * KIB, 64, 16
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    listed = [
+        {"chunk_bytes": size * per, "chunk_size": per, "filename": f"chunk-{c:03d}.bin"}
+        for c in range(chunks)
+    ]
+    (cache / "index.json").write_text(json.dumps({"chunks": listed, "config": {}}))
+    # a batch is a chunk: each worker's chunks are its own, as a litdata worker's are
+    ds = EvictingCache(cache, size, per, chunks)
+    w = ioprobe.watch(DataLoader(ds, batch_size=per, num_workers=2))
+    for _ in w:
+        pass
+    run = w.run
+    assert run.watch is not None and run.watch.bytes_seen == "mmap"
+    assert run.watch.mapped_files == chunks
+    assert run.dataset.sample_bytes_mean == pytest.approx(size)
+    assert len(list(cache.glob("*.bin"))) <= 2  # the cache did evict
+    (note,) = [n for n in run.notes if "in turn" in n]
+    assert f"{cache}/index.json" in note

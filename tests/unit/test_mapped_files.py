@@ -16,7 +16,7 @@ from ioprobe import capacity
 from ioprobe.record import LoaderSettings
 from ioprobe.render.facts import size_line
 from ioprobe.watch import torch as wt
-from ioprobe.watch.collector import BatchStats, WatchCollector
+from ioprobe.watch.collector import MAPPED_FIELDS, BatchStats, WatchCollector, folder_tag
 from ioprobe.watch.torch import DataLoaderAdapter, Stamped, mapped_data_files, resident_files
 
 DEV = (0xFD << 32) | 0x01  # "fd:01"
@@ -44,7 +44,13 @@ MAPS = b"""\
 
 
 def as_files(flat: array[int]) -> dict[tuple[int, int], int]:
-    return {(flat[k], flat[k + 1]): flat[k + 2] for k in range(0, len(flat), 3)}
+    return {(flat[k], flat[k + 1]): flat[k + 2] for k in range(0, len(flat), MAPPED_FIELDS)}
+
+
+def test_each_file_carries_its_directorys_tag() -> None:
+    flat = mapped_data_files(MAPS, skip=("/venv/",))
+    tags = {flat[k + 1]: flat[k + 3] for k in range(0, len(flat), MAPPED_FIELDS)}
+    assert tags == {200: folder_tag(b"/data/train"), 201: folder_tag(b"/data/hf cache")}
 
 
 def test_only_data_files_are_listed_with_overlapping_mappings_counted_once() -> None:
@@ -146,8 +152,8 @@ def _feed(c: WatchCollector, batches: int, rchar: int, mapped: dict[int, bytes])
     c.end_epoch(None)
 
 
-def _listing(*files: tuple[int, int]) -> bytes:
-    return array("q", [v for inode, size in files for v in (DEV, inode, size)]).tobytes()
+def _listing(*files: tuple[int, int], folder: int = 0) -> bytes:
+    return array("q", [v for inode, size in files for v in (DEV, inode, size, folder)]).tobytes()
 
 
 def test_a_file_mapped_by_every_worker_counts_once_at_its_largest_extent() -> None:
@@ -179,6 +185,43 @@ def test_without_a_dataset_length_the_samples_of_the_longest_epoch_stand_in() ->
     _feed(c, 50, 0, {2: _listing((7, 200 * 65536))})
     rec = c.stop()
     assert rec.dataset.sample_bytes_mean == pytest.approx(200 * 65536 / 200)
+
+
+def test_an_evicting_cache_counts_every_file_its_index_names_and_nothing_twice(
+    tmp_path: Path,
+) -> None:
+    """A cache smaller than the data (litdata's max_cache_size) evicts chunks before any
+    look: of 16 chunks, a worker saw 3 mapped (one since evicted) and the directory holds 2
+    when the collector first hears of it. The index names all 16; the files seen mapped there
+    are among them, and a file mapped from elsewhere still counts."""
+    from tests.fixtures.shards import write_litdata
+
+    cache = tmp_path / "cache"
+    write_litdata(cache, chunks=16, per_chunk=64, size=4096)
+    chunks = sorted(cache.glob("*.bin"))
+    total = sum(p.stat().st_size for p in chunks)
+    for p in chunks[2:]:
+        p.unlink()
+    c = _collector(1024)
+    tag = folder_tag(str(cache).encode())
+    seen = [(11, chunks[0].stat().st_size), (12, chunks[1].stat().st_size), (13, 999)]
+    wall = (1000).to_bytes(8, "little") * 4
+    c.begin_epoch()
+    t = 10**12
+    for i in range(40):
+        mapped = _listing(*seen, folder=tag) + _listing((90, 1 << 20)) if i == 2 else b""
+        turned = f"{cache}/*.bin".encode() if i == 5 else b""
+        stats = BatchStats(i % 2, wall, wall, 0, 0, 0, 0, 0, 0, 0, t, mapped=mapped, turned=turned)
+        c.on_batch(t, t + 1000, stats)
+        t += 10**6
+    c.end_epoch(None)
+    rec = c.stop()
+    assert rec.watch is not None and rec.watch.bytes_seen == "mmap"
+    assert rec.watch.mapped_bytes == total + (1 << 20)
+    assert rec.watch.mapped_files == 17
+    assert rec.dataset.sample_bytes_mean == pytest.approx((total + (1 << 20)) / 1024)
+    (note,) = [n for n in rec.notes if "in turn" in n]
+    assert f"{cache}/index.json" in note and "16 files" in note
 
 
 def test_nothing_seen_at_all_says_so() -> None:
@@ -278,3 +321,26 @@ def test_a_worker_lists_its_mapped_files_at_its_1st_2nd_4th_16th_64th_batch(
     for _ in range(300):
         collate([torch.zeros(2)])
     assert listed == [1, 2, 4, 16, 64, 256]
+
+
+def test_a_file_replaced_by_another_on_the_same_inode_marks_its_directory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A cache that deletes a chunk and writes the next may hand the new file the old one's
+    inode: by (device, inode) alone nothing was unmapped, and the directory went unmarked in
+    one run of two."""
+    line = "7f0000000000-7f0000100000 r--s 00000000 fd:01 77 /cache/chunk-{}.bin\n"
+    smaps = [line.format(0).encode() + b"Rss: 4 kB\n"]
+    listings = iter([line.format(0).encode(), line.format(1).encode()])
+
+    def read_all(name: str) -> bytes:
+        return next(listings) if name.endswith("/maps") else smaps[0]
+
+    monkeypatch.setattr(wt, "_read_all", read_all)
+    monkeypatch.setattr(wt, "_listed", [b""])
+    monkeypatch.setattr(wt, "_sent", [b""])
+    monkeypatch.setattr(wt, "_present", [{}])
+    monkeypatch.setattr(wt, "_turned", set())
+    assert wt._mapped()[1] == b""
+    smaps[0] = line.format(1).encode() + b"Rss: 4 kB\n"
+    assert wt._mapped()[1] == b"/cache/*.bin"

@@ -104,6 +104,32 @@ def test_a_litdata_index_names_its_chunks_and_their_samples(tmp_path: Path) -> N
     assert shards.split(layout, Path(first.path).read_bytes()) == samples[:40]
 
 
+def test_an_index_gives_the_sizes_of_the_files_it_names_though_the_cache_evicted_them(
+    tmp_path: Path,
+) -> None:
+    write_litdata(tmp_path / "lit", chunks=4, per_chunk=10, size=1000)
+    sizes = {p.name: p.stat().st_size for p in (tmp_path / "lit").glob("*.bin")}
+    for name in list(sizes)[1:]:
+        (tmp_path / "lit" / name).unlink()  # evicted by the cache: the index still names it
+    assert shards.indexed_sizes(str(tmp_path / "lit"), ".bin") == sizes
+    write_mds(tmp_path / "mds", shards=3, per_shard=5, size=700)
+    mds = {p.name: p.stat().st_size for p in (tmp_path / "mds").glob("*.mds")}
+    assert shards.indexed_sizes(str(tmp_path / "mds"), ".mds") == mds
+    assert len(mds) == 3
+
+
+def test_no_readable_index_or_one_without_sizes_gives_no_sizes(tmp_path: Path) -> None:
+    assert shards.indexed_sizes(str(tmp_path / "absent"), ".bin") == {}
+    write_litdata(tmp_path, chunks=2, per_chunk=10, size=1000)
+    assert shards.indexed_sizes(str(tmp_path), ".npy") == {}  # names no file with that ending
+    index = json.loads((tmp_path / "index.json").read_text())
+    del index["chunks"][1]["chunk_bytes"]
+    (tmp_path / "index.json").write_text(json.dumps(index))
+    assert shards.indexed_sizes(str(tmp_path), ".bin") == {}
+    (tmp_path / "index.json").write_text("{not json")
+    assert shards.indexed_sizes(str(tmp_path), ".bin") == {}
+
+
 def test_a_compressed_mds_shard_is_counted_but_not_cut(tmp_path: Path) -> None:
     write_mds(tmp_path, shards=2, per_shard=10)
     index = json.loads((tmp_path / "index.json").read_text())

@@ -196,6 +196,7 @@ class Findings:
     copies: list[CopyRow] = field(default_factory=list)  # the host-to-device probe, by size
     gpu_series: SeriesView | None = None  # NVML over the run, reduced
     cache_gap: SizeRow | None = None  # a sizing's row where a cache helps most
+    close_call: CloseCall | None = None  # a stage within CLOSE_CALL of the bottleneck
     numbers: KeyNumbers = field(default_factory=KeyNumbers)  # behind the key measurements
     notes: list[str] = field(default_factory=list)
     # the record's timelines at most MAX_TRACE_ROWS rows each (the trace lays them out): the
@@ -357,6 +358,38 @@ def stage_bars(rec: RunRecord) -> list[StageBar]:
     ]
 
 
+# a stage this close above the bottleneck may bind instead on a rerun: shared hosts move a
+# stage's measured capacity by 5-8% from run to run (docs/benchmarks.md)
+CLOSE_CALL = 0.10
+
+
+@dataclass(frozen=True)
+class CloseCall:
+    """The stage next to the bottleneck, where it is within ``CLOSE_CALL`` of it."""
+
+    stage: str
+    capacity: float  # samples/s
+    gap: float  # its capacity / the bottleneck's - 1
+
+
+def close_call(rec: RunRecord) -> CloseCall | None:
+    """The measured stage nearest above the bottleneck, where its capacity is within
+    ``CLOSE_CALL`` (10%) of the bottleneck's; None otherwise, and for a sizing or a record
+    with no verdict. Two stages that close are one measurement's noise apart: reruns may name
+    either, and raising the named one alone gains at most the gap, so the verdict says so
+    rather than let a user chase whichever stage this run happened to name."""
+    if rec.kind == "size" or rec.predicted_samples_per_s <= 0:
+        return None
+    caps = rec.stages.capacities()
+    low = caps.get(rec.bottleneck)
+    others = [(v, s) for s, v in caps.items() if s != rec.bottleneck and v is not None and v > 0]
+    if not low or not others:
+        return None
+    cap, stage = min(others)
+    gap = cap / low - 1.0
+    return CloseCall(stage=stage, capacity=cap, gap=gap) if gap <= CLOSE_CALL else None
+
+
 def cache_gap(rec: RunRecord) -> SizeRow | None:
     """The sizing row where a cache helps most: storage binds below the target, nothing else
     would (the CPU keeps up), and the GPU count is the largest such; the cheapest cache among
@@ -457,6 +490,7 @@ def findings(rec: RunRecord) -> Findings:
         copies=copy_rows(rec),
         gpu_series=gpu_series_view(rec),
         cache_gap=cache_gap(rec),
+        close_call=close_call(rec),
         numbers=key_numbers(rec),
         notes=list(rec.notes) + left_out,
         timeline=[coarsen(t, MAX_TRACE_ROWS) for t in tracks],

@@ -71,6 +71,12 @@ def verdict(rec: RunRecord, f: Findings) -> str:
         line += f" (measured {got})" if judged(rec) else f"; {got} samples/s delivered"
     if rec.gpu_idle_fraction is not None:
         line += f"; the GPU waits {rec.gpu_idle_fraction:.0%} of the time"
+    c = f.close_call
+    if c is not None:
+        line += (
+            f". A close call: {c.stage} is within {c.gap:.0%} ({rate(c.capacity)} samples/s), "
+            f"so a rerun may name it, and raising {rec.bottleneck} alone gains at most that"
+        )
     return line
 
 

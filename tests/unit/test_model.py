@@ -105,3 +105,22 @@ def test_recommendations_are_ranked_by_gain_what_needs_no_new_hardware_first() -
         known = [p for p in predicted if p is not None]
         assert known == sorted(known, reverse=True)
         assert predicted[: len(known)] == known  # unpredicted advice last in its group
+
+
+def test_a_stage_within_ten_percent_of_the_bottleneck_makes_the_verdict_a_close_call() -> None:
+    from ioprobe.analysis.report import findings
+    from ioprobe.render.facts import verdict
+
+    close = finalize(record(1000.0, 920.0, 5000.0))  # storage 8.7% above the CPU
+    f = findings(close)
+    assert f.close_call is not None and f.close_call.stage == "storage"
+    assert round(f.close_call.gap, 3) == 0.087
+    line = verdict(close, f)
+    assert line.startswith("cpu-bound: the pipeline can deliver 920 samples/s")
+    assert "A close call: storage is within 9% (1,000 samples/s)" in line
+    assert "raising cpu alone gains at most that" in line
+    clear = finalize(record(1000.0, 900.0, 5000.0))  # 11% apart: no doubt worth a word
+    assert findings(clear).close_call is None
+    assert "close call" not in verdict(clear, findings(clear))
+    alone = finalize(record(1000.0, 920.0, None))
+    assert findings(alone).close_call is not None  # the GPU unmeasured: the rest still count

@@ -457,6 +457,11 @@ class LoaderSettings:
     # where the dataset says it reads from (a chunked streaming format's input directory or
     # URL, as given, redacted); "" where it names none
     source: str = ""
+    # the bytes a chunked streaming format's local cache may hold (litdata's max_cache_size
+    # given as a size), and the chunks each worker downloads ahead of the one it reads
+    # (litdata's max_pre_download); 0 where the dataset sets none or names no such thing
+    cache_limit_bytes: int = 0
+    chunks_ahead: int = 0
     # samples loaded at once: a DataLoader's num_workers (0: the main process loads), a DALI
     # pipeline's num_threads (its thread pool plays the workers' part)
     workers: int = 0
@@ -486,6 +491,8 @@ class LoaderSettings:
             framework=loader.get("framework", "torch"),
             dataset=loader.get("dataset", "dataset"),
             source=loader.get("source", ""),
+            cache_limit_bytes=max(num("cache_limit_bytes") or 0, 0),
+            chunks_ahead=max(num("chunks_ahead") or 0, 0),
             workers=max(num("num_workers") or 0, 0),
             batch_size=num("batch_size"),
             iterable=loader.get("iterable") == "True",

@@ -574,16 +574,41 @@ def dataset_source(ds: Any) -> str:
     return ""
 
 
+def format_cache(ds: Any) -> tuple[int, int]:
+    """A litdata dataset's cache limit in bytes (``max_cache_size`` given as a size, parsed
+    by litdata's own rule; 0 for a share of the disk, or none) and the chunks each worker
+    downloads ahead (``max_pre_download``); (0, 0) for any other dataset. litdata's own
+    warning puts the cache's peak at workers x chunks ahead x chunk size: a smaller cache
+    makes workers wait for room, so more workers read slower."""
+    try:
+        ahead = getattr(ds, "max_pre_download", None)
+        if getattr(ds, "input_dir", None) is None or not isinstance(ahead, int):
+            return 0, 0
+        # litdata's rule: the environment's MAX_CACHE_SIZE wins over the argument
+        given = os.environ.get("MAX_CACHE_SIZE", "").strip() or getattr(ds, "max_cache_size", None)
+        limit = 0
+        if given is not None:
+            from litdata.utilities.format import _is_absolute_cache_size, _parse_max_cache_size
+
+            if _is_absolute_cache_size(given):
+                limit = int(_parse_max_cache_size(given))
+        return max(limit, 0), max(ahead, 0)
+    except Exception:  # another version's names, or a dataset's own __getattr__: not known
+        return 0, 0
+
+
 def describe(loader: DataLoader[Any]) -> dict[str, str]:
     """The loader's settings as the user wrote them, for reports."""
     ctx = loader.multiprocessing_context
     method = ctx.get_start_method() if ctx is not None else torch.multiprocessing.get_start_method()
     batch_size, sampler = _batching(loader)
     source = dataset_source(loader.dataset)
+    limit, ahead = format_cache(loader.dataset)
     return {
         "framework": "torch",
         "dataset": type(loader.dataset).__qualname__,
         **({"source": source} if source else {}),
+        **({"cache_limit_bytes": str(limit), "chunks_ahead": str(ahead)} if limit else {}),
         "iterable": str(isinstance(loader.dataset, IterableDataset)),
         "num_workers": str(loader.num_workers),
         "batch_size": str(batch_size),
@@ -599,10 +624,13 @@ def describe(loader: DataLoader[Any]) -> dict[str, str]:
 def settings(loader: DataLoader[Any]) -> LoaderSettings:
     """The loader's settings, typed, read off the loader itself."""
     batch_size, sampler = _batching(loader)
+    limit, ahead = format_cache(loader.dataset)
     return LoaderSettings(
         framework="torch",
         dataset=type(loader.dataset).__qualname__,
         source=dataset_source(loader.dataset),
+        cache_limit_bytes=limit,
+        chunks_ahead=ahead if limit else 0,
         workers=loader.num_workers,
         batch_size=batch_size,
         iterable=isinstance(loader.dataset, IterableDataset),

@@ -535,3 +535,46 @@ def test_the_change_line_names_the_probe_a_what_if_followed() -> None:
     )
     assert change_flags(ch) == "--workers 4  --probe probe.json"
     assert change_flags(Change(workers=4)) == "--workers 4"
+
+
+def _litdata_run(cache_limit: int, *, chunks_ahead: int = 2) -> RunRecord:
+    """A watched litdata run, storage-bound at 279 samples/s with 2 workers on 2 cores, its
+    128 chunks of 131,240 bytes mapped from a cache of ``cache_limit`` bytes."""
+    import dataclasses
+
+    from ioprobe.record import LoaderSettings
+
+    rec = watch_record(workers=2, storage=279.0, cpu_s=0.0003, cores=2)
+    assert rec.watch is not None
+    rec.watch.settings = dataclasses.replace(
+        LoaderSettings(), workers=2, cache_limit_bytes=cache_limit, chunks_ahead=chunks_ahead
+    )
+    rec.watch.bytes_seen = "mmap"
+    rec.watch.mapped_bytes, rec.watch.mapped_files = 128 * 131_240, 128
+    return rec
+
+
+def test_more_workers_than_a_streaming_formats_cache_holds_keep_storage_at_the_runs_rate() -> None:
+    """Each worker holds the chunk it reads and 2 downloaded ahead: 3 workers need 1.18 MB of
+    a 1 MB cache, and wait for room (measured: 2 workers 272-279 samples/s, 3 workers 175)."""
+    three = whatif(_litdata_run(1_000_000), Change(workers=3))
+    assert three.stages.storage.capacity_samples_per_s == pytest.approx(279.0)
+    assert three.whatif is not None
+    (why,) = [a for a in three.whatif.assumptions if "max_cache_size" in a]
+    assert "3 workers x 3 chunks of 131 kB" in why and "ahead: 1.18 MB" in why
+    assert "cache (1 MB, " in why
+    # room for them: more readers read faster, as the run's rule says
+    roomy = whatif(_litdata_run(8_000_000), Change(workers=3))
+    assert roomy.stages.storage.capacity_samples_per_s == pytest.approx(279.0 * 1.5)
+    assert roomy.whatif is not None
+    assert not any("max_cache_size" in a for a in roomy.whatif.assumptions)
+    unsized = whatif(_litdata_run(0), Change(workers=3))  # a share of the disk: not known
+    assert unsized.stages.storage.capacity_samples_per_s == pytest.approx(279.0 * 1.5)
+
+
+def test_worker_advice_is_not_given_where_the_formats_cache_cannot_hold_more_workers() -> None:
+    from ioprobe.analysis import finalize
+
+    tight = [r.kind for r in finalize(_litdata_run(1_000_000)).recommendations]
+    roomy = [r.kind for r in finalize(_litdata_run(8_000_000)).recommendations]
+    assert "num_workers" in roomy and "num_workers" not in tight, (roomy, tight)

@@ -110,14 +110,13 @@ def folder_tag(folder: bytes) -> int:
     return zlib.crc32(folder)
 
 
-def turned_files(pattern: str) -> tuple[dict[tuple[int, int], int], str]:
-    """The regular files matching ``directory/*ending`` (a reader maps them in turn: the
+def turned_files(folder: str, ending: str) -> tuple[dict[tuple[int, int], int], str]:
+    """The regular files in ``folder`` named ``*ending`` (a reader maps them in turn: the
     chunks of a chunked format, a memmap per sample), by ``(device, inode)`` with their
     sizes, and "" or why the count is short: a directory that can't be listed, or one with
     more than ``TURNED_FILES_MAX`` such files, of which the first that many count. The files
     are the dataset's as far as their directory and ending say; a reader that maps only some
     of them reads less per epoch than they hold."""
-    folder, _, ending = pattern.rpartition("/*")
     out: dict[tuple[int, int], int] = {}
     try:
         with os.scandir(folder) as it:
@@ -685,7 +684,7 @@ class WatchCollector:
                 self._indexed[tag] = (sum(sizes.values()), len(sizes))
                 self.turned[pattern] = (len(sizes), f"; the files {folder}/index.json names")
                 continue
-            found, why = turned_files(pattern)
+            found, why = turned_files(folder, ending)
             self.turned[pattern] = (len(found), why)
             for key, size in found.items():
                 if size > self._mapped.get(key, 0):

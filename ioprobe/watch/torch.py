@@ -577,9 +577,10 @@ def dataset_source(ds: Any) -> str:
 def format_cache(ds: Any) -> tuple[int, int]:
     """A litdata dataset's cache limit in bytes (``max_cache_size`` given as a size, parsed
     by litdata's own rule; 0 for a share of the disk, or none) and the chunks each worker
-    downloads ahead (``max_pre_download``); (0, 0) for any other dataset. litdata's own
-    warning puts the cache's peak at workers x chunks ahead x chunk size: a smaller cache
-    makes workers wait for room, so more workers read slower."""
+    downloads ahead (``max_pre_download``); (0, 0) where no size is known, and for any other
+    dataset. Each worker holds the chunk it reads and those ahead: a cache smaller than all
+    workers' makes them wait for room, so more workers read slower
+    (``scenario.cache_room``)."""
     try:
         ahead = getattr(ds, "max_pre_download", None)
         if getattr(ds, "input_dir", None) is None or not isinstance(ahead, int):
@@ -592,7 +593,7 @@ def format_cache(ds: Any) -> tuple[int, int]:
 
             if _is_absolute_cache_size(given):
                 limit = int(_parse_max_cache_size(given))
-        return max(limit, 0), max(ahead, 0)
+        return (limit, max(ahead, 0)) if limit > 0 else (0, 0)
     except Exception:  # another version's names, or a dataset's own __getattr__: not known
         return 0, 0
 
@@ -630,7 +631,7 @@ def settings(loader: DataLoader[Any]) -> LoaderSettings:
         dataset=type(loader.dataset).__qualname__,
         source=dataset_source(loader.dataset),
         cache_limit_bytes=limit,
-        chunks_ahead=ahead if limit else 0,
+        chunks_ahead=ahead,
         workers=loader.num_workers,
         batch_size=batch_size,
         iterable=isinstance(loader.dataset, IterableDataset),

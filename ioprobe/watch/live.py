@@ -3,7 +3,10 @@ and ``ioprobe run --live``.
 
 A thread of its own reads the collector's running sums about once a second and draws, with
 rich, samples/s delivered and the stall over the last few seconds, each stage's capacity now
-and the lowest of them, and the stall of each second over the last minute. The training loop
+and the lowest of them, and the stall of each second over the last minute. Where batches go
+to a device with its own clock (CUDA events), the stall shown is the GPU's wait by that clock,
+with the host's time blocked in next() beside it: a loop whose GPU queue runs ahead of the
+host blocks in next() nearly always while the GPU is busy. The training loop
 does nothing for it: the sums it reads are the ones the collector keeps for the record, read
 without a lock (a value read mid-update only shifts a little time from one second to the
 next). The capacities come from the collector's own stage rules (``ioprobe.watch.stages``)
@@ -78,6 +81,12 @@ class Counters:
     runqueue_s: float = 0.0
     metered_read_s: float = 0.0
     metered_open_s: float = 0.0
+    # the device's own clock (CUDA events), where batches go to a device that has one: time
+    # it waited for the next batch, and the time from its first batch on (waiting, the
+    # steps and the copies); the host's stall above is the host's, which a GPU whose queue
+    # runs ahead of it does not share
+    device_wait_ns: int = 0
+    device_span_ns: int = 0
 
 
 def read(c: WatchCollector, clock: Callable[[], int] = time.perf_counter_ns) -> Counters:
@@ -97,8 +106,18 @@ def read(c: WatchCollector, clock: Callable[[], int] = time.perf_counter_ns) -> 
         runq += e.runqueue_seconds
         mread += e.metered_read_seconds
         mopen += e.metered_open_seconds
+    dwait, dspan = 0.0, 0.0
+    for e in eps:
+        if e.gpu_wait_seconds is not None:  # an ended epoch on the device's clock
+            dwait += e.gpu_wait_seconds
+            dspan += e.gpu_wait_seconds + (e.gpu_step_seconds or 0.0) + e.h2d_seconds
     steps, step_ns = c.step.count, c.step.total
     dsteps, dstep_ns = c.gpu_step.count, c.gpu_step.total
+    tl = c.timeline
+    if tl is not None and tl.backend.on_device_clock:  # the running epoch's sums so far
+        w = tl.wait_ns
+        dwait += w / 1e9
+        dspan += (w + tl.busy_ns + tl.copy_ns) / 1e9
     timed = c.sample.count
     cur = c.current
     request, arrival = c.request_ns, c.last_arrival_ns
@@ -124,6 +143,8 @@ def read(c: WatchCollector, clock: Callable[[], int] = time.perf_counter_ns) -> 
         runqueue_s=runq,
         metered_read_s=mread,
         metered_open_s=mopen,
+        device_wait_ns=round(dwait * 1e9),
+        device_span_ns=round(dspan * 1e9),
     )
 
 
@@ -148,6 +169,9 @@ class Frame:
     stages: tuple[StageNow, ...]
     limiting: str | None  # the stage with the lowest capacity now
     stall_history: tuple[float | None, ...]  # one value per frame, oldest first
+    # share of the window's device time the GPU waited for data, by its own clock; None
+    # where nothing ran on a device with one (the host's stall is then all there is)
+    gpu_waiting: float | None = None
 
 
 def rates(a: Counters, b: Counters) -> tuple[float | None, float | None]:
@@ -158,6 +182,24 @@ def rates(a: Counters, b: Counters) -> tuple[float | None, float | None]:
     delivered = max(b.samples - a.samples, 0) / dt
     stall = min(max((b.blocked_s - a.blocked_s) / dt, 0.0), 1.0)
     return delivered, stall
+
+
+def gpu_waiting(a: Counters, b: Counters) -> float | None:
+    """The share of the device time from reading ``a`` to reading ``b`` that the GPU waited
+    for the next batch, by the device's clock; None where the window has none. The events
+    are resolved as the device completes them, so the window ends at the last one resolved,
+    a batch or so behind the host."""
+    span = b.device_span_ns - a.device_span_ns
+    if span <= 0:
+        return None
+    return min(max((b.device_wait_ns - a.device_wait_ns) / span, 0.0), 1.0)
+
+
+def stall_of(a: Counters, b: Counters) -> float | None:
+    """What the panel's stall history keeps for the window ``a`` to ``b``: the GPU's wait by
+    its own clock where there is one, else the host's share blocked in next()."""
+    device = gpu_waiting(a, b)
+    return device if device is not None else rates(a, b)[1]
 
 
 def stages_now(
@@ -259,6 +301,7 @@ def frame_of(
         stages=stages,
         limiting=limiting(stages),
         stall_history=tuple(stall_history),
+        gpu_waiting=gpu_waiting(a, b),
     )
 
 
@@ -289,13 +332,23 @@ def panel(frame: Frame, width: int = 80) -> RenderableType:
     grid.add_column(no_wrap=True)
     grid.add_column(justify="right", no_wrap=True)
     grid.add_column(no_wrap=True, overflow="ellipsis")
+    device = frame.gpu_waiting is not None
     if frame.window_s > 0:
         stall = f"{frame.stall:.0%}" if frame.stall is not None else "-"
-        over = f"stall {stall}, last {frame.window_s:.0f} s"
-        style = "bold red" if (frame.stall or 0.0) >= 0.3 else ""
+        last = f"last {frame.window_s:.0f} s"
+        if device:
+            # the GPU's own clock decides: a host blocked in next() while the device works
+            # through queued steps is not a GPU waiting for data
+            over = f"GPU waiting {frame.gpu_waiting:.0%}, {last}, device clock"
+            shown = frame.gpu_waiting
+        else:
+            over, shown = f"stall {stall}, {last}", frame.stall
+        style = "bold red" if (shown or 0.0) >= 0.3 else ""
         grid.add_row(
             Text("delivered"), Text(f"{_rate(frame.samples_per_s)} samples/s"), Text(over, style)
         )
+        if device:
+            grid.add_row(Text("host"), Text(""), Text(f"blocked in next() {stall}", "dim"))
     else:
         grid.add_row(Text("delivered"), Text("-"), Text("measuring..."))
     for s in frame.stages:
@@ -304,10 +357,11 @@ def panel(frame: Frame, width: int = 80) -> RenderableType:
         rate = f"{_rate(s.capacity)} samples/s" if s.capacity is not None else "-"
         grid.add_row(Text(s.name), Text(rate), Text(detail), style="bold yellow" if now else None)
     outer = min(width, 80)
-    # "stall  " + the cells + "  N s" within the panel's borders and padding
-    cells = max(min(HISTORY, outer - 4 - 7 - 6), 8)
+    label = "waiting  " if device else "stall  "
+    # the label + the cells + "  N s" within the panel's borders and padding
+    cells = max(min(HISTORY, outer - 4 - len(label) - 6), 8)
     spark = Text.assemble(
-        ("stall  ", ""),
+        (label, ""),
         (sparkline(frame.stall_history, cells).rjust(cells), "red"),
         (f"  {cells * INTERVAL_S:.0f} s", "dim"),
     )
@@ -353,7 +407,7 @@ class Feed:
         while readings and (b.t_ns - readings[0].t_ns) / 1e9 > WINDOW_S + INTERVAL_S / 2:
             readings.popleft()
         if prev is not None and (b.t_ns - prev.t_ns) / 1e9 <= 2.5 * INTERVAL_S:
-            self.history.append(rates(prev, b)[1])
+            self.history.append(stall_of(prev, b))
         elif prev is not None:
             self.history.append(None)  # the panel was off (between epochs): a gap
         a = readings[0] if readings else None
@@ -542,10 +596,12 @@ __all__ = [
     "StageNow",
     "attach",
     "frame_of",
+    "gpu_waiting",
     "limiting",
     "panel",
     "rates",
     "read",
     "sparkline",
     "stages_now",
+    "stall_of",
 ]

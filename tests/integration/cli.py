@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,46 @@ def run_cli(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+def run_cli_on_terminal(
+    *args: str, timeout: float = 120
+) -> tuple[subprocess.CompletedProcess[bytes], str]:
+    """The CLI with its stderr on a pseudo-terminal 100 columns wide (stdout a pipe, stdin
+    empty): the process and everything the terminal was sent, escapes included."""
+    primary, secondary = pty.openpty()
+    got = bytearray()
+
+    def drain() -> None:
+        while True:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # the terminal's other end closed
+                return
+            if not chunk:
+                return
+            got.extend(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "100", "TERM": "xterm"}
+    env.pop("RANK", None)  # a job's other ranks draw nothing: this is no job's rank
+    env.pop("LOCAL_RANK", None)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ioprobe", *args],
+            stdout=subprocess.PIPE,
+            stderr=secondary,
+            stdin=subprocess.DEVNULL,
+            cwd=REPO,
+            env=env,
+            timeout=timeout,
+        )
+    finally:
+        os.close(secondary)
+        reader.join(timeout=10)
+        os.close(primary)
+    return proc, got.decode("utf-8", "replace")
 
 
 def watched_and_plain(

@@ -4,18 +4,14 @@ and where it is not, nothing changes at all."""
 from __future__ import annotations
 
 import json
-import os
-import pty
 import re
-import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.integration.cli import REPO, run_cli
+from tests.integration.cli import run_cli, run_cli_on_terminal
 
 pytestmark = pytest.mark.slow
 
@@ -73,37 +69,7 @@ def test_the_script_is_told_to_draw_by_live_alone() -> None:
 
 def test_on_a_terminal_the_script_draws_the_panel_and_clears_it(tmp_path: Path) -> None:
     out = tmp_path / "run.json"
-    primary, secondary = pty.openpty()
-    got = bytearray()
-
-    def drain() -> None:
-        while True:
-            try:
-                chunk = os.read(primary, 65536)
-            except OSError:  # the terminal's other end closed
-                return
-            if not chunk:
-                return
-            got.extend(chunk)
-
-    reader = threading.Thread(target=drain, daemon=True)
-    reader.start()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "100", "TERM": "xterm"}
-    env.pop("RANK", None)
-    env.pop("LOCAL_RANK", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "ioprobe", "run", "--live", "--json", str(out), "--", *TRAIN, *ARGS],
-        stdout=subprocess.PIPE,
-        stderr=secondary,
-        stdin=subprocess.DEVNULL,
-        cwd=REPO,
-        env=env,
-        timeout=120,
-    )
-    os.close(secondary)
-    reader.join(timeout=10)
-    os.close(primary)
-    shown = got.decode("utf-8", "replace")
+    proc, shown = run_cli_on_terminal("run", "--live", "--json", str(out), "--", *TRAIN, *ARGS)
     assert proc.returncode == 0, shown
     assert proc.stdout == b"trained on 1152 samples\n"  # stdout, a pipe, left alone
     assert "ioprobe live · BurnDataset · epoch 1" in shown

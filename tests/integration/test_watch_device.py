@@ -277,3 +277,36 @@ def test_the_trace_and_summary_show_the_device_timeline_and_copies(sim: SimStrea
     assert facts["host-to-device"].startswith("12 copies, 1.6 MB")
     assert "0% from pinned memory" in facts["host-to-device"]
     assert "blocked in next()" in facts["host stall"]
+
+
+def test_the_live_panel_shows_the_gpu_waiting_by_the_device_clock(sim: SimStream) -> None:
+    # each batch takes about 8 x 3 ms to load and queues a 12 ms kernel: the GPU waits about
+    # half the time while the host, which returns from each step at once, waits nearly all
+    # of it; the panel must show the GPU's half, not the host's whole
+    from ioprobe.watch.live import panel
+    from tests.fixtures.live_frames import frames_while
+
+    kernel = 0.012
+    loader = ioprobe.watch(
+        DataLoader(SleepDataset(800, 0.003, 1024), batch_size=8, num_workers=1),
+        device="meta",
+        live=True,
+    )
+    frames, period, n = frames_while(loader, lambda b: sim.launch(kernel), sim.synchronize)
+    assert len(frames) >= 2, f"{n} batches gave {len(frames)} frames"
+    copy = 8 * 1024 * 4 / sim.pageable_rate
+    truth = 1 - (kernel + copy) / period
+    last = frames[-1]
+    assert last.gpu_waiting == pytest.approx(truth, abs=0.08)
+    assert last.stall is not None and last.stall > 0.8  # the host's clock alone
+    assert last.samples_per_s == pytest.approx(8 / period, rel=0.1)
+    gpu = {s.name: s for s in last.stages}["gpu"]
+    assert gpu.capacity == pytest.approx(8 / kernel, rel=0.1)
+    assert "device clock" in gpu.detail
+    # the history keeps the device's wait too, and the drawing says which clock it shows
+    assert last.stall_history[-1] == pytest.approx(truth, abs=0.15)
+    from tests.unit.test_render_golden import text
+
+    shown = text(panel(last, 80), width=80)
+    assert f"GPU waiting {last.gpu_waiting:.0%}" in shown and "device clock" in shown
+    assert f"blocked in next() {last.stall:.0%}" in shown

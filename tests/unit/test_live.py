@@ -10,6 +10,7 @@ import signal
 import sys
 import threading
 import time
+import types
 from collections.abc import Iterator
 
 import pytest
@@ -133,6 +134,66 @@ def test_the_panel_before_any_rate_and_for_a_dali_pipeline_golden() -> None:
     assert [s.capacity is None for s in dali.stages] == [True, True, False]
     assert dali.limiting == "gpu"  # the only stage measured live
     check("live_dali.txt", text(panel(first, 80), width=80) + text(panel(dali, 80), width=80))
+
+
+def test_with_a_device_clock_the_panel_shows_the_gpu_waiting_by_it_golden() -> None:
+    # the same 5 s on a CUDA device: its events say the GPU waited 1.2 s of 4.8 s of device
+    # time (the rest the 28 ms steps and the copies) while the host was blocked in next()
+    # 30% of the window; the GPU's own figure leads, the host's stands beside it
+    before = dataclasses.replace(
+        BEFORE, device_wait_ns=30 * S, device_span_ns=95 * S, device_steps=997,
+        device_step_ns=997 * 28_000_000,
+    )  # fmt: skip
+    after = dataclasses.replace(
+        AFTER, device_wait_ns=round(31.2 * S), device_span_ns=round(99.8 * S),
+        device_steps=1_122, device_step_ns=1_122 * 28_000_000,
+    )  # fmt: skip
+    f = frame_of(before, after, _Adapter().settings, 16, 32, "ioprobe live · Shards", HISTORY)
+    assert f.gpu_waiting == pytest.approx(0.25)
+    assert f.stall == pytest.approx(0.3)  # the host's share, kept for the row beside it
+    shown = text(panel(f, 80), width=80)
+    assert "GPU waiting 25%, last 5 s, device clock" in shown
+    assert "blocked in next() 30%" in shown
+    check("live_device.txt", shown)
+    # no device time in the window (a step the events have not resolved yet): no figure,
+    # and the host's stall is all the panel shows
+    still = dataclasses.replace(after, device_wait_ns=30 * S, device_span_ns=95 * S)
+    g = frame_of(before, still, _Adapter().settings, 16, 32, "t", HISTORY)
+    assert g.gpu_waiting is None
+    assert "GPU waiting" not in text(panel(g, 80), width=80)
+    assert live.stall_of(before, after) == pytest.approx(0.25)
+    assert live.stall_of(before, still) == pytest.approx(0.3)
+
+
+class _Timeline:
+    """A device timeline's running sums mid-epoch (``GpuTimeline`` keeps them in ns)."""
+
+    backend = types.SimpleNamespace(on_device_clock=True)
+    wait_ns, busy_ns, copy_ns = 2 * S, 5 * S, 1 * S
+
+
+def test_read_sums_the_ended_epochs_device_time_and_the_running_epochs_so_far() -> None:
+    c = _collector()
+    c.begin_epoch()
+    c.end_epoch(None)
+    ended = c.epochs[0]
+    ended.gpu_wait_seconds, ended.gpu_step_seconds, ended.h2d_seconds = 3.0, 6.0, 0.5
+    c.begin_epoch()
+    try:
+        c.timeline = _Timeline()  # type: ignore[assignment]
+        now = read(c, clock=lambda: 10 * S)
+        assert now.device_wait_ns == (3 + 2) * S
+        assert now.device_span_ns == round((3 + 6 + 0.5 + 2 + 5 + 1) * S)
+        # a host clock standing in for a device's (no CUDA events) counts nothing here
+        _Timeline.backend.on_device_clock = False
+        try:
+            host = read(c, clock=lambda: 10 * S)
+        finally:
+            _Timeline.backend.on_device_clock = True
+        assert (host.device_wait_ns, host.device_span_ns) == (3 * S, round(9.5 * S))
+    finally:
+        c.timeline = None
+        c.end_epoch(None)
 
 
 @pytest.mark.parametrize("width", [40, 60, 79, 80, 200])

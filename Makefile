@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 PIP_QUIET := 2>&1 | { grep -v -e 'is ignored: it is neither a file nor a directory' || true; }
 
-.PHONY: demo test lint typecheck unit clean bench chromium gpu-check gpu-wheels fuzz
+.PHONY: demo test lint typecheck unit clean bench chromium gpu-check gpu-wheels gpu-dali-parts fuzz
 
 $(STAMP): pyproject.toml setup.py csrc/nvtx_inject.c Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -49,18 +49,27 @@ test: lint typecheck chromium
 
 # On a GPU machine whose Python already has a CUDA build of torch (and maybe no index): install
 # ioprobe beside that torch without touching it, run every test marked gpu and the GPU
-# benchmarks, and write one Markdown file. Missing packages come from the wheels in WHEELS,
-# which `make gpu-wheels GPU_PY=3.12` fetches where an index is reachable.
+# benchmarks in two steps (step 1 without DALI, step 2 DALI's, only where DALI is installed) and
+# write one Markdown file. Missing packages come from the wheels in WHEELS, which
+# `make gpu-wheels GPU_PY=3.12` fetches where an index is reachable (they fit one call to a
+# borrowed machine). DALI comes from the parts gathered in DALI_PARTS over earlier calls, which
+# `make gpu-dali-parts GPU_PY=3.12` makes in DALI_DIR and says how to carry; the calls are in
+# docs/benchmarks.md, "How to run it on a borrowed GPU machine".
 GPU_PYTHON ?= python3
 WHEELS ?= .whl
+DALI_PARTS ?=
+DALI_DIR ?= .dali-parts
 GPU_REPORT ?= gpu-check.md
 GPU_PY ?= 3.12
 
 gpu-check:
-	$(GPU_PYTHON) tests/gpu_check.py --wheels $(WHEELS) --report $(GPU_REPORT)
+	$(GPU_PYTHON) tests/gpu_check.py --wheels $(WHEELS) $(if $(DALI_PARTS),--dali-parts $(DALI_PARTS)) --report $(GPU_REPORT)
 
 gpu-wheels:
 	$(PYTHON) tests/gpu_check.py --download $(WHEELS) --python-version $(GPU_PY)
+
+gpu-dali-parts:
+	$(PYTHON) tests/gpu_check.py --download-dali $(DALI_DIR) --wheels $(WHEELS) --python-version $(GPU_PY)
 
 bench: $(STAMP)
 	$(BIN)/python tests/benchmarks/bench_storage.py

@@ -1,13 +1,15 @@
 """The GPU side's figures on a real CUDA device, as Markdown, each beside its own truth.
 
-  python tests/benchmarks/gpu_bench.py [--quick]
+  python tests/benchmarks/gpu_bench.py [--quick] [--sections NAMES | --skip NAMES]
 
 Sections: the device and driver; host-to-device and device-to-host copies by size, pinned and
 pageable, ioprobe's probe against a bare torch copy timed with CUDA events in the same run;
 the disk-to-GPU path beside the storage pass on the same files; GPU idle of a watched loop
 from CUDA events, from NVML and from the host clock against a host-timed truth; the CUDA
 events' cost per batch in the watch loop; DALI's mixed decoder against Pillow and DALI on the
-CPU where DALI is installed. Run by ``make gpu-check``; needs a CUDA device.
+CPU where DALI is installed. Needs a CUDA device. ``--sections`` runs only the sections named,
+``--skip`` all but those: device, copies, disk, idle, alone, event_cost, sampler, dali. ``make
+gpu-check`` runs all but dali in its first step and dali alone in its second.
 """
 
 from __future__ import annotations
@@ -410,17 +412,44 @@ SECTIONS: list[Section] = [
 ]
 
 
+def section_name(section: Section) -> str:
+    return section.__name__.removesuffix("_section")
+
+
+def pick(sections: str | None, skip: str | None) -> list[Section]:
+    """The sections named in ``sections`` (all when None), less those named in ``skip``, in
+    their usual order; an unknown name is a ValueError."""
+    names = [section_name(s) for s in SECTIONS]
+    chosen = set(names)
+    for arg, keep in ((sections, True), (skip, False)):
+        if arg is None:
+            continue
+        given = {n.strip() for n in arg.split(",") if n.strip()}
+        unknown = sorted(given - set(names))
+        if unknown:
+            raise ValueError(f"no section {', '.join(unknown)}; the sections: {', '.join(names)}")
+        chosen = chosen & given if keep else chosen - given
+    return [s for s in SECTIONS if section_name(s) in chosen]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer sizes and repeats")
     ap.add_argument("--out", help="also write the Markdown here")
+    ap.add_argument("--sections", metavar="NAMES", help="only these sections, comma-separated")
+    ap.add_argument("--skip", metavar="NAMES", help="every section but these, comma-separated")
     args = ap.parse_args()
+    try:
+        chosen = pick(args.sections, args.skip)
+    except ValueError as exc:
+        print(f"gpu_bench: {exc}", file=sys.stderr)
+        return 2
     if not torch.cuda.is_available():
         print("gpu_bench: no CUDA device", file=sys.stderr)
         return 2
     out: list[str] = []
     failed = 0
-    for section in SECTIONS:
+    for section in chosen:
         t0 = time.perf_counter()
         try:
             lines = section(args.quick)

@@ -748,6 +748,12 @@ class DecodePath:
     threads: int = 0  # decode threads (or worker processes for Pillow)
     files: int = 0  # distinct encoded files cycled through, the same set for every path
     error: str | None = None  # why it could not be measured here
+    # DALI's paths: untimed batches before the timed ones, the timed batches, and whether the
+    # warm-up's rate had levelled off (False: it ended at its time limit while still speeding
+    # up, so the rate is a short run's, below the path's steady rate); None for Pillow
+    warmup_batches: int = 0
+    timed_batches: int = 0
+    warmed_up: bool | None = None
 
 
 @dataclass

@@ -462,7 +462,14 @@ def _decode_line(r: DecodeRow) -> str:
     if p.cpu_seconds_per_sample is not None:
         text += f", {p.cpu_seconds_per_sample * 1e3:.2f} ms CPU/image"
     unit = "worker" if p.path == "pillow" else "thread"
-    return text + f", {p.threads} {unit}{'s' if p.threads != 1 else ''}, {p.files} files"
+    text += f", {p.threads} {unit}{'s' if p.threads != 1 else ''}, {p.files} files"
+    if p.warmed_up is False:
+        # the warm-up ended at its time limit while the rate was still rising
+        text += (
+            f"; short run: {p.timed_batches} batches timed after a {p.warmup_batches}-batch "
+            "warm-up still speeding up, below the steady rate (a longer --time-budget warms it)"
+        )
+    return text
 
 
 def link_facts(rec: RunRecord, f: Findings) -> Facts:

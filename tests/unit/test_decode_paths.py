@@ -345,7 +345,10 @@ def test_dali_errors_shrink_to_their_cause() -> None:
 
 
 class _SlowStartPipe:
-    """A pipeline whose first iterations run slow and then settle, as nvJPEG's do."""
+    """A pipeline whose iterations run slow and then settle, as nvJPEG's first ones do: the
+    ``k``-th takes ``seconds[k]`` (the last figure from then on)."""
+
+    max_batch_size = 4
 
     def __init__(self, seconds: list[float]) -> None:
         self.seconds = seconds
@@ -356,14 +359,114 @@ class _SlowStartPipe:
         self.runs += 1
 
 
-def test_warm_up_runs_on_until_iterations_stop_getting_faster() -> None:
+def test_warm_up_runs_on_until_the_rate_levels_off() -> None:
     pipe = _SlowStartPipe([0.32, 0.08, 0.02, 0.005])
-    _warm_up(pipe, DecodePath(path="dali-gpu"), 2, budget_s=30.0, rep=SilentReporter())
-    # two iterations were the old rule; the fifth is the first no faster than the fourth
-    assert pipe.runs == 5
+    runs, levelled = _warm_up(pipe, DecodePath(path="dali-gpu"), 2, 30.0, SilentReporter())
+    assert levelled and runs == pipe.runs
+    # 0.42 s to the first 5 ms batch; levelled once the window half the warm-up ago ran at
+    # 5 ms a batch too, at about 0.85 s
+    assert 60 <= runs <= 120, runs
 
 
-def test_warm_up_stops_at_a_third_of_the_paths_time() -> None:
+def test_a_rate_that_climbs_slowly_is_not_taken_for_a_level_one() -> None:
+    # 3% faster every batch for 60 batches: a pair of batches never differs by 10%, a window
+    # twice as long as the one before does
+    pipe = _SlowStartPipe([0.02 * 0.97**k for k in range(60)] + [0.02 * 0.97**60])
+    runs, levelled = _warm_up(pipe, DecodePath(path="dali-gpu"), 2, 30.0, SilentReporter())
+    assert levelled and runs > 60, runs
+
+
+def test_the_mixed_decoders_warm_up_is_not_fooled_by_a_slow_start_that_holds() -> None:
+    # 0.4 s of slow batches at one rate, then the steady rate: without a least time the
+    # first windows look levelled off
+    pipe = _SlowStartPipe([0.1] * 4 + [0.005])
+    runs, levelled = _warm_up(pipe, DecodePath(path="dali-gpu"), 2, 0.9, SilentReporter())
+    assert (runs, levelled) == (3, True)  # fooled: levelled at 3 slow batches
+    pipe = _SlowStartPipe([0.1] * 4 + [0.005])
+    runs, levelled = _warm_up(pipe, DecodePath(path="dali-gpu"), 2, 1.5, SilentReporter(), 0.5)
+    # the steady rate from 0.4 s: seen levelled off once the window half the warm-up ago
+    # was at it too, at about 0.9 s
+    assert levelled and runs > 4 + 60, runs
+
+
+def test_warm_up_stops_at_its_time_limit_and_says_the_rate_was_still_rising() -> None:
     pipe = _SlowStartPipe([0.32, 0.08, 0.02, 0.005])
-    _warm_up(pipe, DecodePath(path="dali-gpu"), 2, budget_s=0.9, rep=SilentReporter())
-    assert pipe.runs == 2  # 0.4 s spent after two: past a third of 0.9 s
+    runs, levelled = _warm_up(pipe, DecodePath(path="dali-gpu"), 2, 0.3, SilentReporter())
+    assert (runs, levelled) == (2, False)  # 0.4 s spent after two: past its 0.3 s
+
+
+class _Fed(_SlowStartPipe):
+    """A slow-start pipeline that takes its batches from a feed, as DALI's external source."""
+
+    def __init__(self, seconds: list[float], feed: object) -> None:
+        super().__init__(seconds)
+        self.feed = feed
+
+    def run(self) -> None:
+        assert callable(self.feed)
+        assert len(self.feed()) == self.max_batch_size
+        super().run()
+
+
+@pytest.mark.parametrize(("device", "warmed"), [("mixed", True), ("cpu", False)])
+def test_the_mixed_decoder_warms_up_whatever_its_share(device: str, warmed: bool) -> None:
+    """The mixed decoder's warm-up may take GPU_WARMUP_S whatever the path's time; the CPU
+    path's stops at a third of it and its figure is marked a short run."""
+    from ioprobe.collect.decode_paths import GPU_WARMUP_S, Prepared, _Feed
+
+    # faster with every batch for 0.33 s, then steady: past a third of any short share,
+    # within GPU_WARMUP_S
+    feed = _Feed()
+    pipe = _Fed([0.1, 0.07, 0.05, 0.035, 0.025, 0.018, 0.012, 0.008, 0.005], feed)
+    ready = Prepared(threads=2, batch_size=4, pipes={device: (pipe, feed)})
+    path = measure_dali(
+        device,  # type: ignore[arg-type]
+        jpegs(8),
+        2,
+        0.1,
+        batch_size=4,
+        built=ready.take(device, 2, 4),  # type: ignore[arg-type]
+    )
+    assert path.error is None, path.error
+    assert path.warmed_up is warmed
+    assert path.timed_batches >= 4 and path.samples == 4 * path.timed_batches
+    assert path.warmup_batches == pipe.runs - path.timed_batches
+    if warmed:
+        assert path.seconds < GPU_WARMUP_S
+        # timed at the steady 5 ms a batch
+        assert path.samples_per_s == pytest.approx(4 / 0.005, rel=0.3)
+    else:
+        assert "short run" in facts_line(path)
+    assert ready.pipes == {}  # handed over: the probe keeps no reference to it
+
+
+def facts_line(p: DecodePath) -> str:
+    rec = with_paths(p)
+    rows = dict(facts(rec, findings(rec)))
+    return rows[f"decode {p.path}"]
+
+
+def test_a_prepared_pipeline_for_other_settings_is_not_used() -> None:
+    from ioprobe.collect.decode_paths import Prepared, _Feed
+
+    feed = _Feed()
+    ready = Prepared(threads=2, batch_size=32, pipes={"cpu": (object(), feed)})
+    assert ready.take("cpu", 4, 32) is None  # a pipeline of 2 threads where 4 are wanted
+    assert ready.pipes == {}
+    failed = Prepared(threads=2, batch_size=32, errors={"mixed": "RuntimeError: no CUDA"})
+    assert failed.take("mixed", 2, 32) == "RuntimeError: no CUDA"
+    path = measure_dali("mixed", jpegs(2), 2, 0.5, built=failed.take("mixed", 2, 32))
+    assert path.error == "RuntimeError: no CUDA" and path.samples_per_s is None
+
+
+def test_pipelines_built_before_their_images_are_known_decode_them() -> None:
+    pytest.importorskip("nvidia.dali")
+    from ioprobe.collect.decode_paths import prepare
+
+    ready = prepare(["cpu"], 2, batch_size=4)
+    assert ready.errors == {} and list(ready.pipes) == ["cpu"] and ready.seconds > 0
+    path = measure_dali("cpu", jpegs(10), 2, 0.6, batch_size=4, built=ready.take("cpu", 2, 4))
+    assert path.error is None, path.error
+    assert path.samples >= 8 and path.timed_batches == path.samples // 4
+    assert path.warmup_batches >= 3  # a pass over the 10 files, in batches of 4
+    assert path.warmed_up is not None

@@ -10,6 +10,7 @@ import ast
 import signal
 import sys
 import threading
+import time
 from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
@@ -17,8 +18,13 @@ from pathlib import Path
 import click
 
 from ioprobe._version import __version__
+from ioprobe.collect.procfs import process_age_s
 from ioprobe.errors import Interrupted, IoprobeError, Terminated, TermSignal
 from ioprobe.redact import printable, redact_url
+
+# a process older than this when its command starts is not one started for the command (an
+# embedding program calling main()): its age is not the command's start-up
+MAX_STARTUP_S = 60.0
 
 # name -> module under ioprobe.cli; each module exposes a click command named `command`.
 SUBCOMMANDS = {
@@ -79,20 +85,27 @@ def cli() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    # when the command started: where this process was started for it (its own command line),
+    # at the process's start, so a probe's budget counts the interpreter's start and the imports
+    started = time.perf_counter()
+    age = process_age_s() if argv is None else 0.0
+    if age <= MAX_STARTUP_S:
+        started -= age
     # SIGTERM's default action ends the process at once, skipping every ``finally`` (temporary
     # files stay, pool workers are orphaned): make it raise in the main thread, as SIGINT does
     here = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if here else None
     try:
-        _main(argv)
+        _main(argv, started)
     finally:
         if here:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
-def _main(argv: list[str] | None) -> None:
+def _main(argv: list[str] | None, started: float) -> None:
     try:
-        rv = cli.main(args=argv, prog_name="ioprobe", standalone_mode=False)
+        # the context's object is the command's start: the probe's budget counts from it
+        rv = cli.main(args=argv, prog_name="ioprobe", standalone_mode=False, obj=started)
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.exceptions.Abort as exc:

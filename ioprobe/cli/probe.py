@@ -7,6 +7,11 @@ On a machine with a CUDA device the probe also times host-to-device copies (64 K
 pinned and pageable, both directions) and reads the PCIe link from NVML; --pcie-only does
 that alone, with no dataset.
 
+--time-budget counts from the command's start. Where the costs no phase can share (the
+command's start, CUDA's start, DALI's pipeline builds) and the phases' least times cannot
+fit it plus its margin, the probe says so in one line before it measures anything, with the
+time it will take instead.
+
 Under torchrun or srun (``torchrun --nproc-per-node N -m ioprobe probe TARGET``) the ranks
 probe TARGET together over a gloo group: a curve of aggregate read bandwidth against the
 number of ranks reading at once shows where shared storage saturates, every rank decodes with
@@ -14,6 +19,9 @@ its share of its node's cores, and rank 0 alone reports and writes one record fo
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
 
 import click
 
@@ -28,11 +36,12 @@ from ioprobe.cli._common import (
     output_options,
     plan_outputs,
 )
+from ioprobe.collect.budget import PhasePlan, cost_words
 from ioprobe.collect.distributed import detect
 from ioprobe.collect.distributed_probe import RANK_TIMEOUT_S, DistributedProbe
 from ioprobe.collect.group import open_group
 from ioprobe.collect.probe import Probe, ProbeOptions
-from ioprobe.collect.progress import Reporter, make_reporter
+from ioprobe.collect.progress import Reporter, RichReporter, make_reporter
 from ioprobe.errors import BadInputError, Interrupted, RankLostError, Terminated, TermSignal
 from ioprobe.record import RankInfo, RunRecord
 
@@ -122,6 +131,7 @@ def command(
     trace_path: str | None,
     outputs: tuple[str, ...],
 ) -> None:
+    started = _command_started()
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
     info = detect()  # a launcher's environment that makes no sense fails here, in one line
     reporter = make_reporter(quiet or (info is not None and info.rank != 0))
@@ -142,6 +152,8 @@ def command(
     if info is not None:
         _distributed(opts, info, reporter, plan, rank_timeout)
         return
+    opts.started_at = started
+    opts.on_plan = _plan_teller(reporter)
     probe = Probe(opts, reporter)
     stop: KeyboardInterrupt | None = None
     try:
@@ -153,6 +165,49 @@ def command(
     if stop is not None:
         raise _stopped(stop, probe.partial, plan)
     deliver(finalize(measured, try_load_catalog()), plan)
+
+
+def _command_started() -> float:
+    """When the command started: the context's object, set by ``cli.main`` from the
+    process's start; now where the command runs without it."""
+    obj = click.get_current_context().find_root().obj
+    return float(obj) if isinstance(obj, float) else time.perf_counter()
+
+
+def budget_statement(plan: PhasePlan) -> str | None:
+    """One line, before anything is measured, where the budget cannot hold: what went before
+    the first phase, the phases' least time, what the probe will take instead, and the
+    budget at which every phase gets its share; None where it holds."""
+    if plan.holds:
+        return None
+    return (
+        f"--time-budget {plan.budget_s:g} s cannot hold on this host: "
+        f"{cost_words(plan.fixed_s)} went before the first phase, which no phase can share, "
+        f"and the phases need at least {plan.least_s:.1f} s; expect about "
+        f"{_about(plan.expected_s)} s (--time-budget {plan.full_share_budget_s:g} or more "
+        "gives every phase its planned share)"
+    )
+
+
+def _about(seconds: float) -> str:
+    """A duration as the statement gives it: whole seconds from 10 s, tenths below."""
+    return f"{seconds:.0f}" if seconds >= 10 else f"{seconds:.1f}"
+
+
+def _plan_teller(reporter: Reporter) -> Callable[[PhasePlan], None]:
+    """What the probe calls with its plan: the statement, where there is one, on stderr
+    (above the progress display on a terminal; with -q too)."""
+
+    def tell(plan: PhasePlan) -> None:
+        line = budget_statement(plan)
+        if line is None:
+            return
+        if isinstance(reporter, RichReporter):
+            reporter.say(f"ioprobe: {line}")
+        else:
+            click.echo(f"ioprobe: {line}", err=True)
+
+    return tell
 
 
 def _distributed(

@@ -31,12 +31,14 @@ from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.decode import Decoder, output_nbytes, resolve
 from ioprobe.collect.failures import ReadFailures
 from ioprobe.collect.progress import Reporter, SilentReporter
-from ioprobe.collect.workers import quiet_worker, spawn_pool
+from ioprobe.collect.workers import pool_start_s, quiet_worker, spawn_pool
 from ioprobe.errors import BadInputError
 from ioprobe.record import CpuLevel, CpuStage
 
 _payloads: list[bytes] = []
 _decoder: Decoder | None = None
+# a level's least time: long enough to decode a few dozen images per worker
+MIN_LEVEL_S = 0.3
 
 
 def _init(decoder_name: str, payload_file: str) -> None:
@@ -78,6 +80,13 @@ def _decode_task(start: int, count: int) -> TaskResult:
         cpu += clock() - t0
         ok += 1
     return ok, cpu, errors, first
+
+
+def least_seconds(usable_cores: int) -> float:
+    """The least time ``measure_cpu`` takes whatever its budget: its pool's start and
+    ``MIN_LEVEL_S`` per level."""
+    levels = levels_for(usable_cores)
+    return pool_start_s(max(levels)) + MIN_LEVEL_S * len(levels)
 
 
 def levels_for(cores: int) -> list[int]:
@@ -170,7 +179,7 @@ def measure_cpu(
         # the pool's start is part of the phase: the levels share what it left. A floor keeps
         # a level long enough to decode a few dozen images per worker; on a host of many
         # cores a small budget is still spread over five or more levels
-        per_level = max((budget_s - (time.perf_counter() - began)) / len(levels), 0.3)
+        per_level = max((budget_s - (time.perf_counter() - began)) / len(levels), MIN_LEVEL_S)
         for k in levels:
             samples, cpu, wall = _decode_for(pool, feed, k, per_level, stage, decoder_name, rep)
             sps = samples / wall

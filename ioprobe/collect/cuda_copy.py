@@ -85,9 +85,9 @@ class TorchCopier:
         return float(begin.elapsed_time(end)) / 1e3
 
 
-def _gpu_device_nodes() -> bool:
+def may_have_gpu() -> bool:
     """Whether this Linux host shows an NVIDIA device node (or WSL2's GPU node) at all; on
-    other systems, assume it may and let torch decide."""
+    other systems, assume it may and let torch decide. Where it says no, nothing starts CUDA."""
     if not sys.platform.startswith("linux"):
         return True
     dev = Path("/dev")
@@ -99,7 +99,7 @@ def open_copier(index: int | None = None) -> Copier | str:
 
     "No GPU" is a normal answer on a CPU machine, so it is returned as a reason, not raised.
     """
-    if not _gpu_device_nodes():
+    if not may_have_gpu():
         # importing torch to learn that there is no GPU costs 1-2 s of every probe
         return "not measured: no CUDA device"
     try:
@@ -116,4 +116,4 @@ def open_copier(index: int | None = None) -> Copier | str:
         return f"not measured: CUDA did not start ({type(exc).__name__}: {exc})"
 
 
-__all__ = ["Copier", "Direction", "TorchCopier", "open_copier"]
+__all__ = ["Copier", "Direction", "TorchCopier", "may_have_gpu", "open_copier"]

@@ -124,6 +124,8 @@ class DistributedProbe(Probe):
     others. ``partial`` is rank 0's record of what was measured when a rank was lost or the
     probe interrupted (None elsewhere, or before anything was measured)."""
 
+    _plans_phases = False  # its own shares (SHARES), and no DALI decode paths
+
     def __init__(
         self,
         options: ProbeOptions,

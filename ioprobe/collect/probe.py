@@ -1,10 +1,21 @@
 """The standalone probe: profile a dataset, then measure what each stage can sustain.
 
 ``Probe(options).run()`` returns a RunRecord of kind ``probe`` with the measured stages filled
-in; ``ioprobe.analysis.finalize`` adds the verdict. The time budget covers the whole probe and
-is split across phases up front, so a slow target shortens each phase instead of overrunning:
-the probe ends within the budget plus ``budget.margin_s`` whatever the storage does
-(collect/budget.py says how). Files that fail to read are skipped and counted by cause in
+in; ``ioprobe.analysis.finalize`` adds the verdict. The time budget covers the whole probe,
+from the command's start where the CLI gives it (``ProbeOptions.started_at``), and is split
+across phases up front, so a slow target shortens each phase instead of overrunning: the
+probe ends within the budget plus ``budget.margin_s`` whatever the storage does
+(collect/budget.py says how).
+
+Costs no phase can share are paid before the first phase, so they are measured, not guessed,
+when the rest is split: CUDA's start (importing torch and opening a context, 4.3-4.7 s on the
+H100 host) runs on a thread of its own from the probe's start, beside the listing, and DALI's
+pipelines are built after it. Both are done before the first timed phase: importing torch
+holds the interpreter's lock for up to 0.38 s at a time (1.3 s in all on the H100 host),
+which would stall the storage threads and the CPU sweep's feeder and lower their figures.
+Where those costs and the phases' least times cannot fit the budget plus its margin, the
+plan says so before anything is measured (``ProbeOptions.on_plan``) and the probe runs
+each phase for its least time. Files that fail to read are skipped and counted by cause in
 ``dataset.read_errors``; the probe fails only when nothing is left to measure.
 """
 
@@ -15,7 +26,9 @@ import datetime as dt
 import functools
 import math
 import os
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -30,8 +43,9 @@ from ioprobe.collect import pcie as pcie_mod
 from ioprobe.collect import pipeline as pipe_mod
 from ioprobe.collect import shards as shards_mod
 from ioprobe.collect import storage as st_mod
-from ioprobe.collect.budget import Overdue, within
-from ioprobe.collect.cuda_copy import Copier, open_copier
+from ioprobe.collect import workers as workers_mod
+from ioprobe.collect.budget import Overdue, PhasePlan, cost_words, plan_phases, within
+from ioprobe.collect.cuda_copy import Copier, may_have_gpu, open_copier
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.decode import choose
 from ioprobe.collect.decode import resolve as resolve_decoder
@@ -67,6 +81,20 @@ PROFILE_SHARE = 0.1  # of the budget, at least PROFILE_MIN_S: the heads that nam
 PROFILE_MIN_S = 0.5
 PHASES = ("cold", "warm", "disk_to_gpu", "cpu", "pcie", "decode", "pipeline")  # as they run
 MIN_PHASE_S = 0.2
+# least times of the GPU phases, whatever their share: the disk-to-GPU path's pinned buffers
+# and its eviction; the host-to-device probe's set-up (its 256 MiB buffers, 0.14-0.2 s to pin
+# and touch on the H100 host; its warm-up, 0.2 s of copies; the link read under load), which
+# comes out of its share, and a few sizes
+D2G_LEAST_S = 0.75
+PCIE_SETUP_S = 0.5
+PCIE_LEAST_S = 1.0
+# what a phase spends around its measuring: reading the decode inputs, a pool's shutdown,
+# reads in flight at the end, a storage pass's evictions
+PHASE_SLACK_S = 0.25
+# a local storage pass's selection read once, for its least time: a fast local disk's rate,
+# and the evictions and residency checks around it
+FAST_READ_BYTES_PER_S = 1e9
+EVICT_S = 0.1
 
 
 @dataclass(kw_only=True)
@@ -81,6 +109,11 @@ class ProbeOptions(ProbeSettings):
     # the CUDA seam (collect/cuda_copy.py) and the NVML link reader; None opens the real ones
     copier: Copier | str | None = None
     link_reader: LinkReader | None = None
+    # when the command started (``time.perf_counter``): the budget counts from it; None, from
+    # ``run()``. The CLI gives the process's start: the interpreter and the imports count
+    started_at: float | None = None
+    # told the plan before the first phase: the CLI says, in one line, where it cannot hold
+    on_plan: Callable[[PhasePlan], None] | None = None
 
     def validate(self) -> None:
         """Every flag checked before anything is measured: a typo costs nothing."""
@@ -137,14 +170,14 @@ def _check_numbers(o: ProbeOptions) -> None:
             raise BadInputError(message)
 
 
-def _budget(
-    total: float,
+def _shares(
     remote: bool,
     passes: list[str],
     emulated: bool,
     dali: bool = False,
     device: bool = False,
 ) -> dict[str, float]:
+    """Each phase's share of the time the budget leaves them (not yet adding up to 1)."""
     shares = {"cold": 0.35, "warm": 0.2, "cpu": 0.2, "pipeline": 0.25}
     if dali:
         shares["decode"] = 0.2  # DALI's paths, beside Pillow's in the cpu share
@@ -160,8 +193,36 @@ def _budget(
                 shares.pop(p)
     if not emulated:
         shares.pop("pipeline")
-    scale = total / sum(shares.values())
-    return {k: v * scale for k, v in shares.items()}
+    return shares
+
+
+def _floors(
+    usable: int, workers: int, gpu_decode: bool, data_bytes: int, remote: bool
+) -> dict[str, float]:
+    """The least time each phase takes whatever its share: a storage pass one level, or less
+    where a local selection is read sooner (at ``FAST_READ_BYTES_PER_S``: the sample's 96 MB
+    read at 0.8-6 GB/s here), the CPU sweep its pool's start and ``cpu.MIN_LEVEL_S`` per
+    level, each DALI path ``MIN_PATH_S`` (the mixed decoder's warm-up ``GPU_WARMUP_S`` more),
+    the end-to-end run its pool's start and a level's time. A slower disk than that takes
+    longer in its storage passes, which the margin holds."""
+    level = st_mod.MIN_LEVEL_S
+
+    def read_once(cap: int) -> float:
+        if remote:
+            return level
+        return min(level, EVICT_S + min(data_bytes, cap) / FAST_READ_BYTES_PER_S)
+
+    return {
+        "cold": read_once(COLD_MAX_BYTES),
+        "warm": read_once(WARM_MAX_BYTES),
+        "disk_to_gpu": D2G_LEAST_S,
+        "cpu": cpu_mod.least_seconds(usable) + PHASE_SLACK_S,
+        "pcie": PCIE_LEAST_S,
+        "decode": paths_mod.least_path_seconds("cpu")
+        + (paths_mod.least_path_seconds("mixed") if gpu_decode else 0.0)
+        + PHASE_SLACK_S,
+        "pipeline": workers_mod.pool_start_s(workers) + level + PHASE_SLACK_S,
+    }
 
 
 def _check_images(target: str, formats: dict[str, int]) -> None:
@@ -243,11 +304,37 @@ class _Plan:
     dali: bool  # --loader dali: DALI's decode paths beside Pillow's
     passes: list[str]  # the storage passes that run: cold, warm
     budget: dict[str, float]  # seconds per phase
+    timing: PhasePlan  # the costs before the first phase, and how the rest is spent
+    deadline: float  # perf_counter when the phases are planned to end
+
+
+class _CudaStart:
+    """CUDA's start (``open_copier``: importing torch, a context, a stream) on a thread of its
+    own, begun with the probe so that it runs beside the listing; ``result`` waits for it."""
+
+    def __init__(self) -> None:
+        self._out: list[Copier | str] = []
+        self._thread = threading.Thread(target=self._open, daemon=True, name="ioprobe-cuda")
+        self._thread.start()
+
+    def _open(self) -> None:
+        try:
+            self._out.append(open_copier())
+        except BaseException as exc:  # open_copier says why as a string; anything else too
+            self._out.append(f"not measured: CUDA did not start ({type(exc).__name__}: {exc})")
+
+    def result(self) -> Copier | str:
+        self._thread.join()
+        return self._out[0]
 
 
 class Probe:
     """The standalone probe: ``Probe(options).run()`` measures each phase within the time
     budget and returns the record, without a verdict."""
+
+    # the single-node probe's plan: DALI's pipelines built before the first phase, and the
+    # plan told (``on_plan``) and noted where the budget cannot hold
+    _plans_phases = True
 
     def __init__(self, options: ProbeOptions, reporter: Reporter | None = None) -> None:
         options.validate()
@@ -262,6 +349,9 @@ class Probe:
         self._per_file = 1.0  # samples per CPU payload: more where whole shards were decoded
         # the files' bytes over the payloads' where raw decoding read only a prefix of each
         self._prefix_scale = 1.0
+        self._cuda: _CudaStart | None = None  # CUDA's start, begun with run()
+        self._prepared: paths_mod.Prepared | None = None  # DALI's pipelines, built in _plan
+        self._began = 0.0  # perf_counter when run() began
 
     def run(self) -> RunRecord:
         """Every phase, with NVML sampled in the background throughout where there is a GPU.
@@ -270,7 +360,10 @@ class Probe:
         does, ``partial`` is set to the record of the phases that had ended, marked incomplete
         and naming the phase it stopped in, or stays None when no stage had been measured."""
         o = self.options
-        started = time.perf_counter()
+        self._began = time.perf_counter()
+        started = self._began if o.started_at is None else min(o.started_at, self._began)
+        if o.copier is None and may_have_gpu():
+            self._cuda = _CudaStart()  # beside the listing; never on a host without a GPU
         sampler = gpu_sampler.new_sampler()
         sampler.start()  # no GPU or NVML: False, and the record simply has no series
         try:
@@ -278,19 +371,33 @@ class Probe:
                 record = self._pcie_only(started) if o.pcie_only else self._run(started)
             finally:
                 sampler.stop()
+                self._release()
         except KeyboardInterrupt:
             self.partial = self._interrupted(started)
             if self.partial is not None:
                 self.partial.gpu_series = gpu_sampler.series_record(sampler, started)
             raise
+        except Exception:
+            # a probe that failed (a bad target, storage that never answered) does not leave
+            # CUDA's start running on into the interpreter's exit
+            if self._cuda is not None:
+                self._cuda.result()
+            raise
         record.gpu_series = gpu_sampler.series_record(sampler, started)
         return record
+
+    def _release(self) -> None:
+        """Drop DALI's pipelines if the decode paths never took them."""
+        if self._prepared is not None:
+            self._prepared.close()
+            self._prepared = None
 
     def _run(self, started: float) -> RunRecord:
         """The phases in order: list and profile the target, read it (cold, warm), read it to
         the GPU, decode it, copy to the GPU, compare decode paths, and run it end to end."""
         self._deadline = started + self.options.time_budget_s
         plan = self._plan(started)
+        self._deadline = plan.deadline
         stages = Stages(storage=StorageStage(), pcie=self._pcie_unmeasured())
         loader = "image" if plan.dali else choose(self.options.loader, _decode_formats(plan))
         self._so_far = (plan, stages, loader)
@@ -329,9 +436,11 @@ class Probe:
         return record
 
     def _plan(self, started: float) -> _Plan:
-        """List and profile the target, read the host, open CUDA where there is a device
-        (a second or more: before the split, so the phases share what is left after it), and
-        split what remains of the budget across the phases."""
+        """List and profile the target and read the host while CUDA starts beside them; then
+        wait for CUDA, build DALI's pipelines (``--loader dali``), and split what remains of
+        the budget across the phases, none below its least time. The costs before the first
+        phase are measured here; where they and the phases' least times cannot fit the budget
+        plus its margin, the plan says so (``on_plan``, and a note) before any phase runs."""
         o = self.options
         self.reporter.phase("listing")
         listed = self._list()
@@ -356,21 +465,55 @@ class Probe:
             _check_images(ds.target, dict(layout.sample_formats) or prof.formats)
         self.reporter.result(_listing_line(prof))
         host = self._host(ds)
+        usable = host.usable_cores or os.cpu_count() or 1
+        listed_at = time.perf_counter()
+        if self._cuda is not None:
+            self.reporter.phase("CUDA start")
         device = not isinstance(self._copier(), str)
-        left = max(o.time_budget_s - (time.perf_counter() - started), 1.0)
+        cuda_at = time.perf_counter()
+        gpu_decode = dali and bool(host.gpus)
+        if dali and self._plans_phases:
+            self.reporter.phase("DALI pipelines")
+            # the threads are the CPU sweep's most workers, as measure_paths will ask
+            devices: list[paths_mod.Device] = ["cpu", "mixed"] if gpu_decode else ["cpu"]
+            self._prepared = paths_mod.prepare(devices, max(cpu_mod.levels_for(usable)))
+        planned_at = time.perf_counter()
         passes: list[str] = (
             ["cold"] if ds.remote else [p for p in ("cold", "warm") if p in o.passes]
         )
+        fixed = {"start": self._began - started, "listing": listed_at - self._began}
+        if self._cuda is not None:
+            fixed["cuda"] = cuda_at - listed_at  # the part the listing did not hide
+        if self._prepared is not None:
+            fixed["dali"] = planned_at - cuda_at
+        timing = plan_phases(
+            o.time_budget_s,
+            {k: v for k, v in fixed.items() if v > 0},
+            _shares(ds.remote, o.passes, o.emulated, dali, device),
+            _floors(usable, o.workers or usable, gpu_decode, prof.bytes, ds.remote),
+        )
+        if self._plans_phases and not timing.holds:
+            self.notes.append(
+                f"the time budget of {o.time_budget_s:g} s could not hold: "
+                f"{cost_words(timing.fixed_s)} went before the first phase, and the phases "
+                f"needed at least {timing.least_s:.1f} s; the probe was planned to take about "
+                f"{timing.expected_s:.1f} s (at --time-budget {timing.full_share_budget_s:g} "
+                "or more every phase gets its planned share)"
+            )
+        if self._plans_phases and o.on_plan is not None:
+            o.on_plan(timing)
         return _Plan(
             ds=ds,
             profile=prof,
             layout=layout,
             host=host,
-            usable=host.usable_cores or os.cpu_count() or 1,
+            usable=usable,
             device=device,
             dali=dali,
             passes=passes,
-            budget=_budget(left, ds.remote, o.passes, o.emulated, dali, device),
+            budget=timing.phases_s,
+            timing=timing,
+            deadline=planned_at + sum(timing.phases_s.values()),
         )
 
     def _seconds(self, plan: _Plan, phase: str) -> float:
@@ -560,7 +703,9 @@ class Probe:
         CPU stage decoded, else as stored."""
         per_sample = cpu.output_bytes_per_sample or plan.profile.sample_bytes_mean
         basis = "decoded" if cpu.output_bytes_per_sample else "file size"
-        stage = self._measure_pcie(self._seconds(plan, "pcie"), per_sample, basis)
+        # the buffers, the warm-up and the link's reading come before the copies' own time
+        seconds = max(self._seconds(plan, "pcie") - PCIE_SETUP_S, MIN_PHASE_S)
+        stage = self._measure_pcie(seconds, per_sample, basis)
         stage.disk_to_gpu = path
         return stage
 
@@ -568,12 +713,14 @@ class Probe:
         """``--loader dali``: the CPU stage decoded with Pillow; DALI's paths are measured
         beside it on the same images, and the fastest that fits stands for the stage."""
         self.reporter.phase("decode paths")
+        prepared, self._prepared = self._prepared, None
         stages.cpu.decode_paths = paths_mod.measure_paths(
             payloads,
             stages.cpu,
             plan.host.gpus,
             self._seconds(plan, "decode"),
             reporter=self.reporter,
+            prepared=prepared,
         )
         note = use_fastest_path(stages)
         if note is not None:
@@ -603,14 +750,22 @@ class Probe:
             )
         batch = o.batch_size or DEFAULT_BATCH
         cold = "cold" in plan.passes
+        began = time.perf_counter()
         seconds = self._seconds(plan, "pipeline")
         if not ds.remote and cold:
             self._evict(ds.entries[:50_000], seconds / 2)
+        workers = o.workers or plan.usable
+        # the eviction and the workers' start come out of the phase's share, as the CPU
+        # sweep's pool start does: the batches are timed for what is left
+        seconds = max(
+            seconds - (time.perf_counter() - began) - workers_mod.pool_start_s(workers),
+            st_mod.MIN_LEVEL_S,
+        )
         run = pipe_mod.run_pipeline(
             ds.entries,
             ds.fs,
             loader,
-            workers=o.workers or plan.usable,
+            workers=workers,
             batch_size=batch,
             compute_s=self._compute_seconds(batch),
             budget_s=seconds,
@@ -655,9 +810,10 @@ class Probe:
             )
 
     def _copier(self) -> Copier | str:
-        """The CUDA seam, opened once per probe (a reason string where there is no GPU)."""
+        """The CUDA seam, opened once per probe (a reason string where there is no GPU): by
+        the thread begun with the probe where there is one, here otherwise."""
         if self.options.copier is None:
-            self.options.copier = open_copier()
+            self.options.copier = self._cuda.result() if self._cuda else open_copier()
         return self.options.copier
 
     def _disk_to_gpu(self, plan: _Plan, st: StorageStage) -> DiskToGpu:

@@ -1,8 +1,10 @@
 """The few /proc files the collectors read: a process's I/O counters, a thread's run-queue
-wait. Parsing lives here once; each caller decides how to read (a kept-open descriptor in a
+wait, this process's age. Parsing lives here once; each caller decides how to read (a kept-open descriptor in a
 DataLoader worker's hot path, a plain open per epoch elsewhere)."""
 
 from __future__ import annotations
+
+import os
 
 IO = "/proc/self/io"
 
@@ -34,4 +36,25 @@ def parse_runqueue_ns(data: bytes) -> int:
     return int(parts[1]) if len(parts) > 1 else 0
 
 
-__all__ = ["IO", "parse_io", "parse_runqueue_ns", "read_io"]
+def parse_age_s(stat: str, uptime: str, ticks_per_s: int) -> float:
+    """Seconds since a process started, from its /proc/<pid>/stat (the start time, field 22,
+    in clock ticks since boot) and /proc/uptime (seconds since boot)."""
+    # the command name (field 2) may hold spaces and parentheses: count from its closing one
+    fields = stat.rsplit(")", 1)[1].split()
+    return max(float(uptime.split()[0]) - int(fields[19]) / ticks_per_s, 0.0)
+
+
+def process_age_s() -> float:
+    """How long this process has run (10 ms resolution): the interpreter's start and the
+    imports before any of ioprobe's code ran. 0.0 where /proc cannot say."""
+    try:
+        with open("/proc/self/stat") as f:
+            stat = f.read()
+        with open("/proc/uptime") as f:
+            uptime = f.read()
+        return parse_age_s(stat, uptime, os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
+__all__ = ["IO", "parse_age_s", "parse_io", "parse_runqueue_ns", "process_age_s", "read_io"]

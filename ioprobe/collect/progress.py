@@ -93,6 +93,10 @@ class RichReporter:
             self._progress.update(self._task, completed=1.0)
         self._progress.stop()
 
+    def say(self, line: str) -> None:
+        """A line that stays, printed above the display."""
+        self._progress.console.print(printable(line), markup=False, highlight=False)
+
 
 def _isatty(stream: IO[str] | None) -> bool:
     try:

@@ -55,6 +55,7 @@ STALE_LEVELS = 3  # levels in a row without a 5% gain that end the sweep
 RESIDENCY_SAMPLE = 256  # files checked with mincore per level
 MAX_ITEMS = 1 << 16  # work items planned at most: 512 GiB of 8 MiB chunks
 LEVEL_GRACE_S = 0.5  # at least this long past a pass's end for reads in flight to finish
+MIN_LEVEL_S = 0.5  # a level's least time, and a warm pass's least to fill the page cache
 
 Item = tuple[str, int, int]  # path, offset, length
 Failure = tuple[str, str, str]  # path, cause key, message
@@ -801,12 +802,12 @@ def measure_pass(
         # a warm pass measures page-cache reads: fill the cache first, untimed, so the first
         # level does not pay for the misses; it may take half the pass, the levels the rest
         rep.update(0.0, "warming the page cache")
-        warm_s = max(budget_s / 2, 0.5)
+        warm_s = max(budget_s / 2, MIN_LEVEL_S)
         items, first_stream = plan.items_for(8)
         run_level(
             plan.reader, items, 8, warm_s, seed=seed, hard_s=budget_s, first_stream=first_stream
         )
-    per_level = max((deadline - time.monotonic()) / len(levels), 0.5)
+    per_level = max((deadline - time.monotonic()) / len(levels), MIN_LEVEL_S)
     timing = _Timing(deadline, per_level, max(LEVEL_GRACE_S, 0.1 * budget_s))
     try:
         _sweep(plan, levels, out, timing, seed, rep, failures)

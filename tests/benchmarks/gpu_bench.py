@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -295,8 +296,9 @@ def _event_primitives_us(dev: torch.device) -> dict[str, float]:
 def dali_section(quick: bool) -> list[str]:
     """DALI's mixed decoder against Pillow and DALI on the CPU: ``ioprobe probe --loader dali``
     on the built-in sample, as a user runs it, at a short and a long budget: what each path
-    reads, the CPU sweep's one-worker cost beside its best level's, and the wall time each
-    probe took against its budget."""
+    reads (and whether its warm-up levelled off), the CPU sweep's one-worker cost beside its
+    best level's, the wall time each probe took against its budget, and what the probe said
+    before measuring where the budget could not hold."""
     try:
         import nvidia.dali  # noqa: F401
     except ImportError as exc:
@@ -305,18 +307,30 @@ def dali_section(quick: bool) -> list[str]:
         "## DALI decode paths",
         "",
         "`ioprobe probe --loader dali --time-budget B` on the built-in sample (2,000 JPEGs), "
-        "one fresh process per budget.",
+        "one fresh process per budget; `said s` is the time the probe gave before measuring "
+        "where it said the budget could not hold.",
         "",
-        "| budget s | wall s | path | images/s | CPU ms/image | threads | error |",
-        "|---:|---:|---|---:|---:|---:|---|",
+        "| budget s | wall s | said s | path | images/s | CPU ms/image | threads | warm-up, timed batches | error |",
+        "|---:|---:|---:|---|---:|---:|---:|---|---|",
     ]
     sweeps = []
+    statements = []
     for budget in ("10", "20" if quick else "40"):
-        data, wall = _probe_dali(budget)
+        data, wall, stderr = _probe_dali(budget)
+        said = re.search(r"cannot hold on this host: .*expect about ([0-9.]+) s", stderr)
+        if said is not None:
+            statements.append(f"budget {budget}: {said[0]}")
         for p in data["stages"]["cpu"]["decode_paths"]:
+            warm = (
+                f"{p['warmup_batches']}, {p['timed_batches']}"
+                + (" (short run)" if p["warmed_up"] is False else "")
+                if p["path"] != "pillow"
+                else ""
+            )
             lines.append(
-                f"| {budget} | {wall:.1f} | {p['path']} | {p['samples_per_s'] or 0:,.0f} | "
-                f"{(p['cpu_seconds_per_sample'] or 0) * 1e3:.2f} | {p['threads']} | "
+                f"| {budget} | {wall:.1f} | {said[1] if said else '-'} | {p['path']} | "
+                f"{p['samples_per_s'] or 0:,.0f} | "
+                f"{(p['cpu_seconds_per_sample'] or 0) * 1e3:.2f} | {p['threads']} | {warm} | "
                 f"{p['error'] or ''} |"
             )
         sweep = data["stages"]["cpu"]["sweep"]
@@ -327,10 +341,10 @@ def dali_section(quick: bool) -> list[str]:
                 for lv in sweep
             )
         )
-    return [*lines, "", *(f"- {s}" for s in sweeps), ""]
+    return [*lines, "", *(f"- {s}" for s in sweeps + statements), ""]
 
 
-def _probe_dali(budget: str) -> tuple[dict[str, Any], float]:
+def _probe_dali(budget: str) -> tuple[dict[str, Any], float, str]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "dali.json"
         cmd = [sys.executable, "-m", "ioprobe", "probe", "--loader", "dali", "-q"]
@@ -345,7 +359,7 @@ def _probe_dali(budget: str) -> tuple[dict[str, Any], float]:
         if r.returncode != 0:
             raise RuntimeError(f"probe --loader dali exited {r.returncode}: {r.stderr[-500:]}")
         data: dict[str, Any] = json.loads(out.read_text())
-    return data, wall
+    return data, wall, r.stderr
 
 
 def alone_section(quick: bool) -> list[str]:

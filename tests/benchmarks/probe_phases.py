@@ -26,6 +26,7 @@ from PIL import Image
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ioprobe.collect import cpu as cpu_mod
+from ioprobe.collect.budget import PhasePlan, cost_words
 from ioprobe.collect.probe import Probe, ProbeOptions
 
 T0 = time.perf_counter()
@@ -72,6 +73,15 @@ def time_pool_and_levels() -> None:
     cpu_mod._decode_for = timed  # type: ignore[assignment]
 
 
+def show_plan(plan: PhasePlan) -> None:
+    """The probe's plan as it was made: the costs before the first phase, each phase's least
+    and planned seconds, and the time it expects to take."""
+    stamp(f"plan: {cost_words(plan.fixed_s)} before the first phase")
+    for phase, seconds in plan.phases_s.items():
+        stamp(f"plan:   {phase:<12} {seconds:5.2f} s (least {plan.floors_s[phase]:.2f} s)")
+    stamp(f"plan: expects {plan.expected_s:.1f} s, holds: {plan.holds}")
+
+
 def jpegs(root: Path, n: int) -> None:
     rng = np.random.default_rng(1)
     for i in range(n):
@@ -100,7 +110,9 @@ def main() -> None:
         for i in range(args.repeats):
             stamp(f"=== probe {i + 1}, budget {args.budget} s")
             t = time.perf_counter()
-            opts = ProbeOptions(target=str(target), loader="dali", time_budget_s=args.budget)
+            opts = ProbeOptions(
+                target=str(target), loader="dali", time_budget_s=args.budget, on_plan=show_plan
+            )
             rec = Probe(opts, StampingReporter()).run()
             stamp(f"=== probe {i + 1} took {time.perf_counter() - t:.2f} s")
             for p in rec.stages.cpu.decode_paths:

@@ -3,6 +3,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
+import time
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +46,41 @@ def test_probe_writes_a_complete_record_and_prints_a_verdict(jpegs: Path, tmp_pa
     assert f"{rec['bottleneck']}-bound" in proc.stdout
     # stdout is not a terminal: progress comes as plain lines on stderr
     assert "ioprobe: storage (cold):" in proc.stderr
+    assert "cannot hold" not in proc.stderr  # 8 s holds here: nothing to say
+
+
+@pytest.mark.parametrize("quiet", [False, True], ids=["progress", "quiet"])
+def test_a_budget_that_cannot_hold_is_said_before_measuring_and_kept_to(
+    jpegs: Path, tmp_path: Path, quiet: bool
+) -> None:
+    """Half a second cannot hold the CPU sweep's pool and levels and DALI's two paths on top
+    of the command's start: the probe says so in one line before its first phase (with -q
+    too), then takes about what it said, from the command's start to its end."""
+    pytest.importorskip("nvidia.dali")
+    out = tmp_path / "run.json"
+    args = ["probe", str(jpegs), "--loader", "dali", "--time-budget", "0.5", "--json", str(out)]
+    t0 = time.monotonic()
+    proc = run_cli(*args, *(["-q"] if quiet else []))
+    took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    said = [i for i, line in enumerate(lines) if "cannot hold" in line]
+    assert len(said) == 1, proc.stderr
+    line = lines[said[0]]
+    assert line.startswith("ioprobe: --time-budget 0.5 s cannot hold on this host: ")
+    assert "the command's start" in line and "no phase can share" in line
+    if not quiet:
+        first = next(i for i, ln in enumerate(lines) if ln.startswith("ioprobe: storage"))
+        assert said[0] < first  # before anything is measured
+    else:
+        assert len(lines) == 1
+    expected = re.search(r"expect about ([0-9.]+) s \(--time-budget (\d+) or more", line)
+    assert expected is not None, line
+    # within 20% of what it said (the interpreter's start, before /proc's clock, included)
+    assert took <= 1.2 * float(expected[1]), (took, line)
+    assert int(expected[2]) % 5 == 0 and int(expected[2]) >= 5
+    rec = json.loads(out.read_text())
+    assert any("could not hold" in n for n in rec["notes"])
 
 
 def test_report_re_renders_a_saved_record(jpegs: Path, tmp_path: Path) -> None:

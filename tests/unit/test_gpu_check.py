@@ -324,6 +324,7 @@ def test_dali_gpu_tests_are_read_from_the_source_of_the_dali_test_files() -> Non
     assert gpu_check.dali_gpu_tests() == [
         "test_dali::test_mixed_decoder_ranges_are_timed_as_gpu_preprocessing",
         "test_cli_probe_dali::test_probe_measures_pillow_and_dali_on_the_same_images",
+        "test_cli_probe_dali::test_a_ten_second_dali_probe_of_the_sample_keeps_its_budget_or_says_so",
     ]
 
 

@@ -1,6 +1,6 @@
 """The few /proc files the collectors read: a process's I/O counters, a thread's run-queue
-wait, this process's age. Parsing lives here once; each caller decides how to read (a kept-open descriptor in a
-DataLoader worker's hot path, a plain open per epoch elsewhere)."""
+wait, this process's age. Parsing lives here once; each caller decides how to read (a
+kept-open descriptor in a DataLoader worker's hot path, a plain open per epoch elsewhere)."""
 
 from __future__ import annotations
 

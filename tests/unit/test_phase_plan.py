@@ -21,6 +21,7 @@ from ioprobe.collect import decode_paths as paths_mod
 from ioprobe.collect import probe as probe_mod
 from ioprobe.collect.budget import PhasePlan, plan_phases, split
 from ioprobe.collect.probe import Probe, ProbeOptions
+from ioprobe.collect.progress import SilentReporter
 
 SHARES = {"cold": 0.35, "warm": 0.2, "cpu": 0.2}
 
@@ -95,7 +96,7 @@ def test_the_statement_says_what_cannot_hold_what_it_will_take_and_what_would() 
 # -- the probe --------------------------------------------------------------------------------
 
 
-class _Phases:
+class _Phases(SilentReporter):
     """A reporter that keeps the phases in order."""
 
     def __init__(self) -> None:
@@ -103,15 +104,6 @@ class _Phases:
 
     def phase(self, name: str) -> None:
         self.phases.append(name)
-
-    def update(self, fraction: float, detail: str = "") -> None:
-        pass
-
-    def result(self, line: str) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 @pytest.fixture

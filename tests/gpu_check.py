@@ -452,41 +452,38 @@ def _table(rows: list[Row]) -> list[str]:
     ]
 
 
+def _step_lines(step: Step, tests: str, bench: str) -> list[str]:
+    """One step's section: its tests' table (with the log where one failed) and its
+    benchmark's Markdown (with the error where it failed)."""
+    lines = [f"## GPU tests ({tests})", "", *_table(step.rows), ""]
+    if step.bad or not step.rows:
+        lines += ["```", step.log.strip(), "```", ""]
+    lines += [f"## {bench}", "", step.bench_md.strip(), ""]
+    if not step.bench_ok:
+        lines += ["```", step.bench_err.strip(), "```", ""]
+    return lines
+
+
 def render_report(head: list[str], step1: Step, dali: Step, times: list[str]) -> tuple[bool, str]:
     """The whole Markdown report and whether the check passed; ``head`` holds the lines about
     the machine and the notes."""
     ok, result = summary(step1, dali)
     lines = ["# ioprobe gpu-check", "", f"- result: **{result}**", *times, *head, ""]
-    lines += [
-        "# Step 1: GPU tests and benchmarks, DALI's left out",
-        "",
-        f"## GPU tests (`pytest -m gpu tests/unit tests/integration`, {len(DALI_TEST_FILES)} "
-        "DALI files ignored)",
-        "",
-        *_table(step1.rows),
-        "",
-    ]
-    if step1.bad or not step1.rows:
-        lines += ["```", step1.log.strip(), "```", ""]
-    lines += ["## Benchmarks (`gpu_bench.py --skip dali`)", "", step1.bench_md.strip(), ""]
-    if not step1.bench_ok:
-        lines += ["```", step1.bench_err.strip(), "```", ""]
+    lines += ["# Step 1: GPU tests and benchmarks, DALI's left out", ""]
+    lines += _step_lines(
+        step1,
+        f"`pytest -m gpu tests/unit tests/integration`, {len(DALI_TEST_FILES)} DALI files ignored",
+        "Benchmarks (`gpu_bench.py --skip dali`)",
+    )
     lines += ["# Step 2: DALI", ""]
     if dali.not_run is not None:
-        lines += [f"Not run: {dali.not_run}.", ""]
-        lines += [*_table(dali.rows), ""]
-        return ok, "\n".join(lines) + "\n"
-    lines += [
-        f"## GPU tests (`pytest -m gpu {' '.join(DALI_TEST_FILES)}`)",
-        "",
-        *_table(dali.rows),
-        "",
-    ]
-    if dali.bad or not dali.rows:
-        lines += ["```", dali.log.strip(), "```", ""]
-    lines += ["## Benchmark (`gpu_bench.py --sections dali`)", "", dali.bench_md.strip(), ""]
-    if not dali.bench_ok:
-        lines += ["```", dali.bench_err.strip(), "```", ""]
+        lines += [f"Not run: {dali.not_run}.", "", *_table(dali.rows), ""]
+    else:
+        lines += _step_lines(
+            dali,
+            f"`pytest -m gpu {' '.join(DALI_TEST_FILES)}`",
+            "Benchmark (`gpu_bench.py --sections dali`)",
+        )
     return ok, "\n".join(lines) + "\n"
 
 

@@ -881,12 +881,18 @@ class WatchCollector:
         return tracks
 
 
+def device_time(epochs: list[WatchEpoch]) -> tuple[float, float]:
+    """Over the ended epochs timed on the device's own clock: the seconds it waited for data,
+    and its time from first batch to last (waiting, the steps and the copies)."""
+    timed = [e for e in epochs if e.gpu_wait_seconds is not None]
+    wait = sum(e.gpu_wait_seconds or 0.0 for e in timed)
+    return wait, wait + sum((e.gpu_step_seconds or 0.0) + e.h2d_seconds for e in timed)
+
+
 def _device_idle(epochs: list[WatchEpoch]) -> float | None:
     """The share of the device's time from first batch to last that it waited for data, over
     the epochs timed on its own clock; None where none was."""
-    timed = [e for e in epochs if e.gpu_wait_seconds is not None]
-    wait = sum(e.gpu_wait_seconds or 0.0 for e in timed)
-    span = wait + sum((e.gpu_step_seconds or 0.0) + e.h2d_seconds for e in timed)
+    wait, span = device_time(epochs)
     return wait / span if span > 0 else None
 
 

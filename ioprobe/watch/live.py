@@ -42,7 +42,7 @@ from ioprobe import capacity
 from ioprobe.collect.distributed import rank_info
 from ioprobe.record import LoaderSettings, WatchEpoch
 from ioprobe.redact import printable
-from ioprobe.watch.collector import WatchCollector
+from ioprobe.watch.collector import WatchCollector, device_time
 from ioprobe.watch.stages import METERED_BASIS, Measured, worker_cpu, worker_storage
 
 INTERVAL_S = 1.0  # between frames
@@ -106,11 +106,7 @@ def read(c: WatchCollector, clock: Callable[[], int] = time.perf_counter_ns) -> 
         runq += e.runqueue_seconds
         mread += e.metered_read_seconds
         mopen += e.metered_open_seconds
-    dwait, dspan = 0.0, 0.0
-    for e in eps:
-        if e.gpu_wait_seconds is not None:  # an ended epoch on the device's clock
-            dwait += e.gpu_wait_seconds
-            dspan += e.gpu_wait_seconds + (e.gpu_step_seconds or 0.0) + e.h2d_seconds
+    dwait, dspan = device_time(eps)  # the ended epochs on the device's clock
     steps, step_ns = c.step.count, c.step.total
     dsteps, dstep_ns = c.gpu_step.count, c.gpu_step.total
     tl = c.timeline

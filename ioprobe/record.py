@@ -658,6 +658,11 @@ class BatchLog:
     slowest_ms: list[float] = field(default_factory=list)  # its slowest sample
     samples: list[int] = field(default_factory=list)
     epoch: list[int] = field(default_factory=list)
+    # of work_ms, the worker's CPU time (its samples' thread CPU and collate) and its wait for
+    # a core; the rest it spent blocked (reads, sleeps). Empty in records made before they
+    # were kept
+    cpu_ms: list[float] = field(default_factory=list)
+    runqueue_ms: list[float] = field(default_factory=list)
     dropped: int = 0  # batches past the kept ones
 
 
@@ -815,6 +820,10 @@ class Change:
     """A what-if: the resources to change, everything else as recorded. None: unchanged."""
 
     workers: int | None = None  # loader workers per GPU process
+    # a DataLoader's queue: batches each worker may hold, and whether they are handed over
+    # in the sampler's order (predicted by replaying the run's batches, loader_sim)
+    prefetch_factor: int | None = None
+    in_order: bool | None = None
     cores: int | None = None  # CPU cores per node the loader may use
     storage: StorageClassInfo | None = None
     gpus: int | None = None  # GPUs per node, one training process each
@@ -1206,8 +1215,12 @@ def _dataclass(tp: type, data: Any, path: str) -> Any:
             raise RecordError(f"{sub}: required key is missing")
     if "columns" in kwargs and tp in _COLUMN_TABLES:
         _check_columns(kwargs["columns"], _join(path, "columns"))
-    if tp is BatchLog:
-        _check_columns({k: v for k, v in kwargs.items() if isinstance(v, list)}, path)
+    if tp is BatchLog:  # the CPU columns are empty where a log was made without them
+        optional = ("cpu_ms", "runqueue_ms")
+        _check_columns(
+            {k: v for k, v in kwargs.items() if isinstance(v, list) and (v or k not in optional)},
+            path,
+        )
     return tp(**kwargs)
 
 

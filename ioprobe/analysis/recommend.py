@@ -15,13 +15,14 @@ import statistics
 from collections.abc import Callable
 
 from ioprobe import capacity
+from ioprobe.analysis import loader_sim
 from ioprobe.analysis.cache import steady_hit_rate
 from ioprobe.analysis.catalog import Catalog, shipped_catalog
 from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu, label, measured
 from ioprobe.analysis.epochs import epoch_starts, per_epoch_saving
 from ioprobe.analysis.model import PipelineFindings
 from ioprobe.analysis.pcie import degraded_link_rule, low_efficiency_rule, probe_pageable_rule
-from ioprobe.analysis.queueing import best_cure, head_of_line, queue_predictions, replayable
+from ioprobe.analysis.queueing import head_of_line
 from ioprobe.analysis.scenario import (
     Scenario,
     dataset_bytes,
@@ -103,6 +104,8 @@ def workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     comes within 2% of the best, so the advice never asks for workers that buy nothing.
     """
     if rec.watch is None or f.bottleneck not in ("cpu", "storage"):
+        return []
+    if loader_sim.costs(rec) is not None:  # the replay of its batches judges it instead
         return []
     found = _fewest_workers(rec, f)
     if found is None:
@@ -522,7 +525,7 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     w = rec.watch
     if w is None or rec.measured_samples_per_s is None or recorded_workers(rec) == 0:
         return []
-    if replayable(rec) is not None:  # the simulated queue judges the prefetch depth instead
+    if loader_sim.costs(rec) is not None:  # the replay of its batches judges it instead
         return []
     if rec.measured_samples_per_s >= 0.9 * f.predicted_samples_per_s:
         return []
@@ -554,46 +557,105 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     ]
 
 
-def queue_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
-    """Head-of-line blocking: the loader setting that frees the queue of batches, if one pays.
+def loader_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+    """The DataLoader setting that pays most, found by replaying this run's batches.
 
-    ``queueing.queue_predictions`` replays the logged batches through PyTorch's queue with
-    ``in_order=False``, a doubled ``prefetch_factor`` and more workers; the one that pays
-    (``queueing.best_cure``) is advised with its predicted rate and the measured loss as
-    evidence. More workers are left to ``workers_rule`` where it advises them already.
+    ``loader_sim.search`` replays the logged batches under every nearby ``num_workers``,
+    ``prefetch_factor`` and ``in_order`` and their combinations (workers sharing the cores,
+    reads sharing the storage as measured, one slow batch holding the queue), and
+    ``loader_sim.best`` keeps the cheapest setting within reach of the best rate. The text
+    says why from the same replay, what the prediction assumes that the run could not check
+    and, where the storage's scaling is unknown, the gain if it were one shared bandwidth.
     """
-    cure = best_cure(queue_predictions(rec))
-    if cure is None:
+    pred = loader_sim.advice(rec)
+    base = loader_sim.recorded_setting(rec)
+    if pred is None or base is None:
         return []
-    if cure.setting == "num_workers" and workers_rule(rec, f):
-        return []
-    hol = head_of_line(rec)
-    evidence = ""
-    if hol is not None and hol.seconds > 0:
-        evidence = (
-            f"over {hol.batches:,} batches the consumer waited {hol.queue_seconds:.2f} s of "
-            f"{hol.seconds:.2f} s behind an unfinished batch while a later one was ready; "
-            f"stragglers held their batches {hol.slow_sample_seconds:.2f} s"
+    s = pred.setting
+    changes = s.changes(base)
+    sets = ", ".join(f"{name}={now}" for name, _, now in changes)
+    was = ", ".join(was for _, was, _ in changes)
+    why = "; ".join(_loader_why(rec, base, s))
+    text = (
+        f"Set {sets} (now {was}): {why}; this run's batches replayed under it predict "
+        f"{pred.gain - 1:+.0%}."
+    )
+    for a in pred.assumptions:
+        text += f" Assumed: {a}."
+    capped = (
+        loader_sim.capped_gain(rec, s) if any("storage" in a for a in pred.assumptions) else None
+    )
+    if capped is not None:
+        text += (
+            f" Were the storage one shared bandwidth, {capped - 1:+.0%}: `ioprobe probe` of "
+            "the same storage, given to `ioprobe whatif --probe`, tells which."
         )
-    why = {
-        "in_order": (
-            "batches are handed over as they are finished, so one slow batch no longer holds "
-            "the ready ones behind it (PyTorch >= 2.6; batch order then varies run to run)"
-        ),
-        "prefetch_factor": "a deeper queue keeps the workers busy while a slow batch holds it",
-        "num_workers": "more workers keep making batches while one is held by a slow sample",
-    }[cure.setting]
+    replay = loader_sim.replay(rec)
+    evidence = ""
+    if replay is not None:
+        evidence = (
+            f"the run as it was, replayed from {replay.batches:,} logged batches: "
+            f"{replay.simulated_samples_per_s:,.0f} samples/s against "
+            f"{replay.measured_samples_per_s:,.0f} measured"
+        )
+    hol = head_of_line(rec)
+    if hol is not None and hol.seconds > 0 and hol.queue_seconds > 0.05 * hol.seconds:
+        evidence += (
+            f"; over {hol.batches:,} batches the consumer waited {hol.queue_seconds:.2f} s of "
+            f"{hol.seconds:.2f} s behind an unfinished batch while a later one was ready"
+        )
+    kind = changes[0][0] if len(changes) == 1 else "loader_settings"
     return [
         Recommendation(
-            kind=cure.setting,
-            text=(
-                f"Set {cure.setting}={cure.proposed} (now {cure.current}): {why}; the queue "
-                f"simulated from this run's batches predicts {cure.gain - 1:+.0%}."
-            ),
-            predicted_samples_per_s=cure.predicted_samples_per_s,
+            kind=kind,
+            text=text,
+            predicted_samples_per_s=pred.samples_per_s,
             evidence=evidence,
+            change=Change(
+                workers=s.workers if s.workers != base.workers else None,
+                prefetch_factor=(
+                    s.prefetch_factor if s.prefetch_factor != base.prefetch_factor else None
+                ),
+                in_order=s.in_order if s.in_order != base.in_order else None,
+            ),
         )
     ]
+
+
+def _loader_why(rec: RunRecord, base: loader_sim.Setting, s: loader_sim.Setting) -> list[str]:
+    """Why each changed setting helps, from what the replay read from the record."""
+    c = loader_sim.costs(rec)
+    out: list[str] = []
+    if c is None:
+        return out
+    work = sum(c.cpu) + sum(c.blocked)
+    blocked = sum(c.blocked) / work if work > 0 else 0.0
+    if s.workers > base.workers:
+        if blocked >= 0.5:
+            out.append(
+                f"workers spend {blocked:.0%} of their time blocked (reads, waits), not on a "
+                f"core, so {s.workers} of them share the {c.usable_cores:.0f} usable cores"
+            )
+        else:
+            cpu_ms = sum(c.cpu) / len(c.cpu) / c.samples_per_batch * 1e3
+            out.append(
+                f"each sample costs {cpu_ms:.2f} ms of CPU and {c.usable_cores:.0f} cores "
+                f"are usable; {s.workers} workers keep more of them busy"
+            )
+    elif s.workers < base.workers:
+        out.append(f"{s.workers} workers deliver as much on {c.usable_cores:.0f} cores")
+    if s.in_order != base.in_order:
+        out.append(
+            "batches are handed over as they are finished, so one slow batch no longer "
+            "holds the ready ones behind it (PyTorch >= 2.6; the batch order then varies "
+            "run to run)"
+        )
+    if s.prefetch_factor > base.prefetch_factor:
+        out.append(
+            f"{s.workers * s.prefetch_factor} batches queued keep the workers busy while a "
+            "slow batch holds the queue"
+        )
+    return out
 
 
 def persistent_workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
@@ -767,9 +829,9 @@ def _pin_memory_first(rec: RunRecord) -> str:
 def balanced_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     """GPU-bound: the input pipeline keeps up; say by how much, so nobody buys storage.
 
-    Not where the queue of batches holds the consumer back (``queue_rule`` advises a cure):
-    every stage's capacity then keeps up on average while the GPU still waits."""
-    if f.bottleneck != "gpu" or best_cure(queue_predictions(rec)) is not None:
+    Not where a loader setting pays (``loader_rule`` advises it): every stage's capacity
+    may keep up on average while the queue of batches still holds the GPU back."""
+    if f.bottleneck != "gpu" or loader_sim.advice(rec) is not None:
         return []
     slack = min((v for k, v in f.headroom.items() if k != "gpu"), default=None)
     text = "Balanced: the GPU is the bottleneck and the input pipeline keeps up; nothing to gain on the data side."
@@ -797,7 +859,7 @@ def rules(catalog: Catalog) -> tuple[Rule, ...]:
         functools.partial(shard_rule, catalog=catalog),
         functools.partial(faster_storage_rule, catalog=catalog),
         prefetch_rule,
-        queue_rule,
+        loader_rule,
         persistent_workers_rule,
         pin_memory_rule,
         probe_pageable_rule,

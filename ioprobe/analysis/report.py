@@ -19,9 +19,10 @@ from ioprobe.analysis.cluster import (
     saturation,
 )
 from ioprobe.analysis.epochs import EpochStarts, WorkerLatency, epoch_starts, worker_latency
+from ioprobe.analysis.loader_sim import QueuePrediction, queue_predictions
 from ioprobe.analysis.measures import KeyNumbers, key_numbers
 from ioprobe.analysis.pcie import CopyRow, copy_rows
-from ioprobe.analysis.queueing import HeadOfLine, QueuePrediction, head_of_line, queue_predictions
+from ioprobe.analysis.queueing import HeadOfLine, head_of_line
 from ioprobe.analysis.ranks import RankSpread, rank_spread
 from ioprobe.analysis.samples import SampleCostView, sample_costs
 from ioprobe.analysis.stall_series import StallOverTime, stall_over_time

@@ -56,7 +56,8 @@ from ioprobe.watch.stages import Measured, steady
 MAX_KEPT = 100_000  # values kept exactly per series before switching to a reservoir
 HEAVIEST = 20  # the heaviest samples kept by index
 BATCH_LOG_ROWS = 10_000  # batches logged one by one for the queueing simulation
-_LOG_COLUMNS = 8  # request, arrival, ready, worker, work, slowest sample, samples, epoch
+# request, arrival, ready, worker, work, slowest sample, samples, epoch, CPU, run-queue wait
+_LOG_COLUMNS = 10
 SPAN_SAMPLES = 20_000  # samples kept for the read-scaling evidence (about 0.5 s to fit at stop)
 # collectors whose epoch is running, innermost last: where ioprobe.to_device reports copies
 ACTIVE: list[WatchCollector] = []
@@ -390,8 +391,9 @@ class WatchCollector:
         slowest = max(wall) if n else 0
         if len(self._log) < BATCH_LOG_ROWS * _LOG_COLUMNS:
             self._log.extend(
-                (t_request, t_arrival, done, worker, wall_ns + collate, slowest, n, ep.index)
-            )
+                (t_request, t_arrival, done, worker, wall_ns + collate, slowest, n, ep.index,
+                 cpu_ns + collate, runq)
+            )  # fmt: skip
         else:
             self._log_dropped += 1
         # the first round of each epoch carries the workers' start-up (imports, opening
@@ -836,6 +838,8 @@ class WatchCollector:
             slowest_ms=[round(v / 1e6, 4) for v in log[5::c]],
             samples=list(log[6::c]),
             epoch=list(log[7::c]),
+            cpu_ms=[round(v / 1e6, 4) for v in log[8::c]],
+            runqueue_ms=[round(v / 1e6, 4) for v in log[9::c]],
             dropped=self._log_dropped,
         )
 

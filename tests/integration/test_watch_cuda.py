@@ -15,7 +15,8 @@ import torch
 from torch.utils.data import DataLoader
 
 import ioprobe
-from ioprobe.analysis.queueing import head_of_line, queue_predictions
+from ioprobe.analysis.loader_sim import queue_predictions
+from ioprobe.analysis.queueing import head_of_line
 from ioprobe.record import RunRecord
 from tests.fixtures.datasets import SkewedDataset, SleepDataset
 

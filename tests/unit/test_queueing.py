@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from ioprobe.analysis.queueing import best_cure, head_of_line, queue_predictions, simulate
+from ioprobe.analysis.loader_sim import Costs, Setting, advice, queue_predictions, steady_rate
+from ioprobe.analysis.loader_sim import simulate as replay
+from ioprobe.analysis.queueing import head_of_line
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.samples import histogram, tail_share
 from ioprobe.record import (
@@ -20,6 +24,29 @@ from ioprobe.record import (
 )
 from ioprobe.render import html
 from ioprobe.render.facts import queue_facts, sample_facts
+
+
+def blocked(work: list[float], steps: list[float]) -> Costs:
+    """Batches that only wait (no CPU): the queue's rules alone decide the arrivals."""
+    return Costs(
+        blocked=tuple(work),
+        cpu=(0.0,) * len(work),
+        steps=tuple(steps),
+        samples_per_batch=1.0,
+        usable_cores=8.0,
+        loop_cores=0.0,
+        other_threads=0.0,
+        exponent=None,
+        reads_in_flight=1.0,
+        reads_in_flight_max=1.0,
+        cpu_split="per batch",
+    )
+
+
+def simulate(
+    work: list[float], steps: list[float], workers: int, prefetch: int, in_order: bool
+) -> list[float]:
+    return replay(blocked(work, steps), Setting(workers, prefetch, in_order), len(work))
 
 
 def test_in_order_a_slow_batch_holds_the_ready_ones_behind_it() -> None:
@@ -39,6 +66,32 @@ def test_out_of_order_the_consumer_takes_whatever_is_finished() -> None:
 def test_the_consumer_step_paces_delivery_when_workers_are_fast() -> None:
     arrivals = simulate([0.1] * 6, [1.0], workers=2, prefetch=2, in_order=True)
     assert arrivals == pytest.approx([0.1, 1.1, 2.1, 3.1, 4.1, 5.1])
+
+
+def test_workers_past_the_cores_share_them_and_blocked_ones_leave_theirs() -> None:
+    # 4 workers, 2 cores, every batch 1 s of CPU: two batches a second, whatever the count
+    cpu = dataclasses.replace(blocked([0.0] * 40, [0.0]), cpu=(1.0,) * 40, usable_cores=2.0)
+    arr = replay(cpu, Setting(4, 2, True), 40)
+    assert steady_rate(arr, 1.0) == pytest.approx(2.0, rel=1e-6)
+    # the same batches blocked 1 s before 0.1 s of CPU: the four workers wait side by side,
+    # then share the 2 cores for 0.2 s: four batches every 1.2 s, not two every 1.1 s
+    mixed = dataclasses.replace(cpu, blocked=(1.0,) * 40, cpu=(0.1,) * 40)
+    arr = replay(mixed, Setting(4, 2, True), 40)
+    assert steady_rate(arr, 1.0) == pytest.approx(4 / 1.2, rel=1e-6)
+
+
+def test_a_bandwidth_cap_keeps_the_rate_whatever_the_readers() -> None:
+    # reads measured at 2 in flight, throughput flat in readers (exponent 0): 4 readers
+    # take twice as long per read, so the rate stays that of 2
+    capped = dataclasses.replace(
+        blocked([1.0] * 80, [0.0]), exponent=0.0, reads_in_flight=2.0, reads_in_flight_max=2.0
+    )
+    rates = []
+    for w in (2, 4):
+        arr = replay(capped, Setting(w, 2, True), 80)
+        rates.append(steady_rate(arr, 1.0))
+    assert rates[0] == pytest.approx(2.0, rel=1e-6)
+    assert rates[1] == pytest.approx(2.0, rel=1e-6)
 
 
 def _log(work_ms: list[float], slow_ms: list[float], step_s: float, workers: int) -> BatchLog:
@@ -89,8 +142,8 @@ def test_a_skewed_run_predicts_a_gain_from_out_of_order_and_uniform_one_none() -
     assert preds["in_order"].predicted_samples_per_s == pytest.approx(
         skewed.measured_samples_per_s * preds["in_order"].gain
     )
-    cure = best_cure(list(preds.values()))
-    assert cure is not None and cure.setting == "in_order"
+    top = advice(skewed)
+    assert top is not None and not top.setting.in_order
     hol = head_of_line(skewed)
     assert hol is not None
     # 16 stragglers after the first round, each 19 ms over the 1 ms median
@@ -98,7 +151,7 @@ def test_a_skewed_run_predicts_a_gain_from_out_of_order_and_uniform_one_none() -
     assert hol.queue_seconds > 0
 
     uniform = _record(_log([2.0] * n, [1.0] * n, 0.0015, 2))
-    assert best_cure(queue_predictions(uniform)) is None
+    assert advice(uniform) is None
     hol = head_of_line(uniform)
     assert hol is not None and hol.slow_sample_seconds == 0.0
 

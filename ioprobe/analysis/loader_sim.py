@@ -1,0 +1,494 @@
+"""One simulator behind every loader setting: the run's own batches replayed under a change.
+
+A DataLoader's rate under another ``num_workers``, ``prefetch_factor`` or ``in_order`` depends
+on more than each stage's mean cost: a rare slow sample holds its batch and, in order, every
+batch behind it; workers beyond the cores share them; workers blocked on reads leave their
+core to another, and reads in flight share the storage as the run measured it. The stage
+model (``scenario.evaluate``) spreads a slow sample evenly over all of them; this module
+replays the run's batch log instead.
+
+``simulate`` is a discrete-event simulation with fluid sharing. Each logged batch keeps what
+its worker spent on it, split into time blocked (reads, sleeps) and CPU time. Workers take
+batches by PyTorch's dispatch rules (``_MultiProcessingDataLoaderIter``: ``prefetch_factor``
+batches per worker handed out at the start, one more each time the consumer takes one; in
+order round robin, out of order the next worker with a free slot) and make them one after
+another: first the batch's blocked time, then its CPU time. A worker's CPU runs at the fair
+share of the usable cores among every runnable thread (the busy workers, the training loop,
+the host's other load as ``capacity.cpu_context`` inferred it), and a blocked read takes
+longer or shorter with the reads in flight beside it by the exponent the run measured
+(``capacity.read_scaling``: storage throughput follows reads in flight ** exponent). The
+consumer takes the batches (in order, or whichever is done first) and spends each logged
+step time before it asks for the next.
+
+``predict`` states a setting's rate as the measured rate times simulated(setting) /
+simulated(as run), so what the simulation leaves out cancels to first order; ``replay``
+reports how close the simulation of the run as it was comes to what was measured, the
+evidence that the ratio can be trusted. ``search`` tries the neighbourhood of the recorded
+setting and the combinations, and ``best`` picks the cheapest setting within reach of the
+best rate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import heapq
+import itertools
+import math
+from collections import deque
+from collections.abc import Sequence
+
+from ioprobe import capacity
+from ioprobe.analysis.queueing import replayable
+from ioprobe.analysis.scenario import recorded_cores
+from ioprobe.record import BatchLog, RunRecord
+
+# Batches the replay runs: the logged ones cycled until the queue has settled past the
+# deepest prefetch tried, so a deep queue filled at the start does not count as speed.
+MIN_REPLAY = 600
+# Most logged batches one replay takes (a log holds up to 10,000): enough stragglers to
+# weigh them, few enough that a search of dozens of settings stays under a second.
+MAX_LOGGED = 800
+# A setting is worth advising when it predicts at least this much more throughput, and a
+# setting within NEAR of the best is as good as it (the cheaper of the two is advised).
+MIN_GAIN = 1.05
+NEAR = 0.98
+# The worker counts tried go up to this many per usable core (blocked workers leave their
+# core to another, so more workers than cores can help), and never past MAX_WORKERS.
+WORKERS_PER_CORE = 4
+MAX_WORKERS = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """A DataLoader's settings the queue depends on."""
+
+    workers: int
+    prefetch_factor: int
+    in_order: bool
+
+    def changes(self, base: Setting) -> list[tuple[str, str, str]]:
+        """(name, from, to) of each setting that differs from ``base``, as a user sets it."""
+        out = []
+        for name in ("workers", "prefetch_factor", "in_order"):
+            a, b = getattr(base, name), getattr(self, name)
+            if a != b:
+                out.append(("num_workers" if name == "workers" else name, str(a), str(b)))
+        return out
+
+    def cost(self) -> tuple[int, int, int]:
+        """What a setting asks of the host, to prefer the cheaper of two equal ones: cores
+        and memory for workers, memory for queued batches; keeping the order is free."""
+        return (self.workers, self.workers * self.prefetch_factor, 0 if self.in_order else 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Costs:
+    """What the replay reads from a record: per logged batch (in the sampler's order) the
+    worker's blocked and CPU seconds and the consumer's step after it, and the host the
+    workers shared."""
+
+    blocked: tuple[float, ...]
+    cpu: tuple[float, ...]
+    steps: tuple[float, ...]
+    samples_per_batch: float
+    usable_cores: float
+    loop_cores: float  # the training loop's share (the main process)
+    other_threads: float  # the host's other runnable threads, on average
+    # storage throughput ~ reads in flight ** exponent; None: the run could not tell
+    exponent: float | None
+    reads_in_flight: float  # what the run's blocked times were measured at
+    reads_in_flight_max: float  # the most the run saw: past it, the curve is extrapolated
+    cpu_split: str  # "per batch" (logged), "per epoch" (the epoch's CPU share, older records)
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+    """A setting, the rate predicted for it and what that prediction rests on."""
+
+    setting: Setting
+    samples_per_s: float
+    gain: float  # over the measured rate
+    simulated_samples_per_s: float  # the replay's own figure for the setting
+    assumptions: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Replay:
+    """The run as it was, replayed: how far the simulation is from the measurement."""
+
+    setting: Setting
+    batches: int  # logged batches replayed
+    measured_samples_per_s: float
+    simulated_samples_per_s: float
+
+    @property
+    def error(self) -> float:
+        """Simulated over measured, less one."""
+        return self.simulated_samples_per_s / self.measured_samples_per_s - 1.0
+
+
+def recorded_setting(rec: RunRecord) -> Setting | None:
+    """The watched DataLoader's setting; None for a record without one (a probe, DALI,
+    loading in the main process)."""
+    w = rec.watch
+    if w is None or w.settings.framework != "torch" or w.settings.workers < 1:
+        return None
+    return Setting(w.settings.workers, w.settings.prefetch_factor or 2, w.settings.in_order)
+
+
+def costs(rec: RunRecord) -> Costs | None:
+    """The replay's inputs from ``rec``'s batch log (one epoch's steady batches: the first
+    round, which waited on the workers' start-up, left out); None where the record has no
+    log to replay (``queueing.replayable``) or is not a DataLoader's."""
+    seg = replayable(rec)
+    w = rec.watch
+    if seg is None or w is None or w.batch_log is None or recorded_setting(rec) is None:
+        return None
+    log = w.batch_log
+    idx = list(seg)[w.settings.workers :][:MAX_LOGGED]
+    blocked, cpu, split = _split(rec, log, idx)
+    steps = tuple(max(log.request[j] - log.arrival[i], 0.0) for i, j in itertools.pairwise(idx))
+    usable = recorded_cores(rec)
+    ctx = capacity.cpu_context(w.epochs, w.settings.workers, usable)
+    rs = w.read_scaling
+    exponent = rs.exponent if rs is not None else None
+    m = rs.reads_in_flight_mean if rs is not None and rs.reads_in_flight_mean > 0 else None
+    blocked_share = sum(blocked) / max(sum(blocked) + sum(cpu), 1e-12)
+    # without the run's figure, its reads in flight were the workers' share of time blocked
+    m0 = m if m is not None else max(w.settings.workers * blocked_share, 1.0)
+    return Costs(
+        blocked=blocked,
+        cpu=cpu,
+        steps=steps or (0.0,),
+        samples_per_batch=sum(log.samples[i] for i in idx) / len(idx),
+        usable_cores=max(usable, 1.0),
+        loop_cores=ctx.loop_cores,
+        other_threads=ctx.contention,
+        exponent=exponent,
+        reads_in_flight=m0,
+        reads_in_flight_max=rs.reads_in_flight_max if rs is not None else m0,
+        cpu_split=split,
+    )
+
+
+def _split(
+    rec: RunRecord, log: BatchLog, idx: list[int]
+) -> tuple[tuple[float, ...], tuple[float, ...], str]:
+    """Each batch's blocked and CPU seconds. A batch's work is its CPU time, its wait for a
+    core (which the replay makes again from the workers it runs) and the rest, blocked.
+    Records made before the log kept CPU per batch share each batch's work out by the
+    epochs' CPU share instead."""
+    if len(log.cpu_ms) == len(log.work_ms) and len(log.runqueue_ms) == len(log.work_ms):
+        cpu = tuple(min(log.cpu_ms[i], log.work_ms[i]) / 1e3 for i in idx)
+        blocked = tuple(
+            max(log.work_ms[i] - log.cpu_ms[i] - log.runqueue_ms[i], 0.0) / 1e3 for i in idx
+        )
+        return blocked, cpu, "per batch"
+    assert rec.watch is not None
+    eps = capacity.worker_epochs(rec.watch.epochs)
+    wall = sum(e.sample_wall_seconds + e.collate_seconds for e in eps)
+    c = sum(e.sample_cpu_seconds + e.collate_seconds for e in eps)
+    q = sum(e.runqueue_seconds for e in eps)
+    cpu_share = c / wall if wall > 0 else 1.0
+    blocked_share = max(1.0 - cpu_share - (q / wall if wall > 0 else 0.0), 0.0)
+    return (
+        tuple(log.work_ms[i] / 1e3 * blocked_share for i in idx),
+        tuple(log.work_ms[i] / 1e3 * cpu_share for i in idx),
+        "per epoch",
+    )
+
+
+def simulate(c: Costs, s: Setting, batches: int | None = None) -> list[float]:
+    """When each of ``batches`` batches reaches the consumer (the logged ones cycled), under
+    setting ``s``: the event simulation the module docstring describes."""
+    n_log = len(c.cpu)
+    n = batches or max(MIN_REPLAY, 4 * s.workers * s.prefetch_factor, 2 * n_log)
+    workers = s.workers
+    queue: list[deque[int]] = [deque() for _ in range(workers)]
+    phase = [0] * workers  # 0 idle, 1 blocked, 2 CPU
+    left = [0.0] * workers  # the current phase's remaining seconds at full speed
+    outstanding = [0] * workers
+    owner = [0] * n
+    done = [-1.0] * n
+    finished: list[tuple[float, int]] = []  # out of order: (done, index) not yet taken
+    turn = itertools.count()
+    sent = 0
+
+    def start(w: int) -> None:
+        """Worker ``w`` begins the next batch in its queue, if any."""
+        if not queue[w]:
+            phase[w] = 0
+            return
+        i = queue[w][0] % n_log
+        phase[w], left[w] = (1, c.blocked[i]) if c.blocked[i] > 0 else (2, c.cpu[i])
+
+    def hand_out(t: float) -> None:
+        nonlocal sent
+        if sent >= n:
+            return
+        w = next(turn) % workers
+        if not s.in_order:
+            for _ in range(workers - 1):
+                if outstanding[w] < s.prefetch_factor:
+                    break
+                w = next(turn) % workers
+        queue[w].append(sent)
+        owner[sent] = w
+        outstanding[w] += 1
+        sent += 1
+        if phase[w] == 0:
+            start(w)
+
+    def rates() -> tuple[float, float]:
+        """Speed of a blocked read and of CPU work, given what runs now."""
+        n_io = phase.count(1)
+        n_cpu = phase.count(2)
+        runnable = n_cpu + c.loop_cores + c.other_threads
+        cpu_rate = min(1.0, c.usable_cores / runnable) if n_cpu else 1.0
+        io_rate = 1.0
+        if n_io and c.exponent is not None:
+            # time per read ~ (reads in flight) ** (1 - exponent), as measured at m0
+            io_rate = (n_io / c.reads_in_flight) ** (c.exponent - 1.0)
+        return io_rate, cpu_rate
+
+    for _ in range(s.prefetch_factor * workers):
+        hand_out(0.0)
+    t = 0.0
+    asks = 0.0  # when the consumer asks for its next batch
+    taken = 0
+    arrivals: list[float] = []
+    while taken < n:
+        # the consumer takes a batch the moment it has asked and one is there for it
+        if t >= asks:
+            i = -1
+            if s.in_order:
+                if done[taken] >= 0:
+                    i = taken
+            elif finished:
+                i = heapq.heappop(finished)[1]
+            if i >= 0:
+                arrivals.append(t)
+                outstanding[owner[i]] -= 1
+                hand_out(t)
+                asks = t + c.steps[taken % len(c.steps)]
+                taken += 1
+                continue
+        io_rate, cpu_rate = rates()
+        dt = asks - t if asks > t else float("inf")
+        for w in range(workers):
+            if phase[w]:
+                r = io_rate if phase[w] == 1 else cpu_rate
+                dt = min(dt, left[w] / r)
+        if dt == float("inf"):  # nothing runs and the consumer waits: a lost batch
+            raise RuntimeError("the simulated loader stalled")  # pragma: no cover
+        t += dt
+        for w in range(workers):
+            if not phase[w]:
+                continue
+            r = io_rate if phase[w] == 1 else cpu_rate
+            left[w] -= dt * r
+            if left[w] > 1e-12:
+                continue
+            if phase[w] == 1:
+                phase[w], left[w] = 2, c.cpu[queue[w][0] % n_log]
+                if left[w] > 1e-12:
+                    continue
+            b = queue[w].popleft()
+            done[b] = t
+            if not s.in_order:
+                heapq.heappush(finished, (t, b))
+            start(w)
+    return arrivals
+
+
+def simulated_rate(c: Costs, s: Setting) -> float:
+    """Samples/s the replay delivers under ``s``, over its second half (the queue settled)."""
+    return steady_rate(simulate(c, s), c.samples_per_batch)
+
+
+def steady_rate(arrivals: Sequence[float], samples_per_batch: float) -> float:
+    """Samples/s over the second half of ``arrivals``: the batches that arrived after the
+    middle one, over the time since it (batches made side by side arrive together: counting
+    from the middle one's moment leaves its bunch out whole)."""
+    t0 = arrivals[len(arrivals) // 2]
+    after = sum(1 for a in arrivals if a > t0)
+    span = arrivals[-1] - t0
+    return after * samples_per_batch / span if span > 0 else float("inf")
+
+
+def replay(rec: RunRecord) -> Replay | None:
+    """The run as it was, replayed, beside its measured rate; None without a log to replay
+    or a measured rate."""
+    c, s, measured = costs(rec), recorded_setting(rec), rec.measured_samples_per_s
+    if c is None or s is None or not measured:
+        return None
+    return Replay(s, len(c.cpu), measured, simulated_rate(c, s))
+
+
+def predict(rec: RunRecord, setting: Setting, c: Costs | None = None) -> Prediction | None:
+    """The rate a rerun with ``setting`` delivers: measured x simulated(setting) /
+    simulated(as run), with what the number assumes; None where the record has no batch
+    log to replay, no measured rate, or no DataLoader setting."""
+    c = c if c is not None else costs(rec)
+    base, measured = recorded_setting(rec), rec.measured_samples_per_s
+    if c is None or base is None or not measured:
+        return None
+    was = _rate_of(c, base)
+    now = _rate_of(c, setting)
+    if not 0 < was < float("inf"):
+        return None
+    pred = measured * now / was
+    return Prediction(setting, pred, pred / measured, now, _assumptions(c, base, setting))
+
+
+@functools.lru_cache(maxsize=512)
+def _rate_of(c: Costs, s: Setting) -> float:
+    """``simulated_rate``, kept: a search and the rules ask for the same settings again."""
+    return simulated_rate(c, s)
+
+
+def _assumptions(c: Costs, base: Setting, s: Setting) -> tuple[str, ...]:
+    """What a prediction for ``s`` rests on that the run could not check."""
+    out: list[str] = []
+    blocked = sum(c.blocked) / max(sum(c.blocked) + sum(c.cpu), 1e-12)
+    more_reads = s.workers > base.workers and blocked > 0.05
+    if more_reads and c.exponent is None:
+        out.append(
+            "storage assumed to keep each read's time with more reads in flight: the run's "
+            "reads in flight varied too little to tell a latency limit from a bandwidth cap"
+        )
+    elif more_reads and s.workers * blocked > c.reads_in_flight_max * 1.25:
+        out.append(
+            f"storage's scaling extrapolated past the {c.reads_in_flight_max:.1f} reads in "
+            "flight the run saw"
+        )
+    if c.cpu_split == "per epoch":
+        out.append("each batch's CPU and blocked time split by the epoch's CPU share")
+    return tuple(out)
+
+
+def candidates(base: Setting, c: Costs) -> list[Setting]:
+    """The settings a search tries: worker counts from one up to as many as keep the usable
+    cores busy at the run's CPU share of a worker's time (at least WORKERS_PER_CORE per
+    core: workers blocked on reads leave their core to another), every count near the
+    recorded one and a geometric ladder beyond; the recorded prefetch factor, double and
+    four times it; each in and out of order."""
+    work = sum(c.cpu) + sum(c.blocked)
+    cpu_share = max(sum(c.cpu) / work if work > 0 else 1.0, 1.0 / MAX_WORKERS)
+    busy = math.ceil(2 * c.usable_cores / cpu_share)
+    top = min(max(int(WORKERS_PER_CORE * c.usable_cores), busy, base.workers + 1), MAX_WORKERS)
+    counts = set(range(max(base.workers - 2, 1), min(base.workers + 3, top) + 1))
+    k = 1
+    while k <= top:
+        counts.update({k, min(int(k * 1.5), top)})
+        k *= 2
+    counts.add(top)
+    depths = {base.prefetch_factor, 2 * base.prefetch_factor, 4 * base.prefetch_factor}
+    return [
+        Setting(w, p, o)
+        for w in sorted(counts)
+        for p in sorted(depths)
+        for o in ((True, False) if base.in_order else (False,))
+    ]
+
+
+def search(rec: RunRecord) -> list[Prediction]:
+    """Every candidate setting's prediction, best rate first; empty where the record has
+    nothing to replay."""
+    c, base = costs(rec), recorded_setting(rec)
+    if c is None or base is None:
+        return []
+    out = [p for s in candidates(base, c) if (p := predict(rec, s, c)) is not None]
+    return sorted(out, key=lambda p: -p.samples_per_s)
+
+
+def best(predictions: Sequence[Prediction], base: Setting) -> Prediction | None:
+    """The setting to advise: among those within NEAR of the best predicted rate, the one
+    that asks least of the host (``Setting.cost``), and as few changes to the recorded
+    setting as that allows; None when nothing gains MIN_GAIN."""
+    if not predictions:
+        return None
+    top = max(p.samples_per_s for p in predictions)
+    if top < MIN_GAIN * min(p.samples_per_s / p.gain for p in predictions):
+        return None
+    near = [p for p in predictions if p.samples_per_s >= NEAR * top and p.gain >= MIN_GAIN]
+    if not near:
+        return None
+    return min(near, key=lambda p: (p.setting.cost(), len(p.setting.changes(base))))
+
+
+@dataclasses.dataclass(frozen=True)
+class QueuePrediction:
+    """One loader setting changed alone, and the rate the replay predicts for it: the
+    figures a report's head-of-line line gives beside the measured loss."""
+
+    setting: str  # "in_order", "prefetch_factor" or "num_workers"
+    current: str
+    proposed: str
+    predicted_samples_per_s: float
+    gain: float  # predicted / measured
+
+
+def queue_predictions(rec: RunRecord) -> list[QueuePrediction]:
+    """The rate a rerun would deliver with ``in_order=False``, with twice the
+    ``prefetch_factor`` and with twice the workers, each alone, by ``predict``. Empty where
+    the record has nothing to replay."""
+    c, base = costs(rec), recorded_setting(rec)
+    if c is None or base is None:
+        return []
+    tried: list[tuple[str, object, object, Setting]] = []
+    if base.in_order:
+        tried.append(("in_order", True, False, dataclasses.replace(base, in_order=False)))
+    p2 = 2 * base.prefetch_factor
+    tried.append(
+        ("prefetch_factor", base.prefetch_factor, p2, dataclasses.replace(base, prefetch_factor=p2))
+    )
+    w2 = 2 * base.workers
+    tried.append(("num_workers", base.workers, w2, dataclasses.replace(base, workers=w2)))
+    out = []
+    for name, was, now, s in tried:
+        p = predict(rec, s, c)
+        if p is not None:
+            out.append(QueuePrediction(name, str(was), str(now), p.samples_per_s, p.gain))
+    return out
+
+
+def advice(rec: RunRecord) -> Prediction | None:
+    """The loader setting to advise for ``rec`` (``best`` of ``search``), or None."""
+    base = recorded_setting(rec)
+    return best(search(rec), base) if base is not None else None
+
+
+def capped_gain(rec: RunRecord, setting: Setting) -> float | None:
+    """The gain ``setting`` would bring if the storage were one shared bandwidth (reads in
+    flight share it, exponent 0): the other end of the range where the run could not tell
+    a cap from a latency limit. None where the record has nothing to replay."""
+    c, base, measured = costs(rec), recorded_setting(rec), rec.measured_samples_per_s
+    if c is None or base is None or not measured:
+        return None
+    capped = dataclasses.replace(c, exponent=0.0)
+    was = _rate_of(capped, base)
+    return _rate_of(capped, setting) / was if 0 < was < float("inf") else None
+
+
+__all__ = [
+    "Costs",
+    "Prediction",
+    "QueuePrediction",
+    "Replay",
+    "Setting",
+    "advice",
+    "best",
+    "candidates",
+    "capped_gain",
+    "costs",
+    "predict",
+    "queue_predictions",
+    "recorded_setting",
+    "replay",
+    "search",
+    "simulate",
+    "simulated_rate",
+    "steady_rate",
+]

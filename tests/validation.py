@@ -1,0 +1,251 @@
+"""The advice validation matrix: loaders with truths built by construction, advice applied
+and rerun, settings swept.
+
+Each ``Case`` is a DataLoader over a dataset whose per-sample cost is built in (sleeps for
+blocked reads, busy loops for CPU, a lock held per read for a bandwidth cap) and a consumer
+that takes a fixed step per batch. ``validate(case)`` watches one run, takes the top
+recommendation that changes a loader setting, reruns with it applied (paired with reruns as
+it was: this host's speed drifts), and sweeps the settings around it to find the measured
+best. ``tests/benchmarks/bench_advice.py`` runs the whole matrix; the integration test runs a
+fast subset.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import statistics
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import ioprobe
+from ioprobe.analysis.loader_sim import Setting, recorded_setting
+from ioprobe.record import Recommendation, RunRecord
+from tests.fixtures.datasets import SkewedDataset, SleepDataset
+
+LOADER_KINDS = ("num_workers", "prefetch_factor", "in_order", "loader_settings")
+
+
+def burn(seconds: float) -> None:
+    """Hold the CPU (and the GIL) for ``seconds`` of this thread's CPU time."""
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+class SkewedCpu(Dataset[torch.Tensor]):
+    """Every sample burns ``base_s`` of CPU but one in ``every``, which sleeps ``slow_s``
+    (a slow remote object) or, with ``slow_cpu``, burns it."""
+
+    def __init__(self, n: int, base_s: float, every: int, slow_s: float, slow_cpu: bool) -> None:
+        self.n, self.base_s, self.every, self.slow_s, self.slow_cpu = (
+            n,
+            base_s,
+            every,
+            slow_s,
+            slow_cpu,
+        )
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if i % self.every == 0:
+            (burn if self.slow_cpu else time.sleep)(self.slow_s)
+        else:
+            burn(self.base_s)
+        return torch.tensor([float(i)])
+
+
+class CappedStore(Dataset[torch.Tensor]):
+    """Reads from a store that serves one read at a time, ``read_s`` each (a bandwidth cap
+    shared by every worker: more readers queue, none reads faster), plus ``latency_s`` of
+    per-request latency that does overlap."""
+
+    def __init__(self, n: int, read_s: float, latency_s: float) -> None:
+        self.n, self.read_s, self.latency_s = n, read_s, latency_s
+        self.lock = multiprocessing.get_context("fork").Lock()
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        time.sleep(self.latency_s)
+        with self.lock:
+            time.sleep(self.read_s)
+        return torch.tensor([float(i)])
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One loader of the matrix: how to make its dataset, its settings, the consumer's step."""
+
+    name: str
+    make: Callable[[], Dataset[Any]]
+    batch_size: int
+    setting: Setting
+    step_s: float
+    truth: str  # what the construction makes true, for the report
+
+    def loader(self, s: Setting) -> DataLoader[Any]:
+        return DataLoader(
+            self.make(),
+            batch_size=self.batch_size,
+            num_workers=s.workers,
+            prefetch_factor=s.prefetch_factor,
+            in_order=s.in_order,
+        )
+
+
+def run(case: Case, s: Setting | None = None) -> RunRecord:
+    """One watched epoch of ``case`` under ``s`` (its own setting by default)."""
+    with warnings.catch_warnings():  # more workers than this host's cores: meant
+        warnings.simplefilter("ignore", UserWarning)
+        loader = ioprobe.watch(case.loader(s or case.setting))
+        for _ in loader:
+            time.sleep(case.step_s)
+    rec: RunRecord = loader.run
+    return rec
+
+
+def rate(case: Case, s: Setting) -> float:
+    r = run(case, s).measured_samples_per_s
+    assert r is not None
+    return r
+
+
+def top_loader_advice(rec: RunRecord) -> Recommendation | None:
+    """The first recommendation that changes a loader setting, if it is the first of all
+    that the user can act on today (no new hardware)."""
+    for r in rec.recommendations:
+        if r.kind in LOADER_KINDS:
+            return r
+        if r.kind not in ("more_cpu", "faster_storage"):
+            return None
+    return None
+
+
+def advised_setting(rec: RunRecord, r: Recommendation) -> Setting:
+    """The setting ``r`` asks for, from its change."""
+    base = recorded_setting(rec)
+    assert base is not None and r.change is not None
+    ch = r.change
+    return Setting(
+        ch.workers if ch.workers is not None else base.workers,
+        ch.prefetch_factor if ch.prefetch_factor is not None else base.prefetch_factor,
+        ch.in_order if ch.in_order is not None else base.in_order,
+    )
+
+
+@dataclasses.dataclass
+class Outcome:
+    case: str
+    advice: str  # the setting advised, or "none"
+    predicted_gain: float  # 1.0 where nothing was advised
+    measured_gain: float  # median of paired reruns
+    best: str  # the measured best setting of the sweep
+    best_gain: float
+    advised_vs_best: float  # the advised setting's rate over the best's (1.0: it is the best)
+
+    @property
+    def error(self) -> float:
+        return abs(self.predicted_gain / self.measured_gain - 1.0)
+
+
+def label(base: Setting, s: Setting) -> str:
+    ch = s.changes(base)
+    return ", ".join(f"{n}={b}" for n, _, b in ch) if ch else "as run"
+
+
+def validate(case: Case, pairs: int = 3, sweep: list[Setting] | None = None) -> Outcome:
+    """Watch ``case``, apply its top loader advice and rerun it ``pairs`` times beside the
+    setting as run; sweep ``sweep`` (the advised setting is always in it) for the best."""
+    rec = run(case)
+    advice = top_loader_advice(rec)
+    base = case.setting
+    advised = advised_setting(rec, advice) if advice is not None else base
+    measured = rec.measured_samples_per_s or 0.0
+    predicted = (
+        advice.predicted_samples_per_s / measured
+        if advice is not None and advice.predicted_samples_per_s and measured
+        else 1.0
+    )
+    gains = []
+    for _ in range(pairs):
+        before = rate(case, base)
+        after = rate(case, advised) if advised != base else before
+        gains.append(after / before)
+    settings = list(dict.fromkeys([base, advised, *(sweep or [])]))
+    rates = {s: statistics.median(rate(case, s) for _ in range(2)) for s in settings}
+    top = max(rates, key=lambda s: rates[s])
+    return Outcome(
+        case=case.name,
+        advice=label(base, advised) if advice is not None else "none",
+        predicted_gain=predicted,
+        measured_gain=statistics.median(gains),
+        best=label(base, top),
+        best_gain=rates[top] / rates[base],
+        advised_vs_best=rates[advised] / rates[top],
+    )
+
+
+def neighbours(base: Setting, workers: tuple[int, ...] = ()) -> list[Setting]:
+    """A sweep around ``base``: the worker counts given, a doubled prefetch, out of order,
+    and the pairs of those."""
+    out = [Setting(w, base.prefetch_factor, base.in_order) for w in workers]
+    out.append(Setting(base.workers, 2 * base.prefetch_factor, base.in_order))
+    out.append(Setting(base.workers, base.prefetch_factor, False))
+    out += [Setting(w, base.prefetch_factor, False) for w in workers]
+    return out
+
+
+CASES: dict[str, Case] = {
+    case.name: case
+    for case in (
+        Case(
+            "skewed-remote",
+            lambda: SkewedDataset(2400, 0.002, 50, 150.0),
+            16,
+            Setting(4, 2, True),
+            0.005,
+            "2 ms blocked per sample, 1 in 50 blocked 300 ms (a slow remote object)",
+        ),
+        Case(
+            "latency-bound",
+            lambda: SleepDataset(1600, 0.004),
+            8,
+            Setting(2, 2, True),
+            0.002,
+            "4 ms blocked per sample, reads overlap freely",
+        ),
+        Case(
+            "skewed-cpu",
+            lambda: SkewedCpu(1200, 0.0005, 40, 0.06, slow_cpu=True),
+            4,
+            Setting(2, 2, True),
+            0.001,
+            "0.5 ms CPU per sample, 1 in 40 burns 60 ms holding the GIL",
+        ),
+        Case(
+            "capped-store",
+            lambda: CappedStore(800, 0.004, 0.004),
+            4,
+            Setting(2, 2, True),
+            0.001,
+            "4 ms latency that overlaps, then 4 ms one read at a time (a bandwidth cap)",
+        ),
+        Case(
+            "gpu-bound",
+            lambda: SleepDataset(800, 0.001),
+            8,
+            Setting(2, 2, True),
+            0.03,
+            "1 ms blocked per sample, the consumer takes 30 ms per batch of 8",
+        ),
+    )
+}

@@ -702,6 +702,14 @@ class WatchData:
     sample_costs: SampleCosts | None = None
     batch_log: BatchLog | None = None  # None where no worker reports its batches (DALI)
     rank: RankInfo | None = None  # this process's rank in a distributed job, if in one
+    # what a DataLoader's settings cost in host memory, read once per epoch after its first
+    # round: a worker's private memory (the most of any, over the epochs) and the bytes of
+    # the tensors in one batch (the largest seen); None where not measured
+    worker_private_bytes: int | None = None
+    batch_bytes: int | None = None
+    # the main thread's CPU time per next() (one call in 16 timed): what taking a batch from
+    # the workers costs the consumer; None where not measured
+    next_cpu_ms: float | None = None
 
     def __post_init__(self) -> None:
         # described but not typed (a record from before settings were typed, or one built

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import statistics
+import subprocess
+import sys
 import time
 import warnings
 from collections.abc import Callable
@@ -26,7 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 import ioprobe
 from ioprobe.analysis.loader_sim import Setting, recorded_setting
 from ioprobe.record import Recommendation, RunRecord
-from tests.fixtures.datasets import SkewedDataset, SleepDataset
+from tests.fixtures.datasets import SkewedDataset, SkewedIterable, SleepDataset
 
 LOADER_KINDS = ("num_workers", "prefetch_factor", "in_order", "loader_settings")
 
@@ -81,6 +83,27 @@ class CappedStore(Dataset[torch.Tensor]):
         return torch.tensor([float(i)])
 
 
+def burning_collate(samples: list[torch.Tensor]) -> torch.Tensor:
+    """The default collate, after burning 4 ms of CPU (a heavy augmentation per batch)."""
+    burn(0.004)
+    return torch.stack(samples)
+
+
+class Mixed(Dataset[torch.Tensor]):
+    """Every sample blocks ``blocked_s`` (a read) and then burns ``cpu_s`` (its decode)."""
+
+    def __init__(self, n: int, blocked_s: float, cpu_s: float) -> None:
+        self.n, self.blocked_s, self.cpu_s = n, blocked_s, cpu_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        time.sleep(self.blocked_s)
+        burn(self.cpu_s)
+        return torch.tensor([float(i)])
+
+
 @dataclasses.dataclass(frozen=True)
 class Case:
     """One loader of the matrix: how to make its dataset, its settings, the consumer's step."""
@@ -91,6 +114,8 @@ class Case:
     setting: Setting
     step_s: float
     truth: str  # what the construction makes true, for the report
+    load: int = 0  # busy loops on the host during every run: someone else's CPU load
+    collate: Callable[[list[Any]], Any] | None = None
 
     def loader(self, s: Setting) -> DataLoader[Any]:
         return DataLoader(
@@ -99,18 +124,27 @@ class Case:
             num_workers=s.workers,
             prefetch_factor=s.prefetch_factor,
             in_order=s.in_order,
+            collate_fn=self.collate,
         )
 
 
 def run(case: Case, s: Setting | None = None) -> RunRecord:
     """One watched epoch of ``case`` under ``s`` (its own setting by default)."""
-    with warnings.catch_warnings():  # more workers than this host's cores: meant
-        warnings.simplefilter("ignore", UserWarning)
-        loader = ioprobe.watch(case.loader(s or case.setting))
-        for _ in loader:
-            time.sleep(case.step_s)
-    rec: RunRecord = loader.run
-    return rec
+    spinners = [
+        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(case.load)
+    ]
+    try:
+        with warnings.catch_warnings():  # more workers than this host's cores: meant
+            warnings.simplefilter("ignore", UserWarning)
+            loader = ioprobe.watch(case.loader(s or case.setting))
+            for _ in loader:
+                time.sleep(case.step_s)
+        rec: RunRecord = loader.run
+        return rec
+    finally:
+        for p in spinners:
+            p.kill()
+            p.wait()
 
 
 def rate(case: Case, s: Setting) -> float:
@@ -176,12 +210,16 @@ def validate(case: Case, pairs: int = 3, sweep: list[Setting] | None = None) -> 
         else 1.0
     )
     gains = []
+    runs: dict[Setting, list[float]] = {base: [], advised: []}
     for _ in range(pairs):
         before = rate(case, base)
         after = rate(case, advised) if advised != base else before
+        runs[base].append(before)
+        runs[advised].append(after)
         gains.append(after / before)
-    settings = list(dict.fromkeys([base, advised, *(sweep or [])]))
-    rates = {s: statistics.median(rate(case, s) for _ in range(2)) for s in settings}
+    for s in sweep or []:
+        runs.setdefault(s, []).extend(rate(case, s) for _ in range(2))
+    rates = {s: statistics.median(r) for s, r in runs.items()}
     top = max(rates, key=lambda s: rates[s])
     return Outcome(
         case=case.name,
@@ -240,6 +278,64 @@ CASES: dict[str, Case] = {
             "4 ms latency that overlaps, then 4 ms one read at a time (a bandwidth cap)",
         ),
         Case(
+            "uniform-cpu",
+            lambda: SkewedCpu(600, 0.003, 10**9, 0.0, slow_cpu=True),
+            4,
+            Setting(1, 2, True),
+            0.001,
+            "3 ms CPU per sample, one worker on a host of more cores",
+        ),
+        Case(
+            "mixed",
+            lambda: Mixed(800, 0.003, 0.001),
+            4,
+            Setting(2, 2, True),
+            0.001,
+            "3 ms blocked then 1 ms CPU per sample",
+        ),
+        Case(
+            "foreign-load",
+            lambda: SkewedCpu(500, 0.003, 10**9, 0.0, slow_cpu=True),
+            4,
+            Setting(1, 2, True),
+            0.001,
+            "3 ms CPU per sample while a busy loop holds one core",
+            load=1,
+        ),
+        Case(
+            "out-of-order-skewed",
+            lambda: SkewedDataset(2400, 0.002, 50, 150.0),
+            16,
+            Setting(4, 2, False),
+            0.005,
+            "the skewed remote case already handing batches over out of order",
+        ),
+        Case(
+            "iterable-skewed",
+            lambda: SkewedIterable(1200, 0.002, 40, 50.0),
+            8,
+            Setting(2, 2, True),
+            0.002,
+            "a stream split between workers, 2 ms blocked per item, 1 in 40 blocked 100 ms",
+        ),
+        Case(
+            "collate-cpu",
+            lambda: SleepDataset(1200, 0.001),
+            8,
+            Setting(1, 2, True),
+            0.001,
+            "1 ms blocked per sample, collate burns 4 ms of CPU per batch of 8",
+            collate=burning_collate,
+        ),
+        Case(
+            "oversubscribed-cpu",
+            lambda: SkewedCpu(600, 0.002, 10**9, 0.0, slow_cpu=True),
+            4,
+            Setting(4, 2, True),
+            0.0005,
+            "2 ms CPU per sample, 4 workers already on the cores",
+        ),
+        Case(
             "gpu-bound",
             lambda: SleepDataset(800, 0.001),
             8,
@@ -248,4 +344,24 @@ CASES: dict[str, Case] = {
             "1 ms blocked per sample, the consumer takes 30 ms per batch of 8",
         ),
     )
+}
+
+# The settings each case's sweep measures beside the one as run and the advised one.
+SWEEPS: dict[str, list[Setting]] = {
+    name: neighbours(case.setting, workers)
+    for name, workers in (
+        ("skewed-remote", (6, 8, 12, 16)),
+        ("latency-bound", (4, 8, 16)),
+        ("skewed-cpu", (3, 4, 8)),
+        ("capped-store", (4, 8)),
+        ("gpu-bound", (4,)),
+        ("uniform-cpu", (2, 3, 4)),
+        ("mixed", (3, 4, 6, 8)),
+        ("foreign-load", (2, 3, 4)),
+        ("out-of-order-skewed", (8, 16, 32)),
+        ("iterable-skewed", (4, 8, 16)),
+        ("collate-cpu", (2, 3, 4)),
+        ("oversubscribed-cpu", (2, 3, 8)),
+    )
+    for case in (CASES[name],)
 }

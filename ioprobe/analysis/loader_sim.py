@@ -35,6 +35,7 @@ import functools
 import heapq
 import itertools
 import math
+import statistics
 from collections import deque
 from collections.abc import Sequence
 
@@ -100,6 +101,13 @@ class Costs:
     reads_in_flight: float  # what the run's blocked times were measured at
     reads_in_flight_max: float  # the most the run saw: past it, the curve is extrapolated
     cpu_split: str  # "per batch" (logged), "per epoch" (the epoch's CPU share, older records)
+    transit: float = 0.0  # from a worker's finish to the main process having the batch
+    handover: float = 0.0  # the main thread's time in next() for a batch already there
+    # host memory: a worker's private bytes, one batch's bytes (twice with pin_memory: the
+    # pinned copy), and what the loader may hold in all; None where not measured
+    worker_bytes: float | None = None
+    batch_bytes: float | None = None
+    memory_limit: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,6 +119,8 @@ class Prediction:
     gain: float  # over the measured rate
     simulated_samples_per_s: float  # the replay's own figure for the setting
     assumptions: tuple[str, ...]
+    memory_bytes: float | None = None  # what the setting holds in host memory (``memory``)
+    fits: bool = True  # within the memory the host had free
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +158,13 @@ def costs(rec: RunRecord) -> Costs | None:
     log = w.batch_log
     idx = list(seg)[w.settings.workers :][:MAX_LOGGED]
     blocked, cpu, split = _split(rec, log, idx)
+    # a finished batch reaches the main process a little later (pickled, sent, unpickled),
+    # and next() costs the main thread a little even for a batch already there
+    waited = [log.arrival[i] - log.ready[i] for i in idx if log.request[i] < log.ready[i]]
+    transit = statistics.median(waited) if waited else 0.0
+    handed = [
+        log.arrival[i] - log.request[i] for i in idx if log.ready[i] + transit <= log.request[i]
+    ]
     steps = tuple(max(log.request[j] - log.arrival[i], 0.0) for i, j in itertools.pairwise(idx))
     usable = recorded_cores(rec)
     ctx = capacity.cpu_context(w.epochs, w.settings.workers, usable)
@@ -157,7 +174,11 @@ def costs(rec: RunRecord) -> Costs | None:
     blocked_share = sum(blocked) / max(sum(blocked) + sum(cpu), 1e-12)
     # without the run's figure, its reads in flight were the workers' share of time blocked
     m0 = m if m is not None else max(w.settings.workers * blocked_share, 1.0)
+    pinned = 2.0 if w.settings.pin_memory else 1.0
     return Costs(
+        worker_bytes=w.worker_private_bytes,
+        batch_bytes=w.batch_bytes * pinned if w.batch_bytes else None,
+        memory_limit=memory_limit(rec),
         blocked=blocked,
         cpu=cpu,
         steps=steps or (0.0,),
@@ -169,7 +190,46 @@ def costs(rec: RunRecord) -> Costs | None:
         reads_in_flight=m0,
         reads_in_flight_max=rs.reads_in_flight_max if rs is not None else m0,
         cpu_split=split,
+        transit=transit,
+        # the main thread's CPU per next() where measured: it holds the consumer even when
+        # the batch waits in the pipe (few batches find the consumer late enough to show it)
+        handover=max(statistics.median(handed) if handed else 0.0, (w.next_cpu_ms or 0.0) / 1e3),
     )
+
+
+# Of the host's memory, the share kept out of any advice: page cache, the training process's
+# growth, other jobs.
+MEMORY_MARGIN = 0.1
+
+
+def memory_limit(rec: RunRecord) -> float | None:
+    """The most host memory a loader setting may hold: what was available at the end of the
+    run less MEMORY_MARGIN of the host's total; None where the record does not say."""
+    avail, total = rec.host.memory_available_bytes, rec.host.memory_bytes
+    if not avail:
+        return None
+    return max(avail - MEMORY_MARGIN * (total or avail), 0.0)
+
+
+def memory(c: Costs, s: Setting) -> float | None:
+    """Host memory setting ``s`` holds: each worker's private memory, and the batches in
+    flight (``prefetch_factor`` per worker, and the one the consumer holds); None where the
+    run measured neither."""
+    if c.worker_bytes is None and c.batch_bytes is None:
+        return None
+    return s.workers * (c.worker_bytes or 0.0) + (s.workers * s.prefetch_factor + 1) * (
+        c.batch_bytes or 0.0
+    )
+
+
+def fits(c: Costs, s: Setting, base: Setting) -> bool:
+    """Whether ``s`` fits the host's memory: within the limit, or no more than the setting
+    as run already held (which ran)."""
+    need, limit = memory(c, s), c.memory_limit
+    if need is None or limit is None:
+        return True
+    was = memory(c, base) or 0.0
+    return need <= max(limit, was)
 
 
 def _split(
@@ -260,22 +320,22 @@ def simulate(c: Costs, s: Setting, batches: int | None = None) -> list[float]:
     arrivals: list[float] = []
     while taken < n:
         # the consumer takes a batch the moment it has asked and one is there for it
-        if t >= asks:
-            i = -1
-            if s.in_order:
-                if done[taken] >= 0:
-                    i = taken
-            elif finished:
-                i = heapq.heappop(finished)[1]
-            if i >= 0:
-                arrivals.append(t)
-                outstanding[owner[i]] -= 1
-                hand_out(t)
-                asks = t + c.steps[taken % len(c.steps)]
-                taken += 1
-                continue
+        here = float("inf")  # when the batch the consumer takes next is there
+        if s.in_order:
+            if done[taken] >= 0:
+                here = done[taken] + c.transit
+        elif finished:
+            here = finished[0][0] + c.transit
+        if t >= asks and t >= here:
+            i = taken if s.in_order else heapq.heappop(finished)[1]
+            arrivals.append(t + c.handover)
+            outstanding[owner[i]] -= 1
+            hand_out(t)
+            asks = t + c.handover + c.steps[taken % len(c.steps)]
+            taken += 1
+            continue
         io_rate, cpu_rate = rates()
-        dt = asks - t if asks > t else float("inf")
+        dt = max(asks, here) - t if max(asks, here) < float("inf") else float("inf")
         for w in range(workers):
             if phase[w]:
                 r = io_rate if phase[w] == 1 else cpu_rate
@@ -339,7 +399,15 @@ def predict(rec: RunRecord, setting: Setting, c: Costs | None = None) -> Predict
     if not 0 < was < float("inf"):
         return None
     pred = measured * now / was
-    return Prediction(setting, pred, pred / measured, now, _assumptions(c, base, setting))
+    return Prediction(
+        setting,
+        pred,
+        pred / measured,
+        now,
+        _assumptions(c, base, setting),
+        memory(c, setting),
+        fits(c, setting, base),
+    )
 
 
 @functools.lru_cache(maxsize=512)
@@ -406,13 +474,12 @@ def search(rec: RunRecord) -> list[Prediction]:
 def best(predictions: Sequence[Prediction], base: Setting) -> Prediction | None:
     """The setting to advise: among those within NEAR of the best predicted rate, the one
     that asks least of the host (``Setting.cost``), and as few changes to the recorded
-    setting as that allows; None when nothing gains MIN_GAIN."""
-    if not predictions:
-        return None
-    top = max(p.samples_per_s for p in predictions)
-    if top < MIN_GAIN * min(p.samples_per_s / p.gain for p in predictions):
-        return None
-    near = [p for p in predictions if p.samples_per_s >= NEAR * top and p.gain >= MIN_GAIN]
+    setting as that allows; never one past the host's free memory (``fits``). None when
+    nothing that fits gains MIN_GAIN."""
+    top = max((p.samples_per_s for p in predictions if p.fits), default=0.0)
+    near = [
+        p for p in predictions if p.fits and p.samples_per_s >= NEAR * top and p.gain >= MIN_GAIN
+    ]
     if not near:
         return None
     return min(near, key=lambda p: (p.setting.cost(), len(p.setting.changes(base))))
@@ -483,6 +550,9 @@ __all__ = [
     "candidates",
     "capped_gain",
     "costs",
+    "fits",
+    "memory",
+    "memory_limit",
     "predict",
     "queue_predictions",
     "recorded_setting",

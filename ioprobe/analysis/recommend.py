@@ -47,6 +47,8 @@ Rule = Callable[[RunRecord, PipelineFindings], list[Recommendation]]
 
 # A change is worth recommending when it predicts at least this much more throughput.
 MIN_GAIN = 1.05
+# Within this share of the best predicted rate, a setting is as good as the best.
+NEAR = loader_sim.NEAR
 # Beyond this many jobs per GPU, MIG has no smaller slice (A100/H100: 7 instances).
 MAX_JOBS_PER_GPU = 7
 # Device classes from /sys/block -> the catalog class that stands for them.
@@ -567,8 +569,9 @@ def loader_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     says why from the same replay, what the prediction assumes that the run could not check
     and, where the storage's scaling is unknown, the gain if it were one shared bandwidth.
     """
-    pred = loader_sim.advice(rec)
     base = loader_sim.recorded_setting(rec)
+    tried = loader_sim.search(rec)
+    pred = loader_sim.best(tried, base) if base is not None else None
     if pred is None or base is None:
         return []
     s = pred.setting
@@ -590,6 +593,7 @@ def loader_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             f" Were the storage one shared bandwidth, {capped - 1:+.0%}: `ioprobe probe` of "
             "the same storage, given to `ioprobe whatif --probe`, tells which."
         )
+    text += _memory_stop(rec, tried, pred)
     replay = loader_sim.replay(rec)
     evidence = ""
     if replay is not None:
@@ -620,6 +624,24 @@ def loader_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             ),
         )
     ]
+
+
+def _memory_stop(
+    rec: RunRecord, tried: list[loader_sim.Prediction], chosen: loader_sim.Prediction
+) -> str:
+    """The sentence saying that host memory, not speed, stops at ``chosen``: where a setting
+    the replay rates higher would not fit the memory the host had free."""
+    over = [p for p in tried if not p.fits and p.samples_per_s > chosen.samples_per_s / NEAR]
+    c = loader_sim.costs(rec)
+    if not over or c is None or c.memory_limit is None:
+        return ""
+    top = max(over, key=lambda p: p.samples_per_s)
+    sets = ", ".join(f"{n}={v}" for n, _, v in top.setting.changes(chosen.setting)) or "it"
+    return (
+        f" Memory stops short of more: {sets} would give {top.gain - 1:+.0%} but hold "
+        f"{_size(top.memory_bytes or 0.0)} against {_size(c.memory_limit)} the host can spare "
+        f"(a worker holds {_size(c.worker_bytes or 0.0)}, a batch {_size(c.batch_bytes or 0.0)})."
+    )
 
 
 def _loader_why(rec: RunRecord, base: loader_sim.Setting, s: loader_sim.Setting) -> list[str]:

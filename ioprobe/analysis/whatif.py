@@ -14,6 +14,7 @@ import posixpath
 from urllib.parse import urlsplit
 
 from ioprobe import capacity
+from ioprobe.analysis import loader_sim
 from ioprobe.analysis.catalog import Catalog
 from ioprobe.analysis.model import pipeline_model
 from ioprobe.analysis.scenario import base_of, evaluate, merge, split_base
@@ -60,7 +61,48 @@ def whatif(
         ),
         notes=list(base.notes),
     )
-    return finalize(out, catalog)
+    done = finalize(out, catalog)
+    replay = replayed(rec, change)
+    if replay is not None and done.whatif is not None:
+        done.predicted_samples_per_s = replay.samples_per_s
+        if gpu_cap:
+            done.gpu_idle_fraction = max(1.0 - replay.samples_per_s / gpu_cap, 0.0)
+        done.whatif.assumptions = [
+            "the loader's settings are predicted by replaying the run's logged batches under "
+            f"them: {replay.gain:.2f}x the measured rate (the stage model alone: "
+            f"{f.predicted_samples_per_s:,.0f} samples/s)",
+            *replay.assumptions,
+            *done.whatif.assumptions,
+        ]
+    return done
+
+
+# The changes the replay of a DataLoader's batches predicts; any other change is the stage
+# model's (new hardware moves every stage, which the replay does not model).
+LOADER_CHANGES = frozenset({"workers", "prefetch_factor", "in_order"})
+
+
+def replayed(rec: RunRecord, change: Change) -> loader_sim.Prediction | None:
+    """``change`` predicted by ``loader_sim``, when it (with what an earlier what-if changed)
+    only sets the DataLoader's workers, prefetch factor or order and the run it started from
+    logged batches to replay; None otherwise."""
+    base, before = split_base(rec)
+    ch = merge(before, change)
+    default = Change()
+    touched = {
+        f.name
+        for f in dataclasses.fields(Change)
+        if getattr(ch, f.name) != getattr(default, f.name)
+    }
+    s0 = loader_sim.recorded_setting(base)
+    if not touched or touched - LOADER_CHANGES or s0 is None or ch.workers == 0:
+        return None
+    s = loader_sim.Setting(
+        ch.workers if ch.workers is not None else s0.workers,
+        ch.prefetch_factor if ch.prefetch_factor is not None else s0.prefetch_factor,
+        ch.in_order if ch.in_order is not None else s0.in_order,
+    )
+    return loader_sim.predict(base, s)
 
 
 def with_probe(

@@ -5,6 +5,10 @@ whose changes the new ones are added to). Each stage's capacity is recomputed fr
 run measured, and the pipeline model gives the new delivered rate, bottleneck and GPU idle
 time. The method and its assumptions are in docs/methodology.md.
 
+A change of the DataLoader's settings alone (--workers, --prefetch-factor, --in-order) on a
+watched run is predicted by replaying the run's logged batches under them: slow samples
+holding the queue, workers sharing the cores, reads sharing the storage as measured.
+
 With more workers or GPUs, a watched run's storage scales by the evidence in the run (how
 its read times grew with the reads in flight) or, lacking it, linearly. --probe PROBE.json,
 a probe of the same storage (`ioprobe probe TARGET --json PROBE.json`), makes it follow the
@@ -44,6 +48,12 @@ MAX_CACHE_GB = 1e9  # an exabyte
 @click.command(help=__doc__)
 @click.argument("run_file", metavar="RUN.json")
 @click.option("--workers", type=count(min=0), help="Loader workers per GPU process.")
+@click.option("--prefetch-factor", type=count(), help="Batches each DataLoader worker may hold.")
+@click.option(
+    "--in-order",
+    type=click.Choice(["true", "false"]),
+    help="Whether the DataLoader hands batches over in the sampler's order.",
+)
 @click.option("--cores", type=count(), help="CPU cores the loaders may use.")
 @click.option(
     "--storage", metavar="CLASS|RATE", help="A storage class (see --catalog) or a rate: 2000MB/s."
@@ -80,6 +90,8 @@ MAX_CACHE_GB = 1e9  # an exabyte
 def command(
     run_file: str,
     workers: int | None,
+    prefetch_factor: int | None,
+    in_order: str | None,
     cores: int | None,
     storage: str | None,
     gpus: int | None,
@@ -101,6 +113,8 @@ def command(
     storage_class = storage_flag(storage, catalog) if storage else None
     change = Change(
         workers=workers,
+        prefetch_factor=prefetch_factor,
+        in_order=None if in_order is None else in_order == "true",
         cores=cores,
         storage=storage_class,
         gpus=gpus,
@@ -116,7 +130,8 @@ def command(
         )
     if change == Change(cache_order=change.cache_order):  # an order alone changes nothing
         raise BadInputError(
-            "nothing to change: give at least one of --workers, --cores, --storage, --gpus, "
+            "nothing to change: give at least one of --workers, --prefetch-factor, --in-order, "
+            "--cores, --storage, --gpus, "
             "--cache-gb, --pcie, --gpu-decode, --decode"
         )
     rec = load_analysable(run_file)

@@ -1,5 +1,5 @@
 """The few /proc files the collectors read: a process's I/O counters, a thread's run-queue
-wait, this process's age. Parsing lives here once; each caller decides how to read (a
+wait, this process's age, a process's private memory. Parsing lives here once; each caller decides how to read (a
 kept-open descriptor in a DataLoader worker's hot path, a plain open per epoch elsewhere)."""
 
 from __future__ import annotations
@@ -58,3 +58,24 @@ def process_age_s() -> float:
 
 
 __all__ = ["IO", "parse_age_s", "parse_io", "parse_runqueue_ns", "process_age_s", "read_io"]
+
+
+def parse_private_bytes(data: bytes) -> int | None:
+    """A process's private memory (``Private_Clean`` + ``Private_Dirty``) from the text of
+    /proc/<pid>/smaps_rollup: what one more such process adds to the host's use (pages
+    shared with its parent after fork are counted there once). None where neither line is
+    there."""
+    total = None
+    for line in data.splitlines():
+        if line.startswith((b"Private_Clean:", b"Private_Dirty:")):
+            total = (total or 0) + int(line.split()[1]) * 1024
+    return total
+
+
+def private_bytes(pid: int) -> int | None:
+    """Process ``pid``'s private memory now; None where it is gone or /proc can't say."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
+            return parse_private_bytes(f.read())
+    except OSError:
+        return None

@@ -292,6 +292,10 @@ class WatchCollector:
         self._heavy: list[tuple[int, int, int, int, int, int]] = []
         self._heavy_bar = -1
         self._log = array("q")  # BATCH_LOG_ROWS rows of _LOG_COLUMNS, laid flat
+        self.next_cpu_ns = 0  # note_next_cpu
+        self.next_cpu_calls = 0
+        self.worker_private: int | None = None  # note_memory
+        self.batch_bytes: int | None = None
         self._log_dropped = 0
         self._iter_ns = 0  # when the epoch's iter() began
         self._startup_ns = 0  # the epoch's workers' start-up times, summed
@@ -350,6 +354,19 @@ class WatchCollector:
         self.request_ns = 0
         if self.live is not None:
             self.live.epoch_began()
+
+    def note_next_cpu(self, ns: int) -> None:
+        """The main thread's CPU time in one sampled next(): what taking a batch costs it."""
+        self.next_cpu_ns += ns
+        self.next_cpu_calls += 1
+
+    def note_memory(self, worker_private: int | None, batch_bytes: int | None) -> None:
+        """What the loader's workers and one batch took in memory, once per epoch: the
+        largest of each is kept."""
+        if worker_private is not None:
+            self.worker_private = max(self.worker_private or 0, worker_private)
+        if batch_bytes is not None:
+            self.batch_bytes = max(self.batch_bytes or 0, batch_bytes)
 
     def iter_began(self, t_iter: int, t_done: int) -> None:
         """The loader's iter() ran from ``t_iter`` to ``t_done``: workers it starts begin
@@ -791,6 +808,13 @@ class WatchCollector:
             sample_costs=self._sample_costs(),
             batch_log=self._batch_log(),
             rank=rank_info(),
+            next_cpu_ms=(
+                round(self.next_cpu_ns / self.next_cpu_calls / 1e6, 4)
+                if self.next_cpu_calls
+                else None
+            ),
+            worker_private_bytes=self.worker_private,
+            batch_bytes=self.batch_bytes,
         )
 
     def _sample_costs(self) -> SampleCosts | None:

@@ -30,7 +30,7 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 from torch.utils.data._utils.collate import default_collate, default_convert
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
-from ioprobe.collect.procfs import IO, parse_io, parse_runqueue_ns
+from ioprobe.collect.procfs import IO, parse_io, parse_runqueue_ns, private_bytes
 from ioprobe.errors import BadInputError
 from ioprobe.loaders import files as _files
 from ioprobe.record import GpuAlone, LoaderSettings, RunRecord, Stages, WatchEpoch
@@ -714,6 +714,7 @@ def iterate(
     returns its end) at the first ``next()``: an iterator that is made and never advanced,
     as Lightning makes one to check that a loader is iterable, is no epoch."""
     clock = time.perf_counter_ns
+    thread_ns = time.thread_time_ns
     on_batch = collector.on_batch
     error: BaseException | None = None
     on_end = begin()
@@ -721,22 +722,32 @@ def iterate(
         t_iter = clock()
         it = iter(inner)
         collector.iter_began(t_iter, clock())
+        n, memory_at = 0, max(getattr(inner, "num_workers", 0), 0) + 1
         while True:
             # read per batch: to_device may begin a timeline mid-epoch
             tl = collector.timeline
             if tl is not None:
                 tl.before_wait()
+            # one next() in 16 is timed in the main thread's CPU too: what taking a batch
+            # costs it (unpickling, mapping shared memory), the limit of many fast workers
+            sampled = n > 0 and not n & 15  # the first next() starts the epoch: not typical
+            c0 = thread_ns() if sampled else 0
             t0 = collector.request_ns = clock()
             try:
                 item = next(it)
             except StopIteration:
                 return
             t1 = clock()
+            if sampled:
+                collector.note_next_cpu(thread_ns() - c0)
             if tl is not None:
                 tl.after_wait(t1)
             if type(item) is Stamped:
                 batch = item.batch
                 on_batch(t0, t1, item.stats)
+                n += 1
+                if n == memory_at:  # once an epoch, the first round done: what memory holds
+                    collector.note_memory(workers_private(it), tensor_bytes(batch))
             else:  # a pass begun before the watch (_adopt_pending_iterator): no stats
                 batch = item
                 collector.on_unmeasured(t0, t1, _first_dim(batch) or collector.batch_size or 1)
@@ -929,6 +940,31 @@ def _move_container(
         return type(obj)(*(_move(v, dev, nb, counts, via) for v in obj))
     items = [_move(v, dev, nb, counts, via) for v in obj]
     return items if isinstance(obj, list) else tuple(items)
+
+
+def workers_private(it: Any) -> int | None:
+    """The most private memory any of a DataLoader iterator's worker processes holds now;
+    None without workers (loading in the main process) or where /proc can't say."""
+    sizes = [
+        b
+        for w in getattr(it, "_workers", None) or ()
+        if (pid := getattr(w, "pid", None)) and (b := private_bytes(pid)) is not None
+    ]
+    return max(sizes) if sizes else None
+
+
+def tensor_bytes(obj: Any, depth: int = 0) -> int | None:
+    """Bytes of the tensors in a batch as collate built it (nested lists, tuples and
+    mappings, 8 levels at most); None where it holds no tensor."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if depth >= 8:
+        return None
+    items = (
+        obj.values() if isinstance(obj, Mapping) else obj if isinstance(obj, list | tuple) else ()
+    )
+    sizes = [b for v in items if (b := tensor_bytes(v, depth + 1)) is not None]
+    return sum(sizes) if sizes else None
 
 
 def _first_dim(obj: Any) -> int | None:

@@ -1,0 +1,79 @@
+"""The loader replay on real DataLoaders with truths built by construction: the run as it
+was replayed to its measured rate, the memory it measures, the what-if that reproduces the
+advice, and the fast subset of the advice validation matrix (the first recommendation
+applied and rerun, and swept against its neighbours)."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from ioprobe.analysis import loader_sim
+from ioprobe.record import RunRecord
+from tests.fixtures.datasets import SkewedDataset, SleepDataset
+from tests.integration.cli import run_cli
+from tests.validation import CASES, SWEEPS, Case, run, validate
+
+# the matrix's cases cut short for CI: the same construction, fewer samples
+SMALL = {
+    "skewed-remote": dataclasses.replace(
+        CASES["skewed-remote"], make=lambda: SkewedDataset(1200, 0.002, 50, 150.0)
+    ),
+    "latency-bound": dataclasses.replace(
+        CASES["latency-bound"], make=lambda: SleepDataset(800, 0.004)
+    ),
+    "mixed": CASES["mixed"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_the_run_as_it_was_replays_to_within_15_percent_of_its_measured_rate(name: str) -> None:
+    replay = loader_sim.replay(run(SMALL[name]))
+    assert replay is not None
+    assert abs(replay.error) < 0.15, replay
+
+
+def test_a_batchs_bytes_and_a_workers_private_memory_are_measured() -> None:
+    case = Case(
+        "bytes",
+        lambda: SleepDataset(256, 0.0, floats=1024),
+        8,
+        loader_sim.Setting(2, 2, True),
+        0.0,
+        "",
+    )
+    rec = run(case)
+    assert rec.watch is not None
+    assert rec.watch.batch_bytes == 8 * 1024 * 4  # 8 samples of 1024 float32
+    # a forked worker's own pages: more than nothing, far less than the parent's torch
+    assert rec.watch.worker_private_bytes is not None
+    assert 64 * 1024 < rec.watch.worker_private_bytes < 1 << 30
+    assert rec.watch.next_cpu_ms is not None and rec.watch.next_cpu_ms > 0
+
+
+def test_whatif_on_the_command_line_gives_the_replays_prediction(tmp_path: Path) -> None:
+    rec = run(SMALL["skewed-remote"])
+    saved = tmp_path / "run.json"
+    rec.save(saved)
+    out = tmp_path / "whatif.json"
+    result = run_cli(
+        "whatif", str(saved), "--in-order", "false", "--workers", "6", "--json", str(out)
+    )
+    assert result.returncode == 0, result.stderr
+    predicted = RunRecord.load(out).predicted_samples_per_s
+    expected = loader_sim.predict(RunRecord.load(saved), loader_sim.Setting(6, 2, False))
+    assert expected is not None
+    assert predicted == pytest.approx(expected.samples_per_s, rel=1e-6)
+    bad = run_cli("whatif", str(saved), "--in-order", "maybe")
+    assert bad.returncode != 0 and "--in-order" in bad.stderr
+
+
+@pytest.mark.parametrize("name", ["skewed-remote", "latency-bound"])
+def test_the_first_advice_comes_true_on_a_rerun_and_is_the_best_of_its_sweep(name: str) -> None:
+    case = SMALL[name]
+    outcome = validate(case, pairs=2, sweep=SWEEPS[name])
+    assert outcome.advice != "none"
+    assert outcome.error <= 0.15, outcome
+    assert outcome.advised_vs_best >= 0.95, outcome

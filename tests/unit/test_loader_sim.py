@@ -1,0 +1,181 @@
+"""The loader replay on records built by hand: the advice it picks, the memory it keeps
+within, the what-if that reproduces it, and what the watch measures for it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from ioprobe.analysis import loader_sim
+from ioprobe.analysis.model import pipeline_model
+from ioprobe.analysis.recommend import loader_rule
+from ioprobe.analysis.whatif import whatif
+from ioprobe.collect.procfs import parse_private_bytes
+from ioprobe.record import (
+    BatchLog,
+    Change,
+    CpuStage,
+    DatasetProfile,
+    GpuStage,
+    HostInfo,
+    LoaderSettings,
+    RunRecord,
+    Stages,
+    WatchData,
+)
+from ioprobe.watch.torch import tensor_bytes
+
+MB = 1 << 20
+
+
+def skewed_log(n: int = 400, workers: int = 2, step_s: float = 0.0015) -> BatchLog:
+    """A log as an in-order loader of ``workers`` makes it: batches of 2 ms blocked, one
+    in 25 of 21 ms (a straggler), a consumer step of ``step_s``; arrivals from the replay."""
+    blocked = [0.021 if i % 25 == 0 else 0.002 for i in range(n)]
+    costs = dataclasses.replace(
+        _costs(blocked, step_s), usable_cores=8.0, reads_in_flight=float(workers)
+    )
+    arr = loader_sim.simulate(costs, loader_sim.Setting(workers, 2, True), n)
+    req = [0.0] + [a + step_s for a in arr[:-1]]
+    return BatchLog(
+        request=req,
+        arrival=arr,
+        ready=[a for a in arr],  # the consumer always waited: ready when it arrived
+        worker=[i % workers for i in range(n)],
+        work_ms=[b * 1e3 for b in blocked],
+        slowest_ms=[b * 1e3 / 2 for b in blocked],
+        samples=[2] * n,
+        epoch=[0] * n,
+        cpu_ms=[0.0] * n,
+        runqueue_ms=[0.0] * n,
+    )
+
+
+def _costs(blocked: list[float], step_s: float) -> loader_sim.Costs:
+    return loader_sim.Costs(
+        blocked=tuple(blocked),
+        cpu=(0.0,) * len(blocked),
+        steps=(step_s,),
+        samples_per_batch=2.0,
+        usable_cores=8.0,
+        loop_cores=0.0,
+        other_threads=0.0,
+        exponent=1.0,
+        reads_in_flight=2.0,
+        reads_in_flight_max=2.0,
+        cpu_split="per batch",
+    )
+
+
+def record(log: BatchLog, workers: int = 2, **watch: object) -> RunRecord:
+    rec = RunRecord(
+        kind="watch",
+        host=HostInfo(usable_cores=8, memory_bytes=64 * 1024 * MB),
+        dataset=DatasetProfile(target="d", files=1000),
+        stages=Stages(
+            cpu=CpuStage(capacity_samples_per_s=5000.0, cpu_seconds_per_sample=0.0001),
+            gpu=GpuStage(capacity_samples_per_s=2000.0),
+        ),
+    )
+    rec.measured_samples_per_s = loader_sim.steady_rate(log.arrival, 2.0)
+    rec.watch = WatchData(
+        settings=LoaderSettings(workers=workers, batch_size=2, prefetch_factor=2),
+        batch_log=log,
+        **watch,  # type: ignore[arg-type]
+    )
+    f = pipeline_model(rec.stages)
+    rec.bottleneck, rec.predicted_samples_per_s = f.bottleneck, f.predicted_samples_per_s
+    return rec
+
+
+def test_the_replay_of_a_run_as_it_was_gives_its_measured_rate() -> None:
+    rec = record(skewed_log())
+    replay = loader_sim.replay(rec)
+    assert replay is not None and abs(replay.error) < 0.02
+
+
+def test_the_advice_is_the_fastest_setting_and_the_cheapest_within_two_percent() -> None:
+    rec = record(skewed_log())
+    tried = loader_sim.search(rec)
+    top = loader_sim.advice(rec)
+    assert top is not None and top.gain > 1.3
+    fastest = max(p.samples_per_s for p in tried)
+    assert top.samples_per_s >= loader_sim.NEAR * fastest
+    # nothing as fast asks less of the host
+    cheaper = [
+        p
+        for p in tried
+        if p.samples_per_s >= loader_sim.NEAR * fastest and p.setting.cost() < top.setting.cost()
+    ]
+    assert cheaper == []
+
+
+def test_advice_never_exceeds_the_memory_the_host_can_spare_and_says_so() -> None:
+    free = dataclasses.replace(
+        record(skewed_log(), worker_private_bytes=200 * MB, batch_bytes=100 * MB),
+    )
+    unlimited = loader_sim.advice(free)
+    assert unlimited is not None and unlimited.memory_bytes is not None
+    # the host can spare less than the unlimited advice holds, more than the run held
+    tight = dataclasses.replace(free, host=dataclasses.replace(free.host))
+    limit = (unlimited.memory_bytes + 2 * 200 * MB + 5 * 100 * MB) / 2
+    tight.host.memory_available_bytes = int(limit + 0.1 * (tight.host.memory_bytes or 0))
+    chosen = loader_sim.advice(tight)
+    assert chosen is not None and chosen.memory_bytes is not None
+    assert chosen.memory_bytes <= limit < unlimited.memory_bytes
+    (rec,) = loader_rule(tight, pipeline_model(tight.stages))
+    assert "Memory stops short of more" in rec.text
+    assert "a worker holds 210 MB, a batch 105 MB" in rec.text
+
+
+def test_whatif_of_the_advised_setting_reproduces_the_advice() -> None:
+    rec = record(skewed_log())
+    top = loader_sim.advice(rec)
+    assert top is not None
+    s = top.setting
+    out = whatif(
+        rec, Change(workers=s.workers, prefetch_factor=s.prefetch_factor, in_order=s.in_order)
+    )
+    assert out.predicted_samples_per_s == pytest.approx(top.samples_per_s)
+    assert out.whatif is not None
+    assert "replaying the run's logged batches" in out.whatif.assumptions[0]
+    # a change of hardware beside it is the stage model's, not the replay's
+    mixed = whatif(rec, Change(workers=s.workers, cores=16))
+    assert mixed.whatif is not None
+    assert not any("replaying" in a for a in mixed.whatif.assumptions)
+
+
+def test_an_unknown_storage_scaling_is_stated_with_the_capped_range() -> None:
+    # a consumer fast enough that more workers pay: more reads in flight
+    rec = record(skewed_log(step_s=0.0001))
+    assert rec.watch is not None
+    rec.watch.read_scaling = None  # the run could not tell a cap from a latency limit
+    (advice,) = loader_rule(rec, pipeline_model(rec.stages))
+    assert advice.change is not None and advice.change.workers
+    assert "Assumed: storage assumed to keep each read's time" in advice.text
+    assert "Were the storage one shared bandwidth" in advice.text
+
+
+def test_a_dataloader_without_workers_or_a_log_has_nothing_to_replay() -> None:
+    rec = record(skewed_log())
+    assert rec.watch is not None
+    rec.watch.batch_log = None
+    assert loader_sim.costs(rec) is None and loader_sim.search(rec) == []
+    rec = record(skewed_log())
+    assert rec.watch is not None
+    rec.watch.settings.framework = "dali"
+    assert loader_sim.advice(rec) is None
+
+
+def test_private_memory_is_the_clean_and_dirty_private_pages() -> None:
+    text = b"Rss: 900 kB\nPss: 500 kB\nPrivate_Clean: 100 kB\nPrivate_Dirty: 28 kB\n"
+    assert parse_private_bytes(text) == 128 * 1024
+    assert parse_private_bytes(b"Rss: 1 kB\n") is None
+
+
+def test_a_batchs_bytes_are_its_tensors_however_nested() -> None:
+    batch = {"x": torch.zeros(8, 3, dtype=torch.float32), "y": [torch.zeros(8, dtype=torch.int64)]}
+    assert tensor_bytes(batch) == 8 * 3 * 4 + 8 * 8
+    assert tensor_bytes(["no tensors"]) is None

@@ -37,6 +37,16 @@ class Terminated(Interrupted):
     exit_code = 143
 
 
+class TrialDone(SystemExit):
+    """Raised in a script that ``ioprobe tune`` runs as a trial, at the loader's next
+    request once the trial's batches are measured: the script unwinds as on ``sys.exit(0)``
+    (its ``finally`` blocks run, the records are saved at exit), and no ``except Exception``
+    in it swallows the stop."""
+
+    def __init__(self) -> None:
+        super().__init__(0)
+
+
 class TermSignal(KeyboardInterrupt):
     """SIGTERM, raised in the main thread by the handler ``ioprobe.cli.main`` installs.
 

@@ -1035,6 +1035,32 @@ class ClusterSizing:
 
 
 @dataclass
+class TuneTrial:
+    """One trial of ``ioprobe tune``: the unchanged script run under one DataLoader setting,
+    stopped once its batches were measured."""
+
+    workers: int
+    prefetch_factor: int
+    in_order: bool
+    predicted_samples_per_s: float | None  # the loader replay's, from the first trial
+    measured_samples_per_s: float | None  # None: the trial delivered no record
+    memory_bytes: float | None = None  # what the setting holds (loader_sim.memory)
+    batches: int = 0  # batches it measured
+    exit_code: int | None = None  # the script's, stopped by the trial (0) or on its own
+    note: str = ""  # why it has no figure, or what it changes beyond speed
+
+
+@dataclass
+class TuneData:
+    """What ``ioprobe tune`` tried: the setting as the script has it first, then the
+    settings the loader replay ranked, each measured by a trial."""
+
+    trials: list[TuneTrial] = field(default_factory=list)
+    trial_batches: int = 0  # batches each trial measured after its workers' first round
+    best: int | None = None  # index of the measured best trial
+
+
+@dataclass
 class SizeData:
     inputs: SizeInputs
     storage: list[StorageClassInfo] = field(default_factory=list)
@@ -1067,6 +1093,7 @@ class RunRecord:
     dali: DaliData | None = None
     whatif: WhatIfData | None = None
     sizing: SizeData | None = None
+    tune: TuneData | None = None  # ioprobe tune's trials, on the first trial's record
     gpus_supported: dict[str, int] | None = None  # size: GPUs per node kept at the target
     gpu_series: GpuSeries | None = None  # NVML readings during the probe or the watched run
     distributed: Distributed | None = None  # a run across ranks: what each measured
@@ -1304,6 +1331,7 @@ SIGNED_FIELDS = frozenset(
         "GpuSeries.columns",
         "HeavySample.index",
         "HeavySample.worker",
+        "TuneTrial.exit_code",
         "BatchLog.request",
         "BatchLog.arrival",
         "BatchLog.ready",
@@ -1370,6 +1398,8 @@ __all__ = [
     "StorageScope",
     "StorageStage",
     "SweepPoint",
+    "TuneData",
+    "TuneTrial",
     "WatchData",
     "WatchEpoch",
     "WhatIfData",

@@ -31,6 +31,10 @@ from ioprobe.record import Recommendation, RunRecord
 from tests.fixtures.datasets import SkewedDataset, SkewedIterable, SleepDataset
 
 LOADER_KINDS = ("num_workers", "prefetch_factor", "in_order", "loader_settings")
+# Batches a run measures: these, and these per worker (each worker's start is staggered, so a
+# run of many workers needs more batches before its rate is steady)
+STEADY_BATCHES = 200
+BATCHES_PER_WORKER = 10
 
 
 def burn(seconds: float) -> None:
@@ -109,17 +113,23 @@ class Case:
     """One loader of the matrix: how to make its dataset, its settings, the consumer's step."""
 
     name: str
-    make: Callable[[], Dataset[Any]]
+    make: Callable[[int], Dataset[Any]]  # a dataset of n samples
     batch_size: int
     setting: Setting
     step_s: float
     truth: str  # what the construction makes true, for the report
     load: int = 0  # busy loops on the host during every run: someone else's CPU load
     collate: Callable[[list[Any]], Any] | None = None
+    steady_batches: int = STEADY_BATCHES
+
+    def samples(self, s: Setting) -> int:
+        """Samples a run of ``s`` reads: enough batches past the workers' first round that
+        the steady rate, not the workers' staggered start, is what is measured."""
+        return (self.steady_batches + BATCHES_PER_WORKER * s.workers) * self.batch_size
 
     def loader(self, s: Setting) -> DataLoader[Any]:
         return DataLoader(
-            self.make(),
+            self.make(self.samples(s)),
             batch_size=self.batch_size,
             num_workers=s.workers,
             prefetch_factor=s.prefetch_factor,
@@ -247,7 +257,7 @@ CASES: dict[str, Case] = {
     for case in (
         Case(
             "skewed-remote",
-            lambda: SkewedDataset(2400, 0.002, 50, 150.0),
+            lambda n: SkewedDataset(n, 0.002, 50, 150.0),
             16,
             Setting(4, 2, True),
             0.005,
@@ -255,7 +265,7 @@ CASES: dict[str, Case] = {
         ),
         Case(
             "latency-bound",
-            lambda: SleepDataset(1600, 0.004),
+            lambda n: SleepDataset(n, 0.004),
             8,
             Setting(2, 2, True),
             0.002,
@@ -263,7 +273,7 @@ CASES: dict[str, Case] = {
         ),
         Case(
             "skewed-cpu",
-            lambda: SkewedCpu(1200, 0.0005, 40, 0.06, slow_cpu=True),
+            lambda n: SkewedCpu(n, 0.0005, 40, 0.06, slow_cpu=True),
             4,
             Setting(2, 2, True),
             0.001,
@@ -271,7 +281,7 @@ CASES: dict[str, Case] = {
         ),
         Case(
             "capped-store",
-            lambda: CappedStore(800, 0.004, 0.004),
+            lambda n: CappedStore(n, 0.004, 0.004),
             4,
             Setting(2, 2, True),
             0.001,
@@ -279,7 +289,7 @@ CASES: dict[str, Case] = {
         ),
         Case(
             "uniform-cpu",
-            lambda: SkewedCpu(600, 0.003, 10**9, 0.0, slow_cpu=True),
+            lambda n: SkewedCpu(n, 0.003, 10**9, 0.0, slow_cpu=True),
             4,
             Setting(1, 2, True),
             0.001,
@@ -287,7 +297,7 @@ CASES: dict[str, Case] = {
         ),
         Case(
             "mixed",
-            lambda: Mixed(800, 0.003, 0.001),
+            lambda n: Mixed(n, 0.003, 0.001),
             4,
             Setting(2, 2, True),
             0.001,
@@ -295,7 +305,7 @@ CASES: dict[str, Case] = {
         ),
         Case(
             "foreign-load",
-            lambda: SkewedCpu(500, 0.003, 10**9, 0.0, slow_cpu=True),
+            lambda n: SkewedCpu(n, 0.003, 10**9, 0.0, slow_cpu=True),
             4,
             Setting(1, 2, True),
             0.001,
@@ -304,7 +314,7 @@ CASES: dict[str, Case] = {
         ),
         Case(
             "out-of-order-skewed",
-            lambda: SkewedDataset(2400, 0.002, 50, 150.0),
+            lambda n: SkewedDataset(n, 0.002, 50, 150.0),
             16,
             Setting(4, 2, False),
             0.005,
@@ -312,7 +322,7 @@ CASES: dict[str, Case] = {
         ),
         Case(
             "iterable-skewed",
-            lambda: SkewedIterable(1200, 0.002, 40, 50.0),
+            lambda n: SkewedIterable(n, 0.002, 40, 50.0),
             8,
             Setting(2, 2, True),
             0.002,
@@ -320,7 +330,7 @@ CASES: dict[str, Case] = {
         ),
         Case(
             "collate-cpu",
-            lambda: SleepDataset(1200, 0.001),
+            lambda n: SleepDataset(n, 0.001),
             8,
             Setting(1, 2, True),
             0.001,
@@ -329,7 +339,7 @@ CASES: dict[str, Case] = {
         ),
         Case(
             "oversubscribed-cpu",
-            lambda: SkewedCpu(600, 0.002, 10**9, 0.0, slow_cpu=True),
+            lambda n: SkewedCpu(n, 0.002, 10**9, 0.0, slow_cpu=True),
             4,
             Setting(4, 2, True),
             0.0005,
@@ -337,7 +347,7 @@ CASES: dict[str, Case] = {
         ),
         Case(
             "gpu-bound",
-            lambda: SleepDataset(800, 0.001),
+            lambda n: SleepDataset(n, 0.001),
             8,
             Setting(2, 2, True),
             0.03,

@@ -33,6 +33,7 @@ SUBCOMMANDS = {
     "report": "report",
     "run": "run",
     "whatif": "whatif",
+    "tune": "tune",
     "size": "size",
     "compare": "compare",
     "export": "export",

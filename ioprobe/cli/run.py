@@ -46,7 +46,7 @@ from ioprobe.errors import BadInputError
 from ioprobe.outputs import destination, writes_stdout
 from ioprobe.record import RunRecord
 from ioprobe.redact import printable
-from ioprobe.watch.run_hook import LIVE_ENV
+from ioprobe.watch.run_hook import LIVE_ENV, TRIAL_ENV
 
 SITECUSTOMIZE = """\
 # Written by `ioprobe run`; removed when the run ends.
@@ -128,10 +128,13 @@ def _check_command(program: str) -> None:
         )
 
 
-def _run_watched(cmd: tuple[str, ...], live: bool = False) -> tuple[int, list[RunRecord]]:
+def _run_watched(
+    cmd: tuple[str, ...], live: bool = False, extra_env: dict[str, str] | None = None
+) -> tuple[int, list[RunRecord]]:
     """Run ``cmd`` with the hook on its path: its return code, and the judged record of each
     loader it iterated, the one that delivered the most samples first. ``live``: the script's
-    process draws the live panel (it owns stderr while it runs)."""
+    process draws the live panel (it owns stderr while it runs). ``extra_env``: more of the
+    script's environment (a trial of ``ioprobe tune``)."""
     tmp = Path(tempfile.mkdtemp(prefix="ioprobe-run-"))
     try:
         hook = tmp / "hook"
@@ -140,7 +143,7 @@ def _run_watched(cmd: tuple[str, ...], live: bool = False) -> tuple[int, list[Ru
         records.mkdir()
         (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
         try:
-            code = _call_script(cmd, _child_env(hook, records, live))
+            code = _call_script(cmd, {**_child_env(hook, records, live), **(extra_env or {})})
         finally:
             if live and _isatty(sys.stderr):
                 # a script killed while its panel was up leaves the cursor hidden
@@ -183,6 +186,7 @@ def _child_env(hook: Path, records: Path, live: bool = False) -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(hook), env.get("PYTHONPATH")) if p)
     env["IOPROBE_RUN_DIR"] = str(records)
     env.pop(LIVE_ENV, None)
+    env.pop(TRIAL_ENV, None)  # set by ioprobe tune alone, never inherited
     if live:
         env[LIVE_ENV] = "1"
     # DALI's per-operator timing, set before the script builds a pipeline

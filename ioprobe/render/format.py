@@ -71,6 +71,8 @@ def change_flags(ch: Change) -> str:
     """A what-if's change as the flags a user would type: ``--workers 4  --storage nvme-gen4``."""
     flags = (
         ("workers", _given(ch.workers)),
+        ("prefetch-factor", _given(ch.prefetch_factor)),
+        ("in-order", None if ch.in_order is None else str(ch.in_order).lower()),
         ("cores", _given(ch.cores)),
         ("storage", ch.storage.name if ch.storage is not None else None),
         ("gpus", _given(ch.gpus)),

@@ -33,7 +33,7 @@ from ioprobe.analysis.report import (
 )
 from ioprobe.analysis.samples import SampleCostView
 from ioprobe.analysis.stall_series import Burst, StallOverTime
-from ioprobe.record import ClientsPoint, DensityRow, RunRecord, SizeData, to_plain
+from ioprobe.record import ClientsPoint, DensityRow, RunRecord, SizeData, TuneData, to_plain
 from ioprobe.redact import printable
 from ioprobe.render import sizing_text
 from ioprobe.render.facts import (
@@ -52,6 +52,7 @@ from ioprobe.render.facts import (
 )
 from ioprobe.render.format import figure, gbps, rate, sample_size, size_label
 from ioprobe.render.host import host_facts
+from ioprobe.render.tune_text import TUNE_COLUMNS, tune_cells, tune_summary
 
 W = 760  # chart width in CSS pixels
 PALETTE = (
@@ -71,6 +72,7 @@ COMPUTE = "#4e79a7"
 Scale = Callable[[float], float]  # a value to its coordinate on one axis
 
 CSS = """
+rect.pred{fill:#9db4c8}rect.meas{fill:#2f6690}
 body{font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;
 color:#1d2329;background:#f6f7f9}
 main{max-width:980px;margin:0 auto;padding:24px 20px 60px}
@@ -698,6 +700,7 @@ def render(rec: RunRecord, f: Findings) -> str:
         *_head(rec, f),
         *_answer(rec, f),
         *ranks_section(rec, f),
+        *_tune_section(rec),
         *_operators_section(f.operators),
         *_measurements_section(rec, f),
         *(x for x in (copies_table(f.copies), series_section(f.gpu_series)) if x),
@@ -816,6 +819,51 @@ def _table(
         for cells in rows
     )
     return f'<div class="card"><table id="{ident}"><tr>{head}</tr>{body}</table></div>'
+
+
+def _tune_section(rec: RunRecord) -> list[str]:
+    """``ioprobe tune``'s trials: predicted against measured for each, then what they say."""
+    t = rec.tune
+    if t is None or not t.trials:
+        return []
+    rows = [tune_cells(t, i) for i in range(len(t.trials))]
+    notes = "".join(f"<li>{e(x)}</li>" for x in tune_summary(t))
+    return [
+        "<h2>Trials (ioprobe tune)</h2>",
+        _tune_chart(t),
+        _table("tune", TUNE_COLUMNS, rows),
+        f'<ul id="tune-summary" class="note">{notes}</ul>',
+    ]
+
+
+def _tune_chart(t: TuneData) -> str:
+    """A pair of bars per trial: the replay's prediction and the measurement, on one scale."""
+    pairs = [(t_.predicted_samples_per_s, t_.measured_samples_per_s) for t_ in t.trials]
+    top = max((v for p in pairs for v in p if v), default=0.0)
+    if top <= 0:
+        return ""
+    bar_h, gap, width = 12, 10, 420
+    rows = []
+    for i, (pred, meas) in enumerate(pairs):
+        y = i * (2 * bar_h + gap)
+        for k, (v, cls) in enumerate(((pred, "pred"), (meas, "meas"))):
+            if not v:
+                continue
+            w = max(v / top * width, 1.0)
+            rows.append(
+                f'<rect class="{cls}" x="70" y="{y + k * bar_h}" width="{w:.1f}" '
+                f'height="{bar_h - 2}"><title>trial {i + 1} {"predicted" if k == 0 else "measured"}'
+                f" {e(rate(v))} samples/s</title></rect>"
+            )
+        rows.append(f'<text x="0" y="{y + bar_h + 3}">trial {i + 1}</text>')
+    h = len(pairs) * (2 * bar_h + gap)
+    return (
+        f'<div class="card"><svg id="tune-chart" viewBox="0 0 {width + 80} {h}" '
+        f'role="img" aria-label="predicted and measured samples/s per trial">'
+        + "".join(rows)
+        + "</svg><p class=\"note\">upper bar: the replay's prediction; lower: the trial's "
+        "measurement</p></div>"
+    )
 
 
 def _utilisation_chart(sz: SizeData) -> str:

@@ -33,6 +33,7 @@ from ioprobe.render.facts import (
     verdict,
 )
 from ioprobe.render.format import gbps, rate, size_label
+from ioprobe.render.tune_text import TUNE_COLUMNS, tune_cells, tune_summary
 
 # data never starts a line here, so only the characters that act mid-line need escaping
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
@@ -51,6 +52,7 @@ def render(rec: RunRecord, f: Findings) -> str:
     lines += _stall_bursts(f)
     lines += _stage_table(rec, f.stages)
     lines += _ranks(rec, f)
+    lines += _tune(rec)
     if f.kind != "size":  # a sizing's advice is its verdict and its table
         lines += _recommendations(f.recommendations) if judged(rec) else []
     lines += _sizing(rec.sizing, f) if f.kind == "size" and rec.sizing is not None else []
@@ -103,6 +105,18 @@ def _ranks(rec: RunRecord, f: Findings) -> list[str]:
     lines.append("")
     for x in (rank_rest(t), missing_line(t)):
         lines += [md(x), ""] if x else []
+    return lines
+
+
+def _tune(rec: RunRecord) -> list[str]:
+    """``ioprobe tune``'s trials: the table, then what they say."""
+    t = rec.tune
+    if t is None or not t.trials:
+        return []
+    lines = ["**Trials (ioprobe tune)**", ""]
+    lines += _table(TUNE_COLUMNS, [tune_cells(t, i) for i in range(len(t.trials))])
+    for x in tune_summary(t):
+        lines += [md(x), ""]
     return lines
 
 

@@ -25,7 +25,15 @@ from ioprobe.render.facts import (
     verdict,
 )
 from ioprobe.render.format import rate
-from ioprobe.render.widgets import copy_table, facts, operator_table, rank_table, recommendations
+from ioprobe.render.tune_text import tune_summary
+from ioprobe.render.widgets import (
+    copy_table,
+    facts,
+    operator_table,
+    rank_table,
+    recommendations,
+    tune_table,
+)
 
 BAR = 24
 
@@ -90,6 +98,7 @@ def _summary(rec: RunRecord, f: Findings) -> RenderableType:
         Text(""),
         _stage_table(rec),
         *_cluster(rec, f),
+        *_tune(rec),
     ]
     if f.operators:
         parts += [Text(""), operator_table(f.operators)]
@@ -101,6 +110,19 @@ def _summary(rec: RunRecord, f: Findings) -> RenderableType:
     parts += facts([(k, v) for k, v in measurements(rec, f) if k not in ("dataset", "size")])
     parts += [Text(f"note: {n}", style="dim") for n in _notes(rec)]
     return Group(*parts)
+
+
+def _tune(rec: RunRecord) -> list[RenderableType]:
+    """``ioprobe tune``'s trials and what they say."""
+    t = rec.tune
+    if t is None or not t.trials:
+        return []
+    return [
+        Text(""),
+        Text("Trials (ioprobe tune)", style="bold"),
+        tune_table(t),
+        *(Text(line) for line in tune_summary(t)),
+    ]
 
 
 def _stall_line(f: Findings) -> list[RenderableType]:

@@ -11,8 +11,10 @@ from ioprobe.analysis.cluster import RankTable
 from ioprobe.analysis.pcie import CopyRow
 from ioprobe.analysis.ranks import RankSpread
 from ioprobe.analysis.report import Findings, OperatorRow
+from ioprobe.record import TuneData
 from ioprobe.render.facts import Facts, rank_cells, rank_columns
 from ioprobe.render.format import gbps, rate, size_label
+from ioprobe.render.tune_text import TUNE_COLUMNS, tune_cells
 
 
 def recommendations(f: Findings, title: str) -> list[RenderableType]:
@@ -95,4 +97,21 @@ def rank_table(t: RankTable, spread: RankSpread | None) -> Table:
     return table
 
 
-__all__ = ["copy_table", "facts", "operator_table", "rank_table", "recommendations"]
+def tune_table(t: TuneData) -> Table:
+    """``ioprobe tune``'s trials, a row each; the measured best in bold."""
+    table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
+    for name, numeric in TUNE_COLUMNS:
+        table.add_column(name, justify="right" if numeric else "left")
+    for i in range(len(t.trials)):
+        table.add_row(*tune_cells(t, i), style="bold" if i == t.best else None)
+    return table
+
+
+__all__ = [
+    "copy_table",
+    "facts",
+    "operator_table",
+    "rank_table",
+    "recommendations",
+    "tune_table",
+]

@@ -292,6 +292,9 @@ class WatchCollector:
         self._heavy: list[tuple[int, int, int, int, int, int]] = []
         self._heavy_bar = -1
         self._log = array("q")  # BATCH_LOG_ROWS rows of _LOG_COLUMNS, laid flat
+        # batches left to deliver before a trial of ``ioprobe tune`` stops the script (the
+        # loader raises TrialDone at the next request); None outside a trial
+        self.stop_after: int | None = None
         self.next_cpu_ns = 0  # note_next_cpu
         self.next_cpu_calls = 0
         self.worker_private: int | None = None  # note_memory

@@ -14,6 +14,7 @@ import atexit
 import contextlib
 import importlib.abc
 import importlib.machinery
+import json
 import os
 import sys
 from types import ModuleType
@@ -23,6 +24,7 @@ from ioprobe.watch.stateful import is_stateful, patch_class, watch_every_loader
 
 TARGET = "torch.utils.data.dataloader"
 LIVE_ENV = "IOPROBE_LIVE"  # "1": ioprobe run --live
+TRIAL_ENV = "IOPROBE_TRIAL"  # a trial of ioprobe tune: its settings and batches, as JSON
 _watchers: list[Any] = []
 
 
@@ -67,11 +69,36 @@ def _patch(module: ModuleType) -> None:
     dl_cls.__init_subclass__ = classmethod(init_subclass)
 
 
+def trial() -> dict[str, Any]:
+    """The trial ``ioprobe tune`` asked this process for (``IOPROBE_TRIAL``, JSON): the
+    DataLoader settings to use (``overrides``) and the batches to measure (``batches``);
+    empty outside a trial or where it does not parse."""
+    text = os.environ.get(TRIAL_ENV)
+    if not text:
+        return {}
+    try:
+        plan = json.loads(text)
+    except ValueError:
+        return {}
+    return plan if isinstance(plan, dict) else {}
+
+
 def _watcher(loader: Any) -> Any:
-    """A new watcher for ``loader``, saved at exit (and drawing the live panel if asked)."""
+    """A new watcher for ``loader``, saved at exit (and drawing the live panel if asked).
+    In a trial of ``ioprobe tune``, a loader with workers runs under the trial's settings
+    and stops the script once it has delivered the trial's batches."""
     from ioprobe.watch.torch import Watched
 
-    watched = Watched(loader)
+    plan = trial()
+    if plan and getattr(loader, "num_workers", 0) > 0:
+        overrides = plan.get("overrides") or {}
+        # the trial's batches count from the end of its workers' first round
+        first_round = overrides.get("num_workers") or loader.num_workers
+        batches = plan.get("batches")
+        stop = batches + first_round if isinstance(batches, int) else None
+        watched = Watched(loader, overrides=overrides, stop_after=stop)
+    else:
+        watched = Watched(loader)
     _watchers.append(watched)
     if live_requested():
         from ioprobe.watch.live import attach

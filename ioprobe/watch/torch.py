@@ -16,6 +16,7 @@ The user's loader object is never modified.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import os
 import sys
@@ -31,7 +32,7 @@ from torch.utils.data._utils.collate import default_collate, default_convert
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
 from ioprobe.collect.procfs import IO, parse_io, parse_runqueue_ns, private_bytes
-from ioprobe.errors import BadInputError
+from ioprobe.errors import BadInputError, TrialDone
 from ioprobe.loaders import files as _files
 from ioprobe.record import GpuAlone, LoaderSettings, RunRecord, Stages, WatchEpoch
 from ioprobe.redact import printable, redact_url
@@ -480,9 +481,15 @@ class TimedCollate:
 # ----------------------------------------------------------------------------- main side
 
 
-def rebuild(loader: DataLoader[Any]) -> DataLoader[Any]:
+# The settings ``ioprobe tune`` may change in a trial: a DataLoader's queue, nothing that
+# changes what the batches hold.
+TRIAL_SETTINGS = ("num_workers", "prefetch_factor", "in_order")
+
+
+def rebuild(loader: DataLoader[Any], overrides: dict[str, Any] | None = None) -> DataLoader[Any]:
     """A sibling of ``loader`` over the timed dataset and collate, with every setting the
-    user gave it (the same sampler object, so the same order)."""
+    user gave it (the same sampler object, so the same order), but ``overrides`` (of
+    TRIAL_SETTINGS: a trial of ``ioprobe tune``)."""
     ds = loader.dataset
     if isinstance(ds, IterableDataset):
         wrapped: Any = TimedIterable(ds)
@@ -508,6 +515,11 @@ def rebuild(loader: DataLoader[Any]) -> DataLoader[Any]:
     }
     if loader.num_workers > 0:
         kw["prefetch_factor"] = loader.prefetch_factor
+    kw.update({k: v for k, v in (overrides or {}).items() if k in TRIAL_SETTINGS})
+    if kw["num_workers"] == 0:
+        kw.pop("prefetch_factor", None)
+    elif kw.get("prefetch_factor") is None:
+        kw["prefetch_factor"] = 2  # torch's default with workers
     cls, extra = _sibling_class(loader)
     kw.update(extra)
     inner: DataLoader[Any]
@@ -724,6 +736,10 @@ def iterate(
         collector.iter_began(t_iter, clock())
         n, memory_at = 0, max(getattr(inner, "num_workers", 0), 0) + 1
         while True:
+            if collector.stop_after is not None:  # a trial of ioprobe tune
+                if collector.stop_after <= 0:
+                    raise TrialDone
+                collector.stop_after -= 1
             # read per batch: to_device may begin a timeline mid-epoch
             tl = collector.timeline
             if tl is not None:
@@ -754,8 +770,8 @@ def iterate(
             if device is not None:
                 batch = move(batch, device, None, collector.timeline)
             yield batch
-    except GeneratorExit:
-        raise  # the consumer stopped early (break): not an error
+    except (GeneratorExit, TrialDone):
+        raise  # the consumer stopped early (break), or a trial ended: not an error
     except BaseException as exc:
         error = exc
         raise
@@ -1083,23 +1099,44 @@ def _random_samplers(sampler: Any, depth: int = 0) -> list[Any]:
 class Watched:
     """What ``ioprobe.watch`` returns for a DataLoader: the loader, plus ``.run`` (a RunRecord)."""
 
-    def __init__(self, loader: Any, device: Any = None, finish: Finish = unjudged) -> None:
+    def __init__(
+        self,
+        loader: Any,
+        device: Any = None,
+        finish: Finish = unjudged,
+        overrides: dict[str, Any] | None = None,
+        stop_after: int | None = None,
+    ) -> None:
         self._loader = loader
         self._finish = finish
         self._device = resolve_device(device) if device is not None else None
-        self._inner = rebuild(loader)
+        self._inner = rebuild(loader, overrides)
         _adopt_pending_iterator(loader, self._inner)
         try:
             n: int | None = len(loader.dataset)
         except TypeError:
             n = None
         adapter = DataLoaderAdapter.of(loader)
+        if overrides:  # a trial: the user's loader under the trial's settings
+            inner = self._inner
+            adapter.settings = dataclasses.replace(
+                adapter.settings,
+                workers=inner.num_workers,
+                prefetch_factor=inner.prefetch_factor,
+                in_order=inner.in_order,
+            )
+            adapter.description.update(
+                num_workers=str(inner.num_workers),
+                prefetch_factor=str(inner.prefetch_factor),
+                in_order=str(inner.in_order),
+            )
         self._collector = WatchCollector(
             adapter,
             adapter.settings.batch_size,
             n,
             str(self._device) if self._device is not None else None,
         )
+        self._collector.stop_after = stop_after
         self._run: RunRecord | None = None
 
     @property

@@ -12,19 +12,14 @@ import pytest
 
 from ioprobe.analysis import loader_sim
 from ioprobe.record import RunRecord
-from tests.fixtures.datasets import SkewedDataset, SleepDataset
+from tests.fixtures.datasets import SleepDataset
 from tests.integration.cli import run_cli
 from tests.validation import CASES, SWEEPS, Case, run, validate
 
 # the matrix's cases cut short for CI: the same construction, fewer samples
 SMALL = {
-    "skewed-remote": dataclasses.replace(
-        CASES["skewed-remote"], make=lambda: SkewedDataset(1200, 0.002, 50, 150.0)
-    ),
-    "latency-bound": dataclasses.replace(
-        CASES["latency-bound"], make=lambda: SleepDataset(800, 0.004)
-    ),
-    "mixed": CASES["mixed"],
+    name: dataclasses.replace(CASES[name], steady_batches=100)
+    for name in ("skewed-remote", "latency-bound", "mixed")
 }
 
 
@@ -38,7 +33,7 @@ def test_the_run_as_it_was_replays_to_within_15_percent_of_its_measured_rate(nam
 def test_a_batchs_bytes_and_a_workers_private_memory_are_measured() -> None:
     case = Case(
         "bytes",
-        lambda: SleepDataset(256, 0.0, floats=1024),
+        lambda n: SleepDataset(n, 0.0, floats=1024),
         8,
         loader_sim.Setting(2, 2, True),
         0.0,

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from ioprobe.analysis import loader_sim
+from ioprobe.analysis import loader_sim, tune
 from ioprobe.analysis.model import pipeline_model
 from ioprobe.analysis.recommend import loader_rule
 from ioprobe.analysis.whatif import whatif
@@ -23,8 +23,10 @@ from ioprobe.record import (
     LoaderSettings,
     RunRecord,
     Stages,
+    TuneTrial,
     WatchData,
 )
+from ioprobe.render.tune_text import tune_lines
 from ioprobe.watch.torch import tensor_bytes
 
 MB = 1 << 20
@@ -179,3 +181,36 @@ def test_a_batchs_bytes_are_its_tensors_however_nested() -> None:
     batch = {"x": torch.zeros(8, 3, dtype=torch.float32), "y": [torch.zeros(8, dtype=torch.int64)]}
     assert tensor_bytes(batch) == 8 * 3 * 4 + 8 * 8
     assert tensor_bytes(["no tensors"]) is None
+
+
+def test_tune_plans_the_advised_setting_first_and_never_the_scripts_own() -> None:
+    rec = record(skewed_log())
+    chosen = tune.plan(rec, 4)
+    base = loader_sim.recorded_setting(rec)
+    top = loader_sim.advice(rec)
+    assert top is not None and chosen and chosen[0].setting == top.setting
+    assert len(chosen) == 4 and len({p.setting for p in chosen}) == 4
+    assert all(p.setting != base and p.fits for p in chosen)
+
+
+def test_tune_names_the_cheapest_setting_within_two_percent_of_the_fastest() -> None:
+    rows = [
+        TuneTrial(4, 2, True, None, 100.0),
+        TuneTrial(8, 2, True, 200.0, 199.0),
+        TuneTrial(16, 2, True, 210.0, 200.0),  # fastest, but asks twice the workers
+        TuneTrial(8, 2, False, 190.0, 150.0),
+    ]
+    data = tune.outcome(rows, 60)
+    assert data.best == 1
+    assert tune.change_text(data) == "DataLoader(..., num_workers=8)"
+    assert tune.median_error(data) == pytest.approx(sorted([1 / 199, 0.05, 40 / 150])[1])
+    lines = tune_lines(data)
+    assert lines[0].split() == [
+        "trial", "num_workers", "prefetch_factor", "in_order", "predicted", "samples/s",
+        "measured", "samples/s", "error", "memory", "note",
+    ]  # fmt: skip
+    assert "measured best" in lines[2] and "the script's own setting" in lines[1]
+    assert "Measured best: trial 2, 199 samples/s (1.99x the script's own)." in lines[-3]
+    # nothing measured: no best, and the summary says so
+    empty = tune.outcome([TuneTrial(4, 2, True, None, None)], 60)
+    assert empty.best is None and tune.change_text(empty) is None

@@ -1,0 +1,144 @@
+"""Find the DataLoader settings that feed the GPU fastest, measured on your own script.
+
+  ioprobe tune [--trial-batches N] [--trials K] [--json F] [--md F] -- python train.py ARGS...
+
+Runs the unchanged script several times, each a short trial: the first as it is, the rest
+with the DataLoader's num_workers, prefetch_factor and in_order overridden (every
+DataLoader with workers that the script iterates). A trial stops the script once its loader
+has delivered its workers' first round and N more batches (--trial-batches, default 200): at
+the loader's next request the script exits as on sys.exit(0), so its finally blocks run.
+
+The settings tried after the first come from replaying the first trial's batches under every
+nearby setting (workers sharing the cores, slow samples holding the queue, reads sharing the
+storage as measured): the advised one, the fastest predicted, and their neighbours, never one
+past the host's free memory. It prints a table of the trials (setting, predicted, measured,
+memory), the measured best and the change to make, and how far the predictions were off.
+
+Each trial runs the script's own code up to that point: what it writes (logs, checkpoints,
+a first evaluation) it writes in every trial. Point it at a scratch output directory, or
+have it read IOPROBE_TRIAL (set only in a trial) and skip its side effects there.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+from rich.console import Console
+
+from ioprobe.analysis import loader_sim
+from ioprobe.analysis.loader_sim import Prediction, Setting
+from ioprobe.analysis.report import findings
+from ioprobe.analysis.tune import outcome, plan, trial_of
+from ioprobe.cli._common import check_outputs, count, write_record, write_text
+from ioprobe.cli.run import _check_command, _run_watched
+from ioprobe.errors import BadInputError
+from ioprobe.outputs import writes_stdout
+from ioprobe.record import RunRecord, TuneTrial
+from ioprobe.render import markdown
+from ioprobe.render.tune_text import tune_lines
+from ioprobe.watch.run_hook import TRIAL_ENV
+
+MAX_TRIALS = 12
+
+
+@click.command(help=__doc__, context_settings={"ignore_unknown_options": True})
+@click.option(
+    "--trial-batches",
+    type=count(),
+    default=200,
+    show_default=True,
+    help="Batches each trial measures after its workers' first round.",
+)
+@click.option(
+    "--trials",
+    type=click.IntRange(1, MAX_TRIALS),
+    default=4,
+    show_default=True,
+    help="Settings tried after the script's own.",
+)
+@click.option(
+    "--json",
+    "json_path",
+    metavar="FILE",
+    help="Write the first trial's record, with every trial, as JSON.",
+)
+@click.option(
+    "--md", "md_path", metavar="FILE", help="Write the report and the trials as Markdown."
+)
+@click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
+def command(
+    trial_batches: int,
+    trials: int,
+    json_path: str | None,
+    md_path: str | None,
+    cmd: tuple[str, ...],
+) -> None:
+    check_outputs([("--json", json_path), ("--md", md_path)])
+    if any(writes_stdout(p) for p in (json_path, md_path) if p):
+        raise BadInputError("ioprobe tune: stdout is the script's; give the outputs file names")
+    _check_command(cmd[0])
+    err = Console(stderr=True, highlight=False)
+    err.print(f"ioprobe tune: trial 1 of up to {trials + 1}: the script as it is")
+    code, first = _trial(cmd, None, trial_batches)
+    if first is None:
+        raise BadInputError(
+            f"ioprobe tune: the script iterated no DataLoader with workers (exit code {code}): "
+            "nothing to tune"
+        )
+    base = loader_sim.recorded_setting(first)
+    if base is None:
+        raise BadInputError(
+            "ioprobe tune: the script's loader loads in its main process (num_workers=0) "
+            "or is not a DataLoader: give it workers to tune"
+        )
+    chosen = plan(first, trials)
+    rows = [trial_of(base, first, None)]
+    rows[0].exit_code = code
+    for k, p in enumerate(chosen, 2):
+        err.print(f"ioprobe tune: trial {k} of {len(chosen) + 1}: {_label(p.setting)}")
+        rows.append(_measure(cmd, p, trial_batches))
+    first.tune = outcome(rows, trial_batches)
+    err.print("")
+    for line in tune_lines(first.tune):
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
+    if json_path:
+        write_record(first, json_path)
+    if md_path:
+        write_text(md_path, markdown.render(first, findings(first)), "--md")
+    if first.tune.best is None:
+        sys.exit(1)
+
+
+def _trial(
+    cmd: tuple[str, ...], setting: Setting | None, batches: int
+) -> tuple[int, RunRecord | None]:
+    """Run the script as one trial: its exit code and the record of the loader with workers
+    that delivered the most, or None where it iterated none."""
+    overrides = (
+        {}
+        if setting is None
+        else {
+            "num_workers": setting.workers,
+            "prefetch_factor": setting.prefetch_factor,
+            "in_order": setting.in_order,
+        }
+    )
+    plan_env = {"overrides": overrides, "batches": batches}
+    code, runs = _run_watched(cmd, extra_env={TRIAL_ENV: json.dumps(plan_env)})
+    runs = [r for r in runs if r.watch is not None and r.watch.settings.workers > 0]
+    return code, runs[0] if runs else None
+
+
+def _measure(cmd: tuple[str, ...], p: Prediction, batches: int) -> TuneTrial:
+    code, rec = _trial(cmd, p.setting, batches)
+    row = trial_of(p.setting, rec, p)
+    row.exit_code = code
+    if rec is None:
+        row.note = f"no record: the script exited {code} before its loader ran"
+    return row
+
+
+def _label(s: Setting) -> str:
+    return f"num_workers={s.workers}, prefetch_factor={s.prefetch_factor}, in_order={s.in_order}"

@@ -1,0 +1,52 @@
+"""``ioprobe tune`` on an unchanged script: trials under the settings the replay ranked,
+each stopped once measured, the table and the change to make, the record with every trial."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from ioprobe.record import RunRecord
+from tests.integration.cli import REPO, run_cli
+
+SCRIPT = str(REPO / "tests" / "fixtures" / "tune_train.py")
+
+
+def test_tune_tries_the_replays_settings_and_names_the_measured_best(tmp_path: Path) -> None:
+    out, record = tmp_path / "done.txt", tmp_path / "tune.json"
+    md = tmp_path / "tune.md"
+    result = run_cli(
+        "tune", "--trial-batches", "60", "--trials", "2", "--json", str(record),
+        "--md", str(md), "--", sys.executable, SCRIPT, "4000", str(out),
+        timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    # every trial stopped the script before its end: its last line never ran
+    assert not out.exists()
+    rec = RunRecord.load(record)
+    assert rec.tune is not None and len(rec.tune.trials) == 3
+    first, *rest = rec.tune.trials
+    assert (first.workers, first.prefetch_factor, first.in_order) == (4, 2, True)
+    assert first.predicted_samples_per_s is None and first.exit_code == 0
+    for t in rest:
+        assert t.measured_samples_per_s and t.predicted_samples_per_s
+        assert (t.workers, t.prefetch_factor, t.in_order) != (4, 2, True)
+        # a trial measures its batches and stops: the first round and 60 more, not 3 epochs
+        assert t.workers + 60 <= t.batches <= t.workers + 61
+    assert rec.tune.best is not None
+    best = rec.tune.trials[rec.tune.best]
+    assert best.measured_samples_per_s == max(
+        t.measured_samples_per_s or 0 for t in rec.tune.trials
+    )
+    # the skewed loader's own setting is far from its best: a trial beats it
+    assert rec.tune.best != 0
+    assert "Measured best: trial" in result.stderr and "Change: DataLoader(..., " in result.stderr
+    assert "**Trials (ioprobe tune)**" in md.read_text()
+
+
+def test_tune_refuses_a_script_without_a_loader_with_workers(tmp_path: Path) -> None:
+    result = run_cli(
+        "tune", "--", sys.executable, SCRIPT, "200", str(tmp_path / "x"), "0", timeout=120
+    )
+    assert result.returncode == 2, result.stderr
+    assert "num_workers=0" in result.stderr or "no DataLoader" in result.stderr

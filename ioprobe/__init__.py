@@ -3,7 +3,8 @@
 The Python entry point. ``watch`` wraps a DataLoader or a DALI iterator or pipeline and
 measures it while it trains; ``to_device`` moves a batch to the GPU (timed inside a watched
 loop); ``gpu_alone`` times the training step with no data to wait for;
-``time_dali_operators`` turns on DALI's per-operator timing for pipelines built afterwards.
+``time_dali_operators`` turns on DALI's per-operator timing for pipelines built afterwards;
+``tune`` tries a DataLoader's settings and names the one that delivers fastest.
 
 Importing ioprobe does nothing else: no framework is imported and the environment is left
 alone. Each function imports what it needs when it is called.
@@ -39,6 +40,62 @@ def watch(loader: Any, device: Any = None, live: bool = False) -> Any:
     from ioprobe.watch.api import watch as _watch
 
     return _watch(loader, device, _judge, live)
+
+
+def tune(loader: Any, step: Any = None, batches: int = 200, trials: int = 4) -> RunRecord:
+    """Find the DataLoader settings that deliver fastest, by trials in this process: the
+    loader as it is, then the settings the replay of its batches ranks (``num_workers``,
+    ``prefetch_factor``, ``in_order``; never one past the host's free memory), each
+    iterated for its workers' first round and ``batches`` more, calling ``step(batch)`` on
+    each batch as the training loop would (None: take the batches and do nothing).
+
+    Returns the first trial's record, judged, with every trial in ``.tune`` (predicted and
+    measured samples/s, memory; ``.tune.best`` indexes the measured best). Each trial begins
+    a new pass over ``loader``; ``loader`` itself is left as it was."""
+    from ioprobe.analysis import finalize_watch, loader_sim
+    from ioprobe.analysis.catalog import try_load_catalog
+    from ioprobe.analysis.tune import outcome, plan, trial_of
+    from ioprobe.errors import BadInputError, TrialDone
+    from ioprobe.watch.torch import Watched
+
+    if getattr(loader, "num_workers", 0) < 1:
+        raise BadInputError(
+            "ioprobe.tune: the loader loads in the main process (num_workers=0) or is not a "
+            "DataLoader: give it workers to tune"
+        )
+    if batches < 1 or trials < 1:
+        raise BadInputError("ioprobe.tune: batches and trials must be at least 1")
+    catalog = try_load_catalog()
+
+    def trial(setting: loader_sim.Setting | None) -> RunRecord:
+        overrides = (
+            {}
+            if setting is None
+            else {
+                "num_workers": setting.workers,
+                "prefetch_factor": setting.prefetch_factor,
+                "in_order": setting.in_order,
+            }
+        )
+        workers = setting.workers if setting is not None else loader.num_workers
+        watched = Watched(loader, overrides=overrides or None, stop_after=batches + workers)
+        try:
+            for batch in watched:
+                if step is not None:
+                    step(batch)
+        except TrialDone:
+            pass
+        return finalize_watch(watched.run, catalog)
+
+    first = trial(None)
+    base = loader_sim.recorded_setting(first)
+    if base is None:
+        raise BadInputError("ioprobe.tune: the first trial delivered no batches to replay")
+    rows = [trial_of(base, first, None)]
+    for p in plan(first, trials):
+        rows.append(trial_of(p.setting, trial(p.setting), p))
+    first.tune = outcome(rows, batches)
+    return first
 
 
 def _judge(rec: RunRecord) -> RunRecord:

@@ -24,7 +24,7 @@ def tune_cells(tune: TuneData, i: int) -> list[str]:
     """Trial ``i``'s row, in TUNE_COLUMNS order; the first is the script's own setting."""
     t = tune.trials[i]
     err = _error(t)
-    note = "the script's own setting" if i == 0 else t.note
+    note = "the setting as given" if i == 0 else t.note
     if i == tune.best:
         note = "measured best" + (f"; {note}" if note else "")
     return [

@@ -209,7 +209,7 @@ def test_tune_names_the_cheapest_setting_within_two_percent_of_the_fastest() -> 
         "trial", "num_workers", "prefetch_factor", "in_order", "predicted", "samples/s",
         "measured", "samples/s", "error", "memory", "note",
     ]  # fmt: skip
-    assert "measured best" in lines[2] and "the script's own setting" in lines[1]
+    assert "measured best" in lines[2] and "the setting as given" in lines[1]
     assert "Measured best: trial 2, 199 samples/s (1.99x the script's own)." in lines[-3]
     # nothing measured: no best, and the summary says so
     empty = tune.outcome([TuneTrial(4, 2, True, None, None)], 60)

@@ -54,6 +54,7 @@ def tune(loader: Any, step: Any = None, batches: int = 200, trials: int = 4) -> 
     a new pass over ``loader``; ``loader`` itself is left as it was."""
     from ioprobe.analysis import finalize_watch, loader_sim
     from ioprobe.analysis.catalog import try_load_catalog
+    from ioprobe.analysis.queueing import MIN_BATCHES
     from ioprobe.analysis.tune import outcome, plan, trial_of
     from ioprobe.errors import BadInputError, TrialDone
     from ioprobe.watch.torch import Watched
@@ -63,8 +64,11 @@ def tune(loader: Any, step: Any = None, batches: int = 200, trials: int = 4) -> 
             "ioprobe.tune: the loader loads in the main process (num_workers=0) or is not a "
             "DataLoader: give it workers to tune"
         )
-    if batches < 1 or trials < 1:
-        raise BadInputError("ioprobe.tune: batches and trials must be at least 1")
+    if batches < MIN_BATCHES or trials < 1:
+        raise BadInputError(
+            f"ioprobe.tune: batches must be at least {MIN_BATCHES} (the replay's least) and "
+            "trials at least 1"
+        )
     catalog = try_load_catalog()
 
     def trial(setting: loader_sim.Setting | None) -> RunRecord:
@@ -91,8 +95,14 @@ def tune(loader: Any, step: Any = None, batches: int = 200, trials: int = 4) -> 
     base = loader_sim.recorded_setting(first)
     if base is None:
         raise BadInputError("ioprobe.tune: the first trial delivered no batches to replay")
+    chosen = plan(first, trials)
+    if not chosen:
+        raise BadInputError(
+            "ioprobe.tune: the first trial's batches could not be replayed (an epoch shorter "
+            f"than its workers' first round and {MIN_BATCHES} batches)"
+        )
     rows = [trial_of(base, first, None)]
-    for p in plan(first, trials):
+    for p in chosen:
         rows.append(trial_of(p.setting, trial(p.setting), p))
     first.tune = outcome(rows, batches)
     return first

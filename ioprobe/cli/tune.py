@@ -29,6 +29,7 @@ from rich.console import Console
 
 from ioprobe.analysis import loader_sim
 from ioprobe.analysis.loader_sim import Prediction, Setting
+from ioprobe.analysis.queueing import MIN_BATCHES
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.tune import outcome, plan, trial_of
 from ioprobe.cli._common import check_outputs, count, write_record, write_text
@@ -46,7 +47,7 @@ MAX_TRIALS = 12
 @click.command(help=__doc__, context_settings={"ignore_unknown_options": True})
 @click.option(
     "--trial-batches",
-    type=count(),
+    type=count(min=MIN_BATCHES),
     default=200,
     show_default=True,
     help="Batches each trial measures after its workers' first round.",
@@ -94,6 +95,12 @@ def command(
             "or is not a DataLoader: give it workers to tune"
         )
     chosen = plan(first, trials)
+    if not chosen:
+        raise BadInputError(
+            "ioprobe tune: the first trial's batches could not be replayed (no steady "
+            f"epoch of {MIN_BATCHES} batches past the first round): give a longer epoch or "
+            "more --trial-batches"
+        )
     rows = [trial_of(base, first, None)]
     rows[0].exit_code = code
     for k, p in enumerate(chosen, 2):

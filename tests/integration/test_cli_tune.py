@@ -6,6 +6,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
+from ioprobe.errors import BadInputError
 from ioprobe.record import RunRecord
 from tests.integration.cli import REPO, run_cli
 
@@ -50,3 +53,29 @@ def test_tune_refuses_a_script_without_a_loader_with_workers(tmp_path: Path) -> 
     )
     assert result.returncode == 2, result.stderr
     assert "num_workers=0" in result.stderr or "no DataLoader" in result.stderr
+
+
+def test_tune_in_process_tries_settings_and_leaves_the_loader_as_it_was() -> None:
+    import time
+
+    from torch.utils.data import DataLoader
+
+    import ioprobe
+    from tests.fixtures.datasets import SkewedDataset
+
+    loader = DataLoader(SkewedDataset(4000, 0.002, 50, 150.0), batch_size=16, num_workers=4)
+    steps: list[int] = []
+
+    def step(batch: object) -> None:
+        steps.append(1)
+        time.sleep(0.005)
+
+    rec = ioprobe.tune(loader, step=step, batches=60, trials=2)
+    assert rec.tune is not None and len(rec.tune.trials) == 3
+    assert all(t.measured_samples_per_s for t in rec.tune.trials)
+    # each trial: its workers' first round and 60 more, every batch through the step
+    assert len(steps) == sum(t.batches for t in rec.tune.trials)
+    assert all(t.batches == t.workers + 60 for t in rec.tune.trials)
+    with pytest.raises(BadInputError, match="batches must be at least 50"):
+        ioprobe.tune(loader, batches=10)
+    assert loader.num_workers == 4 and loader.prefetch_factor == 2

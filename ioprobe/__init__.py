@@ -72,17 +72,9 @@ def tune(loader: Any, step: Any = None, batches: int = 200, trials: int = 4) -> 
     catalog = try_load_catalog()
 
     def trial(setting: loader_sim.Setting | None) -> RunRecord:
-        overrides = (
-            {}
-            if setting is None
-            else {
-                "num_workers": setting.workers,
-                "prefetch_factor": setting.prefetch_factor,
-                "in_order": setting.in_order,
-            }
-        )
+        overrides = setting.overrides() if setting is not None else None
         workers = setting.workers if setting is not None else loader.num_workers
-        watched = Watched(loader, overrides=overrides or None, stop_after=batches + workers)
+        watched = Watched(loader, overrides=overrides, stop_after=batches + workers)
         try:
             for batch in watched:
                 if step is not None:

@@ -77,6 +77,14 @@ class Setting:
                 out.append(("num_workers" if name == "workers" else name, str(a), str(b)))
         return out
 
+    def overrides(self) -> dict[str, int | bool]:
+        """The DataLoader arguments that set this setting (a trial of ``ioprobe tune``)."""
+        return {
+            "num_workers": self.workers,
+            "prefetch_factor": self.prefetch_factor,
+            "in_order": self.in_order,
+        }
+
     def cost(self) -> tuple[int, int, int]:
         """What a setting asks of the host, to prefer the cheaper of two equal ones: cores
         and memory for workers, memory for queued batches; keeping the order is free."""

@@ -123,15 +123,7 @@ def _trial(
 ) -> tuple[int, RunRecord | None]:
     """Run the script as one trial: its exit code and the record of the loader with workers
     that delivered the most, or None where it iterated none."""
-    overrides = (
-        {}
-        if setting is None
-        else {
-            "num_workers": setting.workers,
-            "prefetch_factor": setting.prefetch_factor,
-            "in_order": setting.in_order,
-        }
-    )
+    overrides = setting.overrides() if setting is not None else {}
     plan_env = {"overrides": overrides, "batches": batches}
     code, runs = _run_watched(cmd, extra_env={TRIAL_ENV: json.dumps(plan_env)})
     runs = [r for r in runs if r.watch is not None and r.watch.settings.workers > 0]

@@ -611,6 +611,10 @@ class Distributed:
     exposed_wait_seconds: float | None = None
     exposed_fraction: float | None = None  # of the job's wall time
     steps_aligned: int = 0  # steps whose waits were compared across ranks
+    # a watched job: the rank whose record the merged one is (its stages, host, verdict and
+    # advice): the slowest, since every synchronous step waits for it; None in records made
+    # before it was chosen, which took the lowest rank's
+    verdict_rank: int | None = None
 
 
 @dataclass

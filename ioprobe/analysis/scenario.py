@@ -168,8 +168,33 @@ def recorded_gpus(rec: RunRecord) -> int:
     return max(rec.settings.gpus, 1)
 
 
+def ranks_on_host(rec: RunRecord) -> int:
+    """How many of a distributed job's ranks shared the recorded loader's host: the
+    launcher's count of processes on the node (``RankInfo.local_world_size``), else the
+    merged record's ranks on the same host; 1 outside a job, and for a probe (whose
+    distributed CPU stage already counts every rank's cores)."""
+    w = rec.watch
+    if w is None or w.rank is None:
+        return 1
+    if w.rank.local_world_size:
+        return max(w.rank.local_world_size, 1)
+    d = rec.distributed
+    if d is None:
+        return 1
+    return max(sum(1 for f in d.ranks if f.host == rec.host.hostname), 1)
+
+
 def recorded_cores(rec: RunRecord) -> float:
-    return float(rec.stages.cpu.usable_cores or rec.host.usable_cores or 1)
+    """The cores the recorded loader's CPU work could have: the process's usable cores, and
+    for one rank of a distributed job its share of them, the host's cores over the job's
+    ranks on that host (``ranks_on_host``). Every rank runs the same loader with the same
+    settings, so the other ranks' workers are the job's own load, not a foreign one: a
+    change of ``num_workers`` applies to every rank at once, and each rank's workers get
+    only its share of the cores. Taking the affinity as the share assumes the ranks' affinity
+    sets overlap (torchrun sets none); a launcher that pins each rank to cores of its own
+    gives each an affinity that is already its share, which this divides again."""
+    usable = float(rec.stages.cpu.usable_cores or rec.host.usable_cores or 1)
+    return usable / ranks_on_host(rec)
 
 
 def recorded_resources(rec: RunRecord) -> Resources:
@@ -301,7 +326,9 @@ def cpu_estimate(
             )
         if cpu.cpu_seconds_per_sample is not None:
             cpu.cpu_seconds_per_sample *= decode.cost_scale
-        cpu.usable_cores = int(new.cores)
+        if new.cores != old.cores:
+            # a rank's recorded share of its host may be fractional: left as recorded
+            cpu.usable_cores = max(int(new.cores), 1)
     if decode.loader is not None:
         cpu.loader = decode.loader
     cpu.capacity_samples_per_s = cap
@@ -731,6 +758,7 @@ __all__ = [
     "parse_pcie",
     "pcie_estimate",
     "probe_scale",
+    "ranks_on_host",
     "recorded_cores",
     "recorded_gpus",
     "recorded_order",

@@ -5,9 +5,9 @@ Each rank of a job run under ``torchrun`` or ``srun`` watches its own loader and
 record (``WatchData.rank`` says which rank). ``merge_ranks`` takes the records of one loader
 from every rank and makes one: the slowest rank's record (``slowest_rank``; the lowest
 rank's where none stands out) with ``distributed`` filled, each rank's figures
-(``rank_figures``, each with its own verdict) in it. In synchronous data-parallel training every step
-waits for the slowest rank, so a rank that waits for its data holds back the whole job: the
-exposed wait is that cost, step by step. ``rank_spread`` reads the merged record and names
+(``rank_figures``, each with its own verdict) in it. In synchronous data-parallel training
+every step waits for the slowest rank, so a rank that waits for its data holds back the
+whole job: the exposed wait is that cost, step by step, and the job's verdict is that rank's. ``rank_spread`` reads the merged record and names
 the stragglers and their cause. Nothing here measures; docs/watch.md (section "Under DDP")
 states the rules and their thresholds.
 """
@@ -167,9 +167,10 @@ def merge_ranks(records: Sequence[RunRecord]) -> RunRecord:
     """One record for a loader watched in every rank of a job: the slowest rank's record
     (``slowest_rank``; the lowest rank's where no rank stands out), so that its stages,
     verdict and advice are the job's, with ``distributed`` holding each rank's figures
-    (sorted by rank), the hosts they ran on, the ranks of the world with no record or one that delivered no batch (``missing_ranks``),
-    and the exposed wait (``exposed_wait``). A rank seen twice (a restarted worker) counts
-    by its record that delivered the most batches. A single record comes back unchanged: a
+    (sorted by rank), the hosts they ran on, the ranks of the world with no record or one
+    that delivered no batch (``missing_ranks``), the exposed wait (``exposed_wait``) and
+    which rank's record it is (``verdict_rank``). A rank seen twice (a restarted worker)
+    counts by its record that delivered the most batches. A single record comes back unchanged: a
     one-rank world behaves as a run without a launcher. Raises ValueError for no records,
     or several of which one carries no rank (they are not one job's)."""
     if not records:

@@ -191,7 +191,10 @@ def _cores_usable(rec: RunRecord) -> str:
     if n == 1:
         return f"{cores:.0f} cores are usable"
     verb = "is" if cores <= 1 else "are"
-    return f"{cores:.3g} of the host's {cores * n:.0f} cores per rank {verb} usable ({n} ranks share them)"
+    return (
+        f"{cores:.3g} of the host's {cores * n:.0f} cores per rank {verb} usable "
+        f"({n} ranks share them)"
+    )
 
 
 def _the_cores(rec: RunRecord) -> str:

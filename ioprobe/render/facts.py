@@ -20,6 +20,7 @@ from ioprobe.analysis.measures import (
 from ioprobe.analysis.pcie import link_label
 from ioprobe.analysis.ranks import RankSpread
 from ioprobe.analysis.report import Findings
+from ioprobe.analysis.scenario import ranks_on_host, recorded_cores
 from ioprobe.record import GpuSeries, PipelineRun, RankFigures, RunRecord, WatchData
 from ioprobe.render.format import change_flags, figure, mb_per_s, rate
 
@@ -125,9 +126,12 @@ def _cpu_detail(rec: RunRecord) -> str:
     if cpu.cpu_seconds_per_sample is None:
         return "not measured"
     loader = f" ({cpu.loader})" if cpu.loader else ""
+    n = ranks_on_host(rec)
+    # one rank of several on a host: its loader was modelled on its share of the cores
+    share = f", {recorded_cores(rec):.3g} per rank ({n} ranks on the host)" if n > 1 else ""
     return (
         f"{cpu.cpu_seconds_per_sample * 1e3:.2f} ms CPU/sample{loader}, "
-        f"{cpu.usable_cores} usable cores"
+        f"{cpu.usable_cores} usable cores{share}"
     )
 
 

@@ -771,6 +771,8 @@ class Recommendation:
     evidence: str = ""
     # the what-if that predicts it, when it is one; `ioprobe compare` matches a later run to it
     change: Change | None = None
+    # assumptions the prediction rests on that the run could not check (printed beside it)
+    unchecked: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -856,6 +858,8 @@ class WhatIfData:
     base_gpu_idle_fraction: float | None = None
     deltas: list[StageDelta] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
+    # those of them the predicted rate rests on that the run could not check
+    unchecked: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -886,7 +886,18 @@ def recommend(
                 predicted_samples_per_s=f.predicted_samples_per_s,
             )
         ]
+    for r in out:
+        r.unchecked = _unchecked(rec, r)
     return sorted(out, key=_rank)
+
+
+def _unchecked(rec: RunRecord, r: Recommendation) -> list[str]:
+    """What the advice's predicted rate assumes that the run could not check: its what-if's
+    (``scenario.unchecked_assumptions``); none for advice without a what-if."""
+    if r.change is None or r.predicted_samples_per_s is None:
+        return []
+    sc = _scenario(rec, r.change)
+    return list(sc.unchecked) if sc is not None else []
 
 
 # advice that asks for hardware this host does not have

@@ -74,6 +74,9 @@ class Scenario:
     findings: PipelineFindings
     deltas: tuple[StageDelta, ...]
     assumptions: tuple[str, ...]
+    # the assumptions the predicted rate rests on that the run could not check, in short:
+    # what a report prints beside the number (``unchecked_assumptions``)
+    unchecked: tuple[str, ...] = ()
 
     @property
     def predicted_samples_per_s(self) -> float:
@@ -241,7 +244,41 @@ def evaluate(rec: RunRecord, change: Change) -> Scenario:
             "no rate to predict; the record needs another measured stage"
         )
     assumptions = (*decode.assumptions, *cpu_why, *storage_why, *pcie_why, *gpu_why)
-    return Scenario(stages, pipeline_model(stages), _deltas(base.stages, stages, ch), assumptions)
+    model = pipeline_model(stages)
+    unchecked = unchecked_assumptions(base, ch, old, new, model.predicted_samples_per_s)
+    return Scenario(stages, model, _deltas(base.stages, stages, ch), assumptions, unchecked)
+
+
+# Beside a prediction that assumes storage linear in reads in flight, unchecked
+LINEAR_STORAGE = (
+    "assumes storage linear in reads in flight, unchecked: nothing measured tells a "
+    "bandwidth cap from a latency limit; whatif --probe PROBE.json measures it"
+)
+
+
+def unchecked_assumptions(
+    rec: RunRecord, ch: Change, old: Resources, new: Resources, predicted: float
+) -> tuple[str, ...]:
+    """The assumptions the rate ``predicted`` under ``ch`` rests on that the run could not
+    check. Storage read with more reads in flight and no measured curve (a probe's sweep, a
+    probe of the same storage, or this run's own fit of read time against reads in flight)
+    is taken as linear; a storage capped in total bandwidth stays at its recorded rate
+    instead (a server capped at 8 MB/s: "2.00x, 4 workers reading" predicted 248 samples/s,
+    a rerun gave 130). So where the recorded storage rate is below the prediction, the
+    prediction rests on that assumption; a new storage class, a cache too small for more
+    readers (held at this run's rate) and an unchanged count rest on no such thing."""
+    st = rec.stages.storage
+    cap = st.capacity_samples_per_s
+    if not cap or cap >= predicted or ch.storage is not None:
+        return ()
+    if ch.storage_sweep and rec.watch is not None:
+        return ()
+    if new.workers > old.workers and cache_room(rec, new.workers):
+        return ()
+    lanes = _storage_lanes(rec, new, ch.workers is not None)
+    if lanes <= _storage_lanes(rec, old, False):
+        return ()
+    return () if _storage_rate(rec, lanes)[1] else (LINEAR_STORAGE,)
 
 
 def _deltas(before: Stages, after: Stages, ch: Change) -> tuple[StageDelta, ...]:
@@ -768,4 +805,5 @@ __all__ = [
     "run_reads_in_flight",
     "split_base",
     "storage_estimate",
+    "unchecked_assumptions",
 ]

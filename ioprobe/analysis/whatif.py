@@ -57,6 +57,7 @@ def whatif(
             change=merge(before, change),
             deltas=list(sc.deltas),
             assumptions=list(sc.assumptions) + list(f.assumptions),
+            unchecked=list(sc.unchecked),
         ),
         notes=list(base.notes),
     )

@@ -40,6 +40,11 @@ def incomplete(rec: RunRecord) -> str:
     return f"incomplete: interrupted during {rec.interrupted or 'the run'}"
 
 
+def unchecked_text(unchecked: list[str]) -> str:
+    """What a prediction assumes that its run could not check, to print beside the number."""
+    return "; ".join(unchecked)
+
+
 def judged(rec: RunRecord) -> bool:
     """Whether the record names a bottleneck. A watch whose loader side went unmeasured has
     none (``analysis.finalize_watch``): its ``bottleneck`` field is then no finding."""
@@ -67,6 +72,8 @@ def verdict(rec: RunRecord, f: Findings) -> str:
             f"{rec.bottleneck}-bound: the pipeline can deliver "
             f"{rate(rec.predicted_samples_per_s)} samples/s"
         )
+        if rec.whatif is not None and rec.whatif.unchecked:
+            line += f" ({unchecked_text(rec.whatif.unchecked)})"
     if rec.measured_samples_per_s is not None:
         got = rate(rec.measured_samples_per_s)
         line += f" (measured {got})" if judged(rec) else f"; {got} samples/s delivered"
@@ -741,6 +748,7 @@ __all__ = [
     "size_facts",
     "stage_detail",
     "title",
+    "unchecked_text",
     "verdict",
     "was_line",
     "whatif_facts",

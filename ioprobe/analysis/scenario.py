@@ -256,6 +256,11 @@ LINEAR_STORAGE = (
 )
 
 
+# A prediction rests on an assumption where, without it, it would be lower by more than
+# this factor: the gain below which no advice is given either (recommend.MIN_GAIN)
+UNCHECKED_MARGIN = 1.05
+
+
 def unchecked_assumptions(
     rec: RunRecord, ch: Change, old: Resources, new: Resources, predicted: float
 ) -> tuple[str, ...]:
@@ -264,12 +269,13 @@ def unchecked_assumptions(
     probe of the same storage, or this run's own fit of read time against reads in flight)
     is taken as linear; a storage capped in total bandwidth stays at its recorded rate
     instead (a server capped at 8 MB/s: "2.00x, 4 workers reading" predicted 248 samples/s,
-    a rerun gave 130). So where the recorded storage rate is below the prediction, the
-    prediction rests on that assumption; a new storage class, a cache too small for more
-    readers (held at this run's rate) and an unchanged count rest on no such thing."""
+    a rerun gave 130). So where the recorded storage rate is below the prediction by more
+    than ``UNCHECKED_MARGIN`` (the gain the advice itself asks for), the prediction rests on
+    that assumption; a new storage class, a cache too small for more readers (held at this
+    run's rate) and an unchanged count rest on no such thing."""
     st = rec.stages.storage
     cap = st.capacity_samples_per_s
-    if not cap or cap >= predicted or ch.storage is not None:
+    if not cap or cap * UNCHECKED_MARGIN >= predicted or ch.storage is not None:
         return ()
     if ch.storage_sweep and rec.watch is not None:
         return ()
@@ -780,6 +786,7 @@ __all__ = [
     "GPU_DECODE_CPU_FRACTION",
     "GPU_DECODE_IMAGES_PER_S",
     "PCIE_EFFICIENCY",
+    "UNCHECKED_MARGIN",
     "Decode",
     "Resources",
     "Scenario",

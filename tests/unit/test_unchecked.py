@@ -42,6 +42,11 @@ def test_measured_scaling_a_new_class_or_storage_to_spare_assume_nothing_uncheck
     fast = _storage_bound()
     fast.stages.storage.capacity_samples_per_s = 5000.0
     assert evaluate(fast, Change(workers=4)).unchecked == ()
+    # storage at 390/s: with 4 workers the CPU's 400 limits, within 5% of storage as it is
+    near = _storage_bound()
+    near.stages.storage.capacity_samples_per_s = 390.0
+    sc = evaluate(near, Change(workers=4))
+    assert sc.predicted_samples_per_s == 400.0 and sc.unchecked == ()
 
 
 def test_the_advice_carries_the_assumption_beside_its_number_in_every_report() -> None:

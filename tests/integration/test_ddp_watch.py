@@ -139,7 +139,8 @@ def test_ranks_sharing_a_host_share_its_cores_and_the_advice_holds_on_a_rerun(
 ) -> None:
     if not torch.distributed.is_available():
         pytest.skip("this torch has no torch.distributed")
-    predicted, rerun = [], []
+    predicted: list[float] = []
+    rerun: list[float] = []
     # paired runs, interleaved: the host's other load drifts, and medians of pairs run side
     # by side hold where a single pair may not
     for _ in range(PAIRS):
@@ -153,8 +154,12 @@ def test_ranks_sharing_a_host_share_its_cores_and_the_advice_holds_on_a_rerun(
                 assert r.change.workers <= 2 * recorded_cores(rec), r.text
                 assert "blocked on reads" not in r.text  # storage never blocked them
         predicted.append(evaluate(rec, Change(workers=2)).predicted_samples_per_s)
-        rerun.append(_shared_run(tmp_path, 2).measured_samples_per_s)
-    assert statistics.median(predicted) == pytest.approx(statistics.median(rerun), rel=0.15)
+        again = _shared_run(tmp_path, 2).measured_samples_per_s
+        assert again is not None
+        rerun.append(again)
+    # each pair's error, its two runs side by side; the median pair's within 15%
+    errors = [p / r - 1 for p, r in zip(predicted, rerun, strict=True)]
+    assert abs(statistics.median(errors)) <= 0.15, list(zip(predicted, rerun, strict=True))
 
 
 def test_a_one_rank_world_records_as_a_run_without_a_launcher(tmp_path: Path) -> None:

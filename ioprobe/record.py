@@ -611,6 +611,10 @@ class Distributed:
     exposed_wait_seconds: float | None = None
     exposed_fraction: float | None = None  # of the job's wall time
     steps_aligned: int = 0  # steps whose waits were compared across ranks
+    # a watched job: the rank whose record the merged one is (its stages, host, verdict and
+    # advice): the slowest, since every synchronous step waits for it; None in records made
+    # before it was chosen, which took the lowest rank's
+    verdict_rank: int | None = None
 
 
 @dataclass
@@ -780,6 +784,8 @@ class Recommendation:
     evidence: str = ""
     # the what-if that predicts it, when it is one; `ioprobe compare` matches a later run to it
     change: Change | None = None
+    # assumptions the prediction rests on that the run could not check (printed beside it)
+    unchecked: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -869,6 +875,8 @@ class WhatIfData:
     base_gpu_idle_fraction: float | None = None
     deltas: list[StageDelta] = field(default_factory=list)
     assumptions: list[str] = field(default_factory=list)
+    # those of them the predicted rate rests on that the run could not check
+    unchecked: list[str] = field(default_factory=list)
 
 
 @dataclass

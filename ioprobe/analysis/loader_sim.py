@@ -41,7 +41,7 @@ from collections.abc import Sequence
 
 from ioprobe import capacity
 from ioprobe.analysis.queueing import replayable
-from ioprobe.analysis.scenario import recorded_cores
+from ioprobe.analysis.scenario import LINEAR_STORAGE, recorded_cores
 from ioprobe.record import BatchLog, RunRecord
 
 # Batches the replay runs: the logged ones cycled until the queue has settled past the
@@ -430,10 +430,7 @@ def _assumptions(c: Costs, base: Setting, s: Setting) -> tuple[str, ...]:
     blocked = sum(c.blocked) / max(sum(c.blocked) + sum(c.cpu), 1e-12)
     more_reads = s.workers > base.workers and blocked > 0.05
     if more_reads and c.exponent is None:
-        out.append(
-            "storage assumed to keep each read's time with more reads in flight: the run's "
-            "reads in flight varied too little to tell a latency limit from a bandwidth cap"
-        )
+        out.append(LINEAR_STORAGE)
     elif more_reads and s.workers * blocked > c.reads_in_flight_max * 1.25:
         out.append(
             f"storage's scaling extrapolated past the {c.reads_in_flight_max:.1f} reads in "

@@ -3,10 +3,11 @@ record, the spread across ranks, the stragglers and what the slowest rank costs 
 
 Each rank of a job run under ``torchrun`` or ``srun`` watches its own loader and makes its own
 record (``WatchData.rank`` says which rank). ``merge_ranks`` takes the records of one loader
-from every rank and makes one: the lowest rank's record with ``distributed`` filled, each
-rank's figures (``rank_figures``) in it. In synchronous data-parallel training every step
-waits for the slowest rank, so a rank that waits for its data holds back the whole job: the
-exposed wait is that cost, step by step. ``rank_spread`` reads the merged record and names
+from every rank and makes one: the slowest rank's record (``slowest_rank``; the lowest
+rank's where none stands out) with ``distributed`` filled, each rank's figures
+(``rank_figures``, each with its own verdict) in it. In synchronous data-parallel training
+every step waits for the slowest rank, so a rank that waits for its data holds back the
+whole job: the exposed wait is that cost, step by step, and the job's verdict is that rank's. ``rank_spread`` reads the merged record and names
 the stragglers and their cause. Nothing here measures; docs/watch.md (section "Under DDP")
 states the rules and their thresholds.
 """
@@ -163,11 +164,13 @@ def _info(rec: RunRecord) -> RankInfo | None:
 
 
 def merge_ranks(records: Sequence[RunRecord]) -> RunRecord:
-    """One record for a loader watched in every rank of a job: the lowest rank's record,
-    with ``distributed`` holding each rank's figures (sorted by rank), the hosts they ran on,
-    the ranks of the world with no record or one that delivered no batch (``missing_ranks``),
-    and the exposed wait (``exposed_wait``). A rank seen twice (a restarted worker) counts
-    by its record that delivered the most batches. A single record comes back unchanged: a
+    """One record for a loader watched in every rank of a job: the slowest rank's record
+    (``slowest_rank``; the lowest rank's where no rank stands out), so that its stages,
+    verdict and advice are the job's, with ``distributed`` holding each rank's figures
+    (sorted by rank), the hosts they ran on, the ranks of the world with no record or one
+    that delivered no batch (``missing_ranks``), the exposed wait (``exposed_wait``) and
+    which rank's record it is (``verdict_rank``). A rank seen twice (a restarted worker)
+    counts by its record that delivered the most batches. A single record comes back unchanged: a
     one-rank world behaves as a run without a launcher. Raises ValueError for no records,
     or several of which one carries no rank (they are not one job's)."""
     if not records:
@@ -185,9 +188,7 @@ def merge_ranks(records: Sequence[RunRecord]) -> RunRecord:
         if kept is None or _delivered(rec) > _delivered(kept):
             by_rank[info.rank] = rec
     present = {r: rec for r, rec in sorted(by_rank.items()) if _delivered(rec) > 0}
-    base = by_rank[min(present or by_rank)]
-    base_info = _info(base)
-    assert base_info is not None
+    first = by_rank[min(present or by_rank)]
     world = max(i.world_size for i in infos if i is not None)
     figures = [rank_figures(rec) for rec in present.values()]
     hosts: list[str] = []
@@ -195,6 +196,10 @@ def merge_ranks(records: Sequence[RunRecord]) -> RunRecord:
         if f.host not in hosts:
             hosts.append(f.host)
         f.node = hosts.index(f.host)
+    judged = slowest_rank(figures)
+    base = present[judged] if judged is not None else first
+    base_info = _info(base)
+    assert base_info is not None
     exposed, fraction, aligned = exposed_wait(list(present.values()))
     dist = Distributed(
         launcher=base_info.launcher,
@@ -206,8 +211,20 @@ def merge_ranks(records: Sequence[RunRecord]) -> RunRecord:
         exposed_wait_seconds=exposed,
         exposed_fraction=fraction,
         steps_aligned=aligned,
+        verdict_rank=base_info.rank,
     )
     return dataclasses.replace(base, distributed=dist)
+
+
+def slowest_rank(ranks: Sequence[RankFigures]) -> int | None:
+    """The rank whose record stands for the job: the most stalled straggler (``stragglers``),
+    since in synchronous data-parallel training every step ends when the slowest rank has
+    its batch, so its loader's stages set the job's rate and the change that speeds it is
+    the one that speeds the job; the other ranks wait for it in their collectives, which
+    their own records count as training time. None where no rank stands out: the ranks
+    are alike, and the lowest stands for them."""
+    found = stragglers([f for f in ranks if f.stall_fraction is not None])
+    return found[0].rank if found else None
 
 
 def exposed_wait(records: Sequence[RunRecord]) -> tuple[float | None, float | None, int]:
@@ -254,7 +271,7 @@ def rank_spread(rec: RunRecord) -> RankSpread | None:
         stragglers=found,
         exposed_fraction=d.exposed_fraction,
         exposed_wait_seconds=d.exposed_wait_seconds,
-        text=_sentence(stalls, found, d.exposed_fraction),
+        text=_sentence(stalls, found, d.exposed_fraction, d.verdict_rank),
     )
 
 
@@ -370,10 +387,14 @@ _CAUSE_WORDS: dict[Cause, str] = {
 }
 
 
-def _sentence(stalls: list[float], found: list[Straggler], exposed: float | None) -> str:
+def _sentence(
+    stalls: list[float], found: list[Straggler], exposed: float | None, judged: int | None = None
+) -> str:
     """E.g. "rank 1 (host-b) stalls 43% against a median of 2%: its CPU (samples take 3.1x
     the median rank's CPU time ...); the job loses 38% of its time to the slowest rank's
-    data"."""
+    data; the job's verdict and advice are rank 1's, the rank it waits for". ``judged`` is
+    the rank whose record the merged one is (``Distributed.verdict_rank``): named where a
+    straggler was, since then it is not simply the first rank."""
     parts = [
         f"rank {s.rank} ({s.host or 'unknown host'}) stalls {share_text(s.stall_fraction)} against a "
         f"median of {share_text(s.median_stall)}: {_CAUSE_WORDS[s.cause]} ({s.evidence})"
@@ -388,6 +409,11 @@ def _sentence(stalls: list[float], found: list[Straggler], exposed: float | None
         )
     if exposed is not None:
         parts.append(f"the job loses {share_text(exposed)} of its time to the slowest rank's data")
+    if judged is not None and found:
+        parts.append(
+            f"the job's verdict, stages and advice are rank {judged}'s, the rank it waits "
+            "for; each rank's own verdict is in its row"
+        )
     return "; ".join(parts)
 
 
@@ -400,6 +426,7 @@ __all__ = [
     "merge_ranks",
     "rank_figures",
     "rank_spread",
+    "slowest_rank",
     "steady_steps",
     "stragglers",
 ]

@@ -24,9 +24,11 @@ from ioprobe.analysis.model import PipelineFindings
 from ioprobe.analysis.pcie import degraded_link_rule, low_efficiency_rule, probe_pageable_rule
 from ioprobe.analysis.queueing import head_of_line
 from ioprobe.analysis.scenario import (
+    LINEAR_STORAGE,
     Scenario,
     dataset_bytes,
     evaluate,
+    ranks_on_host,
     recorded_cores,
     recorded_gpus,
     recorded_workers,
@@ -150,18 +152,73 @@ def _fewest_workers(rec: RunRecord, f: PipelineFindings) -> tuple[int, float] | 
 
 
 def _workers_why(rec: RunRecord, f: PipelineFindings, who: str, w: int) -> str:
-    """Why more workers help: the CPU cost per sample when the CPU limits and the count
-    fits the cores, else blocked reads (which is also why a count beyond the cores helps)."""
+    """Why more workers help, by what the record shows: the CPU cost per sample when the CPU
+    limits and the count fits the cores; blocked reads only where the workers were blocked
+    on reads (a storage stage was measured), which is also why a count beyond the cores
+    helps; else, beyond the cores, the host's other load that the scheduler shares cores
+    with thread by thread (``capacity.cpu_context``), which more workers take more of."""
     cpu_s = rec.stages.cpu.cpu_seconds_per_sample
     cores = recorded_cores(rec)
-    if f.bottleneck == "cpu" and cpu_s and w <= cores:
-        return f"each sample costs {cpu_s * 1e3:.1f} ms of CPU and {cores:.0f} cores are usable"
-    if w > cores:
+    blocked = rec.stages.storage.capacity_samples_per_s is not None
+    if f.bottleneck == "cpu" and w <= cores:
+        cost = f"each sample costs {cpu_s * 1e3:.1f} ms of CPU and " if cpu_s else ""
+        return f"{cost}{_cores_usable(rec)}"
+    if blocked and w > cores:
         return (
-            f"{who} spend part of their time blocked on reads, so {w} of them keep the "
-            f"{cores:.0f} usable cores busy"
+            f"{who} spend part of their time blocked on reads, so {w} of them keep "
+            f"{_the_cores(rec)} busy"
         )
-    return f"{who} spend their time blocked on reads, so more of them keep more reads in flight"
+    if blocked:
+        return f"{who} spend their time blocked on reads, so more of them keep more reads in flight"
+    return _contention_why(rec, who, w)
+
+
+def _contention_why(rec: RunRecord, who: str, w: int) -> str:
+    """Why more workers than cores help when storage never blocked them: the host's other
+    runnable threads, inferred from the workers' run-queue wait, share the cores with ours
+    thread by thread, so more of ours get a larger part of them."""
+    other = 0.0
+    if rec.watch is not None:
+        s = rec.watch.settings
+        other = capacity.cpu_context(rec.watch.epochs, s.workers, recorded_cores(rec)).contention
+    if other > 0:
+        return (
+            f"storage never blocked them, but about {other:.1f} other runnable threads share "
+            f"{_the_cores(rec)} (the {who}' wait for a core says so) and the scheduler "
+            f"shares cores per thread, so {w} {who} get a larger part of them"
+        )
+    return f"storage never blocked them; {w} {who} keep more of {_the_cores(rec)} busy"
+
+
+def _cores_usable(rec: RunRecord) -> str:
+    """E.g. "8 cores are usable", or for one of several ranks on a host "1 of the host's 2
+    cores per rank is usable (2 ranks share them)"."""
+    cores, n = recorded_cores(rec), ranks_on_host(rec)
+    if n == 1:
+        return f"{cores:.0f} cores are usable"
+    verb = "is" if cores <= 1 else "are"
+    return (
+        f"{cores:.3g} of the host's {cores * n:.0f} cores per rank {verb} usable "
+        f"({n} ranks share them)"
+    )
+
+
+def _the_cores(rec: RunRecord) -> str:
+    """E.g. "the 2 usable cores", or "this rank's 1 of the host's 2 cores (2 ranks share
+    them)"."""
+    cores, n = recorded_cores(rec), ranks_on_host(rec)
+    if n == 1:
+        return f"the {cores:.0f} usable cores"
+    return f"this rank's {cores:.3g} of the host's {cores * n:.0f} cores ({n} ranks share them)"
+
+
+def _gives(rec: RunRecord) -> str:
+    """What the loader has of the machine: "this machine gives 8", or for one of several
+    ranks on a host "each of the host's 2 ranks gets 1 of its 2"."""
+    cores, n = recorded_cores(rec), ranks_on_host(rec)
+    if n == 1:
+        return f"this machine gives {cores:.0f}"
+    return f"each of the host's {n} ranks gets {cores:.3g} of its {cores * n:.0f}"
 
 
 def cores_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
@@ -186,7 +243,7 @@ def cores_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
         "more_cpu",
         f"Each sample costs {cpu.cpu_seconds_per_sample * 1e3:.2f} ms of CPU; feeding "
         f"the next stage ({target:,.0f} samples/s) takes about {need} cores of loader "
-        f"workers, this machine gives {cores:.0f}.",
+        f"workers, {_gives(rec)}.",
         f"CPU delivers {f.predicted_samples_per_s:,.0f} samples/s",
     )
 
@@ -583,11 +640,7 @@ def loader_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
         f"Set {sets} (now {was}): {why}; this run's batches replayed under it predict "
         f"{pred.gain - 1:+.0%}."
     )
-    for a in pred.assumptions:
-        text += f" Assumed: {a}."
-    capped = (
-        loader_sim.capped_gain(rec, s) if any("storage" in a for a in pred.assumptions) else None
-    )
+    capped = loader_sim.capped_gain(rec, s) if LINEAR_STORAGE in pred.assumptions else None
     if capped is not None:
         text += (
             f" Were the storage one shared bandwidth, {capped - 1:+.0%}: `ioprobe probe` of "
@@ -615,6 +668,7 @@ def loader_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             text=text,
             predicted_samples_per_s=pred.samples_per_s,
             evidence=evidence,
+            unchecked=list(pred.assumptions),
             change=Change(
                 workers=s.workers if s.workers != base.workers else None,
                 prefetch_factor=(
@@ -914,9 +968,25 @@ def recommend(
                 predicted_samples_per_s=f.predicted_samples_per_s,
             )
         ]
+    replayed = loader_sim.costs(rec) is not None
+    for r in out:
+        # the loader replay states its own; the rest are the stage model's what-ifs
+        if not (replayed and r.kind in LOADER_KINDS):
+            r.unchecked = _unchecked(rec, r)
     return sorted(out, key=_rank)
 
 
+def _unchecked(rec: RunRecord, r: Recommendation) -> list[str]:
+    """What the advice's predicted rate assumes that the run could not check: its what-if's
+    (``scenario.unchecked_assumptions``); none for advice without a what-if."""
+    if r.change is None or r.predicted_samples_per_s is None:
+        return []
+    sc = _scenario(rec, r.change)
+    return list(sc.unchecked) if sc is not None else []
+
+
+# the advice the loader replay gives where a record has batches to replay
+LOADER_KINDS = frozenset({"num_workers", "prefetch_factor", "in_order", "loader_settings"})
 # advice that asks for hardware this host does not have
 NEEDS_HARDWARE = frozenset({"more_cpu", "faster_storage"})
 

@@ -175,6 +175,7 @@ class Advice:
     predicted: float | None
     gain: float | None  # predicted / delivered
     evidence: str
+    unchecked: list[str] = field(default_factory=list)  # what the prediction assumes, unchecked
 
 
 @dataclass
@@ -460,6 +461,7 @@ def advice(rec: RunRecord) -> list[Advice]:
                 predicted=pred,
                 gain=pred / now if pred is not None and now else None,
                 evidence=r.evidence,
+                unchecked=list(r.unchecked) if pred is not None else [],
             )
         )
     return out

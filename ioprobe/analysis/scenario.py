@@ -74,6 +74,9 @@ class Scenario:
     findings: PipelineFindings
     deltas: tuple[StageDelta, ...]
     assumptions: tuple[str, ...]
+    # the assumptions the predicted rate rests on that the run could not check, in short:
+    # what a report prints beside the number (``unchecked_assumptions``)
+    unchecked: tuple[str, ...] = ()
 
     @property
     def predicted_samples_per_s(self) -> float:
@@ -168,8 +171,33 @@ def recorded_gpus(rec: RunRecord) -> int:
     return max(rec.settings.gpus, 1)
 
 
+def ranks_on_host(rec: RunRecord) -> int:
+    """How many of a distributed job's ranks shared the recorded loader's host: the
+    launcher's count of processes on the node (``RankInfo.local_world_size``), else the
+    merged record's ranks on the same host; 1 outside a job, and for a probe (whose
+    distributed CPU stage already counts every rank's cores)."""
+    w = rec.watch
+    if w is None or w.rank is None:
+        return 1
+    if w.rank.local_world_size:
+        return max(w.rank.local_world_size, 1)
+    d = rec.distributed
+    if d is None:
+        return 1
+    return max(sum(1 for f in d.ranks if f.host == rec.host.hostname), 1)
+
+
 def recorded_cores(rec: RunRecord) -> float:
-    return float(rec.stages.cpu.usable_cores or rec.host.usable_cores or 1)
+    """The cores the recorded loader's CPU work could have: the process's usable cores, and
+    for one rank of a distributed job its share of them, the host's cores over the job's
+    ranks on that host (``ranks_on_host``). Every rank runs the same loader with the same
+    settings, so the other ranks' workers are the job's own load, not a foreign one: a
+    change of ``num_workers`` applies to every rank at once, and each rank's workers get
+    only its share of the cores. Taking the affinity as the share assumes the ranks' affinity
+    sets overlap (torchrun sets none); a launcher that pins each rank to cores of its own
+    gives each an affinity that is already its share, which this divides again."""
+    usable = float(rec.stages.cpu.usable_cores or rec.host.usable_cores or 1)
+    return usable / ranks_on_host(rec)
 
 
 def recorded_resources(rec: RunRecord) -> Resources:
@@ -216,7 +244,47 @@ def evaluate(rec: RunRecord, change: Change) -> Scenario:
             "no rate to predict; the record needs another measured stage"
         )
     assumptions = (*decode.assumptions, *cpu_why, *storage_why, *pcie_why, *gpu_why)
-    return Scenario(stages, pipeline_model(stages), _deltas(base.stages, stages, ch), assumptions)
+    model = pipeline_model(stages)
+    unchecked = unchecked_assumptions(base, ch, old, new, model.predicted_samples_per_s)
+    return Scenario(stages, model, _deltas(base.stages, stages, ch), assumptions, unchecked)
+
+
+# Beside a prediction that assumes storage linear in reads in flight, unchecked
+LINEAR_STORAGE = (
+    "assumes storage linear in reads in flight, unchecked: nothing measured tells a "
+    "bandwidth cap from a latency limit; whatif --probe PROBE.json measures it"
+)
+
+
+# A prediction rests on an assumption where, without it, it would be lower by more than
+# this factor: the gain below which no advice is given either (recommend.MIN_GAIN)
+UNCHECKED_MARGIN = 1.05
+
+
+def unchecked_assumptions(
+    rec: RunRecord, ch: Change, old: Resources, new: Resources, predicted: float
+) -> tuple[str, ...]:
+    """The assumptions the rate ``predicted`` under ``ch`` rests on that the run could not
+    check. Storage read with more reads in flight and no measured curve (a probe's sweep, a
+    probe of the same storage, or this run's own fit of read time against reads in flight)
+    is taken as linear; a storage capped in total bandwidth stays at its recorded rate
+    instead (a server capped at 8 MB/s: "2.00x, 4 workers reading" predicted 248 samples/s,
+    a rerun gave 130). So where the recorded storage rate is below the prediction by more
+    than ``UNCHECKED_MARGIN`` (the gain the advice itself asks for), the prediction rests on
+    that assumption; a new storage class, a cache too small for more readers (held at this
+    run's rate) and an unchanged count rest on no such thing."""
+    st = rec.stages.storage
+    cap = st.capacity_samples_per_s
+    if not cap or cap * UNCHECKED_MARGIN >= predicted or ch.storage is not None:
+        return ()
+    if ch.storage_sweep and rec.watch is not None:
+        return ()
+    if new.workers > old.workers and cache_room(rec, new.workers):
+        return ()
+    lanes = _storage_lanes(rec, new, ch.workers is not None)
+    if lanes <= _storage_lanes(rec, old, False):
+        return ()
+    return () if _storage_rate(rec, lanes)[1] else (LINEAR_STORAGE,)
 
 
 def _deltas(before: Stages, after: Stages, ch: Change) -> tuple[StageDelta, ...]:
@@ -301,7 +369,9 @@ def cpu_estimate(
             )
         if cpu.cpu_seconds_per_sample is not None:
             cpu.cpu_seconds_per_sample *= decode.cost_scale
-        cpu.usable_cores = int(new.cores)
+        if new.cores != old.cores:
+            # a rank's recorded share of its host may be fractional: left as recorded
+            cpu.usable_cores = max(int(new.cores), 1)
     if decode.loader is not None:
         cpu.loader = decode.loader
     cpu.capacity_samples_per_s = cap
@@ -716,6 +786,7 @@ __all__ = [
     "GPU_DECODE_CPU_FRACTION",
     "GPU_DECODE_IMAGES_PER_S",
     "PCIE_EFFICIENCY",
+    "UNCHECKED_MARGIN",
     "Decode",
     "Resources",
     "Scenario",
@@ -731,6 +802,7 @@ __all__ = [
     "parse_pcie",
     "pcie_estimate",
     "probe_scale",
+    "ranks_on_host",
     "recorded_cores",
     "recorded_gpus",
     "recorded_order",
@@ -740,4 +812,5 @@ __all__ = [
     "run_reads_in_flight",
     "split_base",
     "storage_estimate",
+    "unchecked_assumptions",
 ]

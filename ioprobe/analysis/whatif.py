@@ -58,6 +58,7 @@ def whatif(
             change=merge(before, change),
             deltas=list(sc.deltas),
             assumptions=list(sc.assumptions) + list(f.assumptions),
+            unchecked=list(sc.unchecked),
         ),
         notes=list(base.notes),
     )
@@ -71,9 +72,9 @@ def whatif(
             "the loader's settings are predicted by replaying the run's logged batches under "
             f"them: {replay.gain:.2f}x the measured rate (the stage model alone: "
             f"{f.predicted_samples_per_s:,.0f} samples/s)",
-            *replay.assumptions,
             *done.whatif.assumptions,
         ]
+        done.whatif.unchecked = list(replay.assumptions)
     return done
 
 

@@ -20,6 +20,7 @@ from ioprobe.analysis.measures import (
 from ioprobe.analysis.pcie import link_label
 from ioprobe.analysis.ranks import RankSpread
 from ioprobe.analysis.report import Findings
+from ioprobe.analysis.scenario import ranks_on_host, recorded_cores
 from ioprobe.record import GpuSeries, PipelineRun, RankFigures, RunRecord, WatchData
 from ioprobe.render.format import change_flags, figure, mb_per_s, rate
 
@@ -37,6 +38,11 @@ def incomplete(rec: RunRecord) -> str:
     if rec.complete:
         return ""
     return f"incomplete: interrupted during {rec.interrupted or 'the run'}"
+
+
+def unchecked_text(unchecked: list[str]) -> str:
+    """What a prediction assumes that its run could not check, to print beside the number."""
+    return "; ".join(unchecked)
 
 
 def judged(rec: RunRecord) -> bool:
@@ -66,6 +72,8 @@ def verdict(rec: RunRecord, f: Findings) -> str:
             f"{rec.bottleneck}-bound: the pipeline can deliver "
             f"{rate(rec.predicted_samples_per_s)} samples/s"
         )
+        if rec.whatif is not None and rec.whatif.unchecked:
+            line += f" ({unchecked_text(rec.whatif.unchecked)})"
     if rec.measured_samples_per_s is not None:
         got = rate(rec.measured_samples_per_s)
         line += f" (measured {got})" if judged(rec) else f"; {got} samples/s delivered"
@@ -125,9 +133,12 @@ def _cpu_detail(rec: RunRecord) -> str:
     if cpu.cpu_seconds_per_sample is None:
         return "not measured"
     loader = f" ({cpu.loader})" if cpu.loader else ""
+    n = ranks_on_host(rec)
+    # one rank of several on a host: its loader was modelled on its share of the cores
+    share = f", {recorded_cores(rec):.3g} per rank ({n} ranks on the host)" if n > 1 else ""
     return (
         f"{cpu.cpu_seconds_per_sample * 1e3:.2f} ms CPU/sample{loader}, "
-        f"{cpu.usable_cores} usable cores"
+        f"{cpu.usable_cores} usable cores{share}"
     )
 
 
@@ -737,6 +748,7 @@ __all__ = [
     "size_facts",
     "stage_detail",
     "title",
+    "unchecked_text",
     "verdict",
     "was_line",
     "whatif_facts",

@@ -48,6 +48,7 @@ from ioprobe.render.facts import (
     rank_columns,
     stage_detail,
     title,
+    unchecked_text,
     verdict,
 )
 from ioprobe.render.format import figure, gbps, rate, sample_size, size_label
@@ -86,6 +87,7 @@ ol.recs{background:#fff;border-radius:4px;padding:12px 16px 12px 40px;margin:0;
 box-shadow:0 1px 2px rgba(0,0,0,.08)}
 ol.recs li{margin:6px 0}
 .gain{font-weight:600;color:#2d7a2d;white-space:nowrap}
+.unchecked{color:#a05a00;font-style:italic}
 .evidence{color:#5b6670;font-size:13px}
 .card{background:#fff;border-radius:4px;padding:12px 16px;box-shadow:0 1px 2px rgba(0,0,0,.08)}
 table{border-collapse:collapse;font-size:14px}
@@ -583,6 +585,8 @@ def _recs(f: Findings) -> str:
         if a.predicted is not None:
             times = f" ({a.gain:.1f}x)" if a.gain is not None else ""
             gain = f' <span class="gain">→ {e(rate(a.predicted))} samples/s{times}</span>'
+            if a.unchecked:
+                gain += f' <span class="unchecked">({e(unchecked_text(a.unchecked))})</span>'
         ev = f'<div class="evidence">{e(a.evidence)}</div>' if a.evidence else ""
         items.append(f"<li>{e(a.text)}{gain}{ev}</li>")
     return f'<ol id="recommendations" class="recs">{"".join(items)}</ol>'

@@ -30,6 +30,7 @@ from ioprobe.render.facts import (
     rank_rest,
     stage_detail,
     title,
+    unchecked_text,
     verdict,
 )
 from ioprobe.render.format import gbps, rate, size_label
@@ -132,7 +133,8 @@ def _gain(a: Advice) -> str:
     if a.predicted is None:
         return ""
     times = f" ({a.gain:.1f}x)" if a.gain is not None else ""
-    return f" → **{rate(a.predicted)} samples/s{times}**"
+    note = f" *({md(unchecked_text(a.unchecked))})*" if a.unchecked else ""
+    return f" → **{rate(a.predicted)} samples/s{times}**{note}"
 
 
 def _table(columns: Sequence[tuple[str, bool]], rows: Sequence[Sequence[str]]) -> list[str]:

@@ -12,7 +12,7 @@ from ioprobe.analysis.pcie import CopyRow
 from ioprobe.analysis.ranks import RankSpread
 from ioprobe.analysis.report import Findings, OperatorRow
 from ioprobe.record import TuneData
-from ioprobe.render.facts import Facts, rank_cells, rank_columns
+from ioprobe.render.facts import Facts, rank_cells, rank_columns, unchecked_text
 from ioprobe.render.format import gbps, rate, size_label
 from ioprobe.render.tune_text import TUNE_COLUMNS, tune_cells
 
@@ -27,6 +27,8 @@ def recommendations(f: Findings, title: str) -> list[RenderableType]:
         gain = ""
         if a.predicted is not None and a.gain is not None:
             gain = f"  → {rate(a.predicted)} samples/s ({a.gain:.1f}x)"
+            if a.unchecked:
+                gain += f" ({unchecked_text(a.unchecked)})"
         out.append(Text(f" {i}. {a.text}{gain}"))
     return out
 

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from torch.utils.data import DataLoader
 
+from ioprobe.analysis.scenario import LINEAR_STORAGE
 from ioprobe.record import RunRecord
 from tests.accuracy import relative_error, watch_run
 from tests.fixtures.datasets import MeteredHttpDecodeDataset
@@ -31,6 +32,7 @@ def _predicted(run: Path, probe: Path, workers: int) -> tuple[float, list[str]]:
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
+    assert out["whatif"]["unchecked"] == []  # the probe's curve checked it
     return float(out["predicted_samples_per_s"]), out["whatif"]["assumptions"]
 
 
@@ -59,6 +61,8 @@ def test_more_workers_on_a_bandwidth_cap_predicted_from_the_probe_within_20_perc
             run(2).save(path)
             predicted, assumptions = _predicted(path, probe, 4)
             assert any("probe.json" in a and srv.url in a for a in assumptions), assumptions
+            if i == 0:
+                _alone_says_it_assumes(path)
             four = run(4).measured_samples_per_s
             assert four is not None
             pairs.append((predicted, four))
@@ -66,6 +70,22 @@ def test_more_workers_on_a_bandwidth_cap_predicted_from_the_probe_within_20_perc
     # RATE / SIZE = 40 samples/s at any worker count
     err = statistics.median(relative_error(p) for p in pairs)
     assert err <= 0.20, f"predicted vs measured: {pairs}"
+
+
+def _alone_says_it_assumes(run: Path) -> None:
+    """Without the probe, where the run's reads in flight varied too little to fit how its
+    storage scales, the what-if's number rests on storage linear in readers, and says so
+    beside it (with the probe it rests on the probe's curve: nothing unchecked)."""
+    rec = RunRecord.load(run)
+    assert rec.watch is not None
+    fit = rec.watch.read_scaling
+    proc = run_cli("whatif", str(run), "--workers", "4")
+    assert proc.returncode == 0, proc.stderr
+    said = " ".join(proc.stdout.split())
+    if fit is None or fit.exponent is None:
+        assert f"samples/s ({LINEAR_STORAGE})" in said, said
+    else:
+        assert "unchecked" not in said, said
 
 
 def test_probe_flag_refuses_a_swapped_pair_other_storage_and_no_worker_change(

@@ -11,6 +11,7 @@ import torch
 from ioprobe.analysis import loader_sim, tune
 from ioprobe.analysis.model import pipeline_model
 from ioprobe.analysis.recommend import loader_rule
+from ioprobe.analysis.scenario import LINEAR_STORAGE
 from ioprobe.analysis.whatif import whatif
 from ioprobe.collect.procfs import parse_private_bytes
 from ioprobe.record import (
@@ -156,7 +157,7 @@ def test_an_unknown_storage_scaling_is_stated_with_the_capped_range() -> None:
     rec.watch.read_scaling = None  # the run could not tell a cap from a latency limit
     (advice,) = loader_rule(rec, pipeline_model(rec.stages))
     assert advice.change is not None and advice.change.workers
-    assert "Assumed: storage assumed to keep each read's time" in advice.text
+    assert advice.unchecked == [LINEAR_STORAGE]
     assert "Were the storage one shared bandwidth" in advice.text
 
 

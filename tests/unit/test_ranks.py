@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from ioprobe.analysis.ranks import merge_ranks, rank_figures, rank_spread
+from ioprobe.analysis import finalize
+from ioprobe.analysis.ranks import merge_ranks, rank_figures, rank_spread, slowest_rank
 from ioprobe.record import (
     BatchLog,
     DatasetProfile,
@@ -126,7 +127,7 @@ def test_only_the_steps_every_rank_logged_are_aligned() -> None:
     assert d.exposed_wait_seconds == pytest.approx(0.03 + 0.05 + 0.03)
 
 
-def test_merging_keeps_the_lowest_ranks_record_and_every_ranks_figures() -> None:
+def test_merging_ranks_alike_keeps_the_lowest_ranks_record_and_every_ranks_figures() -> None:
     recs = [_record(r, [0.1] * 6, world=4, host=h) for r, h in ((2, "b"), (0, "a"), (1, "a"))]
     merged = merge_ranks(recs)
     assert merged is not recs[1] and merged.watch is recs[1].watch  # rank 0's, not copied
@@ -317,6 +318,65 @@ def test_the_merged_record_survives_a_save_and_load(tmp_path: Path) -> None:
     assert s is not None and [(st.rank, st.cause) for st in s.stragglers] == [(1, "cpu")]
     # every step costs rank 1's 80 ms wait
     assert back.distributed.exposed_fraction == pytest.approx(0.08 / (COMPUTE + 0.08))
+
+
+def _job(slow_wait: float = 0.2) -> list[RunRecord]:
+    """A job of two ranks on one host: rank 0's loader (400 samples/s of CPU) outruns its
+    step (the GPU's 40), rank 1's one worker spends 40 ms of CPU per sample (25/s) and waits
+    ``slow_wait`` for each batch. Each record judged by itself, as each rank's would be."""
+    fast = _record(0, [0.5, 0.2] + [0.001] * 20, cpu_s=0.0025, bottleneck="gpu")
+    slow = _record(1, [0.5, 0.2] + [slow_wait] * 20, cpu_s=0.04, bottleneck="cpu")
+    fast.stages.cpu.capacity_samples_per_s, slow.stages.cpu.capacity_samples_per_s = 400.0, 25.0
+    for rec in (fast, slow):
+        rec.stages.cpu.usable_cores = 8
+        rec.stages.gpu.capacity_samples_per_s = 40.0
+    return [fast, slow]
+
+
+def test_the_job_is_judged_by_its_straggler_with_each_ranks_verdict_kept() -> None:
+    fast, slow = _job()
+    merged = merge_ranks([fast, slow])
+    d = merged.distributed
+    assert d is not None and d.verdict_rank == 1
+    assert merged.watch is slow.watch and merged.stages is slow.stages  # rank 1's record
+    assert [(f.rank, f.bottleneck) for f in d.ranks] == [(0, "gpu"), (1, "cpu")]
+    job = finalize(merged)
+    # the job's verdict: rank 1's CPU at 25/s, not rank 0's GPU at 40/s
+    assert (job.bottleneck, job.predicted_samples_per_s) == ("cpu", 25.0)
+    # and its advice speeds rank 1: a second worker (50/s of CPU, capped by the GPU's 40)
+    top = job.recommendations[0]
+    assert top.kind == "num_workers" and top.change is not None and top.change.workers == 2
+    assert top.predicted_samples_per_s == pytest.approx(40.0)
+    assert "prefetch_factor" not in [r.kind for r in job.recommendations]
+    spread = rank_spread(job)
+    assert spread is not None
+    assert spread.text.endswith(
+        "the job's verdict, stages and advice are rank 1's, the rank it waits for; each "
+        "rank's own verdict is in its row"
+    )
+    # merged in any order: the same record stands for the job
+    assert merge_ranks([slow, fast]).watch is slow.watch
+
+
+def test_ranks_alike_are_judged_by_the_lowest() -> None:
+    fast, slow = _job(slow_wait=0.001)  # rank 1 stalls no more than rank 0
+    assert slowest_rank([rank_figures(fast), rank_figures(slow)]) is None
+    merged = merge_ranks([slow, fast])
+    assert merged.watch is fast.watch
+    assert merged.distributed is not None and merged.distributed.verdict_rank == 0
+    spread = rank_spread(merged)
+    assert spread is not None and "the rank it waits for" not in spread.text
+
+
+def test_a_merged_record_from_before_the_verdict_rank_loads(tmp_path: Path) -> None:
+    merged = merge_ranks(_job())
+    data = merged.to_json()
+    del data["distributed"]["verdict_rank"]
+    back = RunRecord.from_json(data)
+    assert back.distributed is not None and back.distributed.verdict_rank is None
+    # it names no rank as the job's: it was made when the lowest stood for the job
+    spread = rank_spread(back)
+    assert spread is not None and "the rank it waits for" not in spread.text
 
 
 @pytest.mark.parametrize("env", [{}, {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}])

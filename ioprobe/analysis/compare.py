@@ -96,7 +96,8 @@ def config_changes(a: RunRecord, b: RunRecord) -> list[ConfigChange]:
 
 def _matches(r: Recommendation, b: RunRecord) -> str | None:
     """How B shows it carried out ``r``, or None. Only what a record states can match:
-    worker, core and GPU counts; storage, caches and decoders need ``--applied``."""
+    worker, core and GPU counts, the prefetch factor and the order; storage, caches and
+    decoders need ``--applied``."""
     c = r.change
     if c is None or not _counts_only(c):
         return None
@@ -105,7 +106,7 @@ def _matches(r: Recommendation, b: RunRecord) -> str | None:
 
 
 def _counts_only(c: Change) -> bool:
-    """``c`` changes nothing but worker, core and GPU counts."""
+    """``c`` changes nothing but worker, core and GPU counts and the DataLoader's queue."""
     return (
         c.storage is None
         and c.cache_bytes is None
@@ -130,6 +131,15 @@ def _counts_applied(c: Change, b: RunRecord) -> list[str] | None:
         if recorded_gpus(b) != c.gpus:
             return None
         how.append(f"{c.gpus} GPUs")
+    settings = b.watch.settings if b.watch is not None else None
+    if c.prefetch_factor is not None:
+        if settings is None or (settings.prefetch_factor or 2) != c.prefetch_factor:
+            return None
+        how.append(f"prefetch_factor {c.prefetch_factor}")
+    if c.in_order is not None:
+        if settings is None or settings.in_order != c.in_order:
+            return None
+        how.append(f"in_order={c.in_order}")
     return how
 
 

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from ioprobe.analysis import loader_sim, tune
+from ioprobe.analysis.compare import applied_check
 from ioprobe.analysis.model import pipeline_model
 from ioprobe.analysis.recommend import loader_rule
 from ioprobe.analysis.scenario import LINEAR_STORAGE
@@ -215,3 +216,25 @@ def test_tune_names_the_cheapest_setting_within_two_percent_of_the_fastest() -> 
     # nothing measured: no best, and the summary says so
     empty = tune.outcome([TuneTrial(4, 2, True, None, None)], 60)
     assert empty.best is None and tune.change_text(empty) is None
+
+
+def test_compare_finds_the_applied_loader_advice_from_the_second_runs_settings() -> None:
+    a = record(skewed_log())
+    a.recommendations = loader_rule(a, pipeline_model(a.stages))
+    (advice,) = a.recommendations
+    assert advice.change is not None and advice.change.in_order is False
+    top = loader_sim.advice(a)
+    assert top is not None
+    b = dataclasses.replace(a, watch=dataclasses.replace(a.watch))  # type: ignore[arg-type]
+    assert b.watch is not None
+    b.watch.settings = dataclasses.replace(
+        b.watch.settings,
+        workers=top.setting.workers,
+        prefetch_factor=top.setting.prefetch_factor,
+        in_order=top.setting.in_order,
+    )
+    check = applied_check(a, b, a.measured_samples_per_s, 123.0, None)
+    assert check is not None and check.kind == advice.kind
+    assert "in_order=False" in check.how
+    # the run as it was applied nothing
+    assert applied_check(a, a, a.measured_samples_per_s, 123.0, None) is None

@@ -20,7 +20,7 @@ import click
 from ioprobe._version import __version__
 from ioprobe.collect.procfs import process_age_s
 from ioprobe.errors import Interrupted, IoprobeError, Terminated, TermSignal
-from ioprobe.redact import printable, redact_url
+from ioprobe.redact import printable, redact_message
 
 # a process older than this when its command starts is not one started for the command (an
 # embedding program calling main()): its age is not the command's start-up
@@ -102,7 +102,12 @@ def main(argv: list[str] | None = None) -> None:
             signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
 
 
+# the command line being run: the secrets of its URLs are masked in every error line
+_ARGV: list[str] = []
+
+
 def _main(argv: list[str] | None, started: float) -> None:
+    _ARGV[:] = sys.argv if argv is None else argv
     try:
         # the context's object is the command's start: the probe's budget counts from it
         rv = cli.main(args=argv, prog_name="ioprobe", standalone_mode=False, obj=started)
@@ -136,8 +141,10 @@ def _fail_stopped(exc: BaseException | None) -> None:
 
 
 def _fail(message: str, code: int) -> None:
-    # one line, whatever the message held; a URL a library quoted in it loses its secrets,
-    # and an escape sequence from a path or a URL shows as text instead of acting
-    line = printable(redact_url(" ".join(message.split())))
+    # one line, whatever the message held; a URL a library quoted in it loses its secrets, and
+    # so does any repeat of a secret from the command line's URLs without its scheme (botocore
+    # quotes "KEY:SECRET@bucket" as a bucket name); an escape sequence from a path or a URL
+    # shows as text instead of acting
+    line = printable(redact_message(" ".join(message.split()), _ARGV or sys.argv))
     click.echo(f"ioprobe: error: {line}", err=True)
     sys.exit(code)

@@ -28,6 +28,7 @@ from typing import IO
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from ioprobe.analysis import finalize_watch
 from ioprobe.analysis.catalog import Catalog, try_load_catalog
@@ -35,6 +36,7 @@ from ioprobe.analysis.ranks import merge_ranks
 from ioprobe.analysis.report import findings
 from ioprobe.cli._common import (
     EXTENSIONS,
+    attempt,
     output_options,
     plan_outputs,
     show,
@@ -45,7 +47,8 @@ from ioprobe.collect import nvtx
 from ioprobe.errors import BadInputError
 from ioprobe.outputs import destination, writes_stdout
 from ioprobe.record import RunRecord
-from ioprobe.redact import printable
+from ioprobe.redact import console as text_console
+from ioprobe.redact import printable, shown
 from ioprobe.watch.run_hook import LIVE_ENV
 
 SITECUSTOMIZE = """\
@@ -144,7 +147,7 @@ def _run_watched(cmd: tuple[str, ...], live: bool = False) -> tuple[int, list[Ru
         finally:
             if live and _isatty(sys.stderr):
                 # a script killed while its panel was up leaves the cursor hidden
-                Console(stderr=True, force_terminal=True).show_cursor(True)
+                text_console(stderr=True, force_terminal=True).show_cursor(True)
         runs = _judged(sorted(records.glob("*.json")), try_load_catalog())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -308,23 +311,32 @@ class _Relay:
 def _report_all(runs: list[RunRecord], plan: dict[str, list[str]], killed_by: int | None) -> None:
     """Each loader's summary on stderr (the script's stdout is its own), then its planned
     outputs: the first loader's at the paths given, each other one's beside them (``_nth``)."""
-    err = Console(stderr=True, highlight=False)
+    err = text_console(stderr=True)
     if not runs and killed_by is not None and killed_by != signal.SIGINT:
         # a death by signal skips the exit hook that saves the records (a Python script's
         # KeyboardInterrupt runs it, then ends by SIGINT)
         err.print(f"ioprobe: the script was killed by {_signal_name(killed_by)}: no record saved")
     elif not runs:
         err.print("ioprobe: no DataLoader was iterated: nothing to report")
-    judged = [(rec, findings(rec)) for rec in runs]
+    # the records first, then the pages, then the summaries: each step tried whatever became
+    # of the others, so a renderer's failure costs that output alone and the exit code stays
+    # the script's
+    failed: list[str] = []
+    plans = [plan if i == 1 else _beside(plan, i, err) for i in range(1, len(runs) + 1)]
+    for rec, mine in zip(runs, plans, strict=True):
+        for path in mine["json"]:
+            attempt(failed, "--json", write_record, rec, path)
+    judged = [(rec, attempt(failed, "the analysis", findings, rec)) for rec in runs]
+    for (rec, f), mine in zip(judged, plans, strict=True):
+        if f is not None:
+            failed += write_rendered(rec, f, mine)
     for i, (rec, f) in enumerate(judged, 1):
         if len(runs) > 1:
-            err.print(f"\n[bold]loader {i} of {len(runs)}[/bold]")
-        show(rec, f, err=True)
-    for i, (rec, f) in enumerate(judged, 1):
-        mine = plan if i == 1 else _beside(plan, i, err)
-        for path in mine["json"]:
-            write_record(rec, path)
-        write_rendered(rec, f, mine)
+            err.print(Text(f"\nloader {i} of {len(runs)}", style="bold"))
+        if f is not None:
+            attempt(failed, "the summary", show, rec, f, True)
+    for line in failed:
+        err.print(shown(f"ioprobe: {' '.join(line.split())}"), soft_wrap=True)
 
 
 def _beside(plan: dict[str, list[str]], i: int, err: Console) -> dict[str, list[str]]:

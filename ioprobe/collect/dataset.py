@@ -27,7 +27,7 @@ from ioprobe.collect.budget import Pending, map_within, network_timeouts
 from ioprobe.collect.failures import ReadFailures
 from ioprobe.errors import StorageTimeoutError, TargetError
 from ioprobe.record import DatasetProfile
-from ioprobe.redact import redact_url
+from ioprobe.redact import redact_message, redact_url
 
 STAT_SAMPLE = 20_000  # files stat-ed at most; beyond, sizes are a random sample
 MAX_LISTED = 2_000_000  # names walked at most, so listing alone can't eat the time budget
@@ -107,7 +107,9 @@ class Dataset:
 
 
 def is_remote(target: str) -> bool:
-    return "://" in target and not target.startswith("file://")
+    """Whether ``target`` is a URL to open with fsspec: it has a scheme, and is not a local
+    path that exists (a directory named ``runs/http://x`` is that directory)."""
+    return "://" in target and not target.startswith("file://") and not os.path.lexists(target)
 
 
 def resolve(
@@ -272,7 +274,7 @@ def _skip_summary(skipped: Counter[str]) -> str:
 def _resolve_remote(url: str, storage_options: dict[str, Any], budget_s: float) -> Dataset:
     target = redact_url(url)  # what is shown; ``url`` itself only opens the filesystem
     fs, path = _open_remote(url, target, storage_options, budget_s)
-    files = [i for i in _list_remote(target, fs, path) if i.get("type") in (None, "file")]
+    files = [i for i in _list_remote(target, fs, path, url) if i.get("type") in (None, "file")]
     listed = len(files)
     skipped: Counter[str] = Counter()
     files, sizes_estimated = _fill_sizes(fs, files, skipped)
@@ -306,7 +308,7 @@ def _open_remote(
     try:
         fs, path = fsspec.core.url_to_fs(url, **opts)
     except (ImportError, ValueError) as exc:
-        raise TargetError(f"{target}: {_one_line(exc)}") from None
+        raise TargetError(f"{target}: {_one_line(exc, url)}") from None
     return fs, path
 
 
@@ -324,7 +326,7 @@ def _set_timeouts(scheme: str, opts: dict[str, Any], budget_s: float) -> None:
         opts.setdefault("config_kwargs", {"connect_timeout": connect, "read_timeout": read})
 
 
-def _list_remote(target: str, fs: Any, path: str) -> list[dict[str, Any]]:
+def _list_remote(target: str, fs: Any, path: str, url: str = "") -> list[dict[str, Any]]:
     """The info dicts of what a glob, a directory or a single object names."""
     try:
         if any(ch in path for ch in "*?["):
@@ -342,7 +344,7 @@ def _list_remote(target: str, fs: Any, path: str) -> list[dict[str, Any]]:
             f"{target}: storage did not answer within the time budget (the listing timed out)"
         ) from None
     except Exception as exc:  # fsspec backends raise anything from aiohttp, botocore, ...
-        raise TargetError(f"{target}: cannot reach it: {_one_line(exc)}") from None
+        raise TargetError(f"{target}: cannot reach it: {_one_line(exc, url)}") from None
 
 
 def _fill_sizes(
@@ -395,10 +397,11 @@ def _safe_info(fs: Any, name: str) -> dict[str, Any] | None:
         return None
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException, url: str = "") -> str:
     """A library's error as one line; the URLs it quotes (aiohttp's and botocore's do, whole)
-    redacted."""
-    text = redact_url(" ".join(str(exc).split())) or type(exc).__name__
+    redacted, and the secrets of ``url`` (the real target) masked where it repeats them
+    without their scheme (botocore's "Invalid bucket name" quotes ``KEY:SECRET@bucket``)."""
+    text = redact_message(" ".join(str(exc).split()), [url] if url else []) or type(exc).__name__
     return text if len(text) < 300 else text[:297] + "..."
 
 

@@ -14,7 +14,7 @@ from ioprobe.analysis.compare import compare
 from ioprobe.analysis.report import findings
 from ioprobe.collect.progress import LineReporter
 from ioprobe.record import FilesystemInfo, HostInfo, RunRecord
-from ioprobe.redact import SENSITIVE_PARAMS, printable, printable_all, redact_url
+from ioprobe.redact import SENSITIVE_PARAMS, printable, shown_all, redact_url
 from ioprobe.render import terminal
 from ioprobe.render.compare import compare_markdown, render_compare
 from ioprobe.render.host import render_host
@@ -104,25 +104,25 @@ class _Outer:
     pairs: list[tuple[int, str, int]]
 
 
-def test_printable_all_escapes_every_string_and_leaves_the_original_alone() -> None:
+def test_shown_all_escapes_every_string_and_leaves_the_original_alone() -> None:
     value = _Outer(_Inner("a\x1bb", [1.0]), {"k\x07": "v\x1b"}, [(0, "x\x9b", 1)])
-    out = printable_all(value)
+    out = shown_all(value)
     assert out.inner.name == r"a\x1bb"
     assert out.tags == {r"k\x07": r"v\x1b"}
     assert out.pairs == [(0, r"x\x9b", 1)]  # a tuple that starts with a number is walked
     assert value.inner.name == "a\x1bb"  # a copy: the caller's record is not changed
 
 
-def test_printable_all_returns_clean_parts_as_they_are() -> None:
+def test_shown_all_returns_clean_parts_as_they_are() -> None:
     clean = _Outer(_Inner("a", [1.0, 2.0]), {"k": "v"}, [(0, "x", 1)])
-    assert printable_all(clean) is clean
+    assert shown_all(clean) is clean
 
 
-def test_printable_all_does_not_walk_long_number_series() -> None:
+def test_shown_all_does_not_walk_long_number_series() -> None:
     # a watched run's series can hold millions of numbers; walking them cost seconds per view
     series = _Inner("main", [0.5] * 5_000_000)
     t0 = time.perf_counter()
-    assert printable_all(_Outer(series, {}, [])).inner is series
+    assert shown_all(_Outer(series, {}, [])).inner is series
     assert time.perf_counter() - t0 < 1.0
 
 

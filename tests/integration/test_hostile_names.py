@@ -1,0 +1,118 @@
+"""Names from the user's world through the real CLI: rich markup, terminal escapes, an 8-bit
+CSI, bidi overrides and bytes that are not UTF-8 in a Dataset class, a directory or a record,
+and a local directory whose path holds ``://``. Every output asked for is written, the exit
+code is the command's (the script's under ``run``), nothing raw reaches the terminal."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ioprobe.record import RunRecord
+from tests.fixtures.hostile_train import NAME
+from tests.integration.cli import REPO, run_cli
+from tests.servers import make_files
+
+# bytes of raw control that no output may hold: ESC, BEL, an 8-bit CSI (C1 0x9b as a byte of
+# a file name, and U+009B encoded), a bidi override
+RAW = (b"\x1b]", b"\x07", b"\xc2\x9b", b"\xe2\x80\xae")
+
+
+def _cli_bytes(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[bytes]:
+    """The CLI with its output as bytes, under PYTHONIOENCODING=utf-8 (the setting that made
+    the terminal view die on an undecodable name)."""
+    full = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120", "PYTHONIOENCODING": "utf-8"}
+    return subprocess.run(
+        [sys.executable, "-m", "ioprobe", *args],
+        capture_output=True,
+        cwd=REPO,
+        env={**full, **(env or {})},
+        timeout=180,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _outputs(tmp: Path) -> list[str]:
+    return [
+        *("--json", str(tmp / "run.json"), "--html", str(tmp / "run.html")),
+        *("--md", str(tmp / "run.md"), "--trace", str(tmp / "run.trace.json")),
+    ]
+
+
+def _written(tmp: Path) -> dict[str, str]:
+    """Every output, read as strict UTF-8 (a lone surrogate would have failed the write)."""
+    names = ("run.json", "run.html", "run.md", "run.trace.json")
+    texts = {n: (tmp / n).read_bytes().decode("utf-8") for n in names}
+    json.loads(texts["run.trace.json"])
+    return texts
+
+
+def _clean(*blobs: bytes) -> None:
+    for blob in blobs:
+        for raw in RAW:
+            assert raw not in blob, raw
+
+
+@pytest.mark.parametrize("script_exit", [0, 3])
+def test_a_dataset_class_named_with_markup_loses_no_output_and_keeps_the_exit_code(
+    tmp_path: Path, script_exit: int
+) -> None:
+    proc = _cli_bytes(
+        "run",
+        *_outputs(tmp_path),
+        "--",
+        sys.executable,
+        "-m",
+        "tests.fixtures.hostile_train",
+        str(script_exit),
+    )
+    assert proc.returncode == script_exit, proc.stderr.decode(errors="replace")
+    assert b"Traceback" not in proc.stderr and b"MarkupError" not in proc.stderr
+    texts = _written(tmp_path)
+    watched = RunRecord.load(str(tmp_path / "run.json")).watch
+    assert watched is not None and watched.settings.dataset == NAME  # the record keeps it exact
+    assert b"Evil[/]Set[bold]\\x1b]0;pwned\\x07\\x9b\\u202e" in proc.stderr  # shown as text
+    _clean(proc.stderr, *(t.encode() for n, t in texts.items() if n != "run.json"))
+
+
+@pytest.fixture
+def undecodable_dir(tmp_path: Path) -> Path:
+    name = os.fsdecode(b"bad\xff\xfe\x9b[/]data")  # surrogateescape'd, as Python lists it
+    d = tmp_path / name
+    make_files(d, 5, 4_000, seed=2)
+    return d
+
+
+def test_a_directory_whose_name_is_not_utf8_probes_and_renders_everywhere(
+    undecodable_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = _cli_bytes("probe", str(undecodable_dir), "--time-budget", "3", *_outputs(out))
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert b"Traceback" not in proc.stderr
+    texts = _written(out)
+    _clean(proc.stdout, proc.stderr, *(t.encode() for n, t in texts.items() if n != "run.json"))
+    assert b"\x9b" not in proc.stdout  # the raw byte of the name, an 8-bit CSI
+    assert b"bad\\xff\\xfe\\x9b[/]data" in proc.stdout  # the terminal view shows the bytes
+    assert r"bad\\xff\\xfe\\x9b\[/\]data" in texts["run.md"]
+    # the report of the saved record renders the same, on the terminal and to pages
+    again = _cli_bytes("report", str(out / "run.json"))
+    assert again.returncode == 0, again.stderr.decode(errors="replace")
+    _clean(again.stdout)
+
+
+def test_a_local_directory_whose_path_holds_a_scheme_is_read_as_local(tmp_path: Path) -> None:
+    d = tmp_path / "runs" / "http:" / "" / "host"  # the path ".../runs/http://host"
+    make_files(d, 4, 4_000, seed=3)
+    target = f"{tmp_path}/runs/http://host"
+    assert os.path.isdir(target)
+    proc = run_cli("probe", target, "--time-budget", "3", "-q", "--json", str(tmp_path / "r.json"))
+    assert proc.returncode == 0, proc.stderr
+    rec = RunRecord.load(str(tmp_path / "r.json"))
+    assert rec.dataset.files == 4 and rec.dataset.target == target

@@ -445,10 +445,7 @@ class Probe:
         self.reporter.phase("listing")
         listed = self._list()
         seconds = max(PROFILE_SHARE * o.time_budget_s, PROFILE_MIN_S)
-        with shards_mod.RangeReader(listed.fs) as read:
-            layout = shards_mod.detect(
-                listed, read, samples_per_file=o.samples_per_file, seconds=seconds, seed=o.seed
-            )
+        layout = _layout_within(listed, o.samples_per_file, seconds, o.seed)
         ds = _data_only(listed, layout)
         prof = ds_mod.profile(
             ds,
@@ -953,6 +950,39 @@ class _PhaseNoting:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def _layout_within(
+    ds: ds_mod.Dataset, samples_per_file: int | None, seconds: float, seed: int
+) -> shards_mod.Layout:
+    """``shards.detect``'s layout of ``ds``, or, where it has not answered ``seconds`` past its
+    own deadline, each file taken for one sample, with a note. Its header and index reads
+    stop at its deadline between reads, but one read from a server that sends a byte every
+    half second never trips a socket's read timeout and never ends: it is abandoned here
+    (the thread goes on until the server or the read timeout ends it)."""
+
+    def detect() -> shards_mod.Layout:
+        with shards_mod.RangeReader(ds.fs) as read:
+            return shards_mod.detect(
+                ds, read, samples_per_file=samples_per_file, seconds=seconds, seed=seed
+            )
+
+    try:
+        return within(2 * seconds, detect)
+    except Overdue:
+        indexes = [e for e in ds.entries if os.path.basename(e.path) in shards_mod.INDEX_NAMES]
+        data = [e for e in ds.entries if e not in indexes] or ds.entries
+        return shards_mod.Layout(
+            kind="packed files" if samples_per_file else "files",
+            data=data,
+            samples=samples_per_file * len(data) if samples_per_file else None,
+            basis=f"--samples-per-file {samples_per_file}" if samples_per_file else None,
+            index_files=len(indexes),
+            notes=[
+                f"the files' layout (headers, index.json) did not arrive within {2 * seconds:.1f}"
+                " s: each file is taken for one sample (--samples-per-file N says otherwise)"
+            ],
+        )
 
 
 def _data_only(ds: ds_mod.Dataset, layout: shards_mod.Layout) -> ds_mod.Dataset:

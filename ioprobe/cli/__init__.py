@@ -7,6 +7,7 @@ and printed as one line on stderr with exit code 2; nothing the user did produce
 from __future__ import annotations
 
 import ast
+import os
 import signal
 import sys
 import threading
@@ -20,6 +21,7 @@ import click
 from ioprobe._version import __version__
 from ioprobe.collect.procfs import process_age_s
 from ioprobe.errors import Interrupted, IoprobeError, Terminated, TermSignal
+from ioprobe.outputs import WRITE_ERRNOS
 from ioprobe.redact import printable, redact_message
 
 # a process older than this when its command starts is not one started for the command (an
@@ -123,7 +125,37 @@ def _main(argv: list[str] | None, started: float) -> None:
         _fail_stopped(exc)
     except IoprobeError as exc:
         _fail(str(exc), exc.exit_code)
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise  # a bug: its traceback is what fixes it
+        # stdout on a full device or a closed pipe (`ioprobe env > /dev/full`): one line, and
+        # nothing more sent to the stdout that failed, at exit either
+        _drop_stdout()
+        _fail(f"cannot write the output: {exc.strerror or exc}", 2)
+    _flush_stdout()
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _flush_stdout() -> None:
+    """Flush stdout now, where its failure can be one line, rather than at exit, where
+    Python prints "Exception ignored" and a traceback."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        _drop_stdout()
+        _fail(f"cannot write the output: {exc.strerror or exc}", 2)
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: what it still buffers is dropped at exit without a word."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):  # no descriptor behind sys.stdout (a test's StringIO)
+        pass
 
 
 def _on_sigterm(signum: int, frame: object) -> None:

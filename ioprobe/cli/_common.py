@@ -14,7 +14,7 @@ from rich.console import Console
 from ioprobe.analysis.catalog import Catalog, resolve_storage
 from ioprobe.analysis.report import Findings, findings
 from ioprobe.errors import BadInputError, IoprobeError, RecordError
-from ioprobe.outputs import check_output, write_output, writes_stdout
+from ioprobe.outputs import WRITE_ERRNOS, check_output, write_output, writes_stdout
 from ioprobe.record import STAGE_NAMES, RunRecord, StorageClassInfo
 from ioprobe.redact import console as text_console
 
@@ -225,6 +225,11 @@ def attempt(failed: list[str], what: str, action: Callable[..., T], *args: Any) 
         return action(*args)
     except IoprobeError as exc:
         failed.append(str(exc))
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            failed.append(f"{what} failed: {type(exc).__name__}: {exc} (a bug in ioprobe)")
+        else:  # the terminal view on a full or closed stdout
+            failed.append(f"{what}: cannot write: {exc.strerror or exc}")
     except Exception as exc:  # a renderer's bug must not cost the record or the other outputs
         failed.append(f"{what} failed: {type(exc).__name__}: {exc} (a bug in ioprobe)")
     return None

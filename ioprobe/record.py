@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 from ioprobe.errors import BadInputError, RecordError
 from ioprobe.outputs import read_input, write_output
-from ioprobe.redact import redact_url
+from ioprobe.redact import redact_url, redacted_all
 
 SCHEMA = "ioprobe.run/1"
 
@@ -1080,7 +1080,11 @@ class RunRecord:
         return rec
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n"
+        """The record as JSON text; every string in it redacted (``redact.redacted_all``):
+        whatever field a URL reached (a catalog's source, a library's error in a note), its
+        credentials are never written."""
+        data = redacted_all(self.to_json())
+        return json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write as ``outputs.write_output`` does: a file atomically (a crash mid-write never

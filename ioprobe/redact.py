@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
 
@@ -255,7 +255,13 @@ def shown_all(value: T) -> T:
     tuples and dicts (keys too). Parts holding nothing to change are returned as they are, not
     copied, so a clean record costs one walk and no allocation; a list that starts and ends
     with numbers is taken to hold only numbers and is not walked."""
-    return _shown_any(value)  # type: ignore[no-any-return]
+    return _map_strings(value, shown)  # type: ignore[no-any-return]
+
+
+def redacted_all(value: T) -> T:
+    """``value`` with ``redact_url`` applied to every string in it, as ``shown_all`` walks:
+    what a saved record holds, whatever part of it a URL reached."""
+    return _map_strings(value, redact_url)  # type: ignore[no-any-return]
 
 
 def console(**options: Any) -> Console:
@@ -267,27 +273,27 @@ def console(**options: Any) -> Console:
     return Console(markup=False, emoji=False, highlight=False, **options)
 
 
-def _shown_any(value: Any) -> Any:
+def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:
     if isinstance(value, str):
-        return shown(value)
+        return fn(value)
     if isinstance(value, list | tuple):
         if isinstance(value, list) and value and _is_number(value[0]) and _is_number(value[-1]):
             # the lists of records and findings hold one type each (a tuple may mix): a series
             # of a million numbers holds no string, and walking it would cost seconds per view
             return value
-        items = [_shown_any(v) for v in value]
+        items = [_map_strings(v, fn) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         if isinstance(value, list):
             return items
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     if isinstance(value, dict):
-        pairs = [(_shown_any(k), _shown_any(v)) for k, v in value.items()]
+        pairs = [(_map_strings(k, fn), _map_strings(v, fn)) for k, v in value.items()]
         if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, value.items(), strict=True)):
             return value
         return dict(pairs)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _shown_dataclass(value)
+        return _map_dataclass(value, fn)
     return value
 
 
@@ -295,11 +301,11 @@ def _is_number(value: Any) -> bool:
     return value is None or isinstance(value, int | float)
 
 
-def _shown_dataclass(value: Any) -> Any:
+def _map_dataclass(value: Any, fn: Callable[[str], str]) -> Any:
     changed = {}
     for f in dataclasses.fields(value):
         old = getattr(value, f.name)
-        new = _shown_any(old)
+        new = _map_strings(old, fn)
         if new is not old:
             changed[f.name] = new
     if not changed:
@@ -317,6 +323,7 @@ __all__ = [
     "printable",
     "redact_message",
     "redact_url",
+    "redacted_all",
     "secrets_of",
     "sensitive_param",
     "shown",

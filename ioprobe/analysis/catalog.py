@@ -19,6 +19,7 @@ from typing import Any
 from ioprobe.errors import BadInputError
 from ioprobe.outputs import read_input
 from ioprobe.record import StorageClassInfo
+from ioprobe.redact import redact_url
 
 CATALOG_ENV = "IOPROBE_CATALOG"
 _SMALL = 4096
@@ -67,7 +68,7 @@ def _parse_class(name: str, raw: Any, where: str) -> StorageClass:
         iops_4k=nums["iops_4k"],
         iops_128k=nums["iops_128k"],
         latency_s=nums["latency_ms"] / 1e3,
-        source=str(raw["source"]),
+        source=redact_url(str(raw["source"])),  # a private wiki's URL may carry a token
     )
 
 

@@ -37,18 +37,20 @@ def _cli_bytes(*args: str, env: dict[str, str] | None = None) -> subprocess.Comp
     )
 
 
-def _outputs(tmp: Path) -> list[str]:
+def _outputs(tmp: Path, trace: bool = True) -> list[str]:
     return [
         *("--json", str(tmp / "run.json"), "--html", str(tmp / "run.html")),
-        *("--md", str(tmp / "run.md"), "--trace", str(tmp / "run.trace.json")),
+        *("--md", str(tmp / "run.md")),
+        *(("--trace", str(tmp / "run.trace.json")) if trace else ()),
     ]
 
 
-def _written(tmp: Path) -> dict[str, str]:
+def _written(tmp: Path, trace: bool = True) -> dict[str, str]:
     """Every output, read as strict UTF-8 (a lone surrogate would have failed the write)."""
-    names = ("run.json", "run.html", "run.md", "run.trace.json")
+    names = ("run.json", "run.html", "run.md", *(("run.trace.json",) if trace else ()))
     texts = {n: (tmp / n).read_bytes().decode("utf-8") for n in names}
-    json.loads(texts["run.trace.json"])
+    if trace:
+        json.loads(texts["run.trace.json"])
     return texts
 
 
@@ -116,3 +118,64 @@ def test_a_local_directory_whose_path_holds_a_scheme_is_read_as_local(tmp_path: 
     assert proc.returncode == 0, proc.stderr
     rec = RunRecord.load(str(tmp_path / "r.json"))
     assert rec.dataset.files == 4 and rec.dataset.target == target
+
+
+CATALOG = """
+[classes."fast[/]nvme"]
+label = "Evil [bold]label[/] \\u001b]0;pwned\\u0007"
+scope = "local"
+seq_read_MBps = 6000
+iops_4k = 900000
+iops_128k = 45000
+latency_ms = 0.1
+source = "https://wiki:pa'SEKRIT1@intra.example/disks?token=SEKRIT2"
+"""
+COSTS = """
+currency = "EUR[/]"
+gpu = 30000
+core = 150
+[storage]
+"fast[/]nvme" = 900
+"""
+
+
+def test_a_catalog_and_prices_with_markup_and_credentials_render_and_leak_nothing(
+    tmp_path: Path,
+) -> None:
+    from ioprobe.analysis import finalize
+    from tests.unit.test_whatif import probe_record
+
+    run = tmp_path / "run.json"
+    finalize(probe_record()).save(run)
+    (tmp_path / "cat.toml").write_text(CATALOG)
+    (tmp_path / "cost.toml").write_text(COSTS)
+    out = tmp_path / "out"
+    out.mkdir()
+    proc = _cli_bytes(
+        "size",
+        str(run),
+        "--gpus",
+        "1,2",
+        "--catalog",
+        str(tmp_path / "cat.toml"),
+        "--cost",
+        str(tmp_path / "cost.toml"),
+        *_outputs(out, trace=False),  # a sizing has no timeline
+    )
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    texts = _written(out, trace=False)
+    terminal = _cli_bytes(
+        "size",
+        str(run),
+        "--gpus",
+        "1,2",
+        "--catalog",
+        str(tmp_path / "cat.toml"),
+        "--cost",
+        str(tmp_path / "cost.toml"),
+    )
+    assert terminal.returncode == 0, terminal.stderr.decode(errors="replace")
+    assert b"fast[/]nvme" in terminal.stdout  # the class's name, as text
+    for blob in (proc.stdout, proc.stderr, terminal.stdout, *(t.encode() for t in texts.values())):
+        assert b"SEKRIT" not in blob
+    _clean(terminal.stdout, *(t.encode() for n, t in texts.items() if n != "run.json"))

@@ -15,6 +15,7 @@ import time
 from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -94,14 +95,20 @@ def main(argv: list[str] | None = None) -> None:
     if age <= MAX_STARTUP_S:
         started -= age
     # SIGTERM's default action ends the process at once, skipping every ``finally`` (temporary
-    # files stay, pool workers are orphaned): make it raise in the main thread, as SIGINT does
+    # files stay, pool workers are orphaned): make it raise in the main thread, as SIGINT does.
+    # SIGHUP (a closed terminal, a supervisor's reload) takes the same path, unless it is
+    # ignored (nohup), which stays so
     here = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if here else None
+    previous: dict[int, Any] = {}
+    if here:
+        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _on_sigterm)
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _on_sigterm)
     try:
         _main(argv, started)
     finally:
-        if here:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
 
 # the command line being run: the secrets of its URLs are masked in every error line

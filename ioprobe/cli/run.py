@@ -202,7 +202,11 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str]) -> int:
     group of its own, so a signal to ioprobe's group reaches it once, passed on by ioprobe."""
     in_terminal = _terminal_foreground()
     relay = _Relay()
-    previous = {s: signal.signal(s, relay.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP (a closed terminal, a supervisor) is passed on as SIGTERM is, unless it is
+    # ignored (nohup): then the script inherits it ignored, as it would unwatched
+    relayed = [signal.SIGINT, signal.SIGTERM]
+    relayed += [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else []
+    previous = {s: signal.signal(s, relay.handle) for s in relayed}
     try:
         try:
             child = subprocess.Popen(list(cmd), env=env, process_group=None if in_terminal else 0)

@@ -18,6 +18,7 @@ incomplete. A second Ctrl-C kills the script and ends ioprobe at once.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -44,7 +45,7 @@ from ioprobe.cli._common import (
     write_rendered,
 )
 from ioprobe.collect import nvtx
-from ioprobe.errors import BadInputError
+from ioprobe.errors import BadInputError, IoprobeError
 from ioprobe.outputs import destination, writes_stdout
 from ioprobe.record import RunRecord
 from ioprobe.redact import console as text_console
@@ -148,11 +149,32 @@ def _run_watched(cmd: tuple[str, ...], live: bool = False) -> tuple[int, list[Ru
             if live and _isatty(sys.stderr):
                 # a script killed while its panel was up leaves the cursor hidden
                 text_console(stderr=True, force_terminal=True).show_cursor(True)
-        runs = _judged(sorted(records.glob("*.json")), try_load_catalog())
+        runs = _judged(_saved(records), try_load_catalog())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     runs.sort(key=lambda r: -sum(e.samples for e in (r.watch.epochs if r.watch else [])))
     return code, runs
+
+
+# the names the hook saves records under (watch/run_hook.py): loader-{pid}-{i}.json
+_SAVED = re.compile(r"loader-\d+-\d+\.json")
+
+
+def _saved(folder: Path) -> list[Path]:
+    """The records the hook saved in ``folder``: the script shares that folder's path through
+    its environment, and anything else it leaves there (a notes.json, a core file) is its
+    own, not a record."""
+    return sorted(p for p in folder.iterdir() if _SAVED.fullmatch(p.name) and p.is_file())
+
+
+def _load_saved(path: Path) -> RunRecord | None:
+    """A saved record, or None with a line on stderr where it cannot be loaded (the script
+    overwrote it, the disk filled as it was written): the other loaders are still reported."""
+    try:
+        return RunRecord.load(path)
+    except IoprobeError as exc:
+        text_console(stderr=True).print(shown(f"ioprobe: a record was lost: {exc}"), soft_wrap=True)
+        return None
 
 
 def _judged(paths: list[Path], catalog: Catalog | None) -> list[RunRecord]:
@@ -164,7 +186,10 @@ def _judged(paths: list[Path], catalog: Catalog | None) -> list[RunRecord]:
     alone: list[RunRecord] = []
     jobs: dict[tuple[object, ...], list[RunRecord]] = {}
     for path in paths:
-        rec = finalize_watch(RunRecord.load(path), catalog)
+        loaded = _load_saved(path)
+        if loaded is None:
+            continue
+        rec = finalize_watch(loaded, catalog)
         info = rec.watch.rank if rec.watch is not None else None
         if info is None:
             alone.append(rec)

@@ -179,3 +179,18 @@ def test_a_catalog_and_prices_with_markup_and_credentials_render_and_leak_nothin
     for blob in (proc.stdout, proc.stderr, terminal.stdout, *(t.encode() for t in texts.values())):
         assert b"SEKRIT" not in blob
     _clean(terminal.stdout, *(t.encode() for n, t in texts.items() if n != "run.json"))
+
+
+def test_files_a_script_leaves_beside_the_records_lose_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    proc = run_cli(
+        "run", "--json", str(out), "--", sys.executable, "-m", "tests.fixtures.litter_train", "4"
+    )
+    assert proc.returncode == 4, proc.stderr  # the script's
+    assert "Traceback" not in proc.stderr
+    watched = RunRecord.load(str(out)).watch
+    assert watched is not None and sum(e.samples for e in watched.epochs) == 48
+    # the damaged file under a record's name is named once; the script's own files are not
+    lost = [line for line in proc.stderr.splitlines() if "a record was lost" in line]
+    assert len(lost) == 1 and "loader-1-0.json" in lost[0], proc.stderr
+    assert "notes.json" not in proc.stderr

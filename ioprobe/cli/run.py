@@ -98,8 +98,8 @@ def command(
 ) -> None:
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
     _check(plan, cmd)
-    returncode, runs = _run_watched(cmd, live)
-    _report_all(runs, plan, -returncode if returncode < 0 else None)
+    returncode, runs, made = _run_watched(cmd, live)
+    _report_all(runs, plan, -returncode if returncode < 0 else None, made)
     # a death by signal N exits 128+N, as a shell reports it
     sys.exit(128 - returncode if returncode < 0 else returncode)
 
@@ -132,9 +132,10 @@ def _check_command(program: str) -> None:
         )
 
 
-def _run_watched(cmd: tuple[str, ...], live: bool = False) -> tuple[int, list[RunRecord]]:
-    """Run ``cmd`` with the hook on its path: its return code, and the judged record of each
-    loader it iterated, the one that delivered the most samples first. ``live``: the script's
+def _run_watched(cmd: tuple[str, ...], live: bool = False) -> tuple[int, list[RunRecord], bool]:
+    """Run ``cmd`` with the hook on its path: its return code, the judged record of each
+    loader it iterated, the one that delivered the most samples first, and whether it made a
+    loader at all. ``live``: the script's
     process draws the live panel (it owns stderr while it runs)."""
     tmp = Path(tempfile.mkdtemp(prefix="ioprobe-run-"))
     try:
@@ -150,10 +151,11 @@ def _run_watched(cmd: tuple[str, ...], live: bool = False) -> tuple[int, list[Ru
                 # a script killed while its panel was up leaves the cursor hidden
                 text_console(stderr=True, force_terminal=True).show_cursor(True)
         runs = _judged(_saved(records), try_load_catalog())
+        made = any(p.name.startswith("made-") for p in records.iterdir())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     runs.sort(key=lambda r: -sum(e.samples for e in (r.watch.epochs if r.watch else [])))
-    return code, runs
+    return code, runs, made
 
 
 # the names the hook saves records under (watch/run_hook.py): loader-{pid}-{i}.json
@@ -337,7 +339,9 @@ class _Relay:
             child.wait()
 
 
-def _report_all(runs: list[RunRecord], plan: dict[str, list[str]], killed_by: int | None) -> None:
+def _report_all(
+    runs: list[RunRecord], plan: dict[str, list[str]], killed_by: int | None, made: bool = False
+) -> None:
     """Each loader's summary on stderr (the script's stdout is its own), then its planned
     outputs: the first loader's at the paths given, each other one's beside them (``_nth``)."""
     err = text_console(stderr=True)
@@ -345,6 +349,13 @@ def _report_all(runs: list[RunRecord], plan: dict[str, list[str]], killed_by: in
         # a death by signal skips the exit hook that saves the records (a Python script's
         # KeyboardInterrupt runs it, then ends by SIGINT)
         err.print(f"ioprobe: the script was killed by {_signal_name(killed_by)}: no record saved")
+    elif not runs and made:
+        # os._exit or a crash in C skips the exit hook, as a signal does
+        err.print(
+            "ioprobe: the script made a DataLoader but saved no record: it never iterated it, "
+            "or it ended without Python's exit handlers (os._exit, a crash)",
+            soft_wrap=True,
+        )
     elif not runs:
         err.print("ioprobe: no DataLoader was iterated: nothing to report")
     # the records first, then the pages, then the summaries: each step tried whatever became

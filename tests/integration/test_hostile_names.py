@@ -194,3 +194,11 @@ def test_files_a_script_leaves_beside_the_records_lose_nothing(tmp_path: Path) -
     lost = [line for line in proc.stderr.splitlines() if "a record was lost" in line]
     assert len(lost) == 1 and "loader-1-0.json" in lost[0], proc.stderr
     assert "notes.json" not in proc.stderr
+
+
+def test_a_script_ending_by_os_exit_is_not_said_to_have_iterated_nothing() -> None:
+    proc = run_cli("run", "--", sys.executable, "-m", "tests.fixtures.os_exit_train")
+    assert proc.returncode == 0, proc.stderr
+    assert "no DataLoader was iterated" not in proc.stderr
+    assert "made a DataLoader but saved no record" in proc.stderr
+    assert "os._exit" in proc.stderr

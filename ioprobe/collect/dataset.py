@@ -24,7 +24,7 @@ from typing import Any
 
 from ioprobe.capacity import density_class
 from ioprobe.collect.budget import Pending, map_within, network_timeouts
-from ioprobe.collect.failures import ReadFailures
+from ioprobe.collect.failures import ReadFailures, chain, label, transport_cause
 from ioprobe.errors import StorageTimeoutError, TargetError
 from ioprobe.record import DatasetProfile
 from ioprobe.redact import redact_message, redact_url
@@ -335,16 +335,31 @@ def _list_remote(target: str, fs: Any, path: str, url: str = "") -> list[dict[st
         if fs.isdir(path):
             return list(fs.find(path, detail=True).values())
         return [fs.info(path)]
-    except FileNotFoundError:
-        raise TargetError(f"{target}: not found") from None
-    except PermissionError:
-        raise TargetError(f"{target}: permission denied") from None
-    except TimeoutError:  # asyncio's, aiohttp's and fsspec's timeouts
-        raise StorageTimeoutError(
+    except Exception as exc:
+        raise _listing_error(target, exc, url) from None
+
+
+def _listing_error(target: str, exc: Exception, url: str) -> TargetError:
+    """The one line for a listing that failed. The cause's chain is read first: fsspec says
+    "not found" for any HTTP listing that failed, a TLS handshake refused included."""
+    transport = transport_cause(exc)
+    if transport is not None:
+        return TargetError(f"{target}: {label(transport)}: {_one_line(_root(exc), url)}")
+    if isinstance(exc, FileNotFoundError):
+        return TargetError(f"{target}: not found")
+    if isinstance(exc, PermissionError):
+        return TargetError(f"{target}: permission denied")
+    if isinstance(exc, TimeoutError):  # asyncio's, aiohttp's and fsspec's timeouts
+        return StorageTimeoutError(
             f"{target}: storage did not answer within the time budget (the listing timed out)"
-        ) from None
-    except Exception as exc:  # fsspec backends raise anything from aiohttp, botocore, ...
-        raise TargetError(f"{target}: cannot reach it: {_one_line(exc, url)}") from None
+        )
+    # fsspec backends raise anything from aiohttp, botocore, ...
+    return TargetError(f"{target}: cannot reach it: {_one_line(exc, url)}")
+
+
+def _root(exc: BaseException) -> BaseException:
+    """The last exception of ``exc``'s chain: the one that says what happened."""
+    return list(chain(exc))[-1]
 
 
 def _fill_sizes(

@@ -16,7 +16,7 @@ import pytest
 from ioprobe.collect import dataset as ds_mod
 from ioprobe.collect import pipeline as pipe_mod
 from ioprobe.collect import storage as st
-from ioprobe.collect.failures import ReadFailures, cause
+from ioprobe.collect.failures import ReadFailures, cause, label
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import SilentReporter
 from ioprobe.errors import TargetError
@@ -192,3 +192,50 @@ def test_records_without_error_counts_still_load(tmp_path: Path) -> None:
     rec.pipeline.errors = 3
     rec.save(tmp_path / "new.json")
     assert RunRecord.load(tmp_path / "new.json") == rec
+
+
+def _caused(outer: BaseException, inner: BaseException) -> BaseException:
+    outer.__cause__ = inner
+    return outer
+
+
+def _short_body() -> BaseException:
+    from aiohttp import http_exceptions
+
+    inner = http_exceptions.ContentLengthError("received 10 of 1000 bytes")
+    return _caused(aiohttp.ClientPayloadError("Response payload is not completed"), inner)
+
+
+def _self_signed() -> BaseException:
+    import ssl
+
+    verify = ssl.SSLCertVerificationError(1, "certificate verify failed: self-signed certificate")
+    return _caused(FileNotFoundError("https://127.0.0.1:8443/data/"), verify)
+
+
+CAUSES = [
+    # aiohttp's short body: no status the server sent
+    (_short_body, "short_response"),
+    # a parser error aiohttp re-raises as a response error "with status 400"
+    (
+        lambda: _caused(
+            aiohttp.ClientResponseError(None, (), status=400),  # type: ignore[arg-type]
+            __import__("aiohttp").http_exceptions.BadHttpMessage("bad chunk"),
+        ),
+        "short_response",
+    ),
+    # fsspec reports a failed TLS handshake as not found, raised from the real cause
+    (_self_signed, "tls_certificate"),
+    (lambda: _caused(OSError("x"), __import__("ssl").SSLError(1, "wrong version")), "tls"),
+    (lambda: aiohttp.ClientResponseError(None, (), status=404), "http_404"),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize(("make", "key"), CAUSES)
+def test_a_failure_is_named_by_what_caused_it(make: object, key: str) -> None:
+    assert cause(make()) == key  # type: ignore[operator]
+
+
+def test_the_new_causes_read_as_words() -> None:
+    assert label("tls_certificate") == "TLS certificate not trusted"
+    assert label("short_response") == "response shorter than announced"

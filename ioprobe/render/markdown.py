@@ -184,7 +184,7 @@ def _operators(rows: Sequence[OperatorRow]) -> list[str]:
         "|---|---|---|--:|--:|--:|",
     ]
     lines += [
-        f"| {md(r.name)} | {r.device} | {r.stage} | {r.cpu_ms:,.2f} | {r.wall_ms:,.2f} | "
+        f"| {md(r.name)} | {md(r.device)} | {md(r.stage)} | {r.cpu_ms:,.2f} | {r.wall_ms:,.2f} | "
         f"{r.cpu_share:.0%} |"
         for r in rows
     ]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import os
 import re
 from typing import Any
 
@@ -31,6 +32,7 @@ from ioprobe.analysis.dlio import dlio_workload
 from ioprobe.analysis.report import findings
 from ioprobe.errors import IoprobeError
 from ioprobe.record import RunRecord
+from ioprobe.redact import redact_url, shown
 from ioprobe.render import html, markdown, terminal, trace
 from ioprobe.render.compare import compare_markdown, render_compare
 from ioprobe.render.dlio import to_yaml
@@ -172,15 +174,40 @@ def test_markup_in_every_free_text_field_shows_literally(seed: int) -> None:
     assert r"zq\[/\]zq" in views["markdown"]
 
 
-@given(seed=st.integers(0, 5), texts=st.lists(hostile(), min_size=1, max_size=8))
-@settings(
-    max_examples=120,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+SETTINGS = settings(
+    deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
 )
+LONG = int(os.environ.get("IOPROBE_FUZZ_EXAMPLES", "20000")) // 10  # a case renders 6 views
+
+
+@given(seed=st.integers(0, 5), texts=st.lists(hostile(), min_size=1, max_size=8))
+@settings(SETTINGS, max_examples=120)
 def test_no_outside_string_breaks_or_leaks_through_any_renderer(
     seed: int, texts: list[str]
 ) -> None:
+    _fill_and_render(seed, texts)
+
+
+@pytest.mark.long  # deselected by default: `make fuzz` runs it
+@given(seed=st.integers(0, 5), texts=st.lists(hostile(), min_size=1, max_size=8))
+@settings(SETTINGS, max_examples=LONG)
+def test_long_outside_text_run(seed: int, texts: list[str]) -> None:
+    _fill_and_render(seed, texts)
+
+
+@given(text=hostile() | st.text())
+@settings(SETTINGS, max_examples=300)
+def test_the_mask_and_the_escape_never_raise_and_are_stable(text: str) -> None:
+    """Any string through the boundary functions: no exception, nothing left to escape, and
+    a second pass changes nothing (a masked URL stays masked)."""
+    once = shown(text)
+    assert shown(once) == once
+    assert RAW_CONTROL.search(once) is None
+    once.encode("utf-8")
+    assert redact_url(redact_url(text)) == redact_url(text)
+
+
+def _fill_and_render(seed: int, texts: list[str]) -> None:
     data = copy.deepcopy(seeds()[seed])
     for i, path in enumerate(free_text_paths(seed)):
         _set(data, path, texts[i % len(texts)])

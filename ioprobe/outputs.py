@@ -14,7 +14,6 @@ it). Anything else (a directory, a socket, a block device) is refused.
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
 import re
@@ -29,11 +28,6 @@ from ioprobe.errors import BadInputError
 
 # names of this process's own descriptors; /dev/fd is a link to /proc/self/fd on Linux
 _FD_PATH = re.compile(r"/dev/(stdout|stderr)|/dev/fd/(\d+)|/proc/self/fd/(\d+)")
-
-# what a write to a full, broken or read-only destination raises: the user's, not a bug
-WRITE_ERRNOS = frozenset(
-    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EPIPE, errno.EIO, errno.EROFS}
-)
 
 # the kinds refused, by the name a user knows them by
 _REFUSED_KINDS = (

@@ -21,8 +21,7 @@ import click
 
 from ioprobe._version import __version__
 from ioprobe.collect.procfs import process_age_s
-from ioprobe.errors import Interrupted, IoprobeError, Terminated, TermSignal
-from ioprobe.outputs import WRITE_ERRNOS
+from ioprobe.errors import WRITE_ERRNOS, Interrupted, IoprobeError, Terminated, TermSignal
 from ioprobe.redact import printable, redact_message
 
 # a process older than this when its command starts is not one started for the command (an
@@ -138,7 +137,7 @@ def _main(argv: list[str] | None, started: float) -> None:
         # stdout on a full device or a closed pipe (`ioprobe env > /dev/full`): one line, and
         # nothing more sent to the stdout that failed, at exit either
         _drop_stdout()
-        _fail(f"cannot write the output: {exc.strerror or exc}", 2)
+        _fail(f"a write failed: {exc.strerror or exc}", 2)
     _flush_stdout()
     sys.exit(rv if isinstance(rv, int) else 0)
 
@@ -152,7 +151,7 @@ def _flush_stdout() -> None:
         if exc.errno not in WRITE_ERRNOS:
             raise
         _drop_stdout()
-        _fail(f"cannot write the output: {exc.strerror or exc}", 2)
+        _fail(f"cannot write to stdout: {exc.strerror or exc}", 2)
 
 
 def _drop_stdout() -> None:

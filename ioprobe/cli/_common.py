@@ -13,8 +13,8 @@ from rich.console import Console
 
 from ioprobe.analysis.catalog import Catalog, resolve_storage
 from ioprobe.analysis.report import Findings, findings
-from ioprobe.errors import BadInputError, IoprobeError, RecordError
-from ioprobe.outputs import WRITE_ERRNOS, check_output, write_output, writes_stdout
+from ioprobe.errors import WRITE_ERRNOS, BadInputError, IoprobeError, RecordError
+from ioprobe.outputs import check_output, write_output, writes_stdout
 from ioprobe.record import STAGE_NAMES, RunRecord, StorageClassInfo
 from ioprobe.redact import console as text_console
 

@@ -53,7 +53,7 @@ from ioprobe.collect.failures import ReadFailures
 from ioprobe.collect.hostinfo import host_info
 from ioprobe.collect.pcie import LinkReader
 from ioprobe.collect.progress import Reporter, SilentReporter
-from ioprobe.errors import BadInputError, StorageTimeoutError, TargetError
+from ioprobe.errors import WRITE_ERRNOS, BadInputError, StorageTimeoutError, TargetError
 from ioprobe.record import (
     CpuStage,
     DatasetProfile,
@@ -358,7 +358,8 @@ class Probe:
 
         Ctrl-C (or SIGTERM turned into a KeyboardInterrupt) propagates unchanged; before it
         does, ``partial`` is set to the record of the phases that had ended, marked incomplete
-        and naming the phase it stopped in, or stays None when no stage had been measured."""
+        and naming the phase it stopped in, or stays None when no stage had been measured.
+        A write the host refuses (``outputs.WRITE_ERRNOS``: a full TMPDIR) does the same."""
         o = self.options
         self._began = time.perf_counter()
         started = self._began if o.started_at is None else min(o.started_at, self._began)
@@ -377,7 +378,13 @@ class Probe:
             if self.partial is not None:
                 self.partial.gpu_series = gpu_sampler.series_record(sampler, started)
             raise
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+                # the host failed a write of ours (the CPU pool's payloads in a full TMPDIR):
+                # the phases that ended are kept, as for Ctrl-C
+                self.partial = self._interrupted(started)
+                if self.partial is not None:
+                    self.partial.gpu_series = gpu_sampler.series_record(sampler, started)
             # a probe that failed (a bad target, storage that never answered) does not leave
             # CUDA's start running on into the interpreter's exit
             if self._cuda is not None:

@@ -24,6 +24,7 @@ from typing import Any
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.decode import Decoder, resolve
 from ioprobe.collect.failures import ReadFailures, cause
+from ioprobe.collect.storage import READ_FLAGS
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
 from ioprobe.collect.workers import quiet_worker, spawn_pool
 from ioprobe.record import PipelineRun, Track
@@ -48,11 +49,11 @@ def read_whole(fs: Any, entry: FileEntry, limit: int | None = None) -> bytes:
         return bytes(fs.cat_file(entry.path))
     buf = bytearray(size)
     view = memoryview(buf)
-    fd = os.open(entry.path, os.O_RDONLY)
+    fd = os.open(entry.path, READ_FLAGS)
     try:
         got = 0
         while got < size:
-            n = os.readv(fd, [view[got:]])
+            n = os.preadv(fd, [view[got:]], got)  # positioned: a FIFO fails (ESPIPE)
             if n == 0:
                 break
             got += n

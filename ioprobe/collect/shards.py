@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ioprobe.collect.dataset import _EXT_FORMAT, Dataset, FileEntry, _one_line
+from ioprobe.collect.storage import READ_FLAGS
 
 INDEX_NAMES = frozenset({"index.json"})
 # metadata a Hugging Face `save_to_disk` directory holds beside its Arrow files
@@ -76,7 +77,7 @@ class RangeReader:
         if entry.path != self._path:
             self.close()
             self._handle = (
-                os.open(entry.path, os.O_RDONLY)
+                os.open(entry.path, READ_FLAGS)
                 if self.fs is None
                 else self.fs.open(entry.path, "rb")
             )

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import aiohttp
@@ -239,3 +240,23 @@ def test_a_failure_is_named_by_what_caused_it(make: object, key: str) -> None:
 def test_the_new_causes_read_as_words() -> None:
     assert label("tls_certificate") == "TLS certificate not trusted"
     assert label("short_response") == "response shorter than announced"
+
+
+def test_files_turned_into_fifos_are_counted_and_stall_nothing(tmp_path: Path) -> None:
+    # a FIFO with no writer blocks a plain open for ever: the cold pass's eviction and its
+    # reads must fail on it, count it, and measure the rest at their own rate
+    paths = _files(tmp_path / "data", 24)
+    ds = ds_mod.resolve(str(tmp_path / "data"))
+    for p in paths[:4]:
+        p.unlink()
+        os.mkfifo(p)
+    tally = ReadFailures()
+    t0 = time.monotonic()
+    out = st.measure_pass(ds, ds.entries, "cold", 1.0, levels=(1, 2), failures=tally)
+    assert time.monotonic() - t0 < 10
+    assert tally.counts() == {"ESPIPE": 4}
+    assert out.sweep[0].errors == 4
+    assert out.sweep[0].bytes == 20 * 2000
+    # the end-to-end and profile reads of a whole file fail on it too, not read it as empty
+    with pytest.raises(OSError):
+        pipe_mod.read_whole(None, ds.entries[[e.path for e in ds.entries].index(str(paths[0]))])

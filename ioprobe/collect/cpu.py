@@ -31,7 +31,7 @@ from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.decode import Decoder, output_nbytes, resolve
 from ioprobe.collect.failures import ReadFailures
 from ioprobe.collect.progress import Reporter, SilentReporter
-from ioprobe.collect.workers import pool_start_s, quiet_worker, spawn_pool
+from ioprobe.collect.workers import pool_start_s, quiet_worker, spawn_pool, wait_started
 from ioprobe.errors import BadInputError
 from ioprobe.record import CpuLevel, CpuStage
 
@@ -175,7 +175,7 @@ def measure_cpu(
         _payload_file(payloads) as path,
         spawn_pool(max(levels), _init, (decoder_name, path)) as pool,
     ):
-        pool.map(_ready, range(max(levels)), chunksize=1)
+        wait_started(pool, max(levels), _ready)
         # the pool's start is part of the phase: the levels share what it left. A floor keeps
         # a level long enough to decode a few dozen images per worker; on a host of many
         # cores a small budget is still spread over five or more levels

@@ -28,12 +28,16 @@ import multiprocessing.context as mp_context
 import multiprocessing.pool as mp_pool
 import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing import resource_tracker
 from multiprocessing.pool import Pool
 from types import FrameType
 from typing import Any
+
+from ioprobe.errors import IoprobeError
 
 # held while a pool starts: see the module's docstring
 HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
@@ -73,6 +77,36 @@ def spawn_pool(processes: int, initializer: Callable[..., None], initargs: tuple
         signal.signal(signal.SIGINT, signal.SIG_DFL if handler is None else handler)
         _unblock(mask, pool)
     return pool
+
+
+class WorkersFailed(IoprobeError):
+    """A pool whose workers die as they start: the pool would start new ones for ever."""
+
+
+def wait_started(pool: Pool, processes: int, ready: Callable[[int], Any]) -> None:
+    """Return once each of the pool's ``processes`` workers has run ``ready`` (its
+    initializer done). A worker that dies as it starts (its initializer raised, the
+    interpreter cannot import what it needs) is replaced by the pool for ever, and a task
+    waits for ever: after more than twice as many workers as asked have come and gone, or
+    ``max(30 s, 10 x pool_start_s)`` without them, this raises ``WorkersFailed`` (one line)."""
+    result = pool.map_async(ready, range(processes), chunksize=1)
+    limit = max(30.0, 10 * pool_start_s(processes))
+    deadline = time.monotonic() + limit
+    seen: set[int] = set()
+    while not result.ready():
+        result.wait(0.05)
+        # the pool's own list of its workers: the pids it has started so far
+        seen.update(p.pid for p in getattr(pool, "_pool", []) if p.pid is not None)
+        if len(seen) > 2 * processes + 1:
+            raise WorkersFailed(
+                f"the CPU phase's worker processes die as they start ({len(seen)} started for "
+                f"{processes}): check that {sys.executable} can run and import ioprobe"
+            )
+        if time.monotonic() > deadline:
+            raise WorkersFailed(
+                f"the CPU phase's worker processes did not start within {limit:.0f} s"
+            )
+    result.get()
 
 
 class _KilledProcess(mp_context.SpawnProcess):

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ioprobe.collect.dataset import _EXT_FORMAT, Dataset, FileEntry, _one_line
+from ioprobe.collect.remote import cat_range
 from ioprobe.collect.storage import READ_FLAGS
 
 INDEX_NAMES = frozenset({"index.json"})
@@ -96,7 +97,7 @@ class RangeReader:
         end = min(offset + length, entry.size)
         if end <= offset:
             return b""
-        return bytes(self.fs.cat_file(entry.path, start=offset, end=end))
+        return cat_range(self.fs, entry.path, offset, end)
 
     def close(self) -> None:
         if self._handle is not None:

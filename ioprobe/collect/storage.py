@@ -41,6 +41,7 @@ from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.dataset import Dataset, FileEntry
 from ioprobe.collect.failures import ReadFailures, cause
 from ioprobe.collect.progress import Reporter, SilentReporter
+from ioprobe.collect.remote import cat_range
 from ioprobe.record import StoragePass, SweepPoint
 
 CHUNK = 8 * 1024 * 1024  # plan_items: files above this are read as several items
@@ -304,7 +305,6 @@ def _remote_error_text(exc: Exception) -> str:
 
 
 def _remote_reader_factory(fs: object, ranges: bool = True) -> Callable[[_Level, int], None]:
-    cat_file = fs.cat_file  # type: ignore[attr-defined]
     open_file = fs.open  # type: ignore[attr-defined]
     # one request per 1 MiB read, no read-ahead cache: a backend's read-ahead (5 MiB for
     # HTTP, 50 MiB for S3, and twice the block for fsspec's default cache) fetches what the
@@ -317,7 +317,7 @@ def _remote_reader_factory(fs: object, ranges: bool = True) -> Callable[[_Level,
     )
 
     def read_one(path: str, off: int, length: int) -> int:
-        return len(cat_file(path, start=off, end=off + length))
+        return len(cat_range(fs, path, off, off + length))
 
     def stream_one(path: str, off: int, length: int) -> Generator[int, None, None]:
         # the backend's own file object, as a loader streaming a remote shard opens it

@@ -100,6 +100,9 @@ class Dataset:
     sizes_estimated: bool = False
     listing_truncated: bool = False
     skipped: Counter[str] = field(default_factory=Counter)
+    # files stat-ed that are mostly holes (allocated blocks under half their size): holes
+    # read as zeros without touching the disk, so they read faster than real data
+    sparse: int = 0
 
     @property
     def remote(self) -> bool:
@@ -138,7 +141,7 @@ def _resolve_local(target: str, path: str, seed: int) -> Dataset:
     names, truncated = _take_listing(_local_candidates(target, path, skipped))
     sizes_estimated = len(names) > STAT_SAMPLE
     to_stat = random.Random(seed).sample(names, STAT_SAMPLE) if sizes_estimated else names
-    entries, statted = _stat_entries(to_stat, skipped)
+    entries, statted, sparse = _stat_entries(to_stat, skipped)
     if not entries:
         detail = _skip_summary(skipped)
         raise TargetError(
@@ -155,6 +158,7 @@ def _resolve_local(target: str, path: str, seed: int) -> Dataset:
         sizes_estimated=sizes_estimated,
         listing_truncated=truncated,
         skipped=skipped,
+        sparse=sparse,
     )
 
 
@@ -193,11 +197,12 @@ def _take_listing(candidates: Iterator[str]) -> tuple[list[str], bool]:
     return names, False
 
 
-def _stat_entries(names: list[str], skipped: Counter[str]) -> tuple[list[FileEntry], int]:
-    """The samples among ``names`` (regular, non-empty, readable files), and how many names
-    could be stat-ed at all: the denominator when a sample's totals are scaled up."""
+def _stat_entries(names: list[str], skipped: Counter[str]) -> tuple[list[FileEntry], int, int]:
+    """The samples among ``names`` (regular, non-empty, readable files), how many names
+    could be stat-ed at all (the denominator when a sample's totals are scaled up), and how
+    many samples are sparse (fewer blocks allocated than half their size)."""
     entries: list[FileEntry] = []
-    statted = 0
+    statted = sparse = 0
     for name in names:
         try:
             st = os.stat(name)
@@ -210,9 +215,10 @@ def _stat_entries(names: list[str], skipped: Counter[str]) -> tuple[list[FileEnt
         reason = _not_a_sample(name, st)
         if reason is None:
             entries.append(FileEntry(name, st.st_size))
+            sparse += st.st_blocks * 512 < st.st_size // 2
         else:
             skipped[reason] += 1
-    return entries, statted
+    return entries, statted, sparse
 
 
 def _not_a_sample(name: str, st: os.stat_result) -> str | None:

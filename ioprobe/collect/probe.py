@@ -463,6 +463,8 @@ class Probe:
         )
         _count_samples(prof, layout, ds)
         self.notes.extend(layout.notes)
+        if listed.sparse:
+            self.notes.append(_sparse_note(listed.sparse, len(listed.entries)))
         dali = o.loader == "dali"
         if dali:
             # before any progress line: one error line
@@ -957,6 +959,15 @@ class _PhaseNoting:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def _sparse_note(sparse: int, stated: int) -> str:
+    """The note for a dataset whose files are mostly holes."""
+    return (
+        f"{sparse} of {stated} files are sparse (mostly holes, which read as zeros without "
+        "touching the disk): the storage rates are higher than the same data written out "
+        "would give"
+    )
 
 
 def _layout_within(

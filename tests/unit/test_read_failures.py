@@ -260,3 +260,21 @@ def test_files_turned_into_fifos_are_counted_and_stall_nothing(tmp_path: Path) -
     # the end-to-end and profile reads of a whole file fail on it too, not read it as empty
     with pytest.raises(OSError):
         pipe_mod.read_whole(None, ds.entries[[e.path for e in ds.entries].index(str(paths[0]))])
+
+
+def test_sparse_files_are_counted_and_the_probe_says_its_rates_flatter(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _files(data, 6, size=20_000)
+    for i in range(4):  # a hole of 1 MiB with nothing written: no block allocated
+        with open(data / f"sparse{i}.bin", "wb") as fh:
+            fh.truncate(1 << 20)
+    ds = ds_mod.resolve(str(data))
+    if ds.sparse == 0:
+        pytest.skip("this file system allocates the holes it is given")
+    assert ds.sparse == 4
+    rec = Probe(ProbeOptions(target=str(data), loader="raw", time_budget_s=2)).run()
+    notes = [n for n in rec.notes if "sparse" in n]
+    assert notes == [
+        "4 of 10 files are sparse (mostly holes, which read as zeros without touching the "
+        "disk): the storage rates are higher than the same data written out would give"
+    ]

@@ -202,3 +202,21 @@ def test_a_script_ending_by_os_exit_is_not_said_to_have_iterated_nothing() -> No
     assert "no DataLoader was iterated" not in proc.stderr
     assert "made a DataLoader but saved no record" in proc.stderr
     assert "os._exit" in proc.stderr
+
+
+def test_the_dlio_export_keeps_outside_text_in_its_comments(tmp_path: Path) -> None:
+    import yaml
+
+    from ioprobe.analysis import finalize
+    from tests.unit.test_whatif import probe_record
+
+    rec = finalize(probe_record())
+    rec.created = "2026-01-01\nlive_key: injected"
+    rec.ioprobe_version = "9.9\nversion_key: injected"
+    run = tmp_path / "run\nfile_key: injected.json"  # a file name may hold a newline
+    rec.save(run)
+    proc = run_cli("export", "dlio", str(run), "-o", str(tmp_path / "w.yaml"))
+    assert proc.returncode == 0, proc.stderr
+    doc = yaml.safe_load((tmp_path / "w.yaml").read_text())
+    assert not {"live_key", "version_key", "file_key"} & set(doc)
+    assert "live_key: injected" in (tmp_path / "w.yaml").read_text()  # shown, as a comment

@@ -202,17 +202,56 @@ def measure_cpu(
     return stage
 
 
+PAYLOAD_PREFIX = "ioprobe-payloads-"
+
+
 @contextmanager
 def _payload_file(payloads: list[bytes]) -> Iterator[str]:
     """The payloads pickled to a private temporary file, removed on the way out (Ctrl-C
-    included)."""
-    fd, path = tempfile.mkstemp(prefix="ioprobe-payloads-")
+    included). Its name holds this process's pid: a probe killed with SIGKILL cannot remove
+    its file, so each new one first removes those of probes no longer running
+    (``remove_stale_payloads``)."""
+    remove_stale_payloads(tempfile.gettempdir())
+    fd, path = tempfile.mkstemp(prefix=f"{PAYLOAD_PREFIX}{os.getpid()}-")
     try:
         with os.fdopen(fd, "wb") as fh:
             pickle.dump(payloads, fh, protocol=pickle.HIGHEST_PROTOCOL)
         yield path
     finally:
         os.unlink(path)
+
+
+def remove_stale_payloads(folder: str) -> list[str]:
+    """Remove the payload files in ``folder`` that this user's probes left when they were
+    killed (their pid no longer runs); the names removed. Files of running probes, of other
+    users, and of names not ours are left alone."""
+    removed: list[str] = []
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(PAYLOAD_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        pid_text = name[len(PAYLOAD_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit() or _running(int(pid_text)):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            if os.lstat(path).st_uid == os.getuid():
+                os.unlink(path)
+                removed.append(name)
+        except OSError:  # gone already, or not ours to remove
+            continue
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's, or no pid at all
+        return True
+    return True
 
 
 def load_payloads(

@@ -31,10 +31,11 @@ typecheck: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q tests/unit
 
-# The long fuzzing run: 20,000 mutated and random records through the loader and every view
+# The long fuzzing run: 20,000 mutated and random records through the loader and every view,
+# and 2,000 records filled with hostile outside text through every view and the DLIO export
 # (IOPROBE_FUZZ_EXAMPLES=N for more); the default test run tries a few thousand.
 fuzz: $(STAMP)
-	$(BIN)/python -m pytest -q -m long tests/unit/test_fuzz_records.py
+	$(BIN)/python -m pytest -q -m long tests/unit/test_fuzz_records.py tests/unit/test_outside_text.py
 
 # The browser tests (tests/browser.py) drive real headless Chromium; install it where it is missing.
 # `env` carries DEBIAN_FRONTEND through sudo (which drops the caller's environment).

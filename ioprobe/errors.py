@@ -6,6 +6,14 @@ no traceback. Anything else escaping is a bug in ioprobe and keeps its traceback
 
 from __future__ import annotations
 
+import errno
+
+# what a write to a full, broken or read-only destination raises (an OSError's errno): the
+# user's disk or pipe, not a bug, so one line rather than a traceback
+WRITE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EPIPE, errno.EIO, errno.EROFS}
+)
+
 
 class IoprobeError(Exception):
     """Base of every error that is the user's input or environment, not a bug."""

@@ -203,3 +203,74 @@ def atomic_write(path: str | os.PathLike[str], text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# -- reading a file the user named --------------------------------------------------------
+
+# how long a stream (a FIFO, a pipe, /dev/stdin) may stay silent before the read gives up
+STREAM_IDLE_S = 10.0
+
+
+def read_input(
+    path: str | os.PathLike[str], what: str, limit: int, *, idle_s: float = STREAM_IDLE_S
+) -> str:
+    """The text of a file the user named (a record, ``--catalog``, ``--cost``), read with a
+    size limit and, for a stream, a deadline: never blocked for ever, never read without end.
+
+    A regular file larger than ``limit`` bytes is refused before it is read. A FIFO, a pipe
+    or a character device (``<(cat run.json)``, /dev/stdin) is read as it comes, opened without
+    blocking (a FIFO nobody writes to reads as empty instead of waiting for a writer), until
+    its end, ``limit`` bytes (/dev/zero), or ``idle_s`` seconds without a byte. A directory,
+    a socket or a block device is refused. Every refusal is a ``BadInputError`` starting
+    ``what``; text that is not UTF-8 is one too.
+    """
+    name = os.fspath(path)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise BadInputError(f"{what}: no such file") from None
+    except IsADirectoryError:
+        raise BadInputError(f"{what}: is a directory, expected a file") from None
+    except OSError as exc:
+        raise BadInputError(f"{what}: cannot read: {exc.strerror or exc}") from None
+    try:
+        data = _read_fd(fd, what, limit, idle_s)
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadInputError(f"{what}: not UTF-8 text (byte {exc.start})") from None
+
+
+def _read_fd(fd: int, what: str, limit: int, idle_s: float) -> bytes:
+    mode = os.fstat(fd).st_mode
+    for test, kind in _REFUSED_KINDS:
+        if test(mode):
+            raise BadInputError(f"{what}: is {kind}, expected a file")
+    if stat.S_ISREG(mode):
+        size = os.fstat(fd).st_size
+        if size > limit:
+            raise BadInputError(f"{what}: {size:,} bytes, more than the {limit:,} allowed")
+    import select  # only here: a stream is the rare case
+
+    chunks: list[bytes] = []
+    got = 0
+    while True:
+        try:
+            chunk = os.read(fd, min(1 << 20, limit + 1 - got))
+        except BlockingIOError:  # a stream with nothing yet: wait for a byte, not for ever
+            ready, _, _ = select.select([fd], [], [], idle_s)
+            if not ready:
+                raise BadInputError(
+                    f"{what}: nothing arrived for {idle_s:g} s (a FIFO or a pipe no one writes)"
+                ) from None
+            continue
+        except OSError as exc:
+            raise BadInputError(f"{what}: cannot read: {exc.strerror or exc}") from None
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        got += len(chunk)
+        if got > limit:
+            raise BadInputError(f"{what}: more than the {limit:,} bytes allowed (a device?)")

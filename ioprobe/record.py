@@ -17,12 +17,11 @@ import math
 import os
 import types
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
-from ioprobe.errors import RecordError
-from ioprobe.outputs import write_output
-from ioprobe.redact import redact_url
+from ioprobe.errors import BadInputError, RecordError
+from ioprobe.outputs import read_input, write_output
+from ioprobe.redact import redact_url, redacted_all
 
 SCHEMA = "ioprobe.run/1"
 
@@ -1133,7 +1132,11 @@ class RunRecord:
         return rec
 
     def dumps(self) -> str:
-        return json.dumps(self.to_json(), indent=2, sort_keys=True, allow_nan=False) + "\n"
+        """The record as JSON text; every string in it redacted (``redact.redacted_all``):
+        whatever field a URL reached (a catalog's source, a library's error in a note), its
+        credentials are never written."""
+        data = redacted_all(self.to_json())
+        return json.dumps(data, indent=2, sort_keys=True, allow_nan=False) + "\n"
 
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write as ``outputs.write_output`` does: a file atomically (a crash mid-write never
@@ -1146,13 +1149,10 @@ class RunRecord:
     def load(cls, path: str | os.PathLike[str]) -> RunRecord:
         name = os.fspath(path)
         try:
-            text = Path(path).read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise RecordError(f"{name}: no such file") from None
-        except IsADirectoryError:
-            raise RecordError(f"{name}: is a directory, expected a run file") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise RecordError(f"{name}: cannot read: {exc}") from None
+            # a FIFO or /dev/zero given as a record must neither block nor fill the memory
+            text = read_input(path, name, MAX_RECORD_BYTES)
+        except BadInputError as exc:
+            raise RecordError(str(exc).replace("expected a file", "expected a run file")) from None
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
@@ -1327,6 +1327,8 @@ def _shown(value: Any) -> str:
 # derives from them below this): a larger one is a damaged file, and small enough that the
 # model's products of a few figures stay finite
 MAX_FIGURE = 1e30
+# the largest record file loaded: a day's watched run with every series is well under it
+MAX_RECORD_BYTES = 1 << 30
 # Fields whose numbers may be negative: a worker index of -1 is the main process; timelines
 # and the NVML series hold times relative to the run's origin, which a sampler started
 # before it precedes; every other count, size, rate and duration a record holds is >= 0

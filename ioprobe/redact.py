@@ -1,14 +1,23 @@
-"""What may be shown of a string: secrets in URLs hidden, control characters made visible.
+"""What may be shown of a string: the two boundaries every outside string crosses.
 
-``redact_url`` hides the password of a URL's userinfo and the values of query parameters that
-carry credentials (signed URLs, tokens, SAS signatures), in a bare URL or in any text that
-quotes URLs (an error message from a library). It is applied where a target enters the tool,
-so records, reports and error lines only ever hold the redacted form.
+Masking. ``redact_url`` hides the secrets of every URL in a text: the userinfo's password, a
+token standing as the whole userinfo (``https://TOKEN@host/``), and the value of every query or
+fragment parameter whose name says it is a credential (``sensitive_param``). A URL is found by
+its ``scheme://`` and parsed from there, so a password holding a quote, a slash or an ``@`` is
+masked whole. ``redact_message`` does that to a library's error text and also masks the
+secrets of the URLs ioprobe was given wherever the text repeats them without their scheme
+(botocore quotes ``KEY:SECRET@bucket`` as a bucket name). Both are applied where a target
+enters the tool, to error lines, to every string a record loads, and again by ``shown``.
 
-``printable`` turns control characters into visible escapes (``\\x1b``): a directory name or a
-URL holding a terminal escape sequence must not retitle, clear or rewrite the user's terminal
-when a report or an error line shows it. ``printable_all`` does that to every string in a
-record, its findings or any other plain-data value, for the renderers that write to a terminal.
+Escaping. ``printable`` turns what could act on a terminal or break an encoder into visible
+escapes: C0 and C1 control characters (``\\x1b``, ``\\x9b``), DEL, bidi overrides
+(``\\u202e``) and the surrogates Python uses for bytes that are not UTF-8 (a file named
+``bad\\xff`` shows as that text). ``shown`` is redaction then ``printable``; ``shown_all``
+applies it to every string of a record, its findings or any plain-data value. Every renderer
+calls ``shown_all`` on what it is given before it formats anything, then escapes for its own
+format (HTML entities, Markdown backslashes, JSON); terminal views print through ``console``,
+which reads no rich markup and no emoji codes, so a name holding ``[/]`` or ``:smile:`` is
+text on every path by construction.
 """
 
 from __future__ import annotations
@@ -16,12 +25,17 @@ from __future__ import annotations
 import copy
 import dataclasses
 import re
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 MASK = "***"
 
-# Query (and fragment) parameters whose value is a credential; compared lower-cased.
+# Query (and fragment) parameters whose value is a credential; compared lower-cased. The list
+# the tests walk; ``sensitive_param`` also takes any name whose words say "credential"
 SENSITIVE_PARAMS = frozenset(
     {
         "x-amz-signature",
@@ -50,19 +64,64 @@ SENSITIVE_PARAMS = frozenset(
         "api_key",
         "apikey",
         "x-api-key",
+        "access_key",
+        "secret_key",
+        "jwt",
+        "session",
+        "code",
+        "credential",
+        "credentials",
     }
 )
+# a name is a credential's when one of its words (split at anything not a letter or digit) is
+# one of these, or it holds one of the longer ones anywhere (``AWSAccessKeyId``, ``sessionid``)
+_SECRET_WORDS = frozenset(
+    {"sig", "signature", "token", "secret", "password", "passwd", "pwd", "key", "apikey"}
+    | {"auth", "authorization", "jwt", "session", "code", "credential", "credentials", "sas"}
+)
+_SECRET_PARTS = (
+    "signature",
+    "credential",
+    "token",
+    "secret",
+    "password",
+    "passwd",
+    "apikey",
+    "accesskey",
+    "secretkey",
+    "session",
+    "jwt",
+)
+_WORD = re.compile(r"[^a-z0-9]+")
 
-# A URL inside free text: a scheme, "://", and everything up to whitespace or a quote, less
-# the punctuation that ends a sentence or a clause ("{url}: not found")
-_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s\"'<>`]*[^\s\"'<>`.,:;!?)\]}]")
-# userinfo with a password in it; the password may hold an unencoded "/" or "?" (a secret
-# key pasted as it is), so it runs to the "@" rather than to the authority's end
-_USERINFO = re.compile(r"(?P<user>[^/?#@:\s]*):(?P<password>[^\s@]*)@")
-_PORT = re.compile(r"\d+(?:[/?#]|$)")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
+# where a URL quoted in text ends: whitespace or a quote, less the punctuation that ends a
+# sentence or a clause ("{url}: not found")
+_URL_TAIL = re.compile(r"[^\s\"'<>`]*[^\s\"'<>`.,:;!?)\]}]")
+# the user of a userinfo: no delimiter of the authority in it
+_USER = re.compile(r"[^/?#@:\s\"'<>`]*\Z")
+# a plain login (POSIX user name shape) as a whole userinfo is shown; anything else with no
+# password (a token, an upper-case key) is taken for a credential
+_LOGIN = re.compile(r"[a-z_][a-z0-9_.\-]{0,31}\Z")
+_PORT = re.compile(r"\d+(?:[/?#]|\Z)")
+# what printable escapes: C0, DEL, C1, the line and paragraph separators, bidi embeddings,
+# overrides and isolates, and surrogates (undecodable bytes under surrogateescape)
+_UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 T = TypeVar("T")
+
+
+def sensitive_param(name: str) -> bool:
+    """Whether a query parameter called ``name`` carries a credential: one of
+    ``SENSITIVE_PARAMS``, or a name whose words say so (``X-Amz-Credential``, ``sas_token``,
+    ``AWSAccessKeyId``, ``client-secret``). Percent-encoded names are decoded first."""
+    low = unquote(name).strip().lower()
+    if low in SENSITIVE_PARAMS:
+        return True
+    if any(word in _SECRET_WORDS for word in _WORD.split(low)):
+        return True
+    squashed = _WORD.sub("", low)
+    return any(part in squashed for part in _SECRET_PARTS)
 
 
 def redact_url(text: str) -> str:
@@ -73,25 +132,48 @@ def redact_url(text: str) -> str:
     """
     if "://" not in text:
         return text
-    return _URL.sub(lambda m: _redact_one(m.group()), text)
+    out: list[str] = []
+    pos = 0
+    for m in _SCHEME.finditer(text):
+        if m.start() < pos:
+            continue  # inside the URL just masked (a URL quoted in a query value)
+        out.append(text[pos : m.end()])
+        start = m.end()
+        after_userinfo, masked = _userinfo(text, start)
+        out.append(masked)
+        tail = _URL_TAIL.match(text, after_userinfo)
+        end = tail.end() if tail else after_userinfo
+        out.append(_redact_query(text[after_userinfo:end]))
+        pos = end
+    out.append(text[pos:])
+    return "".join(out)
 
 
-def _redact_one(url: str) -> str:
-    scheme, _, rest = url.partition("://")
-    return f"{scheme}://{_redact_query(_redact_userinfo(rest))}"
+def _userinfo(text: str, start: int) -> tuple[int, str]:
+    """Where the host starts after ``scheme://`` at ``start``, and the userinfo as shown.
 
-
-def _redact_userinfo(rest: str) -> str:
-    """The part after ``scheme://`` with the userinfo's password masked."""
-    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
-    at = rest.rfind("@", 0, end)
-    if at >= 0:
-        user, colon, password = rest[:at].partition(":")
-        return f"{user}:{MASK}{rest[at:]}" if colon and password else rest
-    m = _USERINFO.match(rest)
-    if m is None or not m.group("password") or _PORT.match(m.group("password")):
-        return rest  # host:port/path@name (an "@2x" image) is no userinfo
-    return f"{m.group('user')}:{MASK}@{rest[m.end() :]}"
+    The userinfo runs to the last ``@`` before the next whitespace that is followed by a host:
+    a password may hold ``/``, ``?``, ``'`` or ``@`` (a secret key pasted as it is), so no
+    single delimiter can end it. ``host:port/path@name`` (an ``@2x`` image) is no userinfo.
+    """
+    stop = start
+    while stop < len(text) and not text[stop].isspace():
+        stop += 1
+    at = text.rfind("@", start, stop)
+    while at >= 0:
+        info = text[start:at]
+        user, colon, password = info.partition(":")
+        if _USER.match(user) and not (colon and _PORT.match(password)):
+            if colon and "/" not in user:
+                return at, f"{user}:{MASK}" if password else info
+            if "/" in info or "?" in info or "#" in info:
+                pass  # "host/path@x" with no colon: an "@" in a path
+            elif info and info != MASK and not _LOGIN.match(info):
+                return at, MASK  # a token as the whole userinfo
+            else:
+                return at, info
+        at = text.rfind("@", start, at)
+    return start, ""
 
 
 def _redact_query(rest: str) -> str:
@@ -107,48 +189,111 @@ def _redact_query(rest: str) -> str:
 
 def _redact_param(part: str) -> str:
     name, eq, value = part.partition("=")
-    if eq and value and unquote(name).strip().lower() in SENSITIVE_PARAMS:
+    if eq and value and sensitive_param(name):
         return f"{name}={MASK}"
     return part
 
 
+def secrets_of(urls: Iterable[str]) -> list[str]:
+    """The credentials in ``urls`` as they could be quoted elsewhere (a password, a userinfo
+    token, a sensitive query value; raw and percent-decoded), longest first; none shorter than
+    4 characters, which would mask ordinary words."""
+    found: set[str] = set()
+    for url in urls:
+        if "://" not in url:
+            continue
+        rest = url.split("://", 1)[1]
+        at, _ = _userinfo(url, len(url) - len(rest))
+        info = url[len(url) - len(rest) : at] if at > len(url) - len(rest) else ""
+        if info:
+            user, colon, password = info.partition(":")
+            found.update([password] if colon else [user])
+        for part in re.split(r"[?#&;]", rest)[1:]:
+            name, eq, value = part.partition("=")
+            if eq and sensitive_param(name):
+                found.add(value)
+    found |= {unquote(s) for s in found}
+    return sorted((s for s in found if len(s) >= 4), key=len, reverse=True)
+
+
+def redact_message(text: str, urls: Iterable[str] = ()) -> str:
+    """A library's or an error's text as it may be shown: every URL in it redacted, and every
+    secret of ``urls`` (the real URLs ioprobe was given) masked wherever the text repeats it,
+    with or without its scheme."""
+    text = redact_url(text)
+    for secret in secrets_of(urls):
+        text = text.replace(secret, MASK)
+    return text
+
+
 def printable(text: str) -> str:
-    """``text`` with every control character (C0, DEL, C1; newline and tab too) written as a
-    visible ``\\xNN`` escape, so it shows as text and never acts on a terminal."""
-    if _CONTROL.search(text) is None:
+    """``text`` with every character that could act on a terminal or fail an encoder written
+    as a visible escape: control characters (C0, DEL, C1; newline and tab too) and undecodable
+    bytes (surrogateescape's U+DC80-U+DCFF) as ``\\xNN``, bidi controls, line separators and
+    other surrogates as ``\\uNNNN``."""
+    if _UNSAFE.search(text) is None:
         return text
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _UNSAFE.sub(_escape, text)
 
 
-def printable_all(value: T) -> T:
-    """``value`` with ``printable`` applied to every string in it, through dataclasses,
-    lists, tuples and dicts (keys too). Parts holding nothing to escape are returned as they
-    are, not copied, so a clean record costs one walk and no allocation; a list that starts
-    and ends with numbers is taken to hold only numbers and is not walked."""
-    return _printable_any(value)  # type: ignore[no-any-return]
+def _escape(m: re.Match[str]) -> str:
+    code = ord(m.group())
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"  # the byte the file system's name held
+    return f"\\u{code:04x}"
 
 
-def _printable_any(value: Any) -> Any:
+def shown(text: str) -> str:
+    """``text`` as any output may show it: URLs redacted, then ``printable``."""
+    return printable(redact_url(text))
+
+
+def shown_all(value: T) -> T:
+    """``value`` with ``shown`` applied to every string in it, through dataclasses, lists,
+    tuples and dicts (keys too). Parts holding nothing to change are returned as they are, not
+    copied, so a clean record costs one walk and no allocation; a list that starts and ends
+    with numbers is taken to hold only numbers and is not walked."""
+    return _map_strings(value, shown)  # type: ignore[no-any-return]
+
+
+def redacted_all(value: T) -> T:
+    """``value`` with ``redact_url`` applied to every string in it, as ``shown_all`` walks:
+    what a saved record holds, whatever part of it a URL reached."""
+    return _map_strings(value, redact_url)  # type: ignore[no-any-return]
+
+
+def console(**options: Any) -> Console:
+    """A rich ``Console`` that takes every string as text: no markup (``[/]`` in a class name
+    would raise), no emoji codes, no highlighting. Every console ioprobe prints through is
+    made here; ``options`` are the Console's own (``stderr``, ``file``, ``width``, ...)."""
+    from rich.console import Console  # rich is for the edges: importing redact stays cheap
+
+    return Console(markup=False, emoji=False, highlight=False, **options)
+
+
+def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:
     if isinstance(value, str):
-        return printable(value)
+        return fn(value)
     if isinstance(value, list | tuple):
         if isinstance(value, list) and value and _is_number(value[0]) and _is_number(value[-1]):
             # the lists of records and findings hold one type each (a tuple may mix): a series
             # of a million numbers holds no string, and walking it would cost seconds per view
             return value
-        items = [_printable_any(v) for v in value]
+        items = [_map_strings(v, fn) for v in value]
         if all(a is b for a, b in zip(items, value, strict=True)):
             return value
         if isinstance(value, list):
             return items
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     if isinstance(value, dict):
-        pairs = [(_printable_any(k), _printable_any(v)) for k, v in value.items()]
+        pairs = [(_map_strings(k, fn), _map_strings(v, fn)) for k, v in value.items()]
         if all(k is k0 and v is v0 for (k, v), (k0, v0) in zip(pairs, value.items(), strict=True)):
             return value
         return dict(pairs)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _printable_dataclass(value)
+        return _map_dataclass(value, fn)
     return value
 
 
@@ -156,11 +301,11 @@ def _is_number(value: Any) -> bool:
     return value is None or isinstance(value, int | float)
 
 
-def _printable_dataclass(value: Any) -> Any:
+def _map_dataclass(value: Any, fn: Callable[[str], str]) -> Any:
     changed = {}
     for f in dataclasses.fields(value):
         old = getattr(value, f.name)
-        new = _printable_any(old)
+        new = _map_strings(old, fn)
         if new is not old:
             changed[f.name] = new
     if not changed:
@@ -171,4 +316,16 @@ def _printable_dataclass(value: Any) -> Any:
     return out
 
 
-__all__ = ["MASK", "SENSITIVE_PARAMS", "printable", "printable_all", "redact_url"]
+__all__ = [
+    "MASK",
+    "SENSITIVE_PARAMS",
+    "console",
+    "printable",
+    "redact_message",
+    "redact_url",
+    "redacted_all",
+    "secrets_of",
+    "sensitive_param",
+    "shown",
+    "shown_all",
+]

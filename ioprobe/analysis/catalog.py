@@ -17,7 +17,9 @@ from importlib import resources
 from typing import Any
 
 from ioprobe.errors import BadInputError
+from ioprobe.outputs import read_input
 from ioprobe.record import StorageClassInfo
+from ioprobe.redact import redact_url
 
 CATALOG_ENV = "IOPROBE_CATALOG"
 _SMALL = 4096
@@ -30,6 +32,8 @@ Catalog = dict[str, StorageClass]
 # a datasheet's MB/s, IOPS or milliseconds beyond this is a typo, and a class built from it
 # would overflow the rates (MB/s x 1e6 stays within MAX_BYTES)
 MAX_DATASHEET = 1e12
+# a catalog or a price list the user names: a hand-written table is far smaller
+MAX_TABLE_BYTES = 4 << 20
 
 _KEYS = {"label", "scope", "seq_read_MBps", "iops_4k", "iops_128k", "latency_ms", "source"}
 
@@ -64,7 +68,7 @@ def _parse_class(name: str, raw: Any, where: str) -> StorageClass:
         iops_4k=nums["iops_4k"],
         iops_128k=nums["iops_128k"],
         latency_s=nums["latency_ms"] / 1e3,
-        source=str(raw["source"]),
+        source=redact_url(str(raw["source"])),  # a private wiki's URL may carry a token
     )
 
 
@@ -108,11 +112,7 @@ def load_catalog(user_file: str | None = None) -> Catalog:
     catalog = shipped_catalog()
     path = user_file or os.environ.get(CATALOG_ENV) or None
     if path:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                user_text = fh.read()
-        except OSError as exc:
-            raise BadInputError(f"catalog {path}: cannot read ({exc.strerror or exc})") from None
+        user_text = read_input(path, f"catalog {path}", MAX_TABLE_BYTES)
         catalog.update(parse_catalog(user_text, path))
     return catalog
 

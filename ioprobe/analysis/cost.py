@@ -19,8 +19,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ioprobe.analysis.catalog import parse_toml
+from ioprobe.analysis.catalog import MAX_TABLE_BYTES, parse_toml
 from ioprobe.errors import BadInputError
+from ioprobe.outputs import read_input
 from ioprobe.record import CostInputs, SizeInputs, SizeRow, StorageClassInfo
 
 MAX_PRICE = 1e15
@@ -59,11 +60,7 @@ def parse_costs(text: str, where: str) -> CostInputs:
 
 
 def load_costs(path: str) -> CostInputs:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise BadInputError(f"--cost {path}: cannot read ({exc.strerror or exc})") from None
+    text = read_input(path, f"--cost {path}", MAX_TABLE_BYTES)
     return parse_costs(text, path)
 
 

@@ -7,6 +7,7 @@ and printed as one line on stderr with exit code 2; nothing the user did produce
 from __future__ import annotations
 
 import ast
+import os
 import signal
 import sys
 import threading
@@ -14,13 +15,14 @@ import time
 from importlib import import_module
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ioprobe._version import __version__
 from ioprobe.collect.procfs import process_age_s
-from ioprobe.errors import Interrupted, IoprobeError, Terminated, TermSignal
-from ioprobe.redact import printable, redact_url
+from ioprobe.errors import WRITE_ERRNOS, Interrupted, IoprobeError, Terminated, TermSignal
+from ioprobe.redact import printable, redact_message
 
 # a process older than this when its command starts is not one started for the command (an
 # embedding program calling main()): its age is not the command's start-up
@@ -93,17 +95,28 @@ def main(argv: list[str] | None = None) -> None:
     if age <= MAX_STARTUP_S:
         started -= age
     # SIGTERM's default action ends the process at once, skipping every ``finally`` (temporary
-    # files stay, pool workers are orphaned): make it raise in the main thread, as SIGINT does
+    # files stay, pool workers are orphaned): make it raise in the main thread, as SIGINT does.
+    # SIGHUP (a closed terminal, a supervisor's reload) takes the same path, unless it is
+    # ignored (nohup), which stays so
     here = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if here else None
+    previous: dict[int, Any] = {}
+    if here:
+        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _on_sigterm)
+        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+            previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _on_sigterm)
     try:
         _main(argv, started)
     finally:
-        if here:
-            signal.signal(signal.SIGTERM, previous if previous is not None else signal.SIG_DFL)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+# the command line being run: the secrets of its URLs are masked in every error line
+_ARGV: list[str] = []
 
 
 def _main(argv: list[str] | None, started: float) -> None:
+    _ARGV[:] = sys.argv if argv is None else argv
     try:
         # the context's object is the command's start: the probe's budget counts from it
         rv = cli.main(args=argv, prog_name="ioprobe", standalone_mode=False, obj=started)
@@ -119,7 +132,37 @@ def _main(argv: list[str] | None, started: float) -> None:
         _fail_stopped(exc)
     except IoprobeError as exc:
         _fail(str(exc), exc.exit_code)
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise  # a bug: its traceback is what fixes it
+        # stdout on a full device or a closed pipe (`ioprobe env > /dev/full`): one line, and
+        # nothing more sent to the stdout that failed, at exit either
+        _drop_stdout()
+        _fail(f"a write failed: {exc.strerror or exc}", 2)
+    _flush_stdout()
     sys.exit(rv if isinstance(rv, int) else 0)
+
+
+def _flush_stdout() -> None:
+    """Flush stdout now, where its failure can be one line, rather than at exit, where
+    Python prints "Exception ignored" and a traceback."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            raise
+        _drop_stdout()
+        _fail(f"cannot write to stdout: {exc.strerror or exc}", 2)
+
+
+def _drop_stdout() -> None:
+    """Point stdout at /dev/null: what it still buffers is dropped at exit without a word."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):  # no descriptor behind sys.stdout (a test's StringIO)
+        pass
 
 
 def _on_sigterm(signum: int, frame: object) -> None:
@@ -137,8 +180,10 @@ def _fail_stopped(exc: BaseException | None) -> None:
 
 
 def _fail(message: str, code: int) -> None:
-    # one line, whatever the message held; a URL a library quoted in it loses its secrets,
-    # and an escape sequence from a path or a URL shows as text instead of acting
-    line = printable(redact_url(" ".join(message.split())))
+    # one line, whatever the message held; a URL a library quoted in it loses its secrets, and
+    # so does any repeat of a secret from the command line's URLs without its scheme (botocore
+    # quotes "KEY:SECRET@bucket" as a bucket name); an escape sequence from a path or a URL
+    # shows as text instead of acting
+    line = printable(redact_message(" ".join(message.split()), _ARGV or sys.argv))
     click.echo(f"ioprobe: error: {line}", err=True)
     sys.exit(code)

@@ -13,9 +13,10 @@ from rich.console import Console
 
 from ioprobe.analysis.catalog import Catalog, resolve_storage
 from ioprobe.analysis.report import Findings, findings
-from ioprobe.errors import BadInputError, RecordError
+from ioprobe.errors import WRITE_ERRNOS, BadInputError, IoprobeError, RecordError
 from ioprobe.outputs import check_output, write_output, writes_stdout
 from ioprobe.record import STAGE_NAMES, RunRecord, StorageClassInfo
+from ioprobe.redact import console as text_console
 
 
 def write_record(rec: RunRecord, path: str) -> None:
@@ -23,7 +24,8 @@ def write_record(rec: RunRecord, path: str) -> None:
 
 
 def console() -> Console:
-    return Console(highlight=False)
+    """The stdout console: every string printed through it is text (``redact.console``)."""
+    return text_console()
 
 
 json_option = click.option(
@@ -59,6 +61,7 @@ def analysable(rec: RunRecord, path: str) -> RunRecord:
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 # -o FILE: the renderer is picked by the name's ending (longest first)
 EXTENSIONS = (
@@ -197,33 +200,64 @@ RENDERERS = {
 
 def deliver(rec: RunRecord, plan: dict[str, list[str]]) -> None:
     """Write each planned output, and show the terminal view unless an output went to stdout;
-    every view is rendered from one set of findings."""
+    every view is rendered from one set of findings. The record is written first, and every
+    output is tried whatever became of the others: one that fails (a full disk, a renderer's
+    bug) costs that output alone, and is reported in one line once the rest are written."""
+    failed: list[str] = []
     for path in plan["json"]:
-        write_record(rec, path)
+        attempt(failed, "--json", write_record, rec, path)
     to_stdout = any(writes_stdout(p) for paths in plan.values() for p in paths)
-    if to_stdout and not any(plan[fmt] for fmt in RENDERERS):
-        return  # the record alone, on stdout: nothing to render
-    f = findings(rec)
-    write_rendered(rec, f, plan)
-    if not to_stdout:
-        show(rec, f)
+    if not (to_stdout and not any(plan[fmt] for fmt in RENDERERS)):  # else: the record alone
+        f = attempt(failed, "the analysis", findings, rec)
+        if f is not None:
+            failed += write_rendered(rec, f, plan)
+            if not to_stdout:
+                attempt(failed, "the summary", show, rec, f)
+    if failed:
+        raise BadInputError("; ".join(failed))
 
 
-def write_rendered(rec: RunRecord, f: Findings, plan: dict[str, list[str]]) -> None:
-    """Each planned page, summary and trace, rendered once and written to its paths."""
+def attempt(failed: list[str], what: str, action: Callable[..., T], *args: Any) -> T | None:
+    """``action(*args)``, or None with a line for ``failed`` when it raises: a user's error
+    (``IoprobeError``) as it is, anything else (a bug in ioprobe) named with its type, so the
+    outputs after it are still written."""
+    try:
+        return action(*args)
+    except IoprobeError as exc:
+        failed.append(str(exc))
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS:
+            failed.append(f"{what} failed: {type(exc).__name__}: {exc} (a bug in ioprobe)")
+        else:  # the terminal view on a full or closed stdout
+            failed.append(f"{what}: cannot write: {exc.strerror or exc}")
+    except Exception as exc:  # a renderer's bug must not cost the record or the other outputs
+        failed.append(f"{what} failed: {type(exc).__name__}: {exc} (a bug in ioprobe)")
+    return None
+
+
+def write_rendered(rec: RunRecord, f: Findings, plan: dict[str, list[str]]) -> list[str]:
+    """Each planned page, summary and trace, rendered once and written to its paths; every
+    one tried. The lines of those that failed."""
+    failed: list[str] = []
     for fmt, (module, flag) in RENDERERS.items():
         if plan[fmt]:
-            text = import_module(module).render(rec, f)
-            for path in plan[fmt]:
-                write_text(path, text, flag)
+            text = attempt(failed, flag, _render, module, rec, f)
+            for path in plan[fmt] if text is not None else []:
+                attempt(failed, flag, write_text, path, text, flag)
+    return failed
 
 
-def show(rec: RunRecord, f: Findings, *, err: bool = False) -> None:
+def _render(module: str, rec: RunRecord, f: Findings) -> str:
+    text: str = import_module(module).render(rec, f)
+    return text
+
+
+def show(rec: RunRecord, f: Findings, err: bool = False) -> None:
     """The record's terminal view on stdout (stderr with ``err``): as wide as the terminal,
     in colour where it is one."""
     from ioprobe.render import terminal
 
-    out = Console(highlight=False, stderr=err)
+    out = text_console(stderr=err)
     out.file.write(terminal.render(rec, f, width=out.width, color=out.is_terminal))
     out.file.flush()
 

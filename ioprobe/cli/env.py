@@ -14,12 +14,12 @@ import sys
 from typing import Any
 
 import click
-from rich.console import Console
 
 from ioprobe.collect.hostinfo import host_info
 from ioprobe.errors import BadInputError
 from ioprobe.outputs import check_output, write_output, writes_stdout
 from ioprobe.record import to_plain
+from ioprobe.redact import console as text_console
 from ioprobe.render.host import render_host
 
 ENV_SCHEMA = "ioprobe.env/1"
@@ -52,4 +52,4 @@ def command(path: str, json_file: str | None) -> None:
                 f"--json {json_file}: cannot write: {exc.strerror or exc}"
             ) from None
     if not to_stdout:  # the table would make stdout invalid JSON: a pipe asked for data only
-        Console().print(render_host(host))
+        text_console().print(render_host(host))

@@ -42,7 +42,14 @@ from ioprobe.collect.distributed_probe import RANK_TIMEOUT_S, DistributedProbe
 from ioprobe.collect.group import open_group
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import Reporter, RichReporter, make_reporter
-from ioprobe.errors import BadInputError, Interrupted, RankLostError, Terminated, TermSignal
+from ioprobe.errors import (
+    WRITE_ERRNOS,
+    BadInputError,
+    Interrupted,
+    RankLostError,
+    Terminated,
+    TermSignal,
+)
 from ioprobe.record import RankInfo, RunRecord
 
 
@@ -156,14 +163,26 @@ def command(
     opts.on_plan = _plan_teller(reporter)
     probe = Probe(opts, reporter)
     stop: KeyboardInterrupt | None = None
+    refused: OSError | None = None
     try:
         measured = probe.run()
     except KeyboardInterrupt as exc:
         stop = exc  # handled once the progress display has closed
+    except OSError as exc:
+        if exc.errno not in WRITE_ERRNOS or probe.partial is None:
+            raise  # cli.main makes a write error one line; anything else is a bug
+        refused = exc
     finally:
         reporter.close()
     if stop is not None:
         raise _stopped(stop, probe.partial, plan)
+    if refused is not None and probe.partial is not None:
+        # the host refused a write of ours (a full TMPDIR): the phases that ended are kept
+        deliver(finalize(probe.partial, try_load_catalog()), plan)
+        raise BadInputError(
+            f"{probe.partial.interrupted}: a write failed ({refused.strerror or refused}; a "
+            "full TMPDIR?); what was measured before is reported"
+        )
     deliver(finalize(measured, try_load_catalog()), plan)
 
 

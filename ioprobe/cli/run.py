@@ -18,6 +18,7 @@ incomplete. A second Ctrl-C kills the script and ends ioprobe at once.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -28,6 +29,7 @@ from typing import IO
 
 import click
 from rich.console import Console
+from rich.text import Text
 
 from ioprobe.analysis import finalize_watch
 from ioprobe.analysis.catalog import Catalog, try_load_catalog
@@ -35,6 +37,7 @@ from ioprobe.analysis.ranks import merge_ranks
 from ioprobe.analysis.report import findings
 from ioprobe.cli._common import (
     EXTENSIONS,
+    attempt,
     output_options,
     plan_outputs,
     show,
@@ -42,10 +45,11 @@ from ioprobe.cli._common import (
     write_rendered,
 )
 from ioprobe.collect import nvtx
-from ioprobe.errors import BadInputError
+from ioprobe.errors import BadInputError, IoprobeError
 from ioprobe.outputs import destination, writes_stdout
 from ioprobe.record import RunRecord
-from ioprobe.redact import printable
+from ioprobe.redact import console as text_console
+from ioprobe.redact import printable, shown
 from ioprobe.watch.run_hook import LIVE_ENV, TRIAL_ENV
 
 SITECUSTOMIZE = """\
@@ -94,8 +98,8 @@ def command(
 ) -> None:
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
     _check(plan, cmd)
-    returncode, runs = _run_watched(cmd, live)
-    _report_all(runs, plan, -returncode if returncode < 0 else None)
+    returncode, runs, made = _run_watched(cmd, live)
+    _report_all(runs, plan, -returncode if returncode < 0 else None, made)
     # a death by signal N exits 128+N, as a shell reports it
     sys.exit(128 - returncode if returncode < 0 else returncode)
 
@@ -130,11 +134,11 @@ def _check_command(program: str) -> None:
 
 def _run_watched(
     cmd: tuple[str, ...], live: bool = False, extra_env: dict[str, str] | None = None
-) -> tuple[int, list[RunRecord]]:
-    """Run ``cmd`` with the hook on its path: its return code, and the judged record of each
-    loader it iterated, the one that delivered the most samples first. ``live``: the script's
-    process draws the live panel (it owns stderr while it runs). ``extra_env``: more of the
-    script's environment (a trial of ``ioprobe tune``)."""
+) -> tuple[int, list[RunRecord], bool]:
+    """Run ``cmd`` with the hook on its path: its return code, the judged record of each
+    loader it iterated, the one that delivered the most samples first, and whether it made a
+    loader at all. ``live``: the script's process draws the live panel (it owns stderr while
+    it runs). ``extra_env``: more of the script's environment (a trial of ``ioprobe tune``)."""
     tmp = Path(tempfile.mkdtemp(prefix="ioprobe-run-"))
     try:
         hook = tmp / "hook"
@@ -147,12 +151,34 @@ def _run_watched(
         finally:
             if live and _isatty(sys.stderr):
                 # a script killed while its panel was up leaves the cursor hidden
-                Console(stderr=True, force_terminal=True).show_cursor(True)
-        runs = _judged(sorted(records.glob("*.json")), try_load_catalog())
+                text_console(stderr=True, force_terminal=True).show_cursor(True)
+        runs = _judged(_saved(records), try_load_catalog())
+        made = any(p.name.startswith("made-") for p in records.iterdir())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     runs.sort(key=lambda r: -sum(e.samples for e in (r.watch.epochs if r.watch else [])))
-    return code, runs
+    return code, runs, made
+
+
+# the names the hook saves records under (watch/run_hook.py): loader-{pid}-{i}.json
+_SAVED = re.compile(r"loader-\d+-\d+\.json")
+
+
+def _saved(folder: Path) -> list[Path]:
+    """The records the hook saved in ``folder``: the script shares that folder's path through
+    its environment, and anything else it leaves there (a notes.json, a core file) is its
+    own, not a record."""
+    return sorted(p for p in folder.iterdir() if _SAVED.fullmatch(p.name) and p.is_file())
+
+
+def _load_saved(path: Path) -> RunRecord | None:
+    """A saved record, or None with a line on stderr where it cannot be loaded (the script
+    overwrote it, the disk filled as it was written): the other loaders are still reported."""
+    try:
+        return RunRecord.load(path)
+    except IoprobeError as exc:
+        text_console(stderr=True).print(shown(f"ioprobe: a record was lost: {exc}"), soft_wrap=True)
+        return None
 
 
 def _judged(paths: list[Path], catalog: Catalog | None) -> list[RunRecord]:
@@ -164,7 +190,10 @@ def _judged(paths: list[Path], catalog: Catalog | None) -> list[RunRecord]:
     alone: list[RunRecord] = []
     jobs: dict[tuple[object, ...], list[RunRecord]] = {}
     for path in paths:
-        rec = finalize_watch(RunRecord.load(path), catalog)
+        loaded = _load_saved(path)
+        if loaded is None:
+            continue
+        rec = finalize_watch(loaded, catalog)
         info = rec.watch.rank if rec.watch is not None else None
         if info is None:
             alone.append(rec)
@@ -203,7 +232,11 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str]) -> int:
     group of its own, so a signal to ioprobe's group reaches it once, passed on by ioprobe."""
     in_terminal = _terminal_foreground()
     relay = _Relay()
-    previous = {s: signal.signal(s, relay.handle) for s in (signal.SIGINT, signal.SIGTERM)}
+    # SIGHUP (a closed terminal, a supervisor) is passed on as SIGTERM is, unless it is
+    # ignored (nohup): then the script inherits it ignored, as it would unwatched
+    relayed = [signal.SIGINT, signal.SIGTERM]
+    relayed += [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else []
+    previous = {s: signal.signal(s, relay.handle) for s in relayed}
     try:
         try:
             child = subprocess.Popen(list(cmd), env=env, process_group=None if in_terminal else 0)
@@ -309,26 +342,44 @@ class _Relay:
             child.wait()
 
 
-def _report_all(runs: list[RunRecord], plan: dict[str, list[str]], killed_by: int | None) -> None:
+def _report_all(
+    runs: list[RunRecord], plan: dict[str, list[str]], killed_by: int | None, made: bool = False
+) -> None:
     """Each loader's summary on stderr (the script's stdout is its own), then its planned
     outputs: the first loader's at the paths given, each other one's beside them (``_nth``)."""
-    err = Console(stderr=True, highlight=False)
+    err = text_console(stderr=True)
     if not runs and killed_by is not None and killed_by != signal.SIGINT:
         # a death by signal skips the exit hook that saves the records (a Python script's
         # KeyboardInterrupt runs it, then ends by SIGINT)
         err.print(f"ioprobe: the script was killed by {_signal_name(killed_by)}: no record saved")
+    elif not runs and made:
+        # os._exit or a crash in C skips the exit hook, as a signal does
+        err.print(
+            "ioprobe: the script made a DataLoader but saved no record: it never iterated it, "
+            "or it ended without Python's exit handlers (os._exit, a crash)",
+            soft_wrap=True,
+        )
     elif not runs:
         err.print("ioprobe: no DataLoader was iterated: nothing to report")
-    judged = [(rec, findings(rec)) for rec in runs]
+    # the records first, then the pages, then the summaries: each step tried whatever became
+    # of the others, so a renderer's failure costs that output alone and the exit code stays
+    # the script's
+    failed: list[str] = []
+    plans = [plan if i == 1 else _beside(plan, i, err) for i in range(1, len(runs) + 1)]
+    for rec, mine in zip(runs, plans, strict=True):
+        for path in mine["json"]:
+            attempt(failed, "--json", write_record, rec, path)
+    judged = [(rec, attempt(failed, "the analysis", findings, rec)) for rec in runs]
+    for (rec, f), mine in zip(judged, plans, strict=True):
+        if f is not None:
+            failed += write_rendered(rec, f, mine)
     for i, (rec, f) in enumerate(judged, 1):
         if len(runs) > 1:
-            err.print(f"\n[bold]loader {i} of {len(runs)}[/bold]")
-        show(rec, f, err=True)
-    for i, (rec, f) in enumerate(judged, 1):
-        mine = plan if i == 1 else _beside(plan, i, err)
-        for path in mine["json"]:
-            write_record(rec, path)
-        write_rendered(rec, f, mine)
+            err.print(Text(f"\nloader {i} of {len(runs)}", style="bold"))
+        if f is not None:
+            attempt(failed, "the summary", show, rec, f, True)
+    for line in failed:
+        err.print(shown(f"ioprobe: {' '.join(line.split())}"), soft_wrap=True)
 
 
 def _beside(plan: dict[str, list[str]], i: int, err: Console) -> dict[str, list[str]]:

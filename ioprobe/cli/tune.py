@@ -25,7 +25,6 @@ import json
 import sys
 
 import click
-from rich.console import Console
 
 from ioprobe.analysis import loader_sim
 from ioprobe.analysis.loader_sim import Prediction, Setting
@@ -37,6 +36,7 @@ from ioprobe.cli.run import _check_command, _run_watched
 from ioprobe.errors import BadInputError
 from ioprobe.outputs import writes_stdout
 from ioprobe.record import RunRecord, TuneTrial
+from ioprobe.redact import console
 from ioprobe.render import markdown
 from ioprobe.render.tune_text import tune_lines
 from ioprobe.watch.run_hook import TRIAL_ENV
@@ -80,7 +80,7 @@ def command(
     if any(writes_stdout(p) for p in (json_path, md_path) if p):
         raise BadInputError("ioprobe tune: stdout is the script's; give the outputs file names")
     _check_command(cmd[0])
-    err = Console(stderr=True, highlight=False)
+    err = console(stderr=True)
     err.print(f"ioprobe tune: trial 1 of up to {trials + 1}: the script as it is")
     code, first = _trial(cmd, None, trial_batches)
     if first is None:
@@ -125,7 +125,7 @@ def _trial(
     that delivered the most, or None where it iterated none."""
     overrides = setting.overrides() if setting is not None else {}
     plan_env = {"overrides": overrides, "batches": batches}
-    code, runs = _run_watched(cmd, extra_env={TRIAL_ENV: json.dumps(plan_env)})
+    code, runs, _made = _run_watched(cmd, extra_env={TRIAL_ENV: json.dumps(plan_env)})
     runs = [r for r in runs if r.watch is not None and r.watch.settings.workers > 0]
     return code, runs[0] if runs else None
 

@@ -31,7 +31,7 @@ from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.decode import Decoder, output_nbytes, resolve
 from ioprobe.collect.failures import ReadFailures
 from ioprobe.collect.progress import Reporter, SilentReporter
-from ioprobe.collect.workers import pool_start_s, quiet_worker, spawn_pool
+from ioprobe.collect.workers import pool_start_s, quiet_worker, spawn_pool, wait_started
 from ioprobe.errors import BadInputError
 from ioprobe.record import CpuLevel, CpuStage
 
@@ -175,7 +175,7 @@ def measure_cpu(
         _payload_file(payloads) as path,
         spawn_pool(max(levels), _init, (decoder_name, path)) as pool,
     ):
-        pool.map(_ready, range(max(levels)), chunksize=1)
+        wait_started(pool, max(levels), _ready)
         # the pool's start is part of the phase: the levels share what it left. A floor keeps
         # a level long enough to decode a few dozen images per worker; on a host of many
         # cores a small budget is still spread over five or more levels
@@ -202,17 +202,56 @@ def measure_cpu(
     return stage
 
 
+PAYLOAD_PREFIX = "ioprobe-payloads-"
+
+
 @contextmanager
 def _payload_file(payloads: list[bytes]) -> Iterator[str]:
     """The payloads pickled to a private temporary file, removed on the way out (Ctrl-C
-    included)."""
-    fd, path = tempfile.mkstemp(prefix="ioprobe-payloads-")
+    included). Its name holds this process's pid: a probe killed with SIGKILL cannot remove
+    its file, so each new one first removes those of probes no longer running
+    (``remove_stale_payloads``)."""
+    remove_stale_payloads(tempfile.gettempdir())
+    fd, path = tempfile.mkstemp(prefix=f"{PAYLOAD_PREFIX}{os.getpid()}-")
     try:
         with os.fdopen(fd, "wb") as fh:
             pickle.dump(payloads, fh, protocol=pickle.HIGHEST_PROTOCOL)
         yield path
     finally:
         os.unlink(path)
+
+
+def remove_stale_payloads(folder: str) -> list[str]:
+    """Remove the payload files in ``folder`` that this user's probes left when they were
+    killed (their pid no longer runs); the names removed. Files of running probes, of other
+    users, and of names not ours are left alone."""
+    removed: list[str] = []
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(PAYLOAD_PREFIX)]
+    except OSError:
+        return removed
+    for name in names:
+        pid_text = name[len(PAYLOAD_PREFIX) :].split("-", 1)[0]
+        if not pid_text.isdigit() or _running(int(pid_text)):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            if os.lstat(path).st_uid == os.getuid():
+                os.unlink(path)
+                removed.append(name)
+        except OSError:  # gone already, or not ours to remove
+            continue
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's, or no pid at all
+        return True
+    return True
 
 
 def load_payloads(

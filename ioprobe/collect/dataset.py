@@ -24,10 +24,10 @@ from typing import Any
 
 from ioprobe.capacity import density_class
 from ioprobe.collect.budget import Pending, map_within, network_timeouts
-from ioprobe.collect.failures import ReadFailures
+from ioprobe.collect.failures import ReadFailures, chain, label, transport_cause
 from ioprobe.errors import StorageTimeoutError, TargetError
 from ioprobe.record import DatasetProfile
-from ioprobe.redact import redact_url
+from ioprobe.redact import redact_message, redact_url
 
 STAT_SAMPLE = 20_000  # files stat-ed at most; beyond, sizes are a random sample
 MAX_LISTED = 2_000_000  # names walked at most, so listing alone can't eat the time budget
@@ -100,6 +100,9 @@ class Dataset:
     sizes_estimated: bool = False
     listing_truncated: bool = False
     skipped: Counter[str] = field(default_factory=Counter)
+    # files stat-ed that are mostly holes (allocated blocks under half their size): holes
+    # read as zeros without touching the disk, so they read faster than real data
+    sparse: int = 0
 
     @property
     def remote(self) -> bool:
@@ -107,7 +110,9 @@ class Dataset:
 
 
 def is_remote(target: str) -> bool:
-    return "://" in target and not target.startswith("file://")
+    """Whether ``target`` is a URL to open with fsspec: it has a scheme, and is not a local
+    path that exists (a directory named ``runs/http://x`` is that directory)."""
+    return "://" in target and not target.startswith("file://") and not os.path.lexists(target)
 
 
 def resolve(
@@ -136,7 +141,7 @@ def _resolve_local(target: str, path: str, seed: int) -> Dataset:
     names, truncated = _take_listing(_local_candidates(target, path, skipped))
     sizes_estimated = len(names) > STAT_SAMPLE
     to_stat = random.Random(seed).sample(names, STAT_SAMPLE) if sizes_estimated else names
-    entries, statted = _stat_entries(to_stat, skipped)
+    entries, statted, sparse = _stat_entries(to_stat, skipped)
     if not entries:
         detail = _skip_summary(skipped)
         raise TargetError(
@@ -153,6 +158,7 @@ def _resolve_local(target: str, path: str, seed: int) -> Dataset:
         sizes_estimated=sizes_estimated,
         listing_truncated=truncated,
         skipped=skipped,
+        sparse=sparse,
     )
 
 
@@ -191,11 +197,12 @@ def _take_listing(candidates: Iterator[str]) -> tuple[list[str], bool]:
     return names, False
 
 
-def _stat_entries(names: list[str], skipped: Counter[str]) -> tuple[list[FileEntry], int]:
-    """The samples among ``names`` (regular, non-empty, readable files), and how many names
-    could be stat-ed at all: the denominator when a sample's totals are scaled up."""
+def _stat_entries(names: list[str], skipped: Counter[str]) -> tuple[list[FileEntry], int, int]:
+    """The samples among ``names`` (regular, non-empty, readable files), how many names
+    could be stat-ed at all (the denominator when a sample's totals are scaled up), and how
+    many samples are sparse (fewer blocks allocated than half their size)."""
     entries: list[FileEntry] = []
-    statted = 0
+    statted = sparse = 0
     for name in names:
         try:
             st = os.stat(name)
@@ -208,9 +215,10 @@ def _stat_entries(names: list[str], skipped: Counter[str]) -> tuple[list[FileEnt
         reason = _not_a_sample(name, st)
         if reason is None:
             entries.append(FileEntry(name, st.st_size))
+            sparse += st.st_blocks * 512 < st.st_size // 2
         else:
             skipped[reason] += 1
-    return entries, statted
+    return entries, statted, sparse
 
 
 def _not_a_sample(name: str, st: os.stat_result) -> str | None:
@@ -272,7 +280,7 @@ def _skip_summary(skipped: Counter[str]) -> str:
 def _resolve_remote(url: str, storage_options: dict[str, Any], budget_s: float) -> Dataset:
     target = redact_url(url)  # what is shown; ``url`` itself only opens the filesystem
     fs, path = _open_remote(url, target, storage_options, budget_s)
-    files = [i for i in _list_remote(target, fs, path) if i.get("type") in (None, "file")]
+    files = [i for i in _list_remote(target, fs, path, url) if i.get("type") in (None, "file")]
     listed = len(files)
     skipped: Counter[str] = Counter()
     files, sizes_estimated = _fill_sizes(fs, files, skipped)
@@ -306,7 +314,7 @@ def _open_remote(
     try:
         fs, path = fsspec.core.url_to_fs(url, **opts)
     except (ImportError, ValueError) as exc:
-        raise TargetError(f"{target}: {_one_line(exc)}") from None
+        raise TargetError(f"{target}: {_one_line(exc, url)}") from None
     return fs, path
 
 
@@ -324,7 +332,7 @@ def _set_timeouts(scheme: str, opts: dict[str, Any], budget_s: float) -> None:
         opts.setdefault("config_kwargs", {"connect_timeout": connect, "read_timeout": read})
 
 
-def _list_remote(target: str, fs: Any, path: str) -> list[dict[str, Any]]:
+def _list_remote(target: str, fs: Any, path: str, url: str = "") -> list[dict[str, Any]]:
     """The info dicts of what a glob, a directory or a single object names."""
     try:
         if any(ch in path for ch in "*?["):
@@ -333,16 +341,31 @@ def _list_remote(target: str, fs: Any, path: str) -> list[dict[str, Any]]:
         if fs.isdir(path):
             return list(fs.find(path, detail=True).values())
         return [fs.info(path)]
-    except FileNotFoundError:
-        raise TargetError(f"{target}: not found") from None
-    except PermissionError:
-        raise TargetError(f"{target}: permission denied") from None
-    except TimeoutError:  # asyncio's, aiohttp's and fsspec's timeouts
-        raise StorageTimeoutError(
+    except Exception as exc:
+        raise _listing_error(target, exc, url) from None
+
+
+def _listing_error(target: str, exc: Exception, url: str) -> TargetError:
+    """The one line for a listing that failed. The cause's chain is read first: fsspec says
+    "not found" for any HTTP listing that failed, a TLS handshake refused included."""
+    transport = transport_cause(exc)
+    if transport is not None:
+        return TargetError(f"{target}: {label(transport)}: {_one_line(_root(exc), url)}")
+    if isinstance(exc, FileNotFoundError):
+        return TargetError(f"{target}: not found")
+    if isinstance(exc, PermissionError):
+        return TargetError(f"{target}: permission denied")
+    if isinstance(exc, TimeoutError):  # asyncio's, aiohttp's and fsspec's timeouts
+        return StorageTimeoutError(
             f"{target}: storage did not answer within the time budget (the listing timed out)"
-        ) from None
-    except Exception as exc:  # fsspec backends raise anything from aiohttp, botocore, ...
-        raise TargetError(f"{target}: cannot reach it: {_one_line(exc)}") from None
+        )
+    # fsspec backends raise anything from aiohttp, botocore, ...
+    return TargetError(f"{target}: cannot reach it: {_one_line(exc, url)}")
+
+
+def _root(exc: BaseException) -> BaseException:
+    """The last exception of ``exc``'s chain: the one that says what happened."""
+    return list(chain(exc))[-1]
 
 
 def _fill_sizes(
@@ -395,10 +418,11 @@ def _safe_info(fs: Any, name: str) -> dict[str, Any] | None:
         return None
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException, url: str = "") -> str:
     """A library's error as one line; the URLs it quotes (aiohttp's and botocore's do, whole)
-    redacted."""
-    text = redact_url(" ".join(str(exc).split())) or type(exc).__name__
+    redacted, and the secrets of ``url`` (the real target) masked where it repeats them
+    without their scheme (botocore's "Invalid bucket name" quotes ``KEY:SECRET@bucket``)."""
+    text = redact_message(" ".join(str(exc).split()), [url] if url else []) or type(exc).__name__
     return text if len(text) < 300 else text[:297] + "..."
 
 

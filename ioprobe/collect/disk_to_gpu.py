@@ -33,6 +33,7 @@ from ioprobe.collect.cuda_copy import Copier
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.collect.storage import (
+    READ_FLAGS,
     RESIDENCY_SAMPLE,
     Item,
     evict,
@@ -70,7 +71,7 @@ def _read_into(view: memoryview, item: Item) -> int:
     the link, and the storage pass already counts read errors."""
     path, offset, length = item
     try:
-        fd = os.open(path, os.O_RDONLY)
+        fd = os.open(path, READ_FLAGS)
     except OSError:
         return 0
     try:

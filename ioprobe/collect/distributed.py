@@ -23,7 +23,12 @@ from dataclasses import dataclass
 from ioprobe.errors import BadInputError
 from ioprobe.record import RankInfo
 
-__all__ = ["detect", "expand_nodelist", "expand_tasks_per_node", "rank_info"]
+__all__ = ["MAX_RANKS", "detect", "expand_nodelist", "expand_tasks_per_node", "rank_info"]
+
+
+# the most ranks, nodes or tasks a launcher variable may name: past it a value is damage, and
+# expanding it ("4(x99999999999)", a node list of 10^8 names) would exhaust the memory
+MAX_RANKS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -34,12 +39,17 @@ class _Read:
         text = self.env.get(name, "").strip()
         if not text:
             return default
-        try:
-            value = int(text)
-        except ValueError:
-            raise BadInputError(f"{name}={text!r}: expected a whole number") from None
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        # a digit count first: int() of 23 digits is fine, of 10^6 digits slow or refused
+        if re.fullmatch(r"[+-]?[0-9]+", text) is None:  # ASCII digits: int() takes others
+            raise BadInputError(f"{name}={shown!r}: expected a whole number")
+        if len(text) > 12:
+            raise BadInputError(f"{name}={shown!r}: more than {MAX_RANKS:,}")
+        value = int(text)
         if value < 0:
-            raise BadInputError(f"{name}={text!r}: must not be negative")
+            raise BadInputError(f"{name}={shown!r}: must not be negative")
+        if value > MAX_RANKS:
+            raise BadInputError(f"{name}={shown!r}: more than {MAX_RANKS:,}")
         return value
 
 
@@ -82,6 +92,8 @@ def _torchrun(e: Mapping[str, str]) -> RankInfo | None:
     if world == 0:
         raise BadInputError("WORLD_SIZE=0: a world has at least one rank")
     addr, port = e.get("MASTER_ADDR", "").strip(), e.get("MASTER_PORT", "").strip()
+    if port and not (re.fullmatch(r"[0-9]{1,5}", port) and 0 < int(port) < 65536):
+        raise BadInputError(f"MASTER_PORT={port[:40]!r}: expected a port from 1 to 65535")
     local_world = r.int("LOCAL_WORLD_SIZE")
     node_rank = r.int("GROUP_RANK")
     nodes = world // local_world if local_world and world % local_world == 0 else None
@@ -149,6 +161,8 @@ def expand_nodelist(text: str) -> list[str]:
     if depth != 0:
         raise BadInputError(f"node list {text!r}: '[' without ']'")
     parts.append(text[start:])
+    if len(parts) > MAX_RANKS:
+        raise BadInputError(f"node list of {len(parts):,} entries: more than {MAX_RANKS:,}")
     for part in (p.strip() for p in parts):
         if not part:
             continue
@@ -167,6 +181,8 @@ def expand_nodelist(text: str) -> list[str]:
             if int(hi) < int(lo):
                 raise BadInputError(f"node list {text!r}: the range {item!r} runs backwards")
             width = len(lo)
+            if len(hi) > 12 or len(out) + int(hi) - int(lo) + 1 > MAX_RANKS:
+                raise BadInputError(f"node list {text[:60]!r}: more than {MAX_RANKS:,} nodes")
             out.extend(f"{prefix}{n:0{width}d}{suffix}" for n in range(int(lo), int(hi) + 1))
     return out
 
@@ -178,7 +194,12 @@ def expand_tasks_per_node(text: str) -> list[int]:
         m = re.fullmatch(r"\s*(\d+)(?:\(x(\d+)\))?\s*", item)
         if m is None:
             raise BadInputError(f"tasks per node {text!r}: cannot read {item!r}")
-        out.extend([int(m.group(1))] * int(m.group(2) or 1))
+        count, times = m.group(1), m.group(2) or "1"
+        if len(count) > 12 or len(times) > 12 or len(out) + int(times) > MAX_RANKS:
+            raise BadInputError(f"tasks per node {text[:60]!r}: more than {MAX_RANKS:,} nodes")
+        if int(count) > MAX_RANKS:
+            raise BadInputError(f"tasks per node {text[:60]!r}: more than {MAX_RANKS:,} tasks")
+        out.extend([int(count)] * int(times))
     return out
 
 

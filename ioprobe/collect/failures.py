@@ -3,15 +3,25 @@
 A probe skips a file it cannot read and goes on; ``ReadFailures`` counts each such file once,
 by the cause of its first failure, for the record's ``dataset.read_errors``. Causes are short
 keys: ``not_found``, ``permission_denied``, ``is_a_directory``, ``timeout``, ``connection``,
-``http_<status>`` (a remote object answered with an error status), an errno name
-(``EIO``), or ``other``. Only failures touch this module, never a read that succeeds.
+``tls_certificate`` (the server's certificate is not trusted: self-signed, expired, another
+name), ``tls``, ``short_response`` (the server sent fewer bytes than it announced, or a
+response that could not be parsed), ``http_<status>`` (a remote object answered with an error
+status), an errno name (``EIO``), or ``other``. Only failures touch this module, never a read
+that succeeds.
+
+A library's exception is read with what caused it: fsspec reports any failed HTTP listing as
+FileNotFoundError, raised from the TLS error that was the real cause, and aiohttp turns a body
+shorter than its Content-Length into an error carrying status 400, a status the server never
+sent.
 """
 
 from __future__ import annotations
 
 import errno
+import ssl
 import threading
 from collections import Counter
+from collections.abc import Iterator
 
 _CONNECTION_ERRNOS = {
     errno.ECONNREFUSED,
@@ -22,8 +32,37 @@ _CONNECTION_ERRNOS = {
 }
 
 
+def chain(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what caused it (``__cause__``, else ``__context__``), first to last."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+def transport_cause(exc: BaseException) -> str | None:
+    """``tls_certificate``, ``tls`` or ``short_response`` where one of these is anywhere in
+    ``exc``'s chain, whatever the outermost exception claims; else None."""
+    for e in chain(exc):
+        if isinstance(e, ssl.SSLCertVerificationError):
+            return "tls_certificate"
+        if isinstance(e, ssl.SSLError):
+            return "tls"
+        # aiohttp's parser errors (ContentLengthError, TransferEncodingError, BadHttpMessage)
+        # and the ClientPayloadError that wraps them: matched by name, aiohttp is optional
+        names = {k.__name__ for k in type(e).__mro__}
+        if names & {"HttpProcessingError", "ClientPayloadError"}:
+            return "short_response"
+    return None
+
+
 def cause(exc: BaseException) -> str:
     """The cause key of a failed read, from the exception any backend raised."""
+    transport = transport_cause(exc)
+    if transport is not None:
+        return transport
     named = _os_cause(exc)
     if named is not None:
         return named
@@ -68,7 +107,14 @@ def label(key: str) -> str:
     """A cause key as the error messages write it: ``http_403`` is "HTTP 403"."""
     if key.startswith("http_"):
         return "HTTP " + key.removeprefix("http_")
-    return key.replace("_", " ")
+    return _LABELS.get(key, key.replace("_", " "))
+
+
+_LABELS = {
+    "tls_certificate": "TLS certificate not trusted",
+    "tls": "TLS error",
+    "short_response": "response shorter than announced",
+}
 
 
 class ReadFailures:

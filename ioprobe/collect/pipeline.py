@@ -24,6 +24,8 @@ from typing import Any
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.decode import Decoder, resolve
 from ioprobe.collect.failures import ReadFailures, cause
+from ioprobe.collect.remote import cat_range
+from ioprobe.collect.storage import READ_FLAGS
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
 from ioprobe.collect.workers import quiet_worker, spawn_pool
 from ioprobe.record import PipelineRun, Track
@@ -44,15 +46,17 @@ def read_whole(fs: Any, entry: FileEntry, limit: int | None = None) -> bytes:
     size = entry.size if limit is None else min(entry.size, limit)
     if fs is not None:
         if size < entry.size:
-            return bytes(fs.cat_file(entry.path, start=0, end=size))
-        return bytes(fs.cat_file(entry.path))
+            return cat_range(fs, entry.path, 0, size)
+        # a listed size can be an estimate (an HTTP listing sampled for sizes): the whole
+        # file is read, but a server sending without end is cut 64 MiB past it
+        return cat_range(fs, entry.path, 0, entry.size + (64 << 20))
     buf = bytearray(size)
     view = memoryview(buf)
-    fd = os.open(entry.path, os.O_RDONLY)
+    fd = os.open(entry.path, READ_FLAGS)
     try:
         got = 0
         while got < size:
-            n = os.readv(fd, [view[got:]])
+            n = os.preadv(fd, [view[got:]], got)  # positioned: a FIFO fails (ESPIPE)
             if n == 0:
                 break
             got += n

@@ -53,7 +53,7 @@ from ioprobe.collect.failures import ReadFailures
 from ioprobe.collect.hostinfo import host_info
 from ioprobe.collect.pcie import LinkReader
 from ioprobe.collect.progress import Reporter, SilentReporter
-from ioprobe.errors import BadInputError, StorageTimeoutError, TargetError
+from ioprobe.errors import WRITE_ERRNOS, BadInputError, StorageTimeoutError, TargetError
 from ioprobe.record import (
     CpuStage,
     DatasetProfile,
@@ -358,7 +358,8 @@ class Probe:
 
         Ctrl-C (or SIGTERM turned into a KeyboardInterrupt) propagates unchanged; before it
         does, ``partial`` is set to the record of the phases that had ended, marked incomplete
-        and naming the phase it stopped in, or stays None when no stage had been measured."""
+        and naming the phase it stopped in, or stays None when no stage had been measured.
+        A write the host refuses (``outputs.WRITE_ERRNOS``: a full TMPDIR) does the same."""
         o = self.options
         self._began = time.perf_counter()
         started = self._began if o.started_at is None else min(o.started_at, self._began)
@@ -377,7 +378,13 @@ class Probe:
             if self.partial is not None:
                 self.partial.gpu_series = gpu_sampler.series_record(sampler, started)
             raise
-        except Exception:
+        except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+                # the host failed a write of ours (the CPU pool's payloads in a full TMPDIR):
+                # the phases that ended are kept, as for Ctrl-C
+                self.partial = self._interrupted(started)
+                if self.partial is not None:
+                    self.partial.gpu_series = gpu_sampler.series_record(sampler, started)
             # a probe that failed (a bad target, storage that never answered) does not leave
             # CUDA's start running on into the interpreter's exit
             if self._cuda is not None:
@@ -445,10 +452,7 @@ class Probe:
         self.reporter.phase("listing")
         listed = self._list()
         seconds = max(PROFILE_SHARE * o.time_budget_s, PROFILE_MIN_S)
-        with shards_mod.RangeReader(listed.fs) as read:
-            layout = shards_mod.detect(
-                listed, read, samples_per_file=o.samples_per_file, seconds=seconds, seed=o.seed
-            )
+        layout = _layout_within(listed, o.samples_per_file, seconds, o.seed)
         ds = _data_only(listed, layout)
         prof = ds_mod.profile(
             ds,
@@ -459,6 +463,8 @@ class Probe:
         )
         _count_samples(prof, layout, ds)
         self.notes.extend(layout.notes)
+        if listed.sparse:
+            self.notes.append(_sparse_note(listed.sparse, len(listed.entries)))
         dali = o.loader == "dali"
         if dali:
             # before any progress line: one error line
@@ -953,6 +959,48 @@ class _PhaseNoting:
 
     def close(self) -> None:
         self.inner.close()
+
+
+def _sparse_note(sparse: int, stated: int) -> str:
+    """The note for a dataset whose files are mostly holes."""
+    return (
+        f"{sparse} of {stated} files are sparse (mostly holes, which read as zeros without "
+        "touching the disk): the storage rates are higher than the same data written out "
+        "would give"
+    )
+
+
+def _layout_within(
+    ds: ds_mod.Dataset, samples_per_file: int | None, seconds: float, seed: int
+) -> shards_mod.Layout:
+    """``shards.detect``'s layout of ``ds``, or, where it has not answered ``seconds`` past its
+    own deadline, each file taken for one sample, with a note. Its header and index reads
+    stop at its deadline between reads, but one read from a server that sends a byte every
+    half second never trips a socket's read timeout and never ends: it is abandoned here
+    (the thread goes on until the server or the read timeout ends it)."""
+
+    def detect() -> shards_mod.Layout:
+        with shards_mod.RangeReader(ds.fs) as read:
+            return shards_mod.detect(
+                ds, read, samples_per_file=samples_per_file, seconds=seconds, seed=seed
+            )
+
+    try:
+        return within(2 * seconds, detect)
+    except Overdue:
+        indexes = [e for e in ds.entries if os.path.basename(e.path) in shards_mod.INDEX_NAMES]
+        data = [e for e in ds.entries if e not in indexes] or ds.entries
+        return shards_mod.Layout(
+            kind="packed files" if samples_per_file else "files",
+            data=data,
+            samples=samples_per_file * len(data) if samples_per_file else None,
+            basis=f"--samples-per-file {samples_per_file}" if samples_per_file else None,
+            index_files=len(indexes),
+            notes=[
+                f"the files' layout (headers, index.json) did not arrive within {2 * seconds:.1f}"
+                " s: each file is taken for one sample (--samples-per-file N says otherwise)"
+            ],
+        )
 
 
 def _data_only(ds: ds_mod.Dataset, layout: shards_mod.Layout) -> ds_mod.Dataset:

@@ -14,6 +14,7 @@ from typing import IO, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from ioprobe.redact import console as text_console
 from ioprobe.redact import printable
 
 
@@ -61,9 +62,10 @@ class LineReporter:
 class RichReporter:
     def __init__(self, console: Console) -> None:
         self._progress = Progress(
-            TextColumn("[bold]{task.description:<22}"),
+            # text, not markup: a detail quotes paths and library messages, "[/]" included
+            TextColumn("{task.description:<22}", style="bold", markup=False),
             BarColumn(bar_width=30),
-            TextColumn("{task.fields[detail]}"),
+            TextColumn("{task.fields[detail]}", markup=False),
             TimeElapsedColumn(),
             console=console,
             transient=False,
@@ -95,7 +97,7 @@ class RichReporter:
 
     def say(self, line: str) -> None:
         """A line that stays, printed above the display."""
-        self._progress.console.print(printable(line), markup=False, highlight=False)
+        self._progress.console.print(printable(line), markup=False, emoji=False, highlight=False)
 
 
 def _isatty(stream: IO[str] | None) -> bool:
@@ -110,7 +112,7 @@ def make_reporter(quiet: bool = False, console: Console | None = None) -> Report
     where it is a terminal, one plain line per result where it is not."""
     if quiet:
         return SilentReporter()
-    err = console if console is not None else Console(stderr=True)
+    err = console if console is not None else text_console(stderr=True)
     # where stderr really is a terminal: FORCE_COLOR (set in many CI jobs for colored logs)
     # makes rich call a pipe a terminal, and a progress display in a log is noise
     terminal = err.is_terminal if console is not None else _isatty(sys.stderr)

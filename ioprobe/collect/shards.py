@@ -37,6 +37,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ioprobe.collect.dataset import _EXT_FORMAT, Dataset, FileEntry, _one_line
+from ioprobe.collect.remote import cat_range
+from ioprobe.collect.storage import READ_FLAGS
 
 INDEX_NAMES = frozenset({"index.json"})
 # metadata a Hugging Face `save_to_disk` directory holds beside its Arrow files
@@ -76,7 +78,7 @@ class RangeReader:
         if entry.path != self._path:
             self.close()
             self._handle = (
-                os.open(entry.path, os.O_RDONLY)
+                os.open(entry.path, READ_FLAGS)
                 if self.fs is None
                 else self.fs.open(entry.path, "rb")
             )
@@ -95,7 +97,7 @@ class RangeReader:
         end = min(offset + length, entry.size)
         if end <= offset:
             return b""
-        return bytes(self.fs.cat_file(entry.path, start=offset, end=end))
+        return cat_range(self.fs, entry.path, offset, end)
 
     def close(self) -> None:
         if self._handle is not None:

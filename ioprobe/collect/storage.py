@@ -41,6 +41,7 @@ from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.dataset import Dataset, FileEntry
 from ioprobe.collect.failures import ReadFailures, cause
 from ioprobe.collect.progress import Reporter, SilentReporter
+from ioprobe.collect.remote import cat_range
 from ioprobe.record import StoragePass, SweepPoint
 
 CHUNK = 8 * 1024 * 1024  # plan_items: files above this are read as several items
@@ -249,13 +250,18 @@ def _os_error_text(exc: Exception) -> str:
     return str(getattr(exc, "strerror", None) or exc)
 
 
+# O_NONBLOCK: a file turned into a FIFO since the listing must fail its read (pread on a
+# FIFO is ESPIPE, counted), not block its open for ever; a regular file reads as without it
+READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK
+
+
 def _local_reader(level: _Level, slot: int) -> None:
     # page-aligned (an anonymous mapping): copies out of the page cache into a buffer at an
     # address 8-24 bytes past a 64-byte boundary run 4x slower on some CPUs, and a
     # bytearray's alignment is luck
     buf = memoryview(mmap.mmap(-1, BUFFER))
     # bound once per thread: each lookup saved is saved once per file
-    preadv, open_, close, rdonly = os.preadv, os.open, os.close, os.O_RDONLY
+    preadv, open_, close, rdonly = os.preadv, os.open, os.close, READ_FLAGS
     fadvise, sequential = os.posix_fadvise, os.POSIX_FADV_SEQUENTIAL
 
     def read_one(path: str, off: int, length: int) -> int:
@@ -299,7 +305,6 @@ def _remote_error_text(exc: Exception) -> str:
 
 
 def _remote_reader_factory(fs: object, ranges: bool = True) -> Callable[[_Level, int], None]:
-    cat_file = fs.cat_file  # type: ignore[attr-defined]
     open_file = fs.open  # type: ignore[attr-defined]
     # one request per 1 MiB read, no read-ahead cache: a backend's read-ahead (5 MiB for
     # HTTP, 50 MiB for S3, and twice the block for fsspec's default cache) fetches what the
@@ -312,7 +317,7 @@ def _remote_reader_factory(fs: object, ranges: bool = True) -> Callable[[_Level,
     )
 
     def read_one(path: str, off: int, length: int) -> int:
-        return len(cat_file(path, start=off, end=off + length))
+        return len(cat_range(fs, path, off, off + length))
 
     def stream_one(path: str, off: int, length: int) -> Generator[int, None, None]:
         # the backend's own file object, as a loader streaming a remote shard opens it
@@ -465,7 +470,7 @@ def resident_pages(path: str) -> tuple[int, int]:
     if _libc is None:
         _libc = _Libc()
     page = mmap.PAGESIZE
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, READ_FLAGS)
     try:
         size = os.fstat(fd).st_size
         if size == 0:
@@ -501,7 +506,7 @@ def evict(paths: Sequence[str]) -> None:
     """Drop the files' pages from the page cache; read-only, the files are not changed."""
     for p in paths:
         try:
-            fd = os.open(p, os.O_RDONLY)
+            fd = os.open(p, READ_FLAGS)
         except OSError:
             continue
         try:

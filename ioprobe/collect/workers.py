@@ -28,15 +28,19 @@ import multiprocessing.context as mp_context
 import multiprocessing.pool as mp_pool
 import os
 import signal
+import sys
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing import resource_tracker
 from multiprocessing.pool import Pool
 from types import FrameType
 from typing import Any
 
+from ioprobe.errors import IoprobeError
+
 # held while a pool starts: see the module's docstring
-HELD = {signal.SIGINT, signal.SIGTERM}
+HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 # a spawn pool's start, every worker up with its imports done: about 0.4 s and 0.05 s a
 # worker (0.9-1.1 s for 16 on the H100 host's 16 cores, 0.6 s for 2 on the 2-core host)
 POOL_START_S = 0.4
@@ -55,8 +59,15 @@ def spawn_pool(processes: int, initializer: Callable[..., None], initargs: tuple
     if threading.current_thread() is not threading.main_thread():
         # signal handlers belong to the main thread, and so does the Ctrl-C to handle
         return _Pool(processes, initializer, initargs, context=ctx)
-    # started first: starting it unblocks SIGINT in this thread
-    resource_tracker.ensure_running()
+    # started first: starting it unblocks SIGINT in this thread. SIGHUP is blocked while it
+    # starts, and the tracker keeps that mask for life: a closed terminal's SIGHUP to the
+    # whole group would kill it (it ignores only SIGINT and SIGTERM), and the pool's end
+    # would then print its KeyErrors and "leaked" warnings
+    hup = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, hup)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
     pool: Pool | None = None
@@ -66,6 +77,36 @@ def spawn_pool(processes: int, initializer: Callable[..., None], initargs: tuple
         signal.signal(signal.SIGINT, signal.SIG_DFL if handler is None else handler)
         _unblock(mask, pool)
     return pool
+
+
+class WorkersFailed(IoprobeError):
+    """A pool whose workers die as they start: the pool would start new ones for ever."""
+
+
+def wait_started(pool: Pool, processes: int, ready: Callable[[int], Any]) -> None:
+    """Return once each of the pool's ``processes`` workers has run ``ready`` (its
+    initializer done). A worker that dies as it starts (its initializer raised, the
+    interpreter cannot import what it needs) is replaced by the pool for ever, and a task
+    waits for ever: after more than twice as many workers as asked have come and gone, or
+    ``max(30 s, 10 x pool_start_s)`` without them, this raises ``WorkersFailed`` (one line)."""
+    result = pool.map_async(ready, range(processes), chunksize=1)
+    limit = max(30.0, 10 * pool_start_s(processes))
+    deadline = time.monotonic() + limit
+    seen: set[int] = set()
+    while not result.ready():
+        result.wait(0.05)
+        # the pool's own list of its workers: the pids it has started so far
+        seen.update(p.pid for p in getattr(pool, "_pool", []) if p.pid is not None)
+        if len(seen) > 2 * processes + 1:
+            raise WorkersFailed(
+                f"the CPU phase's worker processes die as they start ({len(seen)} started for "
+                f"{processes}): check that {sys.executable} can run and import ioprobe"
+            )
+        if time.monotonic() > deadline:
+            raise WorkersFailed(
+                f"the CPU phase's worker processes did not start within {limit:.0f} s"
+            )
+    result.get()
 
 
 class _KilledProcess(mp_context.SpawnProcess):
@@ -91,9 +132,11 @@ def _unblock(mask: set[int | signal.Signals], pool: Pool | None) -> None:
 
 
 def quiet_worker() -> None:
-    """A pool worker's signals: SIGINT ignored, SIGTERM an exit through Python (a SIGTERM
-    held since the pool's start is taken now)."""
+    """A pool worker's signals: SIGINT and SIGHUP ignored (a closed terminal reaches the whole
+    group; the parent ends the pool), SIGTERM an exit through Python (a SIGTERM held since the
+    pool's start is taken now)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
 

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ioprobe.analysis.compare import Comparison
-from ioprobe.redact import printable_all
+from ioprobe.redact import shown_all
 from ioprobe.render.format import percent, rate, ratio
 from ioprobe.render.markdown import md
 
@@ -34,7 +34,7 @@ def prediction_line(c: Comparison) -> str | None:
 
 
 def render_compare(c: Comparison) -> RenderableType:
-    c = printable_all(c)  # file names and settings are the user's: no escape reaches a terminal
+    c = shown_all(c)  # file names and settings are the user's: no escape reaches a terminal
     parts: list[RenderableType] = [
         Text.assemble(
             ("ioprobe compare", "bold"), "  ", (c.before, "cyan"), " -> ", (c.after, "cyan")
@@ -78,6 +78,7 @@ def _config_table(c: Comparison) -> Table:
 
 
 def compare_markdown(c: Comparison) -> str:
+    c = shown_all(c)
     lines = [
         f"### ioprobe compare: {md(c.before)} → {md(c.after)}",
         "",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from ioprobe.analysis.dlio import DlioWorkload, Value
+from ioprobe.redact import shown, shown_all
 
 SECTIONS = ("model", "framework", "workflow", "dataset", "reader", "train", "metric")
 
@@ -27,8 +28,11 @@ def _scalar(v: Value) -> str:
 
 
 def to_yaml(w: DlioWorkload, header: list[str]) -> str:
-    """The workload file, ``header`` lines first as comments."""
-    lines = [f"# {h}" for h in header]
+    """The workload file, ``header`` lines first as comments. Every comment's text crosses
+    ``redact.shown``: a newline in a record's field or a file name would end the comment and
+    start a live YAML key."""
+    w = shown_all(w)
+    lines = [f"# {shown(h)}" for h in header]
     for section in SECTIONS:
         rows = [f for f in w.fields if f.section == section]
         if not rows:

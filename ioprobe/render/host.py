@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ioprobe.record import FilesystemInfo, GpuInfo, HostInfo
-from ioprobe.redact import printable
+from ioprobe.redact import shown
 from ioprobe.render.format import binary_bytes
 
 _CLASS_WORDS = {
@@ -51,7 +51,7 @@ def render_host(host: HostInfo) -> RenderableType:
     grid.add_column(style="bold", no_wrap=True)
     grid.add_column(overflow="fold")
     for label, fact in host_facts(host):
-        grid.add_row(label, Text(printable(fact)))  # a path's escape sequence shows as text
+        grid.add_row(label, Text(shown(fact)))  # a path's escape sequence shows as text
     return Panel(grid, title="host", title_align="left", expand=False)
 
 

@@ -34,7 +34,7 @@ from ioprobe.analysis.report import (
 from ioprobe.analysis.samples import SampleCostView
 from ioprobe.analysis.stall_series import Burst, StallOverTime
 from ioprobe.record import ClientsPoint, DensityRow, RunRecord, SizeData, TuneData, to_plain
-from ioprobe.redact import printable
+from ioprobe.redact import printable, shown_all
 from ioprobe.render import sizing_text
 from ioprobe.render.facts import (
     cluster_sentence,
@@ -104,9 +104,12 @@ tr.straggler td{font-weight:600;color:#b02a2c}
 """
 
 
-def e(value: object) -> str:
-    """Data to HTML text: every character that could open markup is escaped, and control
-    characters are shown as ``\\xNN`` (a page viewed with ``cat`` must not drive the terminal)."""
+def text_html(value: object) -> str:
+    """The page's one way in for text: every character that could open markup is escaped, and
+    control characters and undecodable bytes are shown as ``\\xNN`` (a page viewed with
+    ``cat`` must not drive the terminal; a lone surrogate would fail the UTF-8 write). Every
+    string a page shows goes through here; ``render`` has already passed the record and its
+    findings through ``redact.shown_all``."""
     return html.escape(printable(str(value)), quote=True)
 
 
@@ -118,7 +121,7 @@ def _n(x: float) -> str:
 def _svg(width: float, height: float, body: list[str], label: str) -> str:
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_n(width)}" height="{_n(height)}" '
-        f'viewBox="0 0 {_n(width)} {_n(height)}" role="img" aria-label="{e(label)}">'
+        f'viewBox="0 0 {_n(width)} {_n(height)}" role="img" aria-label="{text_html(label)}">'
         + "".join(body)
         + "</svg>"
     )
@@ -160,7 +163,7 @@ def stage_chart(rec: RunRecord, f: Findings) -> str:
     scale = "log scale" if log else "linear scale"
     return _svg(W, height, body, f"stage capacities in samples/s ({scale})") + (
         f'<p class="note">Capacity of each stage in samples/s ({scale}); the dashed line is the '
-        f"{e(f.delivered_label)} rate.</p>"
+        f"{text_html(f.delivered_label)} rate.</p>"
     )
 
 
@@ -196,15 +199,17 @@ def _stage_tick(x: str, t: float, height: int) -> str:
 def _stage_bar(rec: RunRecord, b: StageBar, y: int, left: int, x: Scale) -> str:
     """The stage's name, then its bar and rate, or "not measured" where it has no capacity."""
     weight = ' font-weight="700"' if b.limiting else ""
-    name = f'<text x="{left - 8}" y="{y + 16}" text-anchor="end"{weight}>{e(b.stage)}</text>'
+    name = (
+        f'<text x="{left - 8}" y="{y + 16}" text-anchor="end"{weight}>{text_html(b.stage)}</text>'
+    )
     if not b.capacity:
         return name + f'<text x="{left + 6}" y="{y + 17}" fill="#8a949c">not measured</text>'
     colour = STALL if b.limiting else "#8fb9d8"
     return name + (
         f'<rect x="{left}" y="{y + 3}" width="{_n(max(x(b.capacity) - left, 1))}" '
-        f'height="20" fill="{colour}"><title>{e(b.stage)}: {e(rate(b.capacity))} '
-        f"samples/s; {e(stage_detail(rec, b.stage))}</title></rect>"
-        f'<text x="{_n(x(b.capacity) + 6)}" y="{y + 17}">{e(rate(b.capacity))}</text>'
+        f'height="20" fill="{colour}"><title>{text_html(b.stage)}: {text_html(rate(b.capacity))} '
+        f"samples/s; {text_html(stage_detail(rec, b.stage))}</title></rect>"
+        f'<text x="{_n(x(b.capacity) + 6)}" y="{y + 17}">{text_html(rate(b.capacity))}</text>'
     )
 
 
@@ -213,7 +218,7 @@ def _delivered_line(x: str, delivered: float, label: str, height: int) -> str:
         f'<line x1="{x}" y1="4" x2="{x}" y2="{height - 26}" stroke="#1d2329" '
         f'stroke-width="2" stroke-dasharray="5,3"/>'
         f'<text x="{x}" y="{height - 28}" text-anchor="start" dx="4" font-weight="600">'
-        f"{e(label)} {e(rate(delivered))}</text>"
+        f"{text_html(label)} {text_html(rate(delivered))}</text>"
     )
 
 
@@ -296,7 +301,9 @@ def _y_title(mid: float, text: str) -> str:
 def _legend(items: Sequence[tuple[str, str]]) -> str:
     return (
         '<div class="legend">'
-        + "".join(f'<span><i style="background:{c}"></i>{e(name)}</span>' for name, c in items)
+        + "".join(
+            f'<span><i style="background:{c}"></i>{text_html(name)}</span>' for name, c in items
+        )
         + "</div>"
     )
 
@@ -329,8 +336,8 @@ def line_chart(
     body += _shades(shade if x_names is None else (), px, left, W - 16, 12, plot_h)
     body += _x_labels(xs, x_names, px, height - 18)
     body.append(
-        f'<text x="{left + plot_w / 2}" y="{height - 2}" text-anchor="middle">{e(x_label)}</text>'
-        + _y_title(12 + plot_h / 2, e(y_label))
+        f'<text x="{left + plot_w / 2}" y="{height - 2}" text-anchor="middle">{text_html(x_label)}</text>'
+        + _y_title(12 + plot_h / 2, text_html(y_label))
     )
     colours = [PALETTE[k % len(PALETTE)] for k in range(len(lines))]
     for (_, ys), colour in zip(lines, colours, strict=True):
@@ -389,7 +396,7 @@ def _x_labels(xs: Sequence[float], names: Sequence[str] | None, px: XScale, y: i
     """A label per category, or round ticks within the range of the numeric positions."""
     if names is not None:
         return [
-            f'<text x="{_n(px(i, 0))}" y="{y}" text-anchor="middle">{e(name)}</text>'
+            f'<text x="{_n(px(i, 0))}" y="{y}" text-anchor="middle">{text_html(name)}</text>'
             for i, name in enumerate(names)
         ]
     if not xs:
@@ -463,7 +470,7 @@ def stall_section(st: StallOverTime | None) -> list[str]:
         )
     parts = ["<h2>Stall over time</h2>", '<div id="stall-over-time">']
     if st.verdict:
-        parts.append(f'<p class="stall-verdict"><b>{e(st.verdict)}</b></p>')
+        parts.append(f'<p class="stall-verdict"><b>{text_html(st.verdict)}</b></p>')
     parts += [chart, f'<p class="note">{note}</p>', _bursts_table(st.bursts), "</div>"]
     return parts
 
@@ -478,7 +485,7 @@ def _bursts_table(bursts: Sequence[Burst]) -> str:
     rows = "".join(
         f'<tr><td class="num">{b.start_s:,.1f}</td><td class="num">{b.end_s - b.start_s:,.1f}'
         f'</td><td class="num">{b.stall_fraction:.0%}</td><td class="num">{b.stall_s:,.2f}</td>'
-        f"<td>{e(b.cause)}</td></tr>"
+        f"<td>{text_html(b.cause)}</td></tr>"
         for b in sorted(shown, key=lambda b: b.start_s)
     )
     more = len(bursts) - len(shown)
@@ -519,7 +526,7 @@ def _sweep_rows(s: SweepLine) -> list[str]:
             for v in (s.p50_ms[i], s.p95_ms[i], s.p99_ms[i])
         )
         rows.append(
-            f"<tr><td>{e(s.name)}</td><td class=num>{c}{best}</td>"
+            f"<tr><td>{text_html(s.name)}</td><td class=num>{c}{best}</td>"
             f"<td class=num>{s.mb_per_s[i]:,.1f}</td>{latencies}</tr>"
         )
     return rows
@@ -530,7 +537,7 @@ def heatmap_table(hm: Heatmap | None) -> str:
         return ""
     head = "".join(f"<th>{g} GPU{'s' if g > 1 else ''}</th>" for g in hm.gpus)
     rows = [
-        f"<tr><th>{e(name)}</th>{''.join(_heat_cell(c, hm.target) for c in cells)}</tr>"
+        f"<tr><th>{text_html(name)}</th>{''.join(_heat_cell(c, hm.target) for c in cells)}</tr>"
         for name, cells in zip(hm.storage, hm.cells, strict=True)
     ]
     return (
@@ -549,7 +556,7 @@ def _heat_cell(cell: HeatCell | None, target: float) -> str:
     hue = 120 * min(u / target, 1.0) if target > 0 else 0
     tip = f"{rate(cell.samples_per_s)} samples/s, limited by {cell.bottleneck}"
     return (
-        f'<td style="background:hsl({hue:.0f},70%,72%)" title="{e(tip)}">'
+        f'<td style="background:hsl({hue:.0f},70%,72%)" title="{text_html(tip)}">'
         f"{math.floor(u * 100 + 1e-9)}%</td>"
     )
 
@@ -557,7 +564,7 @@ def _heat_cell(cell: HeatCell | None, target: float) -> str:
 def _kv_table(rows: Sequence[tuple[str, str]]) -> str:
     return (
         '<div class="card"><table>'
-        + "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
+        + "".join(f"<tr><th>{text_html(k)}</th><td>{text_html(v)}</td></tr>" for k, v in rows)
         + "</table></div>"
     )
 
@@ -568,7 +575,7 @@ def operators_table(rows: Sequence[OperatorRow]) -> str:
         for h in ("operator", "device", "stage", "CPU ms/batch", "wall ms/batch", "CPU share")
     )
     body = "".join(
-        f"<tr><td>{e(r.name)}</td><td>{e(r.device)}</td><td>{e(r.stage)}</td>"
+        f"<tr><td>{text_html(r.name)}</td><td>{text_html(r.device)}</td><td>{text_html(r.stage)}</td>"
         f'<td class="num">{r.cpu_ms:,.2f}</td><td class="num">{r.wall_ms:,.2f}</td>'
         f'<td class="num">{r.cpu_share:.0%}</td></tr>'
         for r in rows
@@ -584,11 +591,13 @@ def _recs(f: Findings) -> str:
         gain = ""
         if a.predicted is not None:
             times = f" ({a.gain:.1f}x)" if a.gain is not None else ""
-            gain = f' <span class="gain">→ {e(rate(a.predicted))} samples/s{times}</span>'
+            gain = f' <span class="gain">→ {text_html(rate(a.predicted))} samples/s{times}</span>'
             if a.unchecked:
-                gain += f' <span class="unchecked">({e(unchecked_text(a.unchecked))})</span>'
-        ev = f'<div class="evidence">{e(a.evidence)}</div>' if a.evidence else ""
-        items.append(f"<li>{e(a.text)}{gain}{ev}</li>")
+                gain += (
+                    f' <span class="unchecked">({text_html(unchecked_text(a.unchecked))})</span>'
+                )
+        ev = f'<div class="evidence">{text_html(a.evidence)}</div>' if a.evidence else ""
+        items.append(f"<li>{text_html(a.text)}{gain}{ev}</li>")
     return f'<ol id="recommendations" class="recs">{"".join(items)}</ol>'
 
 
@@ -700,6 +709,7 @@ def _blob(rec: RunRecord, f: Findings) -> str:
 
 def render(rec: RunRecord, f: Findings) -> str:
     """The whole page as one string."""
+    rec, f = shown_all(rec), shown_all(f)  # outside text masked and escaped before any use
     sections = [
         *_head(rec, f),
         *_answer(rec, f),
@@ -719,7 +729,7 @@ def render(rec: RunRecord, f: Findings) -> str:
         # no request may leave the page: forbid every fetch, allow the inline style only
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'; img-src data:\">"
-        f"<title>{e(verdict(rec, f))}</title><style>{CSS}</style></head><body><main>"
+        f"<title>{text_html(verdict(rec, f))}</title><style>{CSS}</style></head><body><main>"
         + "\n".join(sections)
         + f'</main><script type="application/json" id="ioprobe-data">{_blob(rec, f)}</script>'
         "</body></html>\n"
@@ -739,14 +749,14 @@ def _head(rec: RunRecord, f: Findings) -> list[str]:
         rec.host.hostname,
     )
     return [
-        f"<h1>{e(title(rec))}</h1>",
+        f"<h1>{text_html(title(rec))}</h1>",
         *(
-            [f'<div class="verdict incomplete">{e(incomplete(rec))}</div>']
+            [f'<div class="verdict incomplete">{text_html(incomplete(rec))}</div>']
             if not rec.complete
             else []
         ),
-        '<div class="meta">' + " · ".join(e(x) for x in meta if x) + "</div>",
-        f'<div id="verdict" class="verdict{" ok" if ok else ""}">{e(verdict(rec, f))}</div>',
+        '<div class="meta">' + " · ".join(text_html(x) for x in meta if x) + "</div>",
+        f'<div id="verdict" class="verdict{" ok" if ok else ""}">{text_html(verdict(rec, f))}</div>',
     ]
 
 
@@ -766,17 +776,17 @@ def sizing_sections(sz: SizeData, f: Findings) -> list[str]:
     against GPU count per storage class, each class in MLPerf Storage's units, the grid, the
     density guidance, published reference points, the inputs and the assumptions."""
     lines = sizing_text.answer_lines(sz, f.cache_gap)
-    parts = ['<ul id="answer">' + "".join(f"<li>{e(x)}</li>" for x in lines) + "</ul>"]
+    parts = ['<ul id="answer">' + "".join(f"<li>{text_html(x)}</li>" for x in lines) + "</ul>"]
     parts += [
         "<h2>GPU utilisation against GPUs per node</h2>",
         f'<div id="utilisation">{_utilisation_chart(sz)}</div>',
-        f"<h2>{e(sizing_text.units_title(sz))}</h2>",
+        f"<h2>{text_html(sizing_text.units_title(sz))}</h2>",
         _table(
             "units",
             sizing_text.units_columns(sz),
             [sizing_text.units_cells(sz, u) for u in sz.units],
         ),
-        f'<p class="note">{e(sizing_text.units_note(sz))}</p>',
+        f'<p class="note">{text_html(sizing_text.units_note(sz))}</p>',
         "<h2>GPU utilisation by storage and GPU count</h2>",
         heatmap_table(f.heatmap),
     ]
@@ -790,10 +800,10 @@ def sizing_sections(sz: SizeData, f: Findings) -> list[str]:
             [("figure", False), ("value", True), ("source", False)],
             [list(r) for r in sizing_text.input_rows(sz)],
         ),
-        *([f'<p class="note">{e(cost)}</p>'] if cost else []),
+        *([f'<p class="note">{text_html(cost)}</p>'] if cost else []),
         "<h2>Assumptions</h2>",
         '<ul id="assumptions" class="note">'
-        + "".join(f"<li>{e(a)}</li>" for a in sz.assumptions)
+        + "".join(f"<li>{text_html(a)}</li>" for a in sz.assumptions)
         + "</ul>",
     ]
     return parts
@@ -810,10 +820,10 @@ def _table(
     def cell(k: int, c: str, num: bool) -> str:
         if k == links and c.startswith("https://"):
             # a source's address is long: the link shows where it leads, the host
-            return f'<td><a href="{e(c)}">{e(c.split("/")[2])}</a></td>'
-        return f"<td{' class=num' if num else ''}>{e(c)}</td>"
+            return f'<td><a href="{text_html(c)}">{text_html(c.split("/")[2])}</a></td>'
+        return f"<td{' class=num' if num else ''}>{text_html(c)}</td>"
 
-    head = "".join(f"<th>{e(name)}</th>" for name, _ in columns)
+    head = "".join(f"<th>{text_html(name)}</th>" for name, _ in columns)
     body = "".join(
         "<tr>"
         + "".join(
@@ -831,7 +841,7 @@ def _tune_section(rec: RunRecord) -> list[str]:
     if t is None or not t.trials:
         return []
     rows = [tune_cells(t, i) for i in range(len(t.trials))]
-    notes = "".join(f"<li>{e(x)}</li>" for x in tune_summary(t))
+    notes = "".join(f"<li>{text_html(x)}</li>" for x in tune_summary(t))
     return [
         "<h2>Trials (ioprobe tune)</h2>",
         _tune_chart(t),
@@ -857,7 +867,7 @@ def _tune_chart(t: TuneData) -> str:
             rows.append(
                 f'<rect class="{cls}" x="70" y="{y + k * bar_h}" width="{w:.1f}" '
                 f'height="{bar_h - 2}"><title>trial {i + 1} {"predicted" if k == 0 else "measured"}'
-                f" {e(rate(v))} samples/s</title></rect>"
+                f" {text_html(rate(v))} samples/s</title></rect>"
             )
         rows.append(f'<text x="0" y="{y + bar_h + 3}">trial {i + 1}</text>')
     h = len(pairs) * (2 * bar_h + gap)
@@ -915,7 +925,7 @@ def _density_section(sz: SizeData) -> list[str]:
     rows = [[a.storage, *cells(a), *cells(contrast.get(a.storage))] for a in g.rows]
     return [
         "<h2>Density</h2>",
-        f'<p id="density">{e(sizing_text.density_paragraph(g, sz.inputs))}</p>',
+        f'<p id="density">{text_html(sizing_text.density_paragraph(g, sz.inputs))}</p>',
         _table("density-table", cols, rows),
         f'<p class="note">What one node reads from each class with {sz.inputs.in_flight} '
         "reads in flight, at this dataset's sample size and at one of the other density, "
@@ -930,7 +940,7 @@ def _references_section(sz: SizeData) -> list[str]:
         return []
     return [
         "<h2>Reference points: published MLPerf Storage results</h2>",
-        f'<p id="reference">{e(sentence)}</p>',
+        f'<p id="reference">{text_html(sentence)}</p>',
         _table(
             "references",
             sizing_text.REFERENCE_COLUMNS,
@@ -938,7 +948,7 @@ def _references_section(sz: SizeData) -> list[str]:
             links=len(sizing_text.REFERENCE_COLUMNS) - 1,
         ),
         f'<p class="note">Nearest in sample size first; each figure is cited in '
-        f"{e(refs.source)}. 'nodes like yours': the result's throughput over one node's need "
+        f"{text_html(refs.source)}. 'nodes like yours': the result's throughput over one node's need "
         "at the target.</p>",
     ]
 
@@ -951,17 +961,17 @@ def ranks_section(rec: RunRecord, f: Findings) -> list[str]:
     t = f.ranks
     if heading is None or t is None:
         return []
-    parts = [f"<h2>{e(heading)}</h2>", '<div id="ranks">']
+    parts = [f"<h2>{text_html(heading)}</h2>", '<div id="ranks">']
     sentence = cluster_sentence(f)
     if sentence:
-        parts.append(f'<p class="rank-verdict"><b>{e(sentence)}</b></p>')
+        parts.append(f'<p class="rank-verdict"><b>{text_html(sentence)}</b></p>')
     d = rec.distributed
     if t.kind == "probe" and d is not None and d.curve:
         parts.append(_clients_chart(d.curve))
     parts.append(_rank_chart(t))
     parts.append(_ranks_table(t, f.rank_spread))
     notes = [x for x in (missing_line(t),) if x]
-    parts += [f'<p class="note">{e(n)}</p>' for n in notes]
+    parts += [f'<p class="note">{text_html(n)}</p>' for n in notes]
     parts.append("</div>")
     return parts
 
@@ -1013,7 +1023,7 @@ def _rank_chart(t: RankTable) -> str:
             continue
         h = plot_h * v / top
         body.append(
-            f"<g><title>rank {rank} ({e(host)}): {figure(v)} {'%' if watch else 'MB/s'}"
+            f"<g><title>rank {rank} ({text_html(host)}): {figure(v)} {'%' if watch else 'MB/s'}"
             f"{' (straggler)' if slow else ''}</title>"
             f'<rect x="{_n(left + k * bw)}" y="{_n(10 + plot_h - h)}" '
             f'width="{_n(max(bw - 1, 0.5))}" height="{_n(h)}" '
@@ -1038,13 +1048,13 @@ def _rank_chart(t: RankTable) -> str:
 
 
 def _ranks_table(t: RankTable, spread: RankSpread | None) -> str:
-    head = "".join(f"<th>{e(name)}</th>" for name, _ in rank_columns(t))
+    head = "".join(f"<th>{text_html(name)}</th>" for name, _ in rank_columns(t))
     numeric = [n for _, n in rank_columns(t)]
     named = set(t.stragglers)
     rows = "".join(
         f"<tr{' class=straggler' if r.rank in named else ''}>"
         + "".join(
-            f"<td{' class=num' if num else ''}>{e(c)}</td>"
+            f"<td{' class=num' if num else ''}>{text_html(c)}</td>"
             for c, num in zip(rank_cells(t, r, spread), numeric, strict=True)
         )
         + "</tr>"
@@ -1059,7 +1069,7 @@ def _operators_section(rows: Sequence[OperatorRow]) -> list[str]:
 
 def _measurements_section(rec: RunRecord, f: Findings) -> list[str]:
     measured = key_facts(rec, f)
-    return [f"<h2>{e(facts_title(rec))}</h2>", _kv_table(measured)] if measured else []
+    return [f"<h2>{text_html(facts_title(rec))}</h2>", _kv_table(measured)] if measured else []
 
 
 def _timelines(f: Findings) -> list[str]:
@@ -1100,7 +1110,7 @@ def samples_section(sc: SampleCostView | None) -> list[str]:
         parts.append(_histogram_chart(sc.histogram))
     head = "<tr><th></th><th>median</th><th>p90</th><th>p99</th><th>max</th><th>mean</th></tr>"
     rows = "".join(
-        f"<tr><th>{e(r.name)} ({e(r.unit)})</th>"
+        f"<tr><th>{text_html(r.name)} ({text_html(r.unit)})</th>"
         + "".join(f"<td>{figure(v)}</td>" for v in (r.p50, r.p90, r.p99, r.max, r.mean))
         + "</tr>"
         for r in sc.rows
@@ -1116,12 +1126,12 @@ def samples_section(sc: SampleCostView | None) -> list[str]:
             f"<td>{figure(h.cpu_ms)}</td>"
             + (f"<td>{'' if h.bytes is None else figure(h.bytes / 1e3)}</td>" if kb else "")
             + f"<td>{h.worker}</td><td>{h.epoch + 1}</td>"
-            + (f"<td>{e(h.path or '')}</td>" if src else "")
+            + (f"<td>{text_html(h.path or '')}</td>" if src else "")
             + "</tr>"
             for h in sc.heaviest
         )
         parts.append(
-            f'<p class="note">The heaviest samples, by {e(sc.index_kind)}:</p>'
+            f'<p class="note">The heaviest samples, by {text_html(sc.index_kind)}:</p>'
             '<div class="card"><table><tr><th>index</th><th>wall ms</th><th>CPU ms</th>'
             + ("<th>kB</th>" if kb else "")
             + "<th>worker</th><th>epoch</th>"
@@ -1189,7 +1199,7 @@ def _notes_section(notes: Sequence[str]) -> list[str]:
         return []
     return [
         "<h2>Notes</h2>",
-        '<ul class="note">' + "".join(f"<li>{e(n)}</li>" for n in notes) + "</ul>",
+        '<ul class="note">' + "".join(f"<li>{text_html(n)}</li>" for n in notes) + "</ul>",
     ]
 
 

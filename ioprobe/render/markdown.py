@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from ioprobe.analysis.pcie import CopyRow
 from ioprobe.analysis.report import Advice, Findings, HeatCell, Heatmap, OperatorRow, StageBar
 from ioprobe.record import RunRecord, SizeData
-from ioprobe.redact import printable
+from ioprobe.redact import printable, shown_all
 from ioprobe.render import sizing_text
 from ioprobe.render.facts import (
     cluster_sentence,
@@ -48,6 +48,7 @@ def md(value: object) -> str:
 
 
 def render(rec: RunRecord, f: Findings) -> str:
+    rec, f = shown_all(rec), shown_all(f)  # outside text masked and escaped before any use
     lines = [f"### {md(title(rec))}", "", f"**{md(verdict(rec, f))}**", ""]
     lines[1:1] = ["", f"**{md(incomplete(rec))}**"] if not rec.complete else []
     lines += _stall_bursts(f)
@@ -199,7 +200,7 @@ def _operators(rows: Sequence[OperatorRow]) -> list[str]:
         "|---|---|---|--:|--:|--:|",
     ]
     lines += [
-        f"| {md(r.name)} | {r.device} | {r.stage} | {r.cpu_ms:,.2f} | {r.wall_ms:,.2f} | "
+        f"| {md(r.name)} | {md(r.device)} | {md(r.stage)} | {r.cpu_ms:,.2f} | {r.wall_ms:,.2f} | "
         f"{r.cpu_share:.0%} |"
         for r in rows
     ]

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import io
 
-from rich.console import Console, RenderableType
+from rich.console import RenderableType
 
 from ioprobe.analysis.report import Findings
 from ioprobe.record import RunRecord
-from ioprobe.redact import printable_all
+from ioprobe.redact import console, shown_all
 from ioprobe.render import sizing, summary, whatif
 
 
@@ -23,10 +23,12 @@ def view(rec: RunRecord, f: Findings) -> RenderableType:
     """The view as rich renderables, for a console of the caller's.
 
     Every string of the record and its findings (a path, a URL, a loader's name, a library's
-    error) has its control characters escaped first, so data can't drive the terminal; the
-    view's own colours are rich's, added after.
+    error) crosses ``redact.shown_all`` first: secrets masked, control characters and
+    undecodable bytes escaped, so data can't drive the terminal or fail its encoder; the
+    view's own colours are rich's, added after. Print it through ``redact.console``, which
+    reads no markup: a class named ``[/]`` is text.
     """
-    rec, f = printable_all(rec), printable_all(f)
+    rec, f = shown_all(rec), shown_all(f)
     if rec.kind == "size" and rec.sizing is not None:
         return sizing.view(rec, f)
     if rec.kind == "whatif" and rec.whatif is not None:
@@ -36,12 +38,11 @@ def view(rec: RunRecord, f: Findings) -> RenderableType:
 
 def to_text(renderable: RenderableType, *, width: int = 100, color: bool = False) -> str:
     out = io.StringIO()
-    Console(
+    console(
         file=out,
         width=width,
         color_system="auto" if color else None,
         force_terminal=color,
-        highlight=False,
     ).print(renderable)
     return out.getvalue()
 

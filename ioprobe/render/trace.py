@@ -30,6 +30,7 @@ from ioprobe.analysis.ranks import RankSpread
 from ioprobe.analysis.report import Findings
 from ioprobe.analysis.stall_series import StallOverTime
 from ioprobe.record import ClientsPoint, GpuSeries, RankFigures, RunRecord, Track
+from ioprobe.redact import shown_all
 
 PID = 1
 GPU_PID = 2  # the device's timeline (CUDA events), its own process in the viewer
@@ -247,6 +248,7 @@ def _counter_track(
 
 def render(rec: RunRecord, f: Findings) -> str:
     """The trace file's text: ``{"traceEvents": [...]}``, keys sorted."""
+    rec, f = shown_all(rec), shown_all(f)  # outside text masked and escaped before any use
     process = _meta(
         "process_name", PID, MAIN_TID, {"name": f"ioprobe {rec.kind}: {rec.dataset.target}"}
     )

@@ -41,7 +41,7 @@ from rich.text import Text
 from ioprobe import capacity
 from ioprobe.collect.distributed import rank_info
 from ioprobe.record import LoaderSettings, WatchEpoch
-from ioprobe.redact import printable
+from ioprobe.redact import console, printable
 from ioprobe.watch.collector import WatchCollector, device_time
 from ioprobe.watch.stages import METERED_BASIS, Measured, worker_cpu, worker_storage
 
@@ -438,9 +438,7 @@ def _usable_cores() -> int:
 def _stderr_console() -> Console:
     """The console on stderr, a terminal only where stderr is one: FORCE_COLOR (set in many
     CI jobs for colored logs) must not draw a panel into a log."""
-    return Console(
-        stderr=True, highlight=False, force_terminal=None if _isatty(sys.stderr) else False
-    )
+    return console(stderr=True, force_terminal=None if _isatty(sys.stderr) else False)
 
 
 def _rank_zero() -> bool:

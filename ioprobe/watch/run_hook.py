@@ -99,12 +99,25 @@ def _watcher(loader: Any) -> Any:
         watched = Watched(loader, overrides=overrides, stop_after=stop)
     else:
         watched = Watched(loader)
+    if not _watchers:
+        _mark_made()
     _watchers.append(watched)
     if live_requested():
         from ioprobe.watch.live import attach
 
         attach(watched._collector)
     return watched
+
+
+def _mark_made() -> None:
+    """Leave ``made-{pid}`` in the records folder at the first loader: a script that ends
+    without Python's exit handlers (``os._exit``, a crash) saves no record, and ``ioprobe
+    run`` must not then say that no loader was made. Once per process, never per batch."""
+    out = os.environ.get("IOPROBE_RUN_DIR")
+    if out:
+        # the folder gone, or full: only the message is less exact
+        with contextlib.suppress(OSError):
+            open(os.path.join(out, f"made-{os.getpid()}"), "x").close()
 
 
 def _write_records() -> None:

@@ -138,3 +138,27 @@ def test_probe_options_from_python_refuse_non_finite_numbers(bad: dict[str, floa
     # what the CLI's flags refuse, a caller building the options in Python gets refused too
     with pytest.raises(BadInputError, match="--"):
         ProbeOptions(target=".", **bad).validate()
+
+
+@pytest.mark.parametrize(
+    ("env", "fragment"),
+    [
+        ({"WORLD_SIZE": "1" * 23, "RANK": "0"}, "WORLD_SIZE="),
+        ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "99999"}, "MASTER_PORT="),
+        (
+            {"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2"}
+            | {"SLURM_STEP_TASKS_PER_NODE": "4(x99999999999)"},
+            "tasks per node",
+        ),
+        (
+            {"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2"}
+            | {"SLURM_STEP_NODELIST": "n[0-99999999]"},
+            "node list",
+        ),
+    ],
+)
+def test_a_launcher_variable_out_of_bounds_is_one_line(
+    env: dict[str, str], fragment: str, tmp_path: Path
+) -> None:
+    (tmp_path / "f.bin").write_bytes(b"x" * 1000)
+    assert_one_line_error(run_cli("probe", str(tmp_path), "-q", env=env, timeout=60), fragment)

@@ -99,7 +99,11 @@ def _cmdline(p: psutil.Process) -> list[str]:
 
 @pytest.mark.parametrize(
     ("signum", "code", "word"),
-    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")],
+    [
+        (signal.SIGINT, 130, "interrupted"),
+        (signal.SIGTERM, 143, "terminated"),
+        (signal.SIGHUP, 143, "terminated"),  # a closed terminal: as SIGTERM
+    ],
 )
 def test_a_signal_while_measuring_writes_what_was_measured_marked_incomplete(
     tmp_path: Path, signum: int, code: int, word: str

@@ -91,14 +91,15 @@ def test_ctrl_c_to_the_group_stops_the_script_and_reports_what_it_saved(tmp_path
     run.assert_nothing_left()
 
 
-def test_sigterm_to_ioprobe_alone_is_passed_on_and_the_script_is_not_orphaned(
-    tmp_path: Path,
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_or_sighup_to_ioprobe_alone_is_passed_on_and_the_script_is_not_orphaned(
+    tmp_path: Path, signum: int
 ) -> None:
     run = start("plain", tmp_path)
-    os.kill(run.proc.pid, signal.SIGTERM)
+    os.kill(run.proc.pid, signum)
     code, _, err = run.finish()
-    assert code == 143, err
-    assert "killed by SIGTERM" in err
+    assert code == 128 + signum, err
+    assert f"killed by {signal.Signals(signum).name}" in err
     run.assert_nothing_left()
 
 

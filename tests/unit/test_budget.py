@@ -3,15 +3,20 @@ timeouts come from the budget, and flags cannot make a loop or a sleep unbounded
 
 A read that never returns is real here: opening a FIFO for reading blocks until a writer
 comes, as a read from a hung NFS server or a silent HTTP server would. Each test opens the
-FIFO for writing at the end, which lets the abandoned reader finish."""
+FIFO for writing at the end, which lets the abandoned reader finish. The storage pass opens
+files without blocking (a FIFO in a dataset is an error it counts, not a hang), so its tests
+hang the open of one regular file instead, as a hung NFS server would, until the test ends."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,8 +35,26 @@ def stuck(tmp_path: Path) -> Iterator[Path]:
     os.mkfifo(fifo)
     yield fifo
     # a writer arriving lets every reader blocked in open() go on (to end of file)
-    fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-    os.close(fd)
+    with contextlib.suppress(OSError):  # ENXIO: no reader is left blocked
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+@pytest.fixture
+def hung(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A regular file whose open() blocks until the test ends (a hung NFS server)."""
+    path = tmp_path / "stuck"
+    path.write_bytes(b"x" * 100)
+    release = threading.Event()
+    real_open = os.open
+
+    def open_(name: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if os.fspath(name) == str(path):
+            release.wait()
+        return real_open(name, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+    yield path
+    release.set()
 
 
 def _read(path: Path) -> bytes:
@@ -75,8 +98,8 @@ def test_map_within_keeps_what_finished_and_marks_what_did_not(tmp_path: Path, s
     assert isinstance(out[2], FileNotFoundError)
 
 
-def test_a_storage_level_stops_waiting_for_a_read_that_never_returns(stuck: Path) -> None:
-    items = [(str(stuck), 0, 100)]
+def test_a_storage_level_stops_waiting_for_a_read_that_never_returns(hung: Path) -> None:
+    items = [(str(hung), 0, 100)]
     t0 = time.monotonic()
     res = st.run_level(st._local_reader, items, 1, 0.2, hard_s=0.6)
     assert time.monotonic() - t0 < 1.5
@@ -84,9 +107,9 @@ def test_a_storage_level_stops_waiting_for_a_read_that_never_returns(stuck: Path
 
 
 def test_a_pass_on_storage_that_never_answers_is_a_timeout_within_its_budget(
-    stuck: Path,
+    hung: Path,
 ) -> None:
-    ds = Dataset(target=str(stuck.parent), entries=[FileEntry(str(stuck), 100)])
+    ds = Dataset(target=str(hung.parent), entries=[FileEntry(str(hung), 100)])
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match="no read finished"):
         st.measure_pass(ds, ds.entries, "warm", 1.0, levels=(1, 2))

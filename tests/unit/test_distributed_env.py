@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+import time
+
 import pytest
 import torch
 from torch.utils.data import DataLoader
@@ -127,3 +130,45 @@ def test_a_watched_loader_records_its_rank_and_a_single_process_records_none(
     assert ("rank", "5 of 8 (torchrun, node 1 of 2)") in measurements(rec, findings(rec))
     again = RunRecord.from_json(rec.to_json()).watch
     assert again is not None and again.rank == rec.watch.rank if rec.watch else False
+
+
+# -- issue 29: launcher variables a hostile or broken environment sets ------------------------
+
+SLURM_STEP = {"SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2"}
+NONSENSE = [
+    ({"WORLD_SIZE": "1" * 23, "RANK": "0"}, "WORLD_SIZE"),
+    ({"WORLD_SIZE": "9" * 100_000, "RANK": "0"}, "WORLD_SIZE"),
+    ({"WORLD_SIZE": "4", "RANK": "2" * 30}, "RANK"),
+    ({"WORLD_SIZE": "²", "RANK": "0"}, "whole number"),  # int() reads it; a launcher never
+    ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "99999"}, "MASTER_PORT"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "0"}, "MASTER_PORT"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "MASTER_PORT": "80x"}, "MASTER_PORT"),
+    ({"WORLD_SIZE": "2", "RANK": "0", "LOCAL_WORLD_SIZE": str(1 << 21)}, "LOCAL_WORLD_SIZE"),
+    ({**SLURM_STEP, "SLURM_STEP_TASKS_PER_NODE": "4(x99999999999)"}, "tasks per node"),
+    ({**SLURM_STEP, "SLURM_STEP_TASKS_PER_NODE": "9" * 40}, "tasks per node"),
+    ({**SLURM_STEP, "SLURM_STEP_NODELIST": "n[0-99999999]"}, "node list"),
+    ({**SLURM_STEP, "SLURM_STEP_NODELIST": "n[0-1" + "9" * 30 + "]"}, "node list"),
+    ({**SLURM_STEP, "SLURM_STEP_NODELIST": ",".join(["a"] * (1 << 21))}, "node list"),
+    ({**SLURM_STEP, "SLURM_STEP_NUM_TASKS": "1" * 23}, "SLURM_STEP_NUM_TASKS"),
+]
+
+
+@pytest.mark.parametrize(("env", "names"), NONSENSE)
+def test_a_launcher_variable_out_of_bounds_is_one_error_naming_it_quickly(
+    env: dict[str, str], names: str
+) -> None:
+    t0 = time.perf_counter()
+    with pytest.raises(BadInputError, match=re.escape(names)) as caught:
+        detect(env)
+    assert len(str(caught.value)) < 200  # a 100,000-digit value is not echoed whole
+    # where a record is made (a training script reading loader.run) it reads as no rank
+    assert rank_info(env) is None
+    assert time.perf_counter() - t0 < 1.0  # nothing was expanded
+
+
+def test_the_bounds_leave_real_worlds_alone() -> None:
+    big = {**SLURM_STEP, "SLURM_STEP_NUM_TASKS": "4096", "SLURM_NODEID": "0"}
+    big |= {"SLURM_STEP_TASKS_PER_NODE": "8(x512)", "SLURM_STEP_NODELIST": "gpu[0001-0512]"}
+    info = detect(big)
+    assert info is not None and info.local_world_size == 8 and len(info.node_names) == 512
+    assert detect({"WORLD_SIZE": "2", "RANK": "1", "MASTER_PORT": "29500"}) is not None

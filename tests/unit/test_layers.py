@@ -28,7 +28,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "capacity": ("record", "errors"),
     "collect": ("capacity", "record", "errors", "redact", "version", "loaders"),
     "watch": ("collect", "capacity", "record", "errors", "redact", "version", "loaders"),
-    "analysis": ("capacity", "record", "errors", "redact"),
+    "analysis": ("capacity", "record", "errors", "redact", "outputs"),
     "render": ("analysis", "capacity", "record", "errors", "redact"),
     "edge": ("cli", "render", "analysis", "watch", "collect", "capacity", "record", "errors",
              "redact", "version", "loaders", "outputs"),

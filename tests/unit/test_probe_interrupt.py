@@ -6,6 +6,7 @@ KeyboardInterrupt a signal raises in the main thread, at a point the test choose
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 
 from ioprobe.analysis import finalize
 from ioprobe.analysis.report import findings
+from ioprobe.cli import main as cli_main
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import SilentReporter
 from ioprobe.record import RunRecord
@@ -143,3 +145,34 @@ def test_a_record_written_before_the_field_existed_loads_as_complete(tmp_path: P
     rec = RunRecord.load(path)
     assert rec.complete is True
     assert rec.interrupted is None
+
+
+def _full_tmpdir(payloads: object) -> object:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_tmpdir_in_the_cpu_phase_keeps_the_storage_passes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ioprobe.collect import cpu as cpu_mod
+
+    # the CPU pool's payloads go through a temporary file: a full TMPDIR fails its write
+    monkeypatch.setattr(cpu_mod, "_payload_file", _full_tmpdir)
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(60):
+        (data / f"{i}.bin").write_bytes(os.urandom(2000))
+    probe = Probe(ProbeOptions(target=str(data), loader="raw", time_budget_s=2.0), SilentReporter())
+    with pytest.raises(OSError, match="No space left"):
+        probe.run()
+    rec = probe.partial
+    assert rec is not None and rec.complete is False and rec.interrupted == "cpu (raw)"
+    assert rec.stages.storage.capacity_samples_per_s
+    # through the CLI: the record is written, and the failure is one line
+    out = tmp_path / "run.json"
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["probe", str(data), "--loader", "raw", "--time-budget", "2", "-q",
+                  "--json", str(out)])  # fmt: skip
+    assert exited.value.code == 2
+    saved = RunRecord.load(str(out))
+    assert saved.complete is False and saved.stages.storage.capacity_samples_per_s

@@ -8,6 +8,7 @@ import errno
 import json
 import os
 import shutil
+import time
 from pathlib import Path
 
 import aiohttp
@@ -16,7 +17,7 @@ import pytest
 from ioprobe.collect import dataset as ds_mod
 from ioprobe.collect import pipeline as pipe_mod
 from ioprobe.collect import storage as st
-from ioprobe.collect.failures import ReadFailures, cause
+from ioprobe.collect.failures import ReadFailures, cause, label
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import SilentReporter
 from ioprobe.errors import TargetError
@@ -192,3 +193,88 @@ def test_records_without_error_counts_still_load(tmp_path: Path) -> None:
     rec.pipeline.errors = 3
     rec.save(tmp_path / "new.json")
     assert RunRecord.load(tmp_path / "new.json") == rec
+
+
+def _caused(outer: BaseException, inner: BaseException) -> BaseException:
+    outer.__cause__ = inner
+    return outer
+
+
+def _short_body() -> BaseException:
+    from aiohttp import http_exceptions
+
+    inner = http_exceptions.ContentLengthError("received 10 of 1000 bytes")
+    return _caused(aiohttp.ClientPayloadError("Response payload is not completed"), inner)
+
+
+def _self_signed() -> BaseException:
+    import ssl
+
+    verify = ssl.SSLCertVerificationError(1, "certificate verify failed: self-signed certificate")
+    return _caused(FileNotFoundError("https://127.0.0.1:8443/data/"), verify)
+
+
+CAUSES = [
+    # aiohttp's short body: no status the server sent
+    (_short_body, "short_response"),
+    # a parser error aiohttp re-raises as a response error "with status 400"
+    (
+        lambda: _caused(
+            aiohttp.ClientResponseError(None, (), status=400),  # type: ignore[arg-type]
+            __import__("aiohttp").http_exceptions.BadHttpMessage("bad chunk"),
+        ),
+        "short_response",
+    ),
+    # fsspec reports a failed TLS handshake as not found, raised from the real cause
+    (_self_signed, "tls_certificate"),
+    (lambda: _caused(OSError("x"), __import__("ssl").SSLError(1, "wrong version")), "tls"),
+    (lambda: aiohttp.ClientResponseError(None, (), status=404), "http_404"),  # type: ignore[arg-type]
+]
+
+
+@pytest.mark.parametrize(("make", "key"), CAUSES)
+def test_a_failure_is_named_by_what_caused_it(make: object, key: str) -> None:
+    assert cause(make()) == key  # type: ignore[operator]
+
+
+def test_the_new_causes_read_as_words() -> None:
+    assert label("tls_certificate") == "TLS certificate not trusted"
+    assert label("short_response") == "response shorter than announced"
+
+
+def test_files_turned_into_fifos_are_counted_and_stall_nothing(tmp_path: Path) -> None:
+    # a FIFO with no writer blocks a plain open for ever: the cold pass's eviction and its
+    # reads must fail on it, count it, and measure the rest at their own rate
+    paths = _files(tmp_path / "data", 24)
+    ds = ds_mod.resolve(str(tmp_path / "data"))
+    for p in paths[:4]:
+        p.unlink()
+        os.mkfifo(p)
+    tally = ReadFailures()
+    t0 = time.monotonic()
+    out = st.measure_pass(ds, ds.entries, "cold", 1.0, levels=(1, 2), failures=tally)
+    assert time.monotonic() - t0 < 10
+    assert tally.counts() == {"ESPIPE": 4}
+    assert out.sweep[0].errors == 4
+    assert out.sweep[0].bytes == 20 * 2000
+    # the end-to-end and profile reads of a whole file fail on it too, not read it as empty
+    with pytest.raises(OSError):
+        pipe_mod.read_whole(None, ds.entries[[e.path for e in ds.entries].index(str(paths[0]))])
+
+
+def test_sparse_files_are_counted_and_the_probe_says_its_rates_flatter(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    _files(data, 6, size=20_000)
+    for i in range(4):  # a hole of 1 MiB with nothing written: no block allocated
+        with open(data / f"sparse{i}.bin", "wb") as fh:
+            fh.truncate(1 << 20)
+    ds = ds_mod.resolve(str(data))
+    if ds.sparse == 0:
+        pytest.skip("this file system allocates the holes it is given")
+    assert ds.sparse == 4
+    rec = Probe(ProbeOptions(target=str(data), loader="raw", time_budget_s=2)).run()
+    notes = [n for n in rec.notes if "sparse" in n]
+    assert notes == [
+        "4 of 10 files are sparse (mostly holes, which read as zeros without touching the "
+        "disk): the storage rates are higher than the same data written out would give"
+    ]

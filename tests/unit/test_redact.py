@@ -6,6 +6,7 @@ import io
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,16 @@ from ioprobe.analysis.compare import compare
 from ioprobe.analysis.report import findings
 from ioprobe.collect.progress import LineReporter
 from ioprobe.record import FilesystemInfo, HostInfo, RunRecord
-from ioprobe.redact import SENSITIVE_PARAMS, printable, printable_all, redact_url
+from ioprobe.redact import (
+    SENSITIVE_PARAMS,
+    console,
+    printable,
+    redact_message,
+    redact_url,
+    secrets_of,
+    shown,
+    shown_all,
+)
 from ioprobe.render import terminal
 from ioprobe.render.compare import compare_markdown, render_compare
 from ioprobe.render.host import render_host
@@ -104,25 +114,25 @@ class _Outer:
     pairs: list[tuple[int, str, int]]
 
 
-def test_printable_all_escapes_every_string_and_leaves_the_original_alone() -> None:
+def test_shown_all_escapes_every_string_and_leaves_the_original_alone() -> None:
     value = _Outer(_Inner("a\x1bb", [1.0]), {"k\x07": "v\x1b"}, [(0, "x\x9b", 1)])
-    out = printable_all(value)
+    out = shown_all(value)
     assert out.inner.name == r"a\x1bb"
     assert out.tags == {r"k\x07": r"v\x1b"}
     assert out.pairs == [(0, r"x\x9b", 1)]  # a tuple that starts with a number is walked
     assert value.inner.name == "a\x1bb"  # a copy: the caller's record is not changed
 
 
-def test_printable_all_returns_clean_parts_as_they_are() -> None:
+def test_shown_all_returns_clean_parts_as_they_are() -> None:
     clean = _Outer(_Inner("a", [1.0, 2.0]), {"k": "v"}, [(0, "x", 1)])
-    assert printable_all(clean) is clean
+    assert shown_all(clean) is clean
 
 
-def test_printable_all_does_not_walk_long_number_series() -> None:
+def test_shown_all_does_not_walk_long_number_series() -> None:
     # a watched run's series can hold millions of numbers; walking them cost seconds per view
     series = _Inner("main", [0.5] * 5_000_000)
     t0 = time.perf_counter()
-    assert printable_all(_Outer(series, {}, [])).inner is series
+    assert shown_all(_Outer(series, {}, [])).inner is series
     assert time.perf_counter() - t0 < 1.0
 
 
@@ -187,3 +197,99 @@ def test_env_host_panel_escapes_the_path_it_was_given() -> None:
     text = to_text(render_host(host), width=120)
     assert RAW_CONTROL.search(text) is None
     assert r"evil\x1b]0;pwned\x07dir" in text
+
+
+# -- issue 29: the secrets that slipped the mask, each family as a table ---------------------
+
+SLIPPED = [
+    # a password holding an apostrophe (an RFC 3986 sub-delimiter) ended the pattern
+    ("https://alice:pa'ss@h/x", "https://alice:***@h/x"),
+    ("s3://KEY:ab'cd/ef@bucket/x: not found", "s3://KEY:***@bucket/x: not found"),
+    # credential parameters beyond the list
+    ("https://h/p?access_key=A1&n=1", "https://h/p?access_key=***&n=1"),
+    ("https://h/p?secret_key=A1", "https://h/p?secret_key=***"),
+    ("https://h/p?jwt=A1", "https://h/p?jwt=***"),
+    ("https://h/p?session=A1", "https://h/p?session=***"),
+    ("https://h/p?code=A1", "https://h/p?code=***"),
+    ("https://h/p?credential=A1", "https://h/p?credential=***"),
+    ("https://h/p?sas_token=A1&sv=2020", "https://h/p?sas_token=***&sv=2020"),
+    ("https://h/p?Client-Secret=A1", "https://h/p?Client-Secret=***"),
+    # a token as the whole userinfo
+    ("https://ghp_AbC123@github.com/o/r", "https://***@github.com/o/r"),
+    ("https://TOKEN@host/", "https://***@host/"),
+    # quoted in a library's message, after a quote
+    ("url='https://u:pa'ss@h/x' failed", "url='https://u:***@h/x' failed"),
+]
+
+
+@pytest.mark.parametrize(("url", "shown_as"), SLIPPED)
+def test_secrets_that_slipped_the_mask_are_masked(url: str, shown_as: str) -> None:
+    assert redact_url(url) == shown_as
+    assert redact_url(shown_as) == shown_as  # masking twice changes nothing
+
+
+KEPT = [
+    "https://alice@h/p",  # a plain login hides nothing
+    "https://h/p?part=7&X-Amz-Date=20240101T000000Z&keyframe=3&monkey=1",
+    "http://127.0.0.1:8080/img/icon@2x.png",
+    "http://h:8080/a@b",
+    "/local/dir/with:colon@at",
+]
+
+
+@pytest.mark.parametrize("text", KEPT)
+def test_what_carries_no_credential_is_kept(text: str) -> None:
+    assert redact_url(text) == text
+
+
+def test_a_library_message_repeating_a_secret_without_its_scheme_is_masked() -> None:
+    # botocore's "Invalid bucket name" quotes the authority of s3://KEY:SECRET@bucket whole
+    url = "s3://AKIDEXAMPLE:wJalr/XUtnF+EMI@bucket/train"
+    msg = 'Invalid bucket name "AKIDEXAMPLE:wJalr/XUtnF+EMI@bucket": Bucket name must match'
+    shown_msg = redact_message(msg, [url])
+    assert "wJalr/XUtnF+EMI" not in shown_msg and "AKIDEXAMPLE" in shown_msg
+    # a percent-encoded secret, and a sensitive query value, repeated bare
+    assert redact_message("sig ab%2Bcd and ab+cd", ["https://h/p?sig=ab%2Bcd"]) == "sig *** and ***"
+    assert secrets_of(["https://TOKEN123@h/"]) == ["TOKEN123"]
+    assert secrets_of(["https://h/p?sig=ab"]) == []  # too short to mask in free text
+
+
+PRINTABLE = [
+    ("bad\udcff\udcfe", r"bad\xff\xfe"),  # undecodable bytes show as the bytes they were
+    ("csi\x9b31m", r"csi\x9b31m"),  # an 8-bit CSI
+    ("\u202egnp.exe", r"\u202egnp.exe"),  # a bidi override
+    ("a\u2028b\u2066c", r"a\u2028b\u2066c"),
+    ("\ud800", r"\ud800"),  # a surrogate that is no byte
+    ("[/] :smile: ✓ é", "[/] :smile: ✓ é"),  # text, for the renderers to escape their way
+]
+
+
+@pytest.mark.parametrize(("raw", "escaped"), PRINTABLE)
+def test_printable_escapes_what_acts_on_a_terminal_or_fails_an_encoder(
+    raw: str, escaped: str
+) -> None:
+    assert printable(raw) == escaped
+    escaped.encode("utf-8")
+
+
+def test_shown_masks_then_escapes() -> None:
+    assert shown("https://u:pw@h/\x1b[2J") == r"https://u:***@h/\x1b[2J"
+
+
+def test_every_rich_console_and_text_column_takes_strings_as_text() -> None:
+    """The escaping boundary holds by construction: no module makes a rich Console but
+    ``redact.console`` (no markup, no emoji), and every progress column is markup-free."""
+    root = Path(__file__).resolve().parents[2] / "ioprobe"
+    for path in root.rglob("*.py"):
+        source = path.read_text()
+        if path.name != "redact.py":
+            assert re.search(r"\bConsole\(", source) is None, path
+        for call in re.findall(r"TextColumn\((.*?)\)\s*,\n", source, re.S):
+            assert "markup=False" in call, (path, call)
+        assert "from_markup" not in source, path
+
+
+def test_the_text_console_prints_markup_and_emoji_codes_literally() -> None:
+    out = io.StringIO()
+    console(file=out, width=80).print("a [/] b [bold]c[/bold] :smile:")
+    assert out.getvalue() == "a [/] b [bold]c[/bold] :smile:\n"

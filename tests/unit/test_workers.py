@@ -6,6 +6,10 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from ioprobe.collect.workers import quiet_worker, spawn_pool
 
@@ -36,3 +40,42 @@ def test_terminate_ends_a_worker_that_cannot_act_on_sigterm() -> None:
         assert time.monotonic() - t0 < 5.0
     finally:
         pool.terminate()
+
+
+def test_workers_that_die_as_they_start_end_the_phase_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import contextlib
+
+    from ioprobe.collect import cpu as cpu_mod
+    from ioprobe.collect.workers import WorkersFailed
+
+    @contextlib.contextmanager
+    def missing(payloads: object) -> Iterator[str]:
+        yield str(tmp_path / "gone")  # each worker's initializer fails to open it, and dies
+
+    monkeypatch.setattr(cpu_mod, "_payload_file", missing)
+    t0 = time.monotonic()
+    with pytest.raises(WorkersFailed, match="die as they start"):
+        cpu_mod.measure_cpu("raw", [b"x" * 100], 2, 2.0, levels=[1, 2])
+    assert time.monotonic() - t0 < 30  # the pool started new workers for ever
+
+
+def test_payload_files_of_killed_probes_are_removed_by_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+    import tempfile
+
+    from ioprobe.collect import cpu as cpu_mod
+
+    ended = subprocess.Popen(["true"])  # a probe killed with SIGKILL: its pid runs no more
+    ended.wait()
+    stale = tmp_path / f"ioprobe-payloads-{ended.pid}-abc"
+    alive = tmp_path / f"ioprobe-payloads-{os.getpid()}-def"  # a probe still running
+    other = tmp_path / "ioprobe-payloads-notapid"
+    for p in (stale, alive, other):
+        p.write_bytes(b"x")
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    cpu_mod.measure_cpu("raw", [b"x" * 100], 1, 0.3, levels=[1])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name])

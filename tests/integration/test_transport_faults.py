@@ -1,0 +1,120 @@
+"""Failures are named by what happened, not by what a library wrapped them in: a server on
+127.0.0.1 with a self-signed certificate is "TLS certificate not trusted" (fsspec called it
+"not found"), and one whose bodies stop short of their Content-Length is "response shorter
+than announced" (aiohttp's parser error carried status 400, which the server never sent)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import ipaddress
+import json
+import ssl
+import time
+import urllib.parse
+from pathlib import Path
+
+import pytest
+
+from tests.integration.cli import assert_one_line_error, run_cli
+from tests.servers import ThrottledHTTPServer, _Handler, make_files
+
+pytestmark = pytest.mark.slow
+
+
+def _self_signed(tmp: Path) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+class _TLSServer(ThrottledHTTPServer):
+    def __init__(self, root: Path, cert: Path, key: Path) -> None:
+        super().__init__(root)
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(cert, key)
+        self._ctx = ctx
+
+    def get_request(self):  # type: ignore[no-untyped-def]
+        conn, addr = super().get_request()
+        conn.settimeout(5)
+        with contextlib.suppress(OSError, ssl.SSLError):
+            return self._ctx.wrap_socket(conn, server_side=True), addr
+        conn.close()
+        raise OSError("handshake failed")
+
+
+def test_a_self_signed_certificate_is_named_so_not_not_found(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    make_files(root, 5, 2_000, seed=8)
+    cert, key = _self_signed(tmp_path)
+    with _TLSServer(root, cert, key) as srv:
+        url = srv.url.replace("http://", "https://", 1)
+        proc = run_cli("probe", url, "--time-budget", "3", "-q", timeout=60)
+    assert_one_line_error(proc, url, "TLS certificate not trusted")
+    assert "not found" not in proc.stderr
+
+
+class _ShortHandler(_Handler):
+    def do_GET(self) -> None:
+        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        target = self.server._resolve(path)  # type: ignore[attr-defined]
+        if target is None or target.is_dir():
+            super().do_GET()
+            return
+        body = target.read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[: len(body) // 2])  # then the connection ends
+        self.wfile.flush()
+        self.close_connection = True
+
+
+def test_bodies_shorter_than_announced_are_counted_as_such(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    make_files(root, 12, 2_000, seed=9)
+    with ThrottledHTTPServer(root) as srv:
+        srv.RequestHandlerClass = _ShortHandler
+        t0 = time.monotonic()
+        out = tmp_path / "run.json"
+        proc = run_cli(
+            "probe", srv.url, "--loader", "raw", "--time-budget", "4", "-q", "--json", str(out)
+        )
+    assert time.monotonic() - t0 < 30
+    assert "Traceback" not in proc.stderr
+    assert "HTTP 400" not in proc.stderr + proc.stdout
+    if proc.returncode == 0:
+        errors = json.loads(out.read_text())["dataset"]["read_errors"]
+        assert set(errors) == {"short_response"}, errors
+    else:  # every read failed: one line naming why
+        assert_one_line_error(proc, "response shorter than announced")

@@ -1,0 +1,54 @@
+"""Every command whose stdout is a full device (``> /dev/full``) ends in one line and exit 2:
+no ENOSPC traceback, no "Exception ignored" at exit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ioprobe.analysis import finalize
+from tests.integration.cli import REPO
+from tests.unit.test_whatif import probe_record
+
+COMMANDS = {
+    "env": ["env"],
+    "env --json -": ["env", "--json", "-"],
+    "report": ["report", "RUN"],
+    "report --md -": ["report", "RUN", "--md", "-"],
+    "report --json -": ["report", "RUN", "--json", "-"],
+    "whatif": ["whatif", "RUN", "--workers", "3"],
+    "size": ["size", "RUN", "--gpus", "1,2"],
+    "compare": ["compare", "RUN", "RUN"],
+}
+
+
+@pytest.fixture(scope="module")
+def run_json(tmp_path_factory: pytest.TempPathFactory) -> str:
+    path = tmp_path_factory.mktemp("full") / "run.json"
+    finalize(probe_record()).save(path)
+    return str(path)
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_full_stdout_is_one_line_and_exit_2(name: str, run_json: str) -> None:
+    args = [run_json if a == "RUN" else a for a in COMMANDS[name]]
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ioprobe", *args],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "120"},
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("ioprobe: error: ") and "No space left on device" in lines[0]
+    assert Path(run_json).exists()  # the input is untouched

@@ -307,6 +307,8 @@ def epoch_facts(f: Findings) -> Facts:
     first = st.epochs[0]
     if first.worker_startup_seconds is not None:
         line += f"; workers took {first.worker_startup_seconds:.2f} s to start"
+    if st.shutdown_seconds is not None and st.shutdown_seconds >= 0.01:
+        line += f" and {st.shutdown_seconds:.2f} s to shut down at an epoch's end"
     saving = per_epoch_saving(st)
     if saving is not None and saving >= 0.01:
         line += f"; persistent_workers=True saves {saving:.2f} s each epoch after the first"

@@ -97,6 +97,7 @@ class BatchStats(NamedTuple):
     # NUL-separated "directory/*ending" of data files the worker unmapped: a reader that
     # maps its files in turn (torch._mapped)
     turned: bytes = b""
+    collate_cpu_ns: int = 0  # the collate's thread CPU time (``collate_ns`` is its wall)
 
 
 TURNED_FILES_MAX = 100_000  # files counted per directory of files mapped in turn
@@ -358,6 +359,18 @@ class WatchCollector:
         if self._cur is not None:
             self._cur.iter_seconds = (t_done - t_iter) / 1e9
 
+    def iter_ended(self, t_request: int, t_end: int) -> None:
+        """The loader's iterator ended: the final ``next()``, asked at ``t_request``, raised
+        StopIteration at ``t_end``. A DataLoader without persistent workers shuts them down
+        in that call (0.3 s per epoch and more with spawned workers), time the run's
+        end-to-end rate includes and ``persistent_workers`` would save."""
+        ep = self._cur
+        if ep is None:
+            return
+        ep.shutdown_seconds = (t_end - t_request) / 1e9
+        if self._prev_arrival:
+            ep.end_seconds = (t_end - self._prev_arrival) / 1e9
+
     @property
     def current(self) -> WatchEpoch | None:
         """The epoch being iterated, None between passes."""
@@ -378,7 +391,7 @@ class WatchCollector:
         """A batch that a worker made and measured (``stats``) reached the consumer."""
         # unpacked in field order: one operation where reading the names would take eleven
         (worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns, mopen, done, index_b,
-         bytes_b, started, mapped, turned) = stats  # fmt: skip
+         bytes_b, started, mapped, turned, collate_cpu) = stats  # fmt: skip
         wall = array("q", wall_b)
         n = len(wall)
         wall_ns = sum(wall)
@@ -424,6 +437,7 @@ class WatchCollector:
         ep.sample_wall_seconds += wall_s
         ep.sample_cpu_seconds += cpu_s
         ep.collate_seconds += collate / 1e9
+        ep.collate_cpu_seconds = (ep.collate_cpu_seconds or 0.0) + collate_cpu / 1e9
         ep.runqueue_seconds += runq / 1e9
         if ep.batches == self._startup_batches:
             ep.startup_metered_read_seconds = ep.metered_read_seconds

@@ -5,10 +5,10 @@
 
 - the dataset wrapper times each sample in the worker: wall time and the thread's CPU time,
   appended to two preallocated-growth arrays (no lock, no syscall beyond the two clocks);
-- the collate wrapper runs once per batch in the same worker: it times collate, reads the
-  worker's I/O and scheduler counters (one ``pread`` each on descriptors kept open), and sends
-  the batch's measurements back *with the batch* (a ``BatchStats``), so measuring costs no
-  extra IPC.
+- the collate wrapper runs once per batch in the same worker: it times collate (wall and
+  thread CPU time), reads the worker's I/O and scheduler counters (one ``pread`` each on
+  descriptors kept open), and sends the batch's measurements back *with the batch* (a
+  ``BatchStats``), so measuring costs no extra IPC.
 
 The main process times ``next()`` (the data stall) and the gap between batches (the step).
 The user's loader object is never modified.
@@ -431,8 +431,12 @@ class TimedCollate:
         self.inner = inner
 
     def __call__(self, samples: Any) -> Stamped:
+        # wall and thread CPU time both: a collate that copies a large batch waits for
+        # memory and, with more workers than cores, for a core; only its CPU time is CPU
         w0 = time.perf_counter_ns()
+        c0 = time.thread_time_ns()
         out = self.inner(samples)
+        collate_cpu = time.thread_time_ns() - c0
         done = time.perf_counter_ns()
         info = get_worker_info()
         wall = _wall.tobytes()
@@ -472,6 +476,7 @@ class TimedCollate:
             started_ns=_started[0],
             mapped=mapped,
             turned=turned,
+            collate_cpu_ns=collate_cpu,
         )
         _started[0] = 0
         return Stamped(out, stats)
@@ -730,6 +735,8 @@ def iterate(
             try:
                 item = next(it)
             except StopIteration:
+                # this last next() is where a loader without persistent workers joins them
+                collector.iter_ended(t0, clock())
                 return
             t1 = clock()
             if tl is not None:

@@ -168,6 +168,27 @@ def _metered_per_sample(eps: Sequence[WatchEpoch], samples: int) -> tuple[float,
     return read / n, opened / n
 
 
+def _computing_per_sample(eps: Sequence[WatchEpoch], whole: float) -> float:
+    """A worker's CPU seconds per sample with its wait for a core, in steady state: a
+    worker's first samples import what its dataset loads lazily (an HTTP client, a codec),
+    a one-off that its time per sample should not carry; ``whole``, the whole run's, where
+    no epoch ran past its first round."""
+    ok = steady(eps)
+    n = sum(e.samples - e.startup_samples for e in ok)
+    if not n:
+        return whole
+    return (
+        sum(
+            capacity.worker_cpu_seconds(e)
+            - e.startup_sample_cpu_seconds
+            + e.runqueue_seconds
+            - e.startup_runqueue_seconds
+            for e in ok
+        )
+        / n
+    )
+
+
 def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
     """Storage from the reads the workers timed through ``ioprobe.loaders.files`` when there
     are any; otherwise from the time they were blocked (wall - CPU - run-queue wait, collate
@@ -179,8 +200,7 @@ def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
     mean_bytes = m.sample_bytes
     metered_s, open_s = _metered_per_sample(eps, samples)
     runq = sum(e.runqueue_seconds for e in eps) / samples
-    # a worker's CPU time per sample as it ran: with its wait for a core
-    computing = cpu_per_sample + runq
+    computing = _computing_per_sample(eps, cpu_per_sample + runq)
     storage = StorageStage()
     if metered_s > 0:
         cap = capacity.all_lanes_reading(

@@ -368,6 +368,9 @@ class WatchEpoch:
     # the collate's thread CPU time (its wall beyond that is waiting); None in records from
     # before it was measured, where the collate's wall time counted as CPU
     collate_cpu_seconds: float | None = None
+    # the watch's own work in the workers (their counters read, mapped files listed, each
+    # batch's measurements packed), as the workers timed it: what watching cost them
+    watch_worker_seconds: float = 0.0
     read_chars: int = 0  # bytes passed to read()/pread() by the workers
     read_bytes: int = 0  # bytes the workers caused to be fetched from storage
     metered_bytes: int = 0  # read through ioprobe.loaders.files

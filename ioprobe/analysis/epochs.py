@@ -216,6 +216,34 @@ def per_epoch_saving(starts: EpochStarts) -> float | None:
     return start + (starts.shutdown_seconds or 0.0)
 
 
+@dataclasses.dataclass(frozen=True)
+class WatchCost:
+    """What watching cost a loader's workers: their time in ioprobe's own work."""
+
+    seconds: float  # over the run, all workers together
+    per_batch_ms: float
+    share: float  # of the workers' time on samples, collates and this
+
+
+def watch_cost(rec: RunRecord) -> WatchCost | None:
+    """The workers' time in the watch's own work after each collate (counters read, mapped
+    files listed, the batch's measurements packed), as they timed it, per batch and as a
+    share of their time: what watching took from the loader. None where the workers timed
+    none (records from before it was kept, DALI, a pass whose workers were not watched)."""
+    w = rec.watch
+    if w is None:
+        return None
+    eps = [e for e in w.epochs if e.workers_measured]
+    spent = sum(e.watch_worker_seconds for e in eps)
+    batches = sum(e.batches for e in eps)
+    work = sum(e.sample_wall_seconds + e.collate_seconds for e in eps)
+    if spent <= 0 or not batches or work <= 0:
+        return None
+    return WatchCost(
+        seconds=spent, per_batch_ms=spent / batches * 1e3, share=spent / (work + spent)
+    )
+
+
 def worker_latency(rec: RunRecord) -> list[WorkerLatency]:
     """Each worker's batch times after warm-up, from the batch log: the 50th, 95th and 99th
     percentile of the time it took to make a batch (its samples and collate). A worker far
@@ -247,8 +275,10 @@ def worker_latency(rec: RunRecord) -> list[WorkerLatency]:
 __all__ = [
     "EpochStart",
     "EpochStarts",
+    "WatchCost",
     "WorkerLatency",
     "epoch_starts",
     "per_epoch_saving",
+    "watch_cost",
     "worker_latency",
 ]

@@ -354,7 +354,7 @@ class WatchCollector:
         """A batch that a worker made and measured (``stats``) reached the consumer."""
         # unpacked in field order: one operation where reading the names would take eleven
         (worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns, mopen, done, index_b,
-         bytes_b, started, mapped, turned, collate_cpu) = stats  # fmt: skip
+         bytes_b, started, mapped, turned, collate_cpu, overhead) = stats  # fmt: skip
         wall = array("q", wall_b)
         n = len(wall)
         wall_ns = sum(wall)
@@ -401,6 +401,7 @@ class WatchCollector:
         ep.sample_cpu_seconds += cpu_s
         ep.collate_seconds += collate / 1e9
         ep.collate_cpu_seconds = (ep.collate_cpu_seconds or 0.0) + collate_cpu / 1e9
+        ep.watch_worker_seconds += overhead / 1e9
         ep.runqueue_seconds += runq / 1e9
         if ep.batches == self._startup_batches:
             ep.startup_metered_read_seconds = ep.metered_read_seconds

@@ -37,6 +37,10 @@ class BatchStats(NamedTuple):
     # maps its files in turn (worker._mapped)
     turned: bytes = b""
     collate_cpu_ns: int = 0  # the collate's thread CPU time (``collate_ns`` is its wall)
+    # the watch's own work in this worker after its previous batch's collate (reading the
+    # counters, listing mapped files, packing this message), timed there: what watching
+    # cost the worker beyond the user's code
+    overhead_ns: int = 0
 
 
 MAPPED_FIELDS = 4  # a mapped file in BatchStats.mapped: device, inode, bytes, folder_tag

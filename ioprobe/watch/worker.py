@@ -53,6 +53,8 @@ _sent = [b""]
 _NOTHING = (b"", b"")  # no listing at this batch
 _present: list[dict[tuple[int, int], str]] = [{}]
 _turned: set[str] = set()
+# the watch's own time after the last collate, sent with the next batch (BatchStats)
+_overhead = [0]
 
 
 def _after_fork() -> None:
@@ -65,6 +67,7 @@ def _after_fork() -> None:
     _sent[0] = b""
     _present[0] = {}
     _turned.clear()
+    _overhead[0] = 0
     _last = None
     del _wall[:]
     del _cpu[:]
@@ -460,8 +463,11 @@ class TimedCollate:
             mapped=mapped,
             turned=turned,
             collate_cpu_ns=collate_cpu,
+            overhead_ns=_overhead[0],
         )
         _started[0] = 0
+        # everything since the collate ended is the watch's own work in this worker
+        _overhead[0] = time.perf_counter_ns() - done
         return Stamped(out, stats)
 
 

@@ -49,6 +49,21 @@ def worker_epochs(epochs: Sequence[WatchEpoch]) -> list[WatchEpoch]:
     return [e for e in epochs if e.workers_measured]
 
 
+def worker_cpu_seconds(e: WatchEpoch) -> float:
+    """The CPU seconds an epoch's workers spent on its samples and collates: each thread's
+    CPU time, not its wall time (a collate that waits for memory or a core does not burn
+    CPU while it waits). A record from before the collate's CPU time was measured has only
+    its wall time, counted as CPU as it was then."""
+    collate = e.collate_cpu_seconds if e.collate_cpu_seconds is not None else e.collate_seconds
+    return e.sample_cpu_seconds + collate
+
+
+def worker_wall_seconds(e: WatchEpoch) -> float:
+    """The wall seconds an epoch's workers spent on its samples and collates: what, less
+    their CPU time (``worker_cpu_seconds``) and run-queue wait, they spent blocked."""
+    return e.sample_wall_seconds + e.collate_seconds
+
+
 def steady(epochs: Sequence[WatchEpoch]) -> list[WatchEpoch]:
     """The epochs that ran past their first round of batches (one per worker): made together
     and arriving bunched, that round is left out of steady-state rates. An epoch too short to
@@ -57,7 +72,7 @@ def steady(epochs: Sequence[WatchEpoch]) -> list[WatchEpoch]:
 
 
 # What a worker's first round reads besides the dataset and the module files it imports
-# (those are not counted: watch.torch): files C code opens as a library loads, a CA bundle or
+# (those are not counted: watch.worker): files C code opens as a library loads, a CA bundle or
 # locale tables, a few hundred kB. A first round that read more per worker read data.
 FIRST_ROUND_DATA_MIN = 1 << 20
 # A first round that read this many times the steady bytes per sample read ahead in lumps
@@ -182,7 +197,7 @@ def cpu_context(epochs: Sequence[WatchEpoch], workers: int, usable: float) -> Cp
     wall = sum(e.seconds for e in epochs)
     # with no workers the main process loaded too: its CPU is not the training loop's alone
     loop = sum(e.main_cpu_seconds for e in epochs) / wall if wall > 0 and workers > 0 else 0.0
-    cpu = sum(e.sample_cpu_seconds + e.collate_seconds for e in epochs)
+    cpu = sum(worker_cpu_seconds(e) for e in epochs)
     runq = sum(e.runqueue_seconds for e in epochs)
     share = cpu / (cpu + runq) if cpu + runq > 0 else 1.0
     mine = max(workers, 1) + loop
@@ -287,6 +302,16 @@ def storage_from_lanes(lanes: float, seconds_per_sample: float) -> float:
     """Samples/s from ``lanes`` readers that each spend ``seconds_per_sample`` on storage
     per sample (timed reads, or time blocked): the readers overlap, so they add up."""
     return lanes / seconds_per_sample
+
+
+def worker_lanes(lanes: float, blocked_seconds: float, cpu_seconds: float) -> float:
+    """Samples/s from ``lanes`` loader workers that each, per sample, wait
+    ``blocked_seconds`` (on reads) and compute ``cpu_seconds`` (their CPU time, with the
+    wait for a core a busy host adds to it): inside one worker the two run one after the
+    other, not overlapped, so a worker's time per sample is their sum; the workers run side
+    by side, so their rates add up. Where the cores cannot give every worker its CPU time,
+    the CPU stage (``cpu_capacity``) is the lower bound."""
+    return storage_from_lanes(lanes, blocked_seconds + cpu_seconds)
 
 
 def storage_from_rate(read_bytes_per_s: float, sample_bytes: float) -> float:
@@ -535,4 +560,7 @@ __all__ = [
     "sweep_points",
     "sweep_rate",
     "watch_cores",
+    "worker_cpu_seconds",
+    "worker_lanes",
+    "worker_wall_seconds",
 ]

@@ -334,6 +334,12 @@ class WatchEpoch:
     first_batch_seconds: float | None = None  # includes worker start-up
     # the loader's iter(): where a DataLoader without persistent workers starts them
     iter_seconds: float | None = None
+    # from the last batch's arrival to the iterator's end (StopIteration): the consumer's
+    # last step and the final next(), where a DataLoader without persistent workers joins
+    # its workers (``shutdown_seconds``, that next() alone); None where the pass was not
+    # run to its end (a break, an error) or the record predates them
+    end_seconds: float | None = None
+    shutdown_seconds: float | None = None
     # workers that started in this epoch (none where persistent workers carried over), and
     # their mean time from the loader's iter() to their first sample: process start, imports,
     # worker_init_fn
@@ -357,7 +363,13 @@ class WatchEpoch:
     sample_wall_seconds: float = 0.0  # in the workers, per sample
     sample_cpu_seconds: float = 0.0
     runqueue_seconds: float = 0.0  # workers runnable but waiting for a core
-    collate_seconds: float = 0.0
+    collate_seconds: float = 0.0  # wall time
+    # the collate's thread CPU time (its wall beyond that is waiting); None in records from
+    # before it was measured, where the collate's wall time counted as CPU
+    collate_cpu_seconds: float | None = None
+    # the watch's own work in the workers (their counters read, mapped files listed, each
+    # batch's measurements packed), as the workers timed it: what watching cost them
+    watch_worker_seconds: float = 0.0
     read_chars: int = 0  # bytes passed to read()/pread() by the workers
     read_bytes: int = 0  # bytes the workers caused to be fetched from storage
     metered_bytes: int = 0  # read through ioprobe.loaders.files
@@ -661,7 +673,7 @@ class BatchLog:
     slowest_ms: list[float] = field(default_factory=list)  # its slowest sample
     samples: list[int] = field(default_factory=list)
     epoch: list[int] = field(default_factory=list)
-    # of work_ms, the worker's CPU time (its samples' thread CPU and collate) and its wait for
+    # of work_ms, the worker's CPU time (its samples' and its collate's thread CPU) and its wait for
     # a core; the rest it spent blocked (reads, sleeps). Empty in records made before they
     # were kept
     cpu_ms: list[float] = field(default_factory=list)

@@ -42,7 +42,8 @@ class EpochStart:
 class EpochStarts:
     epochs: list[EpochStart]
     batch_seconds: float  # a steady batch interval, median over the run
-    run_seconds: float  # every epoch from its iter() to its last batch
+    # every epoch from its iter() to its iterator's end (its last batch, in older records)
+    run_seconds: float
     samples: int
     end_to_end_samples_per_s: float
     persistent: bool
@@ -55,6 +56,9 @@ class EpochStarts:
     warm_saved_seconds: float | None = None
     warm_predicted_samples_per_s: float | None = None
     fits_in_memory: bool | None = None  # an epoch's bytes against the memory available
+    # the mean time an epoch's final next() took to end it: where workers do not persist,
+    # their shutdown; None where no epoch ran to its end or workers persist
+    shutdown_seconds: float | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,11 +74,13 @@ class WorkerLatency:
 
 def epoch_starts(rec: RunRecord) -> EpochStarts | None:
     """Each epoch's start-up and what it lost beyond a steady batch, the run's end-to-end
-    rate (epoch starts included, unlike the steady rate), and what ``persistent_workers``
-    would save: the started workers' start-up in every epoch after the first (the first
-    epoch starts them either way). Where only one epoch was watched, the saving is stated
-    per further epoch by ``per_epoch_saving``. None for a record without epochs timed from
-    their ``iter()`` (older records, DALI)."""
+    rate (epoch starts and ends included, unlike the steady rate: each epoch from its
+    ``iter()`` to its iterator's end, the last step and the workers' shutdown with it), and
+    what ``persistent_workers`` would save: the started workers' start-up in every epoch
+    after the first (the first epoch starts them either way) and their shutdown at every
+    epoch's end (kept workers are shut down once, when the loader goes). Where only one
+    epoch was watched, the saving is stated per further epoch by ``per_epoch_saving``. None
+    for a record without epochs timed from their ``iter()`` (older records, DALI)."""
     w = rec.watch
     if w is None or not w.epochs or any(e.iter_seconds is None for e in w.epochs):
         return None
@@ -87,7 +93,7 @@ def epoch_starts(rec: RunRecord) -> EpochStarts | None:
     run = 0.0
     for e in w.epochs:
         start = (e.iter_seconds or 0.0) + (e.first_batch_seconds or 0.0)
-        run += start + e.seconds
+        run += start + e.seconds + (e.end_seconds or 0.0)
         cold = None
         if _cold_round(e):
             # the round's batches were made side by side, one per worker: the first batch
@@ -110,7 +116,13 @@ def epoch_starts(rec: RunRecord) -> EpochStarts | None:
         )
     samples = sum(e.samples for e in w.epochs)
     persistent = w.settings.persistent_workers or w.settings.workers == 0
-    saved = sum((e.worker_startup_seconds or 0.0) for e in w.epochs[1:]) if not persistent else 0.0
+    ends = [e.shutdown_seconds for e in w.epochs if e.shutdown_seconds is not None]
+    shutdown = sum(ends) / len(ends) if ends and not persistent else None
+    saved = (
+        sum((e.worker_startup_seconds or 0.0) for e in w.epochs[1:]) + sum(ends)
+        if not persistent
+        else 0.0
+    )
     rate = samples / run if run > 0 else 0.0
     fits = _fits(rec)
     warm = sum(e.cold_read_seconds or 0.0 for e in out) if fits is not False else 0.0
@@ -126,6 +138,7 @@ def epoch_starts(rec: RunRecord) -> EpochStarts | None:
         warm_saved_seconds=warm if warm > 0 else None,
         warm_predicted_samples_per_s=samples / (run - warm) if 0 < warm < run else None,
         fits_in_memory=fits,
+        shutdown_seconds=shutdown,
     )
 
 
@@ -188,14 +201,47 @@ def _fits(rec: RunRecord) -> bool | None:
 def per_epoch_saving(starts: EpochStarts) -> float | None:
     """The seconds ``persistent_workers=True`` saves each epoch after the first: the mean
     start-up of the workers the later epochs started, or, with one epoch watched, the first
-    epoch's (later epochs fork the same process and pay the same); None where workers
-    persist already."""
+    epoch's (later epochs fork the same process and pay the same), plus the mean shutdown
+    at an epoch's end; None where workers persist already."""
     if starts.persistent:
         return None
     later = [e.worker_startup_seconds for e in starts.epochs[1:] if e.worker_startup_seconds]
-    if later:
-        return statistics.mean(later)
-    return starts.epochs[0].worker_startup_seconds if starts.epochs else None
+    start = (
+        statistics.mean(later)
+        if later
+        else (starts.epochs[0].worker_startup_seconds if starts.epochs else None)
+    )
+    if start is None:
+        return None
+    return start + (starts.shutdown_seconds or 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchCost:
+    """What watching cost a loader's workers: their time in ioprobe's own work."""
+
+    seconds: float  # over the run, all workers together
+    per_batch_ms: float
+    share: float  # of the workers' time on samples, collates and this
+
+
+def watch_cost(rec: RunRecord) -> WatchCost | None:
+    """The workers' time in the watch's own work after each collate (counters read, mapped
+    files listed, the batch's measurements packed), as they timed it, per batch and as a
+    share of their time: what watching took from the loader. None where the workers timed
+    none (records from before it was kept, DALI, a pass whose workers were not watched)."""
+    w = rec.watch
+    if w is None:
+        return None
+    eps = [e for e in w.epochs if e.workers_measured]
+    spent = sum(e.watch_worker_seconds for e in eps)
+    batches = sum(e.batches for e in eps)
+    work = sum(e.sample_wall_seconds + e.collate_seconds for e in eps)
+    if spent <= 0 or not batches or work <= 0:
+        return None
+    return WatchCost(
+        seconds=spent, per_batch_ms=spent / batches * 1e3, share=spent / (work + spent)
+    )
 
 
 def worker_latency(rec: RunRecord) -> list[WorkerLatency]:
@@ -229,8 +275,10 @@ def worker_latency(rec: RunRecord) -> list[WorkerLatency]:
 __all__ = [
     "EpochStart",
     "EpochStarts",
+    "WatchCost",
     "WorkerLatency",
     "epoch_starts",
     "per_epoch_saving",
+    "watch_cost",
     "worker_latency",
 ]

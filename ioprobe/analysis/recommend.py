@@ -739,9 +739,10 @@ def persistent_workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recomme
 
     The premise is measured: the epochs after the first started workers again, each taking
     ``worker_startup_seconds`` from the loader's ``iter()`` to its first sample (with one
-    epoch watched, the first epoch's start-up stands for the later ones'). The prediction is
-    the end-to-end rate (epoch starts included) with that start-up gone from every epoch
-    after the first: over the watched epochs where there were several, else per further
+    epoch watched, the first epoch's start-up stands for the later ones'), and shut them
+    down at each epoch's end. The prediction is the end-to-end rate (epoch starts and ends
+    included) with that start-up gone from every epoch after the first and the shutdown
+    from every epoch: over the watched epochs where there were several, else per further
     epoch. A rerun with the setting measures the same end-to-end rate.
     """
     starts = epoch_starts(rec)
@@ -761,14 +762,21 @@ def persistent_workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recomme
     now = starts.end_to_end_samples_per_s
     if pred < now * MIN_GAIN:
         return []
+    stop = starts.shutdown_seconds or 0.0
+    cost = (
+        f"{saving - stop:.2f} s from iter() to their first sample and {stop:.2f} s to shut "
+        "them down at its end"
+        if stop >= 0.01
+        else f"{saving:.2f} s from iter() to their first sample"
+    )
     return [
         Recommendation(
             kind="persistent_workers",
             text=(
                 f"Set persistent_workers=True: every epoch starts its workers again, "
-                f"{saving:.2f} s from iter() to their first sample while the GPU waits; kept, "
-                f"they save that each epoch after the first: {pred:,.0f} samples/s end to "
-                f"end {over}, from {now:,.0f} ({pred / now - 1:+.0%})."
+                f"{cost} while the GPU waits; kept, they save that each epoch after the "
+                f"first: {pred:,.0f} samples/s end to end {over}, from {now:,.0f} "
+                f"({pred / now - 1:+.0%})."
             ),
             predicted_samples_per_s=pred,
             baseline_samples_per_s=now,

@@ -18,7 +18,14 @@ from ioprobe.analysis.cluster import (
     rank_table,
     saturation,
 )
-from ioprobe.analysis.epochs import EpochStarts, WorkerLatency, epoch_starts, worker_latency
+from ioprobe.analysis.epochs import (
+    EpochStarts,
+    WatchCost,
+    WorkerLatency,
+    epoch_starts,
+    watch_cost,
+    worker_latency,
+)
 from ioprobe.analysis.loader_sim import QueuePrediction, queue_predictions
 from ioprobe.analysis.measures import KeyNumbers, key_numbers
 from ioprobe.analysis.pcie import CopyRow, copy_rows
@@ -215,6 +222,7 @@ class Findings:
     # each epoch's start-up, and each worker's batch time once warm
     epoch_starts: EpochStarts | None = None
     worker_latency: list[WorkerLatency] = field(default_factory=list)
+    watch_cost: WatchCost | None = None  # what watching cost the loader's workers
     # a run across ranks: each rank's figures, a watched job's spread and stragglers, where a
     # probe's shared storage saturated and what each node did
     ranks: RankTable | None = None
@@ -503,6 +511,7 @@ def findings(rec: RunRecord) -> Findings:
         head_of_line=head_of_line(rec),
         queue=queue_predictions(rec),
         epoch_starts=epoch_starts(rec),
+        watch_cost=watch_cost(rec),
         worker_latency=worker_latency(rec),
         ranks=rank_table(rec, [s.rank for s in spread.stragglers] if spread else None),
         rank_spread=spread,

@@ -21,8 +21,6 @@ import time
 from types import TracebackType
 from typing import Any
 
-import fsspec
-
 _bytes = [0]
 _ns = [0]  # opens and reads: all the time spent on storage
 _open_ns = [0]  # opens alone: the per-request latency (a metadata lookup, an HTTP HEAD)
@@ -95,6 +93,11 @@ def open(urlpath: str, mode: str = "rb", **storage_options: Any) -> MeteredFile:
     """Open a local path or fsspec URL for reading; only binary read modes are allowed."""
     if mode != "rb":
         raise ValueError(f"ioprobe.loaders.files.open is read-only: mode {mode!r}")
+    # imported at the first open, not with the module: a watched DataLoader's spawned
+    # workers import this module to unpickle the dataset wrapper, and fsspec takes about
+    # 0.1 s to import, paid at every epoch's start by workers that never open a file here
+    import fsspec
+
     t0 = time.perf_counter_ns()
     fh = fsspec.open(urlpath, "rb", **storage_options).open()
     took = time.perf_counter_ns() - t0

@@ -196,6 +196,7 @@ def measurements(rec: RunRecord, f: Findings) -> Facts:
             out.append(("rank", f"{r.rank} of {r.world_size} ({r.launcher}{node})"))
         out += _copies_fact(n.copies) + _delivery_facts(n.delivery)
         out += sample_facts(f) + queue_facts(f) + epoch_facts(f) + worker_facts(f)
+        out += watch_cost_facts(f)
     out += cluster_facts(rec, f)
     out += decode_facts(rec, f) + link_facts(rec, f) + disk_to_gpu_facts(rec, f)
     out += series_facts(rec, f)
@@ -318,6 +319,8 @@ def epoch_facts(f: Findings) -> Facts:
     first = st.epochs[0]
     if first.worker_startup_seconds is not None:
         line += f"; workers took {first.worker_startup_seconds:.2f} s to start"
+    if st.shutdown_seconds is not None and st.shutdown_seconds >= 0.01:
+        line += f" and {st.shutdown_seconds:.2f} s to shut down at an epoch's end"
     saving = per_epoch_saving(st)
     if saving is not None and saving >= 0.01:
         line += f"; persistent_workers=True saves {saving:.2f} s each epoch after the first"
@@ -331,6 +334,20 @@ def epoch_facts(f: Findings) -> Facts:
             + (" (an epoch's data fits in the memory available)" if st.fits_in_memory else "")
         )
     return [("epoch start", line)]
+
+
+def watch_cost_facts(f: Findings) -> Facts:
+    """What the watch itself took from the loader's workers."""
+    c = f.watch_cost
+    if c is None:
+        return []
+    return [
+        (
+            "watch cost",
+            f"{c.per_batch_ms:.2f} ms per batch in the workers ({c.share:.2%} of their time): "
+            "ioprobe's own work after each collate",
+        )
+    ]
 
 
 def worker_facts(f: Findings) -> Facts:

@@ -19,11 +19,10 @@ import random
 import sys
 import time
 import weakref
-import zlib
 from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable
-from typing import NamedTuple, Protocol
+from typing import Protocol
 
 from ioprobe import capacity
 from ioprobe._version import __version__
@@ -51,6 +50,7 @@ from ioprobe.record import (
     WorkerStats,
 )
 from ioprobe.redact import redact_url
+from ioprobe.watch.message import MAPPED_FIELDS, BatchStats, folder_tag
 from ioprobe.watch.stages import Measured, steady
 
 MAX_KEPT = 100_000  # values kept exactly per series before switching to a reservoir
@@ -72,43 +72,7 @@ def unjudged(rec: RunRecord) -> RunRecord:
     return rec
 
 
-class BatchStats(NamedTuple):
-    """What a worker measured while it made one batch, sent back with the batch itself (so
-    measuring costs no extra IPC). Times in nanoseconds; byte counts since its last batch."""
-
-    worker: int  # the worker's id; -1 when the main process loads (num_workers=0)
-    wall: bytes  # array("q") of each sample's wall time, as bytes
-    cpu: bytes  # array("q") of each sample's thread CPU time, as bytes
-    collate_ns: int
-    read_chars: int  # the worker's rchar: bytes passed to read() and pread()
-    read_bytes: int  # bytes the worker caused to be fetched from storage
-    runqueue_ns: int  # time runnable but waiting for a core
-    metered_bytes: int  # read through ioprobe.loaders.files
-    metered_ns: int  # opens and reads through it
-    metered_open_ns: int  # opens alone
-    # CLOCK_MONOTONIC when collate finished: one clock for every process on the host, so the
-    # main process can place this worker's batch on its own timeline
-    done_ns: int
-    indices: bytes = b""  # array("q") of each sample's dataset index (-1: none)
-    sample_bytes: bytes = b""  # array("q") of each sample's metered bytes
-    started_ns: int = 0  # with a worker's first batch: when it began its first sample
-    # at a worker's 1st, 2nd, 4th ... batch: array("q") of (device, inode, bytes, folder_tag)
-    # per data file mapped into it (torch.mapped_data_files), as bytes
-    mapped: bytes = b""
-    # NUL-separated "directory/*ending" of data files the worker unmapped: a reader that
-    # maps its files in turn (torch._mapped)
-    turned: bytes = b""
-
-
 TURNED_FILES_MAX = 100_000  # files counted per directory of files mapped in turn
-MAPPED_FIELDS = 4  # a mapped file in BatchStats.mapped: device, inode, bytes, folder_tag
-
-
-def folder_tag(folder: bytes) -> int:
-    """A directory's tag in a mapped-files listing (``BatchStats.mapped``): its path's CRC-32,
-    the same in every worker whatever the start method (``hash()`` is seeded per process), so
-    the collector can tell which files a directory it lists again held."""
-    return zlib.crc32(folder)
 
 
 def turned_files(folder: str, ending: str) -> tuple[dict[tuple[int, int], int], str]:
@@ -127,7 +91,7 @@ def turned_files(folder: str, ending: str) -> tuple[dict[tuple[int, int], int], 
                 if len(out) == TURNED_FILES_MAX:
                     return out, f"; more than {TURNED_FILES_MAX:,} in {folder}: those counted"
                 st = entry.stat()
-                # keyed as a maps listing names a file (torch._file_key)
+                # keyed as a maps listing names a file (worker._file_key)
                 out[(os.major(st.st_dev) << 32 | os.minor(st.st_dev), st.st_ino)] = st.st_size
     except OSError as exc:
         return out, f"; {folder} could not be listed ({exc.strerror or exc})"
@@ -379,6 +343,18 @@ class WatchCollector:
         if self._cur is not None:
             self._cur.iter_seconds = (t_done - t_iter) / 1e9
 
+    def iter_ended(self, t_request: int, t_end: int) -> None:
+        """The loader's iterator ended: the final ``next()``, asked at ``t_request``, raised
+        StopIteration at ``t_end``. A DataLoader without persistent workers shuts them down
+        in that call (0.3 s per epoch and more with spawned workers), time the run's
+        end-to-end rate includes and ``persistent_workers`` would save."""
+        ep = self._cur
+        if ep is None:
+            return
+        ep.shutdown_seconds = (t_end - t_request) / 1e9
+        if self._prev_arrival:
+            ep.end_seconds = (t_end - self._prev_arrival) / 1e9
+
     @property
     def current(self) -> WatchEpoch | None:
         """The epoch being iterated, None between passes."""
@@ -399,7 +375,7 @@ class WatchCollector:
         """A batch that a worker made and measured (``stats``) reached the consumer."""
         # unpacked in field order: one operation where reading the names would take eleven
         (worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns, mopen, done, index_b,
-         bytes_b, started, mapped, turned) = stats  # fmt: skip
+         bytes_b, started, mapped, turned, collate_cpu, overhead) = stats  # fmt: skip
         wall = array("q", wall_b)
         n = len(wall)
         wall_ns = sum(wall)
@@ -412,7 +388,7 @@ class WatchCollector:
         if len(self._log) < BATCH_LOG_ROWS * _LOG_COLUMNS:
             self._log.extend(
                 (t_request, t_arrival, done, worker, wall_ns + collate, slowest, n, ep.index,
-                 cpu_ns + collate, runq)
+                 cpu_ns + collate_cpu, runq)
             )  # fmt: skip
         else:
             self._log_dropped += 1
@@ -446,6 +422,8 @@ class WatchCollector:
         ep.sample_wall_seconds += wall_s
         ep.sample_cpu_seconds += cpu_s
         ep.collate_seconds += collate / 1e9
+        ep.collate_cpu_seconds = (ep.collate_cpu_seconds or 0.0) + collate_cpu / 1e9
+        ep.watch_worker_seconds += overhead / 1e9
         ep.runqueue_seconds += runq / 1e9
         if ep.batches == self._startup_batches:
             ep.startup_metered_read_seconds = ep.metered_read_seconds

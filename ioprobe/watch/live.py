@@ -78,6 +78,7 @@ class Counters:
     sample_wall_s: float = 0.0
     sample_cpu_s: float = 0.0
     collate_s: float = 0.0
+    collate_cpu_s: float = 0.0
     runqueue_s: float = 0.0
     metered_read_s: float = 0.0
     metered_open_s: float = 0.0
@@ -95,7 +96,7 @@ def read(c: WatchCollector, clock: Callable[[], int] = time.perf_counter_ns) -> 
     next frame rather than twice."""
     eps = list(c.epochs)
     samples = batches = 0
-    blocked = wall = cpu = collate = runq = mread = mopen = 0.0
+    blocked = wall = cpu = collate = collate_cpu = runq = mread = mopen = 0.0
     for e in eps:
         samples += e.samples
         batches += e.batches
@@ -103,6 +104,7 @@ def read(c: WatchCollector, clock: Callable[[], int] = time.perf_counter_ns) -> 
         wall += e.sample_wall_seconds
         cpu += e.sample_cpu_seconds
         collate += e.collate_seconds
+        collate_cpu += capacity.worker_cpu_seconds(e) - e.sample_cpu_seconds
         runq += e.runqueue_seconds
         mread += e.metered_read_seconds
         mopen += e.metered_open_seconds
@@ -136,6 +138,7 @@ def read(c: WatchCollector, clock: Callable[[], int] = time.perf_counter_ns) -> 
         sample_wall_s=wall,
         sample_cpu_s=cpu,
         collate_s=collate,
+        collate_cpu_s=collate_cpu,
         runqueue_s=runq,
         metered_read_s=mread,
         metered_open_s=mopen,
@@ -219,6 +222,7 @@ def stages_now(
         sample_wall_seconds=max(b.sample_wall_s - a.sample_wall_s, 0.0),
         sample_cpu_seconds=max(b.sample_cpu_s - a.sample_cpu_s, 0.0),
         collate_seconds=max(b.collate_s - a.collate_s, 0.0),
+        collate_cpu_seconds=max(b.collate_cpu_s - a.collate_cpu_s, 0.0),
         runqueue_seconds=max(b.runqueue_s - a.runqueue_s, 0.0),
         metered_read_seconds=max(b.metered_read_s - a.metered_read_s, 0.0),
         metered_open_seconds=max(b.metered_open_s - a.metered_open_s, 0.0),

@@ -131,11 +131,12 @@ def unmeasured_note(indices: Sequence[int], others: bool) -> str:
 
 
 def worker_cpu(m: Measured, notes: list[str]) -> CpuStage:
-    """CPU seconds per sample in the workers (collate included) on the cores they get: the
-    affinity set less what the training loop uses, shared fairly with whatever else the host
-    ran (``capacity.watch_cores``)."""
+    """CPU seconds per sample in the workers (collate included, both in thread CPU time:
+    ``capacity.worker_cpu_seconds``) on the cores they get: the affinity set less what the
+    training loop uses, shared fairly with whatever else the host ran
+    (``capacity.watch_cores``)."""
     eps = m.worker_epochs
-    cpu_per_sample = sum(e.sample_cpu_seconds + e.collate_seconds for e in eps) / m.samples
+    cpu_per_sample = sum(capacity.worker_cpu_seconds(e) for e in eps) / m.samples
     ctx = capacity.cpu_context(eps, m.settings.workers, m.usable_cores)
     if ctx.contention >= 0.25:
         notes.append(
@@ -167,30 +168,54 @@ def _metered_per_sample(eps: Sequence[WatchEpoch], samples: int) -> tuple[float,
     return read / n, opened / n
 
 
+def _computing_per_sample(eps: Sequence[WatchEpoch], whole: float) -> float:
+    """A worker's CPU seconds per sample with its wait for a core, in steady state: a
+    worker's first samples import what its dataset loads lazily (an HTTP client, a codec),
+    a one-off that its time per sample should not carry; ``whole``, the whole run's, where
+    no epoch ran past its first round."""
+    ok = steady(eps)
+    n = sum(e.samples - e.startup_samples for e in ok)
+    if not n:
+        return whole
+    return (
+        sum(
+            capacity.worker_cpu_seconds(e)
+            - e.startup_sample_cpu_seconds
+            + e.runqueue_seconds
+            - e.startup_runqueue_seconds
+            for e in ok
+        )
+        / n
+    )
+
+
 def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
     """Storage from the reads the workers timed through ``ioprobe.loaders.files`` when there
-    are any; otherwise from the time they were blocked (wall - CPU - run-queue wait): each
-    loading lane spends that long per sample waiting on reads."""
+    are any; otherwise from the time they were blocked (wall - CPU - run-queue wait, collate
+    included): each loading lane spends that long per sample waiting on reads, and then its
+    CPU time with its wait for a core, one after the other (``capacity.worker_lanes``):
+    what the workers deliver while they wait on storage."""
     eps, samples = m.worker_epochs, m.samples
     lanes = max(m.settings.workers, 1)
     mean_bytes = m.sample_bytes
     metered_s, open_s = _metered_per_sample(eps, samples)
+    runq = sum(e.runqueue_seconds for e in eps) / samples
+    computing = _computing_per_sample(eps, cpu_per_sample + runq)
     storage = StorageStage()
     if metered_s > 0:
         cap = capacity.all_lanes_reading(
-            capacity.storage_from_lanes(lanes, metered_s), lanes, m.read_scaling
+            capacity.worker_lanes(lanes, metered_s, computing), lanes, m.read_scaling
         )
         storage.capacity_samples_per_s = cap
         storage.read_bytes_per_s = cap * mean_bytes if mean_bytes else None
         storage.basis = METERED_BASIS
         storage.request_latency_s = open_s
         return storage
-    wall_per_sample = sum(e.sample_wall_seconds for e in eps) / samples
-    runq = sum(e.runqueue_seconds for e in eps) / samples
+    wall_per_sample = sum(capacity.worker_wall_seconds(e) for e in eps) / samples
     blocked = max(wall_per_sample - cpu_per_sample - runq, 0.0)
     if blocked > 0 and blocked > BLOCKED_MIN_SHARE * wall_per_sample:
         cap = capacity.all_lanes_reading(
-            capacity.storage_from_lanes(lanes, blocked), lanes, m.read_scaling
+            capacity.worker_lanes(lanes, blocked, computing), lanes, m.read_scaling
         )
         storage.capacity_samples_per_s = cap
         storage.read_bytes_per_s = cap * mean_bytes if mean_bytes else None

@@ -225,7 +225,7 @@ def test_a_stateful_prepared_loader_whose_first_pass_began_in_prepare_trains_as_
         assert note.startswith("epoch 0:") and "from the other epochs" in note
         assert eps[1].sample_cpu_seconds > 0
         assert rec.stages.cpu.cpu_seconds_per_sample == pytest.approx(
-            (eps[1].sample_cpu_seconds + eps[1].collate_seconds) / SAMPLES
+            (eps[1].sample_cpu_seconds + (eps[1].collate_cpu_seconds or 0.0)) / SAMPLES
         )
         assert rec.predicted_samples_per_s > 0
 

@@ -57,7 +57,9 @@ def epochs(draw: st.DrawFn) -> list[WatchEpoch]:
                 sample_cpu_seconds=cpu,
                 sample_wall_seconds=cpu + blocked + runq,
                 runqueue_seconds=runq,
-                collate_seconds=draw(st.floats(0.0, 0.001)) * samples,
+                collate_seconds=(collate := draw(st.floats(0.0, 0.001)) * samples),
+                # None: a record from before the collate's CPU time was kept
+                collate_cpu_seconds=draw(st.none() | st.floats(0.0, 1.0).map(collate.__mul__)),
                 main_cpu_seconds=draw(st.floats(0.0, 1.5)) * seconds,
             )
         )
@@ -351,3 +353,43 @@ def test_bytes_per_sample_count_the_first_round_where_a_reader_read_ahead_in_it(
     first: int, steady: int, expected: float
 ) -> None:
     assert capacity.file_bytes_per_sample([_epoch(first, steady)]) == pytest.approx(expected)
+
+
+def _worker_epoch(
+    n: int, blocked_ms: float, cpu_ms: float, collate_cpu: float | None
+) -> WatchEpoch:
+    """``n`` samples, each ``blocked_ms`` asleep then ``cpu_ms`` of CPU, in batches of 4
+    whose collate took 2 ms of wall time, ``collate_cpu`` seconds of it CPU."""
+    batches = n // 4
+    return WatchEpoch(
+        index=0,
+        batches=batches,
+        samples=n,
+        seconds=60.0,
+        sample_cpu_seconds=n * cpu_ms / 1e3,
+        sample_wall_seconds=n * (blocked_ms + cpu_ms) / 1e3,
+        collate_seconds=batches * 0.002,
+        collate_cpu_seconds=None if collate_cpu is None else batches * collate_cpu,
+    )
+
+
+def test_collate_is_charged_its_cpu_time_and_its_wait_counts_as_blocked() -> None:
+    s = LoaderSettings(workers=2, batch_size=4)
+    new = _worker_epoch(400, 40.0, 10.0, 0.0004)
+    assert capacity.worker_cpu_seconds(new) == pytest.approx(400 * 0.010 + 100 * 0.0004)
+    stages, _ = loader_stages(measured(s, [new], 8, 1.0))
+    assert stages.cpu.cpu_seconds_per_sample == pytest.approx(0.0101)
+    # a worker's time per sample: 40 ms blocked + 1.6 / 4 ms of collate wait, then 10.1 ms
+    # of CPU, one after the other: 2 workers deliver 2 / 50.5 ms, not 2 / 40.4 ms
+    assert stages.storage.capacity_samples_per_s == pytest.approx(2 / 0.0505)
+    # a record from before: the collate's wall time counted as CPU, as it was made
+    old = _worker_epoch(400, 40.0, 10.0, None)
+    assert capacity.worker_cpu_seconds(old) == pytest.approx(400 * 0.010 + 100 * 0.002)
+    stages, _ = loader_stages(measured(s, [old], 8, 1.0))
+    assert stages.cpu.cpu_seconds_per_sample == pytest.approx(0.0105)
+    assert stages.storage.capacity_samples_per_s == pytest.approx(2 / 0.0505)
+
+
+def test_workers_that_wait_then_compute_deliver_lanes_over_the_sum() -> None:
+    assert capacity.worker_lanes(2, 0.040, 0.010) == pytest.approx(40.0)
+    assert capacity.worker_lanes(8, 0.040, 0.010) == pytest.approx(160.0)

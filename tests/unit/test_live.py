@@ -57,8 +57,9 @@ def _counters(t_s: float, **kw: float) -> Counters:
 # -- what is shown ---------------------------------------------------------------------------
 
 # 5 s of an 8-worker loader on 16 cores: 125 batches of 32 (800 samples/s), blocked in next()
-# 1.5 s of it; per sample 10 ms in a worker of which 2 ms CPU, 0.1 ms collate and 0.1 ms
-# waiting for a core (so 7.8 ms blocked on reads); a 28 ms step; the loop used one core
+# 1.5 s of it; per sample 10 ms in a worker of which 2 ms CPU, then 0.1 ms of collate (all
+# CPU), and 0.1 ms waiting for a core (so 7.9 ms blocked on reads); a 28 ms step; the loop
+# used one core
 BEFORE = _counters(
     100.0,
     process_cpu_s=50.0,
@@ -73,6 +74,7 @@ BEFORE = _counters(
     sample_wall_s=320.0,
     sample_cpu_s=64.0,
     collate_s=3.2,
+    collate_cpu_s=3.2,
     runqueue_s=3.2,
 )
 AFTER = _counters(
@@ -89,6 +91,7 @@ AFTER = _counters(
     sample_wall_s=360.0,
     sample_cpu_s=72.0,
     collate_s=3.6,
+    collate_cpu_s=3.6,
     runqueue_s=3.6,
 )
 # a minute of it: about 30% stalled, a burst where the loader stopped for 4 s, a gap where
@@ -111,7 +114,8 @@ def test_the_panel_for_known_counters_golden() -> None:
     assert f.samples_per_s == pytest.approx(800.0)
     assert f.stall == pytest.approx(0.3)
     caps = {s.name: s.capacity for s in f.stages}
-    assert caps["storage"] == pytest.approx(8 / 0.0078)  # 8 lanes, 7.8 ms blocked each
+    # 8 lanes, each 7.9 ms blocked then 2.1 ms of CPU and 0.1 ms waiting for a core
+    assert caps["storage"] == pytest.approx(8 / (0.0079 + 0.0021 + 0.0001))
     assert caps["cpu"] == pytest.approx(8 / 0.0021)  # 8 workers, on 15 cores the loop left
     assert caps["gpu"] == pytest.approx(32 / 0.028)
     assert f.limiting == "storage"

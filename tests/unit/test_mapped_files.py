@@ -15,9 +15,10 @@ import torch
 from ioprobe import capacity
 from ioprobe.record import LoaderSettings
 from ioprobe.render.facts import size_line
-from ioprobe.watch import torch as wt
+from ioprobe.watch import worker as wt
 from ioprobe.watch.collector import MAPPED_FIELDS, BatchStats, WatchCollector, folder_tag
-from ioprobe.watch.torch import DataLoaderAdapter, Stamped, mapped_data_files, resident_files
+from ioprobe.watch.torch import DataLoaderAdapter
+from ioprobe.watch.worker import Stamped, mapped_data_files, resident_files
 
 DEV = (0xFD << 32) | 0x01  # "fd:01"
 
@@ -243,7 +244,7 @@ def test_a_stamped_batch_carries_its_listing_across_a_pickle() -> None:
 _LISTING_COST = """
 import os, sys, tempfile, time
 import numpy as np, torch  # a worker's imports: torch's libraries are most of its mappings
-from ioprobe.watch import torch as wt
+from ioprobe.watch import worker as wt
 timings = []
 with tempfile.TemporaryDirectory() as d:
     rows = None

@@ -15,7 +15,7 @@ SCRIPT = """
 import importlib, sys
 sys.path.insert(0, {repo!r})
 sys.path.insert(0, {mods!r})
-from ioprobe.watch import torch as wt
+from ioprobe.watch import worker as wt
 wt._count_module_reads()
 wt._count_module_reads()  # a second call changes nothing
 before = wt._own[0]

@@ -7,7 +7,7 @@ import pickle
 import torch
 
 from ioprobe.watch.collector import BatchStats
-from ioprobe.watch.torch import Stamped
+from ioprobe.watch.worker import Stamped
 
 
 def test_a_stamped_batch_crosses_a_pickle_with_its_named_stats() -> None:

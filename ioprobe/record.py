@@ -678,6 +678,10 @@ class BatchLog:
     # were kept
     cpu_ms: list[float] = field(default_factory=list)
     runqueue_ms: list[float] = field(default_factory=list)
+    # the worker process's CPU time (every thread) since its previous batch: the samples,
+    # the collate and what moving a batch costs it (pickling, the queue's feeder thread);
+    # 0 for a worker's first batch
+    process_cpu_ms: list[float] = field(default_factory=list)
     dropped: int = 0  # batches past the kept ones
 
 
@@ -1271,7 +1275,7 @@ def _dataclass(tp: type, data: Any, path: str) -> Any:
     if "columns" in kwargs and tp in _COLUMN_TABLES:
         _check_columns(kwargs["columns"], _join(path, "columns"))
     if tp is BatchLog:  # the CPU columns are empty where a log was made without them
-        optional = ("cpu_ms", "runqueue_ms")
+        optional = ("cpu_ms", "runqueue_ms", "process_cpu_ms")
         _check_columns(
             {k: v for k, v in kwargs.items() if isinstance(v, list) and (v or k not in optional)},
             path,

@@ -51,9 +51,11 @@ MIN_REPLAY = 600
 # weigh them, few enough that a search of dozens of settings stays under a second.
 MAX_LOGGED = 800
 # A setting is worth advising when it predicts at least this much more throughput, and a
-# setting within NEAR of the best is as good as it (the cheaper of the two is advised).
+# setting within NEAR of the best is as good as it (the cheaper of the two is advised: the
+# replay's last few percent between worker counts are the fair share it gives the training
+# loop, finer than a rerun can tell).
 MIN_GAIN = 1.05
-NEAR = 0.98
+NEAR = 0.97
 # The worker counts tried go up to this many per usable core (blocked workers leave their
 # core to another, so more workers than cores can help), and never past MAX_WORKERS.
 WORKERS_PER_CORE = 4
@@ -111,6 +113,9 @@ class Costs:
     cpu_split: str  # "per batch" (logged), "per epoch" (the epoch's CPU share, older records)
     transit: float = 0.0  # from a worker's finish to the main process having the batch
     handover: float = 0.0  # the main thread's time in next() for a batch already there
+    # the main process's CPU per batch (its loop, taking batches): its share of the cores
+    # grows with the rate; 0 where not known (``loop_cores`` then stands, as measured)
+    main_cpu_per_batch: float = 0.0
     # host memory: a worker's private bytes, one batch's bytes (twice with pin_memory: the
     # pinned copy), and what the loader may hold in all; None where not measured
     worker_bytes: float | None = None
@@ -166,13 +171,19 @@ def costs(rec: RunRecord) -> Costs | None:
     log = w.batch_log
     idx = list(seg)[w.settings.workers :][:MAX_LOGGED]
     blocked, cpu, split = _split(rec, log, idx)
-    # a finished batch reaches the main process a little later (pickled, sent, unpickled),
-    # and next() costs the main thread a little even for a batch already there
-    waited = [log.arrival[i] - log.ready[i] for i in idx if log.request[i] < log.ready[i]]
-    transit = statistics.median(waited) if waited else 0.0
-    handed = [
-        log.arrival[i] - log.request[i] for i in idx if log.ready[i] + transit <= log.request[i]
-    ]
+    # next() holds the main thread for its CPU time (unpickling, mapping shared memory):
+    # measured where the record has it, else the wait of batches long ready when asked for
+    # (an upper bound: a batch still in the pipe waits too); and a finished batch reaches
+    # the main process that much later than its worker finished it, beyond that hold
+    # (pickled and sent by the worker's feeder thread, which waits for the worker's GIL)
+    latency = [log.arrival[i] - max(log.ready[i], log.request[i]) for i in idx]
+    handover = (w.next_cpu_ms or 0.0) / 1e3
+    if w.next_cpu_ms is None:
+        ready_early = [
+            log.arrival[i] - log.request[i] for i in idx if log.ready[i] <= log.request[i]
+        ]
+        handover = min(ready_early, default=0.0)
+    transit = max(statistics.median(latency) - handover, 0.0) if latency else 0.0
     steps = tuple(max(log.request[j] - log.arrival[i], 0.0) for i, j in itertools.pairwise(idx))
     usable = recorded_cores(rec)
     ctx = capacity.cpu_context(w.epochs, w.settings.workers, usable)
@@ -198,10 +209,9 @@ def costs(rec: RunRecord) -> Costs | None:
         reads_in_flight=m0,
         reads_in_flight_max=rs.reads_in_flight_max if rs is not None else m0,
         cpu_split=split,
+        main_cpu_per_batch=_main_cpu_per_batch(rec),
         transit=transit,
-        # the main thread's CPU per next() where measured: it holds the consumer even when
-        # the batch waits in the pipe (few batches find the consumer late enough to show it)
-        handover=max(statistics.median(handed) if handed else 0.0, (w.next_cpu_ms or 0.0) / 1e3),
+        handover=handover,
     )
 
 
@@ -248,9 +258,14 @@ def _split(
     Records made before the log kept CPU per batch share each batch's work out by the
     epochs' CPU share instead."""
     if len(log.cpu_ms) == len(log.work_ms) and len(log.runqueue_ms) == len(log.work_ms):
-        cpu = tuple(min(log.cpu_ms[i], log.work_ms[i]) / 1e3 for i in idx)
         blocked = tuple(
             max(log.work_ms[i] - log.cpu_ms[i] - log.runqueue_ms[i], 0.0) / 1e3 for i in idx
+        )
+        # the worker process's CPU per batch where logged: what moving a batch costs it
+        # (pickling, the queue's feeder thread) on top of the samples and the collate
+        proc = log.process_cpu_ms if len(log.process_cpu_ms) == len(log.work_ms) else None
+        cpu = tuple(
+            max(min(log.cpu_ms[i], log.work_ms[i]), proc[i] if proc else 0.0) / 1e3 for i in idx
         )
         return blocked, cpu, "per batch"
     assert rec.watch is not None
@@ -370,9 +385,31 @@ def simulate(c: Costs, s: Setting, batches: int | None = None) -> list[float]:
     return arrivals
 
 
+# Rounds of the replay that settle the main process's share of the cores with its rate.
+MAIN_ROUNDS = 3
+
+
 def simulated_rate(c: Costs, s: Setting) -> float:
-    """Samples/s the replay delivers under ``s``, over its second half (the queue settled)."""
-    return steady_rate(simulate(c, s), c.samples_per_batch)
+    """Samples/s the replay delivers under ``s``, over its second half (the queue settled).
+    The main process's CPU grows with the batches it takes: its share of the cores is set
+    from the rate the replay gives, and the replay run again, until they agree."""
+    rate = steady_rate(simulate(c, s), c.samples_per_batch)
+    for _ in range(MAIN_ROUNDS if c.main_cpu_per_batch > 0 else 0):
+        if not 0 < rate < float("inf"):
+            break
+        loop = c.main_cpu_per_batch * rate / c.samples_per_batch
+        rate = steady_rate(
+            simulate(dataclasses.replace(c, loop_cores=loop), s), c.samples_per_batch
+        )
+    return rate
+
+
+def _main_cpu_per_batch(rec: RunRecord) -> float:
+    """The main process's CPU seconds per batch over the epochs its workers timed."""
+    assert rec.watch is not None
+    eps = capacity.worker_epochs(rec.watch.epochs)
+    batches = sum(e.batches for e in eps)
+    return sum(e.main_cpu_seconds for e in eps) / batches if batches else 0.0
 
 
 def steady_rate(arrivals: Sequence[float], samples_per_batch: float) -> float:
@@ -466,14 +503,33 @@ def candidates(base: Setting, c: Costs) -> list[Setting]:
     ]
 
 
+# An IterableDataset's batch whose worker time is over this many times the median one's:
+# its stream holds stragglers, which another worker count would deal out differently.
+STREAM_SKEW = 3.0
+
+
 def search(rec: RunRecord) -> list[Prediction]:
     """Every candidate setting's prediction, best rate first; empty where the record has
-    nothing to replay."""
+    nothing to replay.
+
+    An IterableDataset is split into one stream per worker, so another worker count deals
+    its items out differently: where its batches' costs are even that changes nothing the
+    replay needs, but where some are stragglers (over STREAM_SKEW times the median batch)
+    their place in the streams is unknown, and only the recorded worker count is tried."""
     c, base = costs(rec), recorded_setting(rec)
     if c is None or base is None:
         return []
-    out = [p for s in candidates(base, c) if (p := predict(rec, s, c)) is not None]
+    tried = candidates(base, c)
+    if rec.watch is not None and rec.watch.settings.iterable and _skewed(c):
+        tried = [s for s in tried if s.workers == base.workers]
+    out = [p for s in tried if (p := predict(rec, s, c)) is not None]
     return sorted(out, key=lambda p: -p.samples_per_s)
+
+
+def _skewed(c: Costs) -> bool:
+    work = sorted(b + u for b, u in zip(c.blocked, c.cpu, strict=True))
+    median = work[len(work) // 2]
+    return median > 0 and work[-1] > STREAM_SKEW * median
 
 
 def best(predictions: Sequence[Prediction], base: Setting) -> Prediction | None:
@@ -516,8 +572,10 @@ def queue_predictions(rec: RunRecord) -> list[QueuePrediction]:
     tried.append(
         ("prefetch_factor", base.prefetch_factor, p2, dataclasses.replace(base, prefetch_factor=p2))
     )
-    w2 = 2 * base.workers
-    tried.append(("num_workers", base.workers, w2, dataclasses.replace(base, workers=w2)))
+    w = rec.watch
+    if not (w is not None and w.settings.iterable and _skewed(c)):  # as ``search`` says
+        w2 = 2 * base.workers
+        tried.append(("num_workers", base.workers, w2, dataclasses.replace(base, workers=w2)))
     out = []
     for name, was, now, s in tried:
         p = predict(rec, s, c)

@@ -56,8 +56,9 @@ from ioprobe.watch.stages import Measured, steady
 MAX_KEPT = 100_000  # values kept exactly per series before switching to a reservoir
 HEAVIEST = 20  # the heaviest samples kept by index
 BATCH_LOG_ROWS = 10_000  # batches logged one by one for the queueing simulation
-# request, arrival, ready, worker, work, slowest sample, samples, epoch, CPU, run-queue wait
-_LOG_COLUMNS = 10
+# request, arrival, ready, worker, work, slowest sample, samples, epoch, CPU, run-queue wait,
+# the worker process's CPU
+_LOG_COLUMNS = 11
 SPAN_SAMPLES = 20_000  # samples kept for the read-scaling evidence (about 0.5 s to fit at stop)
 # collectors whose epoch is running, innermost last: where ioprobe.to_device reports copies
 ACTIVE: list[WatchCollector] = []
@@ -375,7 +376,7 @@ class WatchCollector:
         """A batch that a worker made and measured (``stats``) reached the consumer."""
         # unpacked in field order: one operation where reading the names would take eleven
         (worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns, mopen, done, index_b,
-         bytes_b, started, mapped, turned, collate_cpu, overhead) = stats  # fmt: skip
+         bytes_b, started, mapped, turned, collate_cpu, overhead, proc_cpu) = stats  # fmt: skip
         wall = array("q", wall_b)
         n = len(wall)
         wall_ns = sum(wall)
@@ -388,7 +389,7 @@ class WatchCollector:
         if len(self._log) < BATCH_LOG_ROWS * _LOG_COLUMNS:
             self._log.extend(
                 (t_request, t_arrival, done, worker, wall_ns + collate, slowest, n, ep.index,
-                 cpu_ns + collate_cpu, runq)
+                 cpu_ns + collate_cpu, runq, proc_cpu)
             )  # fmt: skip
         else:
             self._log_dropped += 1
@@ -845,6 +846,7 @@ class WatchCollector:
             epoch=list(log[7::c]),
             cpu_ms=[round(v / 1e6, 4) for v in log[8::c]],
             runqueue_ms=[round(v / 1e6, 4) for v in log[9::c]],
+            process_cpu_ms=[round(v / 1e6, 4) for v in log[10::c]],
             dropped=self._log_dropped,
         )
 

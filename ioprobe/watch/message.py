@@ -41,6 +41,10 @@ class BatchStats(NamedTuple):
     # counters, listing mapped files, packing this message), timed there: what watching
     # cost the worker beyond the user's code
     overhead_ns: int = 0
+    # the worker process's CPU time (every thread: the queue's feeder pickling the previous
+    # batch too) since its previous batch's collate ended; 0 for its first batch, whose
+    # interval holds its start-up
+    process_cpu_ns: int = 0
 
 
 MAPPED_FIELDS = 4  # a mapped file in BatchStats.mapped: device, inode, bytes, folder_tag

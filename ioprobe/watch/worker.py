@@ -55,6 +55,7 @@ _present: list[dict[tuple[int, int], str]] = [{}]
 _turned: set[str] = set()
 # the watch's own time after the last collate, sent with the next batch (BatchStats)
 _overhead = [0]
+_process_cpu = [0]  # the process's CPU time at the last collate's end (0: none yet)
 
 
 def _after_fork() -> None:
@@ -68,6 +69,7 @@ def _after_fork() -> None:
     _present[0] = {}
     _turned.clear()
     _overhead[0] = 0
+    _process_cpu[0] = 0
     _last = None
     del _wall[:]
     del _cpu[:]
@@ -424,6 +426,9 @@ class TimedCollate:
         out = self.inner(samples)
         collate_cpu = time.thread_time_ns() - c0
         done = time.perf_counter_ns()
+        proc = time.process_time_ns()
+        proc_cpu = proc - _process_cpu[0] if _process_cpu[0] else 0
+        _process_cpu[0] = proc
         info = get_worker_info()
         wall = _wall.tobytes()
         cpu = _cpu.tobytes()
@@ -464,6 +469,7 @@ class TimedCollate:
             turned=turned,
             collate_cpu_ns=collate_cpu,
             overhead_ns=_overhead[0],
+            process_cpu_ns=proc_cpu,
         )
         _started[0] = 0
         # everything since the collate ended is the watch's own work in this worker

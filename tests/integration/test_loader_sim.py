@@ -68,7 +68,9 @@ def test_whatif_on_the_command_line_gives_the_replays_prediction(tmp_path: Path)
 @pytest.mark.parametrize("name", ["skewed-remote", "latency-bound"])
 def test_the_first_advice_comes_true_on_a_rerun_and_is_the_best_of_its_sweep(name: str) -> None:
     case = SMALL[name]
-    outcome = validate(case, pairs=2, sweep=SWEEPS[name])
+    # CI's share of the matrix: the advice against its first neighbours (bench_advice.py
+    # sweeps them all)
+    outcome = validate(case, pairs=2, sweep=SWEEPS[name][:4])
     assert outcome.advice != "none"
     assert outcome.error <= 0.15, outcome
     assert outcome.advised_vs_best >= 0.95, outcome

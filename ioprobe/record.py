@@ -376,6 +376,12 @@ class WatchEpoch:
     metered_read_seconds: float = 0.0  # opens and reads
     metered_open_seconds: float = 0.0  # opens alone: per-request latency
     main_cpu_seconds: float = 0.0  # the main process, all its threads
+    # the host's CPUs busy over the epoch (every process, /proc/stat) and the epoch's wall
+    # time from its iter() to its end; with the workers' own process CPU, what else ran
+    # (None where not read)
+    host_busy_seconds: float | None = None
+    host_wall_seconds: float = 0.0
+    worker_process_cpu_seconds: float = 0.0
     error: str | None = None  # the exception that ended the epoch, if any
     # On the device's own clock (CUDA events at step boundaries), first batch excluded: time
     # from the end of a step's GPU work to the next batch's arrival (the GPU had nothing to

@@ -204,7 +204,7 @@ def costs(rec: RunRecord) -> Costs | None:
         samples_per_batch=sum(log.samples[i] for i in idx) / len(idx),
         usable_cores=max(usable, 1.0),
         loop_cores=ctx.loop_cores,
-        other_threads=ctx.contention,
+        other_threads=max(ctx.contention, foreign_cores(rec)),
         exponent=exponent,
         reads_in_flight=m0,
         reads_in_flight_max=rs.reads_in_flight_max if rs is not None else m0,
@@ -402,6 +402,27 @@ def simulated_rate(c: Costs, s: Setting) -> float:
             simulate(dataclasses.replace(c, loop_cores=loop), s), c.samples_per_batch
         )
     return rate
+
+
+# Cores of other work below this are the host's own noise (kernel threads, the watch's
+# sampler), not a load that takes a worker's core.
+FOREIGN_FLOOR = 0.25
+
+
+def foreign_cores(rec: RunRecord) -> float:
+    """Cores the host spent on other work while the loader ran: its busy CPU time over the
+    epochs (/proc/stat) less the workers' and the main process's, over the epochs' wall
+    time. The workers' wait for a core (``capacity.cpu_context``) sees other work only when
+    it took their cores; with a core to spare, this does. 0 where not read or below
+    FOREIGN_FLOOR."""
+    assert rec.watch is not None
+    eps = [e for e in capacity.worker_epochs(rec.watch.epochs) if e.host_busy_seconds is not None]
+    wall = sum(e.host_wall_seconds for e in eps)
+    if wall <= 0:
+        return 0.0
+    ours = sum(e.worker_process_cpu_seconds + e.main_cpu_seconds for e in eps)
+    other = (sum(e.host_busy_seconds or 0.0 for e in eps) - ours) / wall
+    return other if other >= FOREIGN_FLOOR else 0.0
 
 
 def _main_cpu_per_batch(rec: RunRecord) -> float:
@@ -614,6 +635,7 @@ __all__ = [
     "capped_gain",
     "costs",
     "fits",
+    "foreign_cores",
     "memory",
     "memory_limit",
     "predict",

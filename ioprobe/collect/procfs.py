@@ -79,3 +79,23 @@ def private_bytes(pid: int) -> int | None:
             return parse_private_bytes(f.read())
     except OSError:
         return None
+
+
+def parse_host_busy(stat: bytes, ticks_per_s: int) -> float | None:
+    """Seconds the host's CPUs were busy since boot (user, nice, system, irq, softirq and
+    steal time, every CPU summed) from the text of /proc/stat; None where its first line is
+    not the CPUs' total."""
+    first = stat.split(b"\n", 1)[0].split()
+    if len(first) < 8 or first[0] != b"cpu":
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in first[1:9])
+    return (user + nice + system + irq + softirq + steal) / ticks_per_s
+
+
+def host_busy_seconds() -> float | None:
+    """The host's busy CPU seconds since boot now; None where /proc/stat can't say."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            return parse_host_busy(f.read(4096), os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError):
+        return None

@@ -31,6 +31,7 @@ from ioprobe.collect import gpu_sampler
 from ioprobe.collect.dataset import is_remote
 from ioprobe.collect.distributed import rank_info
 from ioprobe.collect.gpu_events import EventBackend, GpuTimeline
+from ioprobe.collect.procfs import host_busy_seconds
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
 from ioprobe.record import (
     BatchLog,
@@ -288,6 +289,7 @@ class WatchCollector:
         self._cur: WatchEpoch | None = None
         self._prev_arrival = 0
         self._cpu_start = 0.0
+        self._host_start: tuple[float | None, float] = (None, 0.0)
         self._started = time.perf_counter()
         # GPU utilisation, sampled on its own thread while epochs run; the spans the stall
         # share is measured over, in the sampler's clock, pick the samples that count
@@ -316,6 +318,7 @@ class WatchCollector:
         self.epochs.append(self._cur)
         self._prev_arrival = 0
         self._cpu_start = time.process_time()
+        self._host_start = (host_busy_seconds(), time.perf_counter())
         self.adapter.begin_epoch()
         self._start_gpu_sampler()
         ACTIVE.append(self)
@@ -426,6 +429,7 @@ class WatchCollector:
         ep.collate_cpu_seconds = (ep.collate_cpu_seconds or 0.0) + collate_cpu / 1e9
         ep.watch_worker_seconds += overhead / 1e9
         ep.runqueue_seconds += runq / 1e9
+        ep.worker_process_cpu_seconds += proc_cpu / 1e9
         if ep.batches == self._startup_batches:
             ep.startup_metered_read_seconds = ep.metered_read_seconds
             ep.startup_metered_open_seconds = ep.metered_open_seconds
@@ -526,6 +530,11 @@ class WatchCollector:
         if ep is None:
             return
         ep.main_cpu_seconds = time.process_time() - self._cpu_start
+        busy0, wall0 = self._host_start
+        busy1 = host_busy_seconds()
+        if busy0 is not None and busy1 is not None:
+            ep.host_busy_seconds = busy1 - busy0
+            ep.host_wall_seconds = time.perf_counter() - wall0
         if error is not None:
             ep.error = f"{type(error).__name__}: {error}"
             self.interrupted |= isinstance(error, KeyboardInterrupt)

@@ -14,7 +14,7 @@ from ioprobe.analysis.model import pipeline_model
 from ioprobe.analysis.recommend import loader_rule
 from ioprobe.analysis.scenario import LINEAR_STORAGE
 from ioprobe.analysis.whatif import whatif
-from ioprobe.collect.procfs import parse_private_bytes
+from ioprobe.collect.procfs import parse_host_busy, parse_private_bytes
 from ioprobe.record import (
     BatchLog,
     Change,
@@ -27,6 +27,7 @@ from ioprobe.record import (
     Stages,
     TuneTrial,
     WatchData,
+    WatchEpoch,
 )
 from ioprobe.render.tune_text import tune_lines
 from ioprobe.watch.torch import tensor_bytes
@@ -238,3 +239,23 @@ def test_compare_finds_the_applied_loader_advice_from_the_second_runs_settings()
     assert "in_order=False" in check.how
     # the run as it was applied nothing
     assert applied_check(a, a, a.measured_samples_per_s, 123.0, None) is None
+
+
+def test_the_hosts_busy_time_less_the_loaders_is_the_foreign_load() -> None:
+    stat = b"cpu  100 20 30 900 5 6 7 8 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n"
+    assert parse_host_busy(stat, 100) == pytest.approx((100 + 20 + 30 + 6 + 7 + 8) / 100)
+    assert parse_host_busy(b"intr 1 2 3\n", 100) is None
+    rec = record(skewed_log())
+    assert rec.watch is not None
+    # 10 s of epoch: the host busy 18 s, the workers 4 s and the main process 2 s of it
+    rec.watch.epochs = [
+        WatchEpoch(
+            index=0, batches=10, host_busy_seconds=18.0, host_wall_seconds=10.0,
+            worker_process_cpu_seconds=4.0, main_cpu_seconds=2.0,
+        )
+    ]  # fmt: skip
+    assert loader_sim.foreign_cores(rec) == pytest.approx(1.2)
+    costs = loader_sim.costs(rec)
+    assert costs is not None and costs.other_threads == pytest.approx(1.2)
+    rec.watch.epochs[0].host_busy_seconds = 6.5  # what the loader used and noise
+    assert loader_sim.foreign_cores(rec) == 0.0

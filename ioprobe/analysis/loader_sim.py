@@ -194,7 +194,7 @@ def costs(rec: RunRecord) -> Costs | None:
     # without the run's figure, its reads in flight were the workers' share of time blocked
     m0 = m if m is not None else max(w.settings.workers * blocked_share, 1.0)
     pinned = 2.0 if w.settings.pin_memory else 1.0
-    return Costs(
+    out = Costs(
         worker_bytes=w.worker_private_bytes,
         batch_bytes=w.batch_bytes * pinned if w.batch_bytes else None,
         memory_limit=memory_limit(rec),
@@ -213,6 +213,10 @@ def costs(rec: RunRecord) -> Costs | None:
         transit=transit,
         handover=handover,
     )
+    # an IterableDataset's items are dealt to the workers as streams: a straggler belongs to
+    # its worker's stream, not to a batch the queue could hand to another worker, so a
+    # replay by batch would move it where it cannot go
+    return None if w.settings.iterable and _skewed(out) else out
 
 
 # Of the host's memory, the share kept out of any advice: page cache, the training process's
@@ -531,19 +535,12 @@ STREAM_SKEW = 3.0
 
 def search(rec: RunRecord) -> list[Prediction]:
     """Every candidate setting's prediction, best rate first; empty where the record has
-    nothing to replay.
-
-    An IterableDataset is split into one stream per worker, so another worker count deals
-    its items out differently: where its batches' costs are even that changes nothing the
-    replay needs, but where some are stragglers (over STREAM_SKEW times the median batch)
-    their place in the streams is unknown, and only the recorded worker count is tried."""
+    nothing to replay (``costs``: an IterableDataset whose batches hold stragglers among
+    them, over STREAM_SKEW times the median batch, is not replayed)."""
     c, base = costs(rec), recorded_setting(rec)
     if c is None or base is None:
         return []
-    tried = candidates(base, c)
-    if rec.watch is not None and rec.watch.settings.iterable and _skewed(c):
-        tried = [s for s in tried if s.workers == base.workers]
-    out = [p for s in tried if (p := predict(rec, s, c)) is not None]
+    out = [p for s in candidates(base, c) if (p := predict(rec, s, c)) is not None]
     return sorted(out, key=lambda p: -p.samples_per_s)
 
 
@@ -593,10 +590,8 @@ def queue_predictions(rec: RunRecord) -> list[QueuePrediction]:
     tried.append(
         ("prefetch_factor", base.prefetch_factor, p2, dataclasses.replace(base, prefetch_factor=p2))
     )
-    w = rec.watch
-    if not (w is not None and w.settings.iterable and _skewed(c)):  # as ``search`` says
-        w2 = 2 * base.workers
-        tried.append(("num_workers", base.workers, w2, dataclasses.replace(base, workers=w2)))
+    w2 = 2 * base.workers
+    tried.append(("num_workers", base.workers, w2, dataclasses.replace(base, workers=w2)))
     out = []
     for name, was, now, s in tried:
         p = predict(rec, s, c)

@@ -104,7 +104,7 @@ class TorchGroup:
                         timeout=self._timeout,
                     ),
                 )
-            except TimeoutError:
+            except _NoAnswer:
                 raise RankLostError(
                     f"rank {info.rank}: nothing at {where.removeprefix('tcp://')} answered as "
                     f"the ranks' store within {timeout_s + INIT_GRACE_S:g} s (another program "
@@ -223,8 +223,12 @@ class TorchGroup:
         return {r for r in range(self.world) if r != self.rank and before.get(r) == after.get(r)}
 
 
+class _NoAnswer(Exception):
+    """The watchdog's own: what the call raised (a TimeoutError of torch's too) stays apart."""
+
+
 def _within(seconds: float, call: Callable[[], object]) -> None:
-    """``call()`` in a thread of its own, waited for at most ``seconds``: TimeoutError
+    """``call()`` in a thread of its own, waited for at most ``seconds``: _NoAnswer
     past that, its exception where it raised one. torch's TCPStore client waits without end
     for the first answer of a listener that accepts and never speaks (another program on
     MASTER_PORT), whatever timeout it was given; it releases the GIL while it waits, so the
@@ -245,7 +249,7 @@ def _within(seconds: float, call: Callable[[], object]) -> None:
     end = time.monotonic() + seconds
     while not done.wait(min(0.2, max(0.0, end - time.monotonic()))):
         if time.monotonic() >= end:
-            raise TimeoutError(f"no answer within {seconds:g} s")
+            raise _NoAnswer(f"no answer within {seconds:g} s")
     if failed:
         raise failed[0]
 

@@ -147,7 +147,7 @@ def test_gather_under_a_silent_listener_returns_the_record_alone_in_bounded_time
     """A training script's ``gather`` after its loop: it must not hang the script, which
     goes on with this rank's record and one line on stderr."""
     script = (
-        "import ioprobe.watch.gather as g\n"
+        "from ioprobe.watch import gather as g\n"
         "out = g.gather(None, merge=lambda rs: rs[0], timeout_s=1.0)\n"
         "print('returned', out)\n"
     )

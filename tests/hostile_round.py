@@ -551,6 +551,55 @@ def generate(tmp: Path, recs: dict[str, Path], servers: dict[str, str]) -> list[
             done=frozenset({0}),
         )
     )
+    # a record written by hand (or by an older tool) with credentials in its strings: every
+    # view of it, every format, and the commands that read two records or a what-if of one
+    raw = json.loads(recs["probe"].read_text())
+    raw["dataset"]["target"] = f"https://u:it's{SECRET}@h/data?X-Amz-Signature={SECRET}"
+    raw["notes"] = [
+        *raw.get("notes", []),
+        f"read s3://AK:{SECRET}@bucket/x and https://tok{SECRET}X@h/",
+    ]
+    leaky = tmp / "leaky.json"
+    leaky.write_text(json.dumps(raw))
+    for name, cmd, kinds in (
+        ("report", ["report", str(leaky)], ("json", "html", "md", "trace")),
+        ("report --json -", ["report", str(leaky), "--json", "-"], ()),
+        ("report --md -", ["report", str(leaky), "--md", "-"], ()),
+        ("whatif", ["whatif", str(leaky), "--cores", "4"], ("json", "md")),
+        ("compare", ["compare", str(leaky), str(recs["probe"])], ()),
+        ("size", ["size", str(leaky), "--gpus", "1,2"], ("json", "md")),
+        ("export dlio", ["export", "dlio", str(leaky)], ()),
+    ):
+        args, outs = out(f"s-rec-{name.replace(' ', '_')}", *kinds) if kinds else ([], [])
+        cases.append(
+            Case(
+                f"{name} of a record holding secrets",
+                3,
+                [*cmd, *args],
+                outputs=outs,
+                secrets=True,
+                done=frozenset({0}) if kinds else frozenset(),
+            )
+        )
+    args, outs = out("s-trace", "json", "trace")
+    url = SECRET_URLS["apostrophe"].format(S=SECRET, H=hosts["ok"])
+    cases.append(
+        Case(
+            "probe secret URL --trace --json",
+            3,
+            ["probe", url, "--time-budget", BUDGET, *args],
+            outputs=outs,
+            secrets=True,
+        )
+    )
+    cases.append(
+        Case(
+            "probe secret URL --md -",
+            3,
+            ["probe", url, "-q", "--time-budget", BUDGET, "--md", "-"],
+            secrets=True,
+        )
+    )
 
     # 4. slow, endless and dripping servers; FIFOs and devices as inputs ---------------------
     for mode in ("silent", "drip-head", "drip-body", "endless"):

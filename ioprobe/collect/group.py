@@ -21,8 +21,10 @@ import contextlib
 import datetime as dt
 import os
 import re
+import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
 from ioprobe.errors import BadInputError, RankLostError
@@ -34,6 +36,9 @@ T = TypeVar("T")
 SLURM_PORT_BASE = 29_500  # srun sets no port: one from the job id keeps jobs on a node apart
 SLURM_PORTS = 10_000
 BEAT_S = 0.5
+# torch's own rendezvous ends within its timeout wherever a store answers (connecting is
+# retried until then, the ranks' barrier waits as long); this much more is the watchdog's
+INIT_GRACE_S = 5.0
 _MONITORED = re.compile(r"Ranks? ([\d, ]+) failed to pass monitoredBarrier")
 
 
@@ -87,20 +92,33 @@ class TorchGroup:
         self._timeout = dt.timedelta(seconds=timeout_s)
         self._own = not dist.is_initialized()
         if self._own:
+            where = rendezvous(info, env)
             try:
-                dist.init_process_group(
-                    "gloo",
-                    init_method=rendezvous(info, env),
-                    rank=info.rank,
-                    world_size=info.world_size,
-                    timeout=self._timeout,
+                _within(
+                    timeout_s + INIT_GRACE_S,
+                    lambda: dist.init_process_group(
+                        "gloo",
+                        init_method=where,
+                        rank=info.rank,
+                        world_size=info.world_size,
+                        timeout=self._timeout,
+                    ),
                 )
-            except (RuntimeError, ValueError) as exc:  # DistNetworkError and TimeoutError too
+            except _NoAnswer:
                 raise RankLostError(
-                    f"rank {info.rank}: the ranks did not meet within {timeout_s:g} s "
-                    f"({_first_line(exc)})",
+                    f"rank {info.rank}: nothing at {where.removeprefix('tcp://')} answered as "
+                    f"the ranks' store within {timeout_s + INIT_GRACE_S:g} s (another program "
+                    "may hold MASTER_PORT: it accepted the connection and never spoke)",
                     missing=[],
                 ) from None
+            except (RuntimeError, ValueError) as exc:  # DistNetworkError too
+                why = (
+                    f"MASTER_PORT {where.rsplit(':', 1)[-1]} is taken on this host by another "
+                    "program: the ranks' store cannot listen there"
+                    if _in_use(exc)
+                    else f"the ranks did not meet within {timeout_s:g} s ({_first_line(exc)})"
+                )
+                raise RankLostError(f"rank {info.rank}: {why}", missing=[]) from None
             self._pg: Any = None  # the default group
         else:
             if dist.get_world_size() != info.world_size or dist.get_rank() != info.rank:
@@ -205,6 +223,52 @@ class TorchGroup:
         return {r for r in range(self.world) if r != self.rank and before.get(r) == after.get(r)}
 
 
+class _NoAnswer(Exception):
+    """The watchdog's own: what the call raised (a TimeoutError of torch's too) stays apart."""
+
+
+def _within(seconds: float, call: Callable[[], object]) -> None:
+    """``call()`` in a thread of its own, waited for at most ``seconds``: _NoAnswer
+    past that, its exception where it raised one. torch's TCPStore client waits without end
+    for the first answer of a listener that accepts and never speaks (another program on
+    MASTER_PORT), whatever timeout it was given; it releases the GIL while it waits, so the
+    thread is left behind, a daemon that does not keep the process from exiting."""
+    done = threading.Event()
+    failed: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # handed to the caller's thread
+            failed.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=run, daemon=True, name="ioprobe-rendezvous").start()
+    # short waits: a signal handler (Ctrl-C, SIGTERM) runs between them
+    end = time.monotonic() + seconds
+    while not done.wait(min(0.2, max(0.0, end - time.monotonic()))):
+        if time.monotonic() >= end:
+            raise _NoAnswer(f"no answer within {seconds:g} s")
+    if failed:
+        raise failed[0]
+
+
+def _in_use(exc: BaseException) -> bool:
+    """Whether the store could not listen: rank 0 makes it on MASTER_PORT, and another
+    program listens there already."""
+    text = str(exc).lower()
+    return "failed to listen" in text or "address already in use" in text
+
+
+def quiet_torch_logs() -> None:
+    """Keep torch's C++ log (a warning with a C++ stack per retried connection) off the
+    probe's stderr, where every failure is already one line of ioprobe's. Read when torch
+    is first imported, so set only where it is not yet, and never over the user's own."""
+    if "torch" not in sys.modules:
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
+
+
 def _default_store(dist: Any) -> Any:
     """The default group's key-value store (torch keeps it private); None where this torch
     has none to give: missing ranks then go unnamed."""
@@ -222,5 +286,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def open_group(info: RankInfo, timeout_s: float) -> Group:
-    """The group of this job's ranks, for a distributed probe."""
+    """The group of this job's ranks, for a distributed probe (the command line's: torch's
+    C++ log is kept off its stderr)."""
+    quiet_torch_logs()
     return TorchGroup(info, timeout_s)

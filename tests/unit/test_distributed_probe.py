@@ -3,10 +3,20 @@ level's aggregate from each client's reads, and where the ranks meet."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from ioprobe.collect.distributed_probe import _Level, aggregate, client_counts, client_order
-from ioprobe.collect.group import SLURM_PORT_BASE, _first_line, rendezvous
+from ioprobe.collect.group import (
+    SLURM_PORT_BASE,
+    _first_line,
+    _in_use,
+    _NoAnswer,
+    _within,
+    rendezvous,
+)
 from ioprobe.errors import BadInputError
 from ioprobe.record import RankInfo
 
@@ -103,3 +113,29 @@ def test_a_gloo_error_keeps_its_first_sentence_without_the_source_file() -> None
         "[127.0.0.1]:2999. This is typically caused by a remote worker crashing. GLHF!"
     )
     assert _first_line(exc) == "Connection closed by peer [127.0.0.1]:2999"
+
+
+def test_the_rendezvous_watchdog_gives_up_on_a_call_that_never_returns() -> None:
+    """torch's store client waits for ever on a listener that never speaks: the group's
+    start is waited for at most its deadline, and a call's own error still comes through."""
+    gate = threading.Event()
+    start = time.monotonic()
+    with pytest.raises(_NoAnswer):
+        _within(0.3, gate.wait)
+    assert 0.3 <= time.monotonic() - start < 2.0
+    gate.set()
+
+    def fails() -> None:
+        raise RuntimeError("connection closed by peer")
+
+    with pytest.raises(RuntimeError, match="closed by peer"):
+        _within(5.0, fails)
+    got: list[int] = []
+    _within(5.0, lambda: got.append(1))
+    assert got == [1]
+
+
+def test_a_store_that_cannot_listen_is_told_apart_from_a_timeout() -> None:
+    assert _in_use(RuntimeError("The server socket has failed to listen on any local network"))
+    assert _in_use(OSError("[Errno 98] Address already in use"))
+    assert not _in_use(RuntimeError("The client socket has timed out after 3000ms"))

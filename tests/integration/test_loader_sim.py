@@ -65,6 +65,10 @@ def test_whatif_on_the_command_line_gives_the_replays_prediction(tmp_path: Path)
     assert bad.returncode != 0 and "--in-order" in bad.stderr
 
 
+# a minute or two each, and the rates of 16-24 workers on a 2-core host swing with any other
+# load: run with `pytest -m long tests/integration/test_loader_sim.py` on a quiet host, as
+# bench_advice.py runs the whole matrix; the default run holds the replay's own figures
+@pytest.mark.long
 @pytest.mark.parametrize("name", ["skewed-remote", "latency-bound"])
 def test_the_first_advice_comes_true_on_a_rerun_and_is_the_best_of_its_sweep(name: str) -> None:
     case = SMALL[name]

@@ -116,7 +116,7 @@ def test_size_refuses_a_trace_and_a_bad_price_file_in_one_line(tmp_path: Path) -
     proc = run_cli(*base, "--cost", str(bad))
     assert_one_line_error(proc, "no storage class named nvme-gen9")
     proc = run_cli(*base, "--cost", str(tmp_path / "missing.toml"))
-    assert_one_line_error(proc, "cannot read")
+    assert_one_line_error(proc, "missing.toml: no such file")
     assert not (tmp_path / "s.trace.json").exists()
 
 

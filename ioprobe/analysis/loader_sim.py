@@ -12,9 +12,10 @@ its worker spent on it, split into time blocked (reads, sleeps) and CPU time. Wo
 batches by PyTorch's dispatch rules (``_MultiProcessingDataLoaderIter``: ``prefetch_factor``
 batches per worker handed out at the start, one more each time the consumer takes one; in
 order round robin, out of order the next worker with a free slot) and make them one after
-another: first the batch's blocked time, then its CPU time. A worker's CPU runs at the fair
-share of the usable cores among every runnable thread (the busy workers, the training loop,
-the host's other load as ``capacity.cpu_context`` inferred it), and a blocked read takes
+another: first the batch's blocked time, then its CPU time. A worker's CPU runs at its share
+of the usable cores less the training loop's, or, where other work runs on the host (as
+``capacity.cpu_context`` and ``foreign_cores`` read it), at the fair share of the usable
+cores among every runnable thread; a blocked read takes
 longer or shorter with the reads in flight beside it by the exponent the run measured
 (``capacity.read_scaling``: storage throughput follows reads in flight ** exponent). The
 consumer takes the batches (in order, or whichever is done first) and spends each logged
@@ -331,8 +332,15 @@ def simulate(c: Costs, s: Setting, batches: int | None = None) -> list[float]:
         """Speed of a blocked read and of CPU work, given what runs now."""
         n_io = phase.count(1)
         n_cpu = phase.count(2)
-        runnable = n_cpu + c.loop_cores + c.other_threads
-        cpu_rate = min(1.0, c.usable_cores / runnable) if n_cpu else 1.0
+        # the training loop is served first (workers past the cores do not take its share);
+        # other work on the host shares the cores fairly with every runnable thread
+        if not n_cpu:
+            cpu_rate = 1.0
+        elif c.other_threads > 0:
+            runnable = n_cpu + c.loop_cores + c.other_threads
+            cpu_rate = min(1.0, c.usable_cores / runnable)
+        else:
+            cpu_rate = min(1.0, max(c.usable_cores - c.loop_cores, 0.5) / n_cpu)
         io_rate = 1.0
         if n_io and c.exponent is not None:
             # time per read ~ (reads in flight) ** (1 - exponent), as measured at m0

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 from pathlib import Path
@@ -48,19 +48,31 @@ def test_a_server_streaming_without_end_cannot_grow_the_probe(tmp_path: Path) ->
     with ThrottledHTTPServer(root) as srv:
         srv.RequestHandlerClass = _EndlessHandler
         t0 = time.monotonic()
-        proc = subprocess.run(
-            [
-                *(sys.executable, "-m", "ioprobe", "probe", srv.url, "--loader", "raw"),
-                *("--time-budget", f"{BUDGET:g}", "-q", "--json", str(tmp_path / "run.json")),
-            ],
-            capture_output=True,
-            text=True,
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            timeout=120,
-        )
-        took = time.monotonic() - t0
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    assert "Traceback" not in proc.stderr, proc.stderr
+        with (tmp_path / "stderr").open("w+") as err:
+            proc = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "ioprobe", "probe", srv.url, "--loader", "raw"),
+                    *("--time-budget", f"{BUDGET:g}", "-q", "--json", str(tmp_path / "run.json")),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=err,
+                cwd=REPO,
+                env={**os.environ, "PYTHONPATH": str(REPO)},
+            )
+            # This child's own peak, by wait4: RUSAGE_CHILDREN is the largest of every child
+            # this test process ever reaped, other tests' included.
+            killer = threading.Timer(120, proc.kill)
+            killer.start()
+            try:
+                _, _, usage = os.wait4(proc.pid, 0)
+            finally:
+                killer.cancel()
+            took = time.monotonic() - t0
+            err.seek(0)
+            stderr = err.read()
+    peak_mb = usage.ru_maxrss / 1024
+    assert "Traceback" not in stderr, stderr
     assert took < BUDGET + margin_s(BUDGET) + 3.0, took
-    assert peak_mb < 1500, peak_mb  # the interpreter, numpy and the reads' own buffers
+    assert peak_mb < 600, (
+        peak_mb
+    )  # the interpreter, numpy and the reads' own buffers (about 180 MB)

@@ -16,6 +16,7 @@ import tomllib
 from importlib import resources
 from typing import Any
 
+from ioprobe import units
 from ioprobe.errors import BadInputError
 from ioprobe.outputs import read_input
 from ioprobe.record import StorageClassInfo
@@ -175,7 +176,7 @@ def resolve_storage(spec: str, catalog: Catalog) -> StorageClass:
     if rate is not None:
         return StorageClass(
             name=spec.replace(" ", ""),
-            label=f"{rate / 1e6:g} MB/s, bandwidth only",
+            label=f"{units.bandwidth(rate)}, bandwidth only",
             scope="given",
             seq_read_bytes_per_s=rate,
         )

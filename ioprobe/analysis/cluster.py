@@ -12,17 +12,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from ioprobe import units
 from ioprobe.record import ClientsPoint, RankFigures, RunRecord
 
 # a client count that reads this share of the curve's peak is where the storage saturates:
 # past it, doubling the clients gains at most about a tenth
 SATURATION_SHARE = 0.9
 MAX_RANK_ROWS = 16  # ranks a short table (terminal, Markdown) lists; the rest are summarised
-
-
-def bandwidth(x: float) -> str:
-    """A read rate as people write it: GB/s from one GB/s up, MB/s below."""
-    return f"{x / 1e9:,.1f} GB/s" if x >= 1e9 else f"{x / 1e6:,.0f} MB/s"
 
 
 @dataclass
@@ -84,22 +80,22 @@ def saturation(rec: RunRecord) -> Saturation | None:
 
 def _saturation_text(s: Saturation) -> str:
     alone = (
-        f"one client alone reads {bandwidth(s.one_client_bytes_per_s)}"
+        f"one client alone reads {units.bandwidth(s.one_client_bytes_per_s)}"
         if s.smallest_clients == 1
-        else f"{s.smallest_clients} clients read {bandwidth(s.one_client_bytes_per_s)} each"
+        else f"{s.smallest_clients} clients read {units.bandwidth(s.one_client_bytes_per_s)} each"
     )
     if not s.saturated:
         return (
-            f"still scaling at {s.largest_clients} clients: {bandwidth(s.largest_bytes_per_s)}, "
+            f"still scaling at {s.largest_clients} clients: {units.bandwidth(s.largest_bytes_per_s)}, "
             f"{s.last_gain:+.0%} from {s.previous_clients}; more clients would read more "
             f"({alone})"
         )
     text = (
         f"the shared storage saturates at {s.knee_clients} client{'s' * (s.knee_clients != 1)}, "
-        f"{bandwidth(s.peak_bytes_per_s)}; {alone}"
+        f"{units.bandwidth(s.peak_bytes_per_s)}; {alone}"
     )
     if s.largest_bytes_per_s < SATURATION_SHARE * s.peak_bytes_per_s:
-        text += f"; {s.largest_clients} clients read less, {bandwidth(s.largest_bytes_per_s)}"
+        text += f"; {s.largest_clients} clients read less, {units.bandwidth(s.largest_bytes_per_s)}"
     if s.one_node:
         text += " (every client ran on one node: the limit may be the node's, not the storage's)"
     return text
@@ -275,7 +271,6 @@ __all__ = [
     "RankRest",
     "RankTable",
     "Saturation",
-    "bandwidth",
     "cluster_figures",
     "per_node",
     "rank_table",

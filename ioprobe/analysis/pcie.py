@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ioprobe import units
 from ioprobe.analysis.model import PipelineFindings
 from ioprobe.record import PcieLink, Recommendation, RunRecord
 
@@ -139,7 +140,7 @@ def probe_pageable_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendat
             text=(
                 f"Copy from pinned memory (DataLoader(pin_memory=True), .to(device, "
                 f"non_blocking=True)): at this batch size pinned copies ran "
-                f"{pinned / 1e9:.1f} GB/s and pageable ones {pageable / 1e9:.1f} GB/s "
+                f"{units.bandwidth(pinned)} and pageable ones {units.bandwidth(pageable)} "
                 f"({pinned / pageable:.1f}x); from pageable memory the link would cap the "
                 f"pipeline at {capped:,.0f} samples/s."
             ),

@@ -19,6 +19,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Literal
 
+from ioprobe import units
 from ioprobe.analysis.epochs import worker_latency
 from ioprobe.analysis.measures import percentile, share_text
 from ioprobe.record import (
@@ -374,7 +375,7 @@ def _storage_evidence(f: RankFigures, others: Sequence[RankFigures]) -> tuple[fl
     mine_b, ref_b = f.read_bytes_per_s, _median([g.read_bytes_per_s for g in others])
     if mine_b and ref_b:
         return ratio, (
-            f"it reads {mine_b / 1e6:.3g} MB/s against the median rank's {ref_b / 1e6:.3g} MB/s"
+            f"it reads {units.bandwidth(mine_b)} against the median rank's {units.bandwidth(ref_b)}"
         )
     return ratio, f"its storage gives {mine:.3g} samples/s against the median rank's {ref:.3g}"
 

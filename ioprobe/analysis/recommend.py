@@ -14,7 +14,7 @@ import math
 import statistics
 from collections.abc import Callable
 
-from ioprobe import capacity
+from ioprobe import capacity, units
 from ioprobe.analysis import loader_sim
 from ioprobe.analysis.cache import steady_hit_rate
 from ioprobe.analysis.catalog import Catalog, shipped_catalog
@@ -365,13 +365,13 @@ def cache_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     if total <= budget:
         change = Change(cache_bytes=total)
         text = (
-            f"The dataset ({_size(total)}) fits in free RAM "
-            f"({avail / 1e9:.1f} GB): from the second epoch the page cache serves it."
+            f"The dataset ({units.size(total)}) fits in free RAM "
+            f"({units.size(avail)}): from the second epoch the page cache serves it."
         )
     else:
         change = Change(cache_bytes=budget, cache_order="static")
         text = (
-            f"Pin {budget / 1e9:.0f} GB of the {total / 1e9:.0f} GB dataset in RAM as a fixed "
+            f"Pin {units.size(budget)} of the {units.size(total)} dataset in RAM as a fixed "
             f"subset (the page cache, an LRU under a shuffled order, would serve only "
             f"{steady_hit_rate(budget, total, 'shuffled'):.0%} of reads)."
         )
@@ -421,17 +421,10 @@ def _local_cache(
         Change(cache_bytes=total),
         "local_cache",
         f"Reads go over the network, where the page cache never sees them; the dataset "
-        f"({_size(total)}) fits in free RAM ({avail / 1e9:.1f} GB): {how}, and from the "
+        f"({units.size(total)}) fits in free RAM ({units.size(avail)}): {how}, and from the "
         "second epoch local reads serve it.",
         f"storage delivers {f.predicted_samples_per_s:,.0f} samples/s",
     )
-
-
-def _size(n: float) -> str:
-    """A dataset's size in GB, or MB below 1 GB, so that a small one does not read 0.0 GB."""
-    if n >= 1e9:
-        return f"{n / 1e9:.1f} GB"
-    return f"{n / 1e6:.1f} MB" if n < 10e6 else f"{n / 1e6:.0f} MB"
 
 
 def shard_rule(rec: RunRecord, f: PipelineFindings, catalog: Catalog) -> list[Recommendation]:
@@ -460,7 +453,7 @@ def shard_rule(rec: RunRecord, f: PipelineFindings, catalog: Catalog) -> list[Re
         Recommendation(
             kind="shard_small_files",
             text=(
-                f"Samples average {_kib(mean)}, so reads pay "
+                f"Samples average {units.size(mean)}, so reads pay "
                 "per-file latency and IOPS. Pack them into shards (tar / WebDataset) of 100 MB "
                 "or more so storage streams. " + basis
             ),
@@ -477,10 +470,6 @@ def _already_streamed(rec: RunRecord) -> bool:
     if rec.dataset.layout != "files":
         return True
     return rec.watch is not None and rec.watch.settings.iterable
-
-
-def _kib(n: float) -> str:
-    return f"{n / 1024:.0f} KiB" if n >= 10 * 1024 else f"{n / 1024:.1f} KiB"
 
 
 def _sharded_rate(rec: RunRecord, cls: StorageClassInfo) -> float | None:
@@ -693,8 +682,8 @@ def _memory_stop(
     sets = ", ".join(f"{n}={v}" for n, _, v in top.setting.changes(chosen.setting)) or "it"
     return (
         f" Memory stops short of more: {sets} would give {top.gain - 1:+.0%} but hold "
-        f"{_size(top.memory_bytes or 0.0)} against {_size(c.memory_limit)} the host can spare "
-        f"(a worker holds {_size(c.worker_bytes or 0.0)}, a batch {_size(c.batch_bytes or 0.0)})."
+        f"{units.memory(top.memory_bytes or 0.0)} against {units.memory(c.memory_limit)} the host can spare "
+        f"(a worker holds {units.memory(c.worker_bytes or 0.0)}, a batch {units.memory(c.batch_bytes or 0.0)})."
     )
 
 
@@ -892,8 +881,8 @@ def _pinned_speedup(pc: PcieStage) -> tuple[float, str]:
     ratio of the two measured rates where both were measured, else the usual 2x."""
     if pc.pinned_bytes_per_s and pc.pageable_bytes_per_s:
         return pc.pinned_bytes_per_s / pc.pageable_bytes_per_s, (
-            f"pinned copies ran {pc.pinned_bytes_per_s / 1e9:.1f} GB/s here, pageable ones "
-            f"{pc.pageable_bytes_per_s / 1e9:.1f} GB/s"
+            f"pinned copies ran {units.bandwidth(pc.pinned_bytes_per_s)} here, pageable ones "
+            f"{units.bandwidth(pc.pageable_bytes_per_s)}"
         )
     return 2.0, "pinned copies run about 2x pageable ones"
 

@@ -19,7 +19,7 @@ import math
 import re
 from typing import Any
 
-from ioprobe import capacity
+from ioprobe import capacity, units
 from ioprobe.analysis.cache import steady_hit_rate
 from ioprobe.analysis.catalog import read_rate
 from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu, label, measured
@@ -451,16 +451,12 @@ def cache_room(rec: RunRecord, workers: int) -> str | None:
     if need <= s.cache_limit_bytes:
         return None
     return (
-        f"storage at most this run's rate: the format's cache ({_bytes(s.cache_limit_bytes)}, "
+        f"storage at most this run's rate: the format's cache ({units.size(s.cache_limit_bytes)}, "
         f"litdata's max_cache_size) is smaller than {workers} workers x {s.chunks_ahead + 1} "
-        f"chunks of {_bytes(chunk)} (the one each reads, {s.chunks_ahead} downloaded ahead: "
-        f"{_bytes(need)}), so downloads wait for room and more workers may read slower; give "
+        f"chunks of {units.size(chunk)} (the one each reads, {s.chunks_ahead} downloaded ahead: "
+        f"{units.size(need)}), so downloads wait for room and more workers may read slower; give "
         "the cache room for them"
     )
-
-
-def _bytes(n: float) -> str:
-    return f"{n / 1e3:.3g} kB" if n < 1e6 else f"{n / 1e6:.3g} MB"
 
 
 def _new_class(rec: RunRecord, ch: Change, st: StorageStage, lanes: float) -> list[str]:
@@ -612,7 +608,7 @@ def _along_probe(
     why = [
         f"storage follows the concurrency sweep of {ch.storage_sweep_source or 'a probe'}: "
         f"{len(pts)} levels, {min(xs):g}-{max(xs):g} reads in flight, "
-        f"{min(ys) / 1e6:.2f}-{max(ys) / 1e6:.2f} MB/s; from the {m:.1f} reads in flight this "
+        f"{units.bandwidth(min(ys))} to {units.bandwidth(max(ys))}; from the {m:.1f} reads in flight this "
         f"run had ({how}) to {new_lanes:g} with every worker reading, {factor:.2f}x its "
         "capacity"
         + (
@@ -648,8 +644,8 @@ def _cached(rec: RunRecord, ch: Change, st: StorageStage) -> str:
     per_sample = (1 - hit) / st.capacity_samples_per_s + (hit / warm_cap if warm_cap else 0.0)
     st.capacity_samples_per_s = 1.0 / per_sample if per_sample > 0 else None
     return (
-        f"a {ch.cache_bytes / 1e9:.1f} GB {order} cache over "
-        f"{total / 1e9:.1f} GB serves {hit:.0%} of reads in steady state"
+        f"a {units.size(ch.cache_bytes)} {order} cache over "
+        f"{units.size(total)} serves {hit:.0%} of reads in steady state"
         + ("" if warm_cap else "; cached reads are free next to storage (no warm pass)")
     )
 

@@ -14,10 +14,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from ioprobe import capacity
+from ioprobe import capacity, units
 from ioprobe.analysis.cache import cache_for_hit_rate
 from ioprobe.analysis.catalog import read_rate
-from ioprobe.analysis.cluster import ClusterFigures, bandwidth, cluster_figures
+from ioprobe.analysis.cluster import ClusterFigures, cluster_figures
 from ioprobe.analysis.cost import row_cost
 from ioprobe.analysis.density import density_guide
 from ioprobe.analysis.mlperf import place
@@ -391,9 +391,9 @@ def _assumptions(
     if figures is not None:
         out.append(
             f"{MEASURED} storage: all nodes together read at most the clients curve's peak, "
-            f"{bandwidth(figures.aggregate_bytes_per_s)} ({figures.clients} clients on "
+            f"{units.bandwidth(figures.aggregate_bytes_per_s)} ({figures.clients} clients on "
             f"{figures.hosts} node{'s' * (figures.hosts != 1)}); one node reads "
-            f"{bandwidth(figures.node_bytes_per_s)}, the most one node's share of any level "
+            f"{units.bandwidth(figures.node_bytes_per_s)}, the most one node's share of any level "
             "reached; more nodes are like the measured ones"
         )
     elif base is not None and inp.nodes > 1:
@@ -570,13 +570,13 @@ def _within_node(fit: NodeFit, cls: StorageClassInfo, inp: SizeInputs) -> str:
         )
     if fit.next_bound == "cpu":
         return f"{fit.gpus} GPUs at {inp.target_utilization:.0%} need {need:,.0f} samples/s"
-    wanted = bandwidth(need * inp.sample_bytes)
+    wanted = units.bandwidth(need * inp.sample_bytes)
     node = cls.node_bytes_per_s or cls.seq_read_bytes_per_s
     if inp.nic_bytes_per_s and inp.nic_bytes_per_s < node:
-        return f"its NIC carries {bandwidth(inp.nic_bytes_per_s)}; the GPUs need {wanted}"
+        return f"its NIC carries {units.bandwidth(inp.nic_bytes_per_s)}; the GPUs need {wanted}"
     if node < cls.seq_read_bytes_per_s:
-        return f"one node reads {bandwidth(node)}; the GPUs need {wanted}"
-    return f"the storage gives all clients {bandwidth(cls.seq_read_bytes_per_s)}; the GPUs need {wanted}"
+        return f"one node reads {units.bandwidth(node)}; the GPUs need {wanted}"
+    return f"the storage gives all clients {units.bandwidth(cls.seq_read_bytes_per_s)}; the GPUs need {wanted}"
 
 
 def _cheapest(
@@ -706,8 +706,7 @@ def _binds_beyond(cls: StorageClassInfo, most: int, inp: SizeInputs) -> str:
         why += f" ({most + 1} GPUs need {math.ceil(beyond.cores_needed)} cores per node)"
     elif beyond.bottleneck == "storage" and beyond.cache_bytes_static:
         n = beyond.cache_bytes_static
-        cache = f"{n / 1e9:,.0f} GB" if n >= 1e9 else f"{n / 1e6:,.0f} MB"
-        why += f" (or add a {cache} pinned cache per node)"
+        why += f" (or add a {units.size(n)} pinned cache per node)"
     return why
 
 

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ioprobe import units
 from ioprobe.capacity import single_thread_rate
 from ioprobe.collect.cuda_copy import Copier
 from ioprobe.collect.dataset import FileEntry
@@ -52,17 +53,10 @@ CUFILE_SHARE = 0.3  # of the path's budget, for the cuFile read where kvikio is 
 COMPAT = "compatibility mode: no GPUDirect Storage, reads bounce through host memory"
 
 
-def _size_label(nbytes: int) -> str:
-    """A buffer size as a person writes it: 8 MiB, 512 KiB."""
-    if nbytes >= 1 << 20 and nbytes % (1 << 20) == 0:
-        return f"{nbytes >> 20} MiB"
-    return f"{nbytes >> 10} KiB" if nbytes % 1024 == 0 else f"{nbytes} B"
-
-
 def method_label(buffers: int, buffer_bytes: int) -> str:
     """How the path ran, e.g. "pinned double buffer, 2 x 8 MiB"."""
     kind = {2: "double", 3: "triple"}.get(buffers, f"{buffers}-way")
-    return f"pinned {kind} buffer, {buffers} x {_size_label(buffer_bytes)}"
+    return f"pinned {kind} buffer, {buffers} x {units.memory(buffer_bytes)}"
 
 
 def _read_into(view: memoryview, item: Item) -> int:

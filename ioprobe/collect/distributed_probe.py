@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from ioprobe import capacity
+from ioprobe import capacity, units
 from ioprobe.collect import cpu as cpu_mod
 from ioprobe.collect import storage as st_mod
 from ioprobe.collect.dataset import FileEntry
@@ -300,8 +300,8 @@ class DistributedProbe(Probe):
             self._dist.curve.append(point)
             self.reporter.result(
                 f"{k:>3} client{'s' if k != 1 else ' '} on {nodes} node{'s' if nodes != 1 else ' '}: "
-                f"{point.read_bytes_per_s / 1e6:9.1f} MB/s  "
-                f"({point.per_client_bytes_per_s / 1e6:.1f} MB/s each)"
+                f"{units.bandwidth(point.read_bytes_per_s):>11}  "
+                f"({units.bandwidth(point.per_client_bytes_per_s)} each)"
             )
             self.reporter.update((i + 1) / len(counts), f"{k} clients")
             if k == self.info.world_size:

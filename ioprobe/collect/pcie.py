@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ioprobe import units
 from ioprobe.capacity import copy_rate_at, pcie_from_rate, peak_copy_rate
 from ioprobe.collect.cuda_copy import Copier, Direction
 from ioprobe.collect.progress import Reporter, SilentReporter
@@ -146,7 +147,7 @@ def measure_copies(
         for direction, is_pinned in COMBOS:
             host = hosts[is_pinned]
             points.append(_measure_point(copier, host, is_pinned, device, size, direction))
-        rep.update((i + 1) / len(sizes), _size_label(size))
+        rep.update((i + 1) / len(sizes), units.memory(size))
     return points, link
 
 
@@ -191,10 +192,6 @@ def _link_under_load(
         copier.wait(pending)
 
 
-def _size_label(size: int) -> str:
-    return f"{size // MIB} MiB" if size >= MIB else f"{size // KIB} KiB"
-
-
 def pcie_stage(
     points: Sequence[CopyPoint],
     link: PcieLink | None,
@@ -224,7 +221,7 @@ def pcie_stage(
         stage.bytes_per_sample = per_sample
         stage.capacity_samples_per_s = pcie_from_rate(stage.pinned_bytes_per_s, per_sample)
         stage.method = (
-            f"probe: pinned copies of one batch ({batch} x {per_sample / 1e3:,.1f} kB, "
+            f"probe: pinned copies of one batch ({batch} x {units.size(per_sample)}, "
             f"{basis}), CUDA events"
         )
     return stage

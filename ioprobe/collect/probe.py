@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ioprobe import capacity
+from ioprobe import capacity, units
 from ioprobe._version import __version__
 from ioprobe.collect import cpu as cpu_mod
 from ioprobe.collect import dataset as ds_mod
@@ -633,7 +633,7 @@ class Probe:
         if read > 0 and files > read:
             self._prefix_scale = files / read
             self.notes.append(
-                f"raw decoding copied a {limit >> 20} MiB prefix of each file; its CPU time "
+                f"raw decoding copied a {units.memory(limit)} prefix of each file; its CPU time "
                 f"is scaled by the files' size ({self._prefix_scale:.2f}x)"
             )
 
@@ -684,8 +684,8 @@ class Probe:
             entries = st_mod.select_entries(readable, payload_cap, self.options.seed + 1)[:1]
         if not fitting and limit is None:
             self.notes.append(
-                f"every file is larger than {payload_cap >> 20} MiB: the CPU stage decodes one "
-                f"whole {entries[0].size / 1e6:,.0f} MB file per worker"
+                f"every file is larger than {units.memory(payload_cap)}: the CPU stage decodes one "
+                f"whole {units.size(entries[0].size)} file per worker"
             )
         return entries, limit
 
@@ -843,12 +843,12 @@ class Probe:
             self.reporter.result(path.method)
         else:
             cufile = (
-                f"cuFile {path.cufile_bytes_per_s / 1e6:,.1f} MB/s"
+                f"cuFile {units.bandwidth(path.cufile_bytes_per_s)}"
                 if path.cufile_bytes_per_s
                 else f"cuFile: {path.cufile}"
             )
             self.reporter.result(
-                f"{path.bytes_per_s / 1e6:,.1f} MB/s end to end ({path.cache}, {path.method}); "
+                f"{units.bandwidth(path.bytes_per_s)} end to end ({path.cache}, {path.method}); "
                 + cufile
             )
         return path
@@ -871,8 +871,8 @@ class Probe:
         stage = pcie_mod.pcie_stage(points, link, per_sample, batch, basis)
         if stage.pinned_bytes_per_s is not None:
             self.reporter.result(
-                f"pinned {stage.pinned_bytes_per_s / 1e9:.1f} GB/s, pageable "
-                f"{(stage.pageable_bytes_per_s or 0) / 1e9:.1f} GB/s per batch of {batch}"
+                f"pinned {units.bandwidth(stage.pinned_bytes_per_s)}, pageable "
+                f"{units.bandwidth(stage.pageable_bytes_per_s or 0)} per batch of {batch}"
             )
         return stage
 
@@ -1028,10 +1028,10 @@ def _count_samples(prof: DatasetProfile, layout: shards_mod.Layout, ds: ds_mod.D
 
 def _listing_line(prof: DatasetProfile) -> str:
     if prof.samples is None:
-        return f"{prof.files} files, {prof.bytes / 1e6:.1f} MB, {prof.density} density"
+        return f"{prof.files} files, {units.size(prof.bytes)}, {prof.density} density"
     return (
         f"{prof.files} {prof.layout} holding {prof.samples:,} samples ({prof.samples_basis}), "
-        f"{prof.bytes / 1e6:.1f} MB, {prof.sample_bytes_mean / 1e3:,.1f} kB per sample, "
+        f"{units.size(prof.bytes)}, {units.size(prof.sample_bytes_mean)} per sample, "
         f"{prof.density} density"
     )
 

@@ -37,6 +37,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ioprobe import units
 from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.dataset import Dataset, FileEntry
 from ioprobe.collect.failures import ReadFailures, cause
@@ -700,7 +701,7 @@ def _measure_level(
 
     def poll(done: int) -> None:
         share = done / max(plan.total_bytes, 1)
-        rep.update(share, f"{concurrency} threads  {done / 1e6:8.1f} MB")
+        rep.update(share, f"{concurrency} threads  {units.size(done):>9}")
 
     soft, hard = timing.level()
     items, first_stream = plan.items_for(concurrency)
@@ -721,7 +722,7 @@ def _measure_level(
 
 def _report(rep: Reporter, point: SweepPoint) -> None:
     rep.result(
-        f"{point.concurrency:>2} threads: {point.read_bytes_per_s / 1e6:9.1f} MB/s  "
+        f"{point.concurrency:>2} threads: {units.bandwidth(point.read_bytes_per_s):>11}  "
         f"{point.files_per_s:9.1f} reads/s  p99 {point.latency_p99_ms or 0:.2f} ms"
     )
 
@@ -729,7 +730,7 @@ def _report(rep: Reporter, point: SweepPoint) -> None:
 def _pattern_line(plan: _PassPlan) -> str:
     """What the pass streams, said once before its levels."""
     n = len(plan.streamed)
-    files = f"{n} file{'s' if n != 1 else ''} of {STREAM_MIN >> 20} MiB or more"
+    files = f"{n} file{'s' if n != 1 else ''} of {units.memory(STREAM_MIN)} or more"
     also = f", {len(plan.small)} smaller ones read whole in a shuffled order" if plan.small else ""
     cut = (
         "cut into one region per thread where there are fewer files than threads"

@@ -6,19 +6,19 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ioprobe import units
 from ioprobe.analysis.compare import Comparison
 from ioprobe.redact import shown_all
-from ioprobe.render.format import percent, rate, ratio
 from ioprobe.render.markdown import md
 
 
 def headline(c: Comparison) -> str:
     line = (
-        f"{c.basis} rate {rate(c.rate_before)} -> {rate(c.rate_after)} samples/s "
-        f"({ratio(c.rate_ratio)}); bottleneck {c.bottleneck_before} -> {c.bottleneck_after}"
+        f"{c.basis} rate {units.samples_per_s(c.rate_before)} -> {units.samples_per_s(c.rate_after)} samples/s "
+        f"({units.ratio(c.rate_ratio)}); bottleneck {c.bottleneck_before} -> {c.bottleneck_after}"
     )
     if c.idle_before is not None and c.idle_after is not None:
-        line += f"; GPU waiting {percent(c.idle_before)} -> {percent(c.idle_after)}"
+        line += f"; GPU waiting {units.percent(c.idle_before)} -> {units.percent(c.idle_after)}"
     return line
 
 
@@ -27,9 +27,9 @@ def prediction_line(c: Comparison) -> str | None:
     if a is None:
         return None
     return (
-        f"Applied '{a.kind}' ({a.how}): predicted {rate(a.predicted_samples_per_s)} samples/s "
-        f"({ratio(a.predicted_gain)}), measured {rate(a.measured_samples_per_s)} "
-        f"({ratio(a.measured_gain)}): prediction error {a.error:+.1%}"
+        f"Applied '{a.kind}' ({a.how}): predicted {units.samples_per_s(a.predicted_samples_per_s)} samples/s "
+        f"({units.ratio(a.predicted_gain)}), measured {units.samples_per_s(a.measured_samples_per_s)} "
+        f"({units.ratio(a.measured_gain)}): prediction error {a.error:+.1%}"
     )
 
 
@@ -62,7 +62,12 @@ def _stage_table(c: Comparison) -> Table:
     table.add_column("after", justify="right")
     table.add_column("change", justify="right")
     for s in c.stages:
-        table.add_row(s.stage, rate(s.before), rate(s.after), ratio(s.ratio))
+        table.add_row(
+            s.stage,
+            units.samples_per_s(s.before),
+            units.samples_per_s(s.after),
+            units.ratio(s.ratio),
+        )
     return table
 
 
@@ -90,7 +95,8 @@ def compare_markdown(c: Comparison) -> str:
         lines += [md(pred), ""]
     lines += ["| stage | before | after | change |", "|---|--:|--:|--:|"]
     lines += [
-        f"| {s.stage} | {rate(s.before)} | {rate(s.after)} | {ratio(s.ratio)} |" for s in c.stages
+        f"| {s.stage} | {units.samples_per_s(s.before)} | {units.samples_per_s(s.after)} | {units.ratio(s.ratio)} |"
+        for s in c.stages
     ]
     lines.append("")
     if c.config:

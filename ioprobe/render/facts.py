@@ -5,8 +5,10 @@ renderer (terminal, HTML, Markdown) shows these same sentences; units come from
 
 from __future__ import annotations
 
+from ioprobe import units
+
 # a rate in the analysis's sentences and in the report's own reads by one rule
-from ioprobe.analysis.cluster import RankTable, bandwidth
+from ioprobe.analysis.cluster import RankTable
 from ioprobe.analysis.decode_paths import label
 from ioprobe.analysis.epochs import per_epoch_saving
 from ioprobe.analysis.measures import (
@@ -22,7 +24,7 @@ from ioprobe.analysis.ranks import RankSpread
 from ioprobe.analysis.report import Findings
 from ioprobe.analysis.scenario import ranks_on_host, recorded_cores
 from ioprobe.record import GpuSeries, PipelineRun, RankFigures, RunRecord, WatchData
-from ioprobe.render.format import change_flags, figure, mb_per_s, rate
+from ioprobe.render.format import change_flags
 
 Facts = list[tuple[str, str]]
 
@@ -70,19 +72,19 @@ def verdict(rec: RunRecord, f: Findings) -> str:
     else:
         line = (
             f"{rec.bottleneck}-bound: the pipeline can deliver "
-            f"{rate(rec.predicted_samples_per_s)} samples/s"
+            f"{units.samples_per_s(rec.predicted_samples_per_s)} samples/s"
         )
         if rec.whatif is not None and rec.whatif.unchecked:
             line += f" ({unchecked_text(rec.whatif.unchecked)})"
     if rec.measured_samples_per_s is not None:
-        got = rate(rec.measured_samples_per_s)
+        got = units.samples_per_s(rec.measured_samples_per_s)
         line += f" (measured {got})" if judged(rec) else f"; {got} samples/s delivered"
     if rec.gpu_idle_fraction is not None:
         line += f"; the GPU waits {rec.gpu_idle_fraction:.0%} of the time"
     c = f.close_call
     if c is not None:
         line += (
-            f". A close call: {c.stage} is within {c.gap:.0%} ({rate(c.capacity)} samples/s), "
+            f". A close call: {c.stage} is within {c.gap:.0%} ({units.samples_per_s(c.capacity)} samples/s), "
             f"so a rerun may name it, and raising {rec.bottleneck} alone gains at most that"
         )
     return line
@@ -94,7 +96,7 @@ def link_verdict(rec: RunRecord, f: Findings) -> str | None:
     if any(rec.stages.capacities().values()) or not pc.copies:
         return None
     h2d = next((c for c in f.numbers.copy_peaks if c.direction == "h2d"), None)
-    line = f"host-to-device: pinned copies reach {(h2d.pinned if h2d else 0.0) / 1e9:.1f} GB/s"
+    line = f"host-to-device: pinned copies reach {units.bandwidth(h2d.pinned if h2d else 0.0)}"
     if pc.link is not None:
         line += f" on a {link_label(pc.link)} link"
     if pc.efficiency is not None:
@@ -122,7 +124,7 @@ def _storage_detail(rec: RunRecord) -> str:
         if p is not None and p.read_bytes_per_s is not None:
             cache = "remote" if rec.dataset.remote else p.cache
             parts.append(
-                f"{cache} {mb_per_s(p.read_bytes_per_s)} @ {p.best_concurrency} threads, "
+                f"{cache} {units.bandwidth(p.read_bytes_per_s)} @ {p.best_concurrency} threads, "
                 f"p99 {p.latency_p99_ms or 0:.1f} ms"
             )
     return "; ".join(parts) or st.basis or "not measured"
@@ -145,16 +147,16 @@ def _cpu_detail(rec: RunRecord) -> str:
 def _pcie_detail(rec: RunRecord) -> str:
     pc = rec.stages.pcie
     if pc.copies and pc.bytes_per_s is not None:
-        line = f"pinned {pc.bytes_per_s / 1e9:,.1f} GB/s"
+        line = f"pinned {units.bandwidth(pc.bytes_per_s)}"
         if pc.pageable_bytes_per_s:
-            line += f", pageable {pc.pageable_bytes_per_s / 1e9:,.1f} GB/s"
+            line += f", pageable {units.bandwidth(pc.pageable_bytes_per_s)}"
         if pc.bytes_per_sample:
-            line += f" per batch, {pc.bytes_per_sample / 1e3:,.1f} kB/sample"
+            line += f" per batch, {units.size(pc.bytes_per_sample)}/sample"
         return line
     if pc.bytes_per_s is None or pc.bytes_per_sample is None:
         return pc.method
     return (
-        f"{pc.bytes_per_sample / 1e3:,.1f} kB/sample at {mb_per_s(pc.bytes_per_s)}, "
+        f"{units.size(pc.bytes_per_sample)}/sample at {units.bandwidth(pc.bytes_per_s)}, "
         f"{pc.pinned_fraction or 0:.0%} pinned ({pc.method.split(',')[0]})"
     )
 
@@ -224,26 +226,26 @@ def size_line(rec: RunRecord, formats: str = "") -> str:
         # the files' size stands in for reads that page faults made, which no counter shows
         k = rec.watch.mapped_files
         return (
-            f"{ds.files:,} samples, {ds.bytes / 1e6:,.1f} MB in {k:,} memory-mapped "
-            f"file{'s' * (k != 1)}, {ds.sample_bytes_mean / 1e3:,.1f} kB per sample {density}; "
+            f"{ds.files:,} samples, {units.size(ds.bytes)} in {k:,} memory-mapped "
+            f"file{'s' * (k != 1)}, {units.size(ds.sample_bytes_mean)} per sample {density}; "
             "read through page faults: the files' size, not bytes counted as read"
         )
     if rec.watch is not None:
         # the bytes are what the workers read over every epoch, not the dataset's size
         n = len(rec.watch.epochs)
         return (
-            f"{ds.files:,} samples, {ds.bytes / 1e6:,.1f} MB read in {n} epoch{'s' * (n != 1)}, "
-            f"{ds.sample_bytes_mean / 1e3:,.1f} kB per sample {density}"
+            f"{ds.files:,} samples, {units.size(ds.bytes)} read in {n} epoch{'s' * (n != 1)}, "
+            f"{units.size(ds.sample_bytes_mean)} per sample {density}"
         )
     if ds.samples is not None:
         # packed: the files are shards, chunks or tables, and the mean is per sample
         return (
             f"{ds.files:,} {ds.layout} holding {ds.samples:,} samples ({ds.samples_basis}), "
-            f"{ds.bytes / 1e6:,.1f} MB, {ds.sample_bytes_mean / 1e3:,.1f} kB per sample {density}"
+            f"{units.size(ds.bytes)}, {units.size(ds.sample_bytes_mean)} per sample {density}"
         )
     return (
-        f"{ds.files:,} files, {ds.bytes / 1e6:,.1f} MB, mean "
-        f"{ds.sample_bytes_mean / 1e3:,.1f} kB {density}"
+        f"{ds.files:,} files, {units.size(ds.bytes)}, mean "
+        f"{units.size(ds.sample_bytes_mean)} {density}"
     )
 
 
@@ -254,9 +256,14 @@ def _rates(rec: RunRecord) -> Facts:
     if ds.files:
         out.append(("size", size_line(rec)))
     if rec.measured_samples_per_s is not None:
-        out.append(("measured", f"{rate(rec.measured_samples_per_s)} samples/s"))
+        out.append(("measured", f"{units.samples_per_s(rec.measured_samples_per_s)} samples/s"))
     if any(rec.stages.capacities().values()) and judged(rec):
-        out.append(("model", f"{rate(rec.predicted_samples_per_s)} samples/s ({rec.bottleneck})"))
+        out.append(
+            (
+                "model",
+                f"{units.samples_per_s(rec.predicted_samples_per_s)} samples/s ({rec.bottleneck})",
+            )
+        )
     if rec.gpu_idle_fraction is not None:
         out.append(("GPU waiting", f"{rec.gpu_idle_fraction:.1%} ({rec.gpu_idle_method or ''})"))
     return out
@@ -273,7 +280,7 @@ def sample_facts(f: Findings) -> Facts:
     if sc is None:
         return []
     spread = "; ".join(
-        f"{r.name} median {figure(r.p50)} {r.unit}, p99 {figure(r.p99)}, max {figure(r.max)}"
+        f"{r.name} median {units.figure(r.p50)} {r.unit}, p99 {units.figure(r.p99)}, max {units.figure(r.max)}"
         for r in sc.rows
     )
     if sc.tail_share is not None and sc.tail_share >= 0.05:
@@ -281,7 +288,7 @@ def sample_facts(f: Findings) -> Facts:
     out = [("per sample", spread)]
     if sc.heaviest:
         shown = ", ".join(
-            f"#{h.index} {figure(h.wall_ms)} ms" + (f" ({h.path})" if h.path else "")
+            f"#{h.index} {units.figure(h.wall_ms)} ms" + (f" ({h.path})" if h.path else "")
             for h in sc.heaviest[:3]
             if h.index >= 0
         )
@@ -326,10 +333,10 @@ def epoch_facts(f: Findings) -> Facts:
         line += f"; persistent_workers=True saves {saving:.2f} s each epoch after the first"
     cold = [e for e in st.epochs if e.cold_read_seconds]
     if cold and st.warm_saved_seconds:
-        mb = sum(e.cold_read_bytes for e in cold) / len(cold) / 1e6
+        cold_bytes = sum(e.cold_read_bytes for e in cold) / len(cold)
         line += (
             f"; {st.warm_saved_seconds / len(cold):.2f} s of the first batch's wait read "
-            f"{mb:,.0f} MB from the device in {len(cold)} of {len(st.epochs)} starts: a warm "
+            f"{units.size(cold_bytes)} from the device in {len(cold)} of {len(st.epochs)} starts: a warm "
             "page cache saves it"
             + (" (an epoch's data fits in the memory available)" if st.fits_in_memory else "")
         )
@@ -355,7 +362,7 @@ def worker_facts(f: Findings) -> Facts:
     if not f.worker_latency:
         return []
     shown = "; ".join(
-        f"{w.worker}: {figure(w.p50_ms)}/{figure(w.p95_ms)}/{figure(w.p99_ms)}"
+        f"{w.worker}: {units.figure(w.p50_ms)}/{units.figure(w.p95_ms)}/{units.figure(w.p99_ms)}"
         for w in f.worker_latency[:8]
     )
     more = f" (+{len(f.worker_latency) - 8} more)" if len(f.worker_latency) > 8 else ""
@@ -415,11 +422,11 @@ def _dali_facts(rec: RunRecord, t: DaliTotals | None) -> Facts:
 def _copies_fact(c: CopyTotals | None) -> Facts:
     if c is None:
         return []
-    speed = mb_per_s(c.bytes_per_s) if c.bytes_per_s is not None else "n/a"
+    speed = units.bandwidth(c.bytes_per_s) if c.bytes_per_s is not None else "n/a"
     return [
         (
             "host-to-device",
-            f"{c.copies:,} copies, {c.bytes / 1e6:,.1f} MB in {c.seconds:.3f} s ({speed}), "
+            f"{c.copies:,} copies, {units.size(c.bytes)} in {c.seconds:.3f} s ({speed}), "
             f"{c.pinned_share:.0%} from pinned memory",
         )
     ]
@@ -428,7 +435,7 @@ def _copies_fact(c: CopyTotals | None) -> Facts:
 def _pipeline_line(p: PipelineRun) -> str:
     return (
         f"{p.workers} workers, batch {p.batch_size}, {p.compute_seconds_per_batch * 1e3:g} ms "
-        f"compute: {rate(p.samples_per_s)} samples/s, GPU idle {p.gpu_idle_fraction:.0%}"
+        f"compute: {units.samples_per_s(p.samples_per_s)} samples/s, GPU idle {p.gpu_idle_fraction:.0%}"
         + (f", {p.errors:,} samples failed to read or decode" if p.errors else "")
     )
 
@@ -450,7 +457,7 @@ def _series_readings(s: SeriesSummary) -> list[str]:
     if s.sm_mean is not None:
         parts.append(f"SM busy {s.sm_mean:.0f}% mean")
     if s.pcie_rx_peak is not None:
-        parts.append(f"PCIe to GPU {s.pcie_rx_peak / 1e9:.1f} GB/s peak")
+        parts.append(f"PCIe to GPU {units.bandwidth(s.pcie_rx_peak)} peak")
     if s.power_mean is not None:
         parts.append(f"{s.power_mean:.0f} W mean")
     return parts
@@ -507,7 +514,7 @@ def link_facts(rec: RunRecord, f: Findings) -> Facts:
     if pc.link is not None:
         value = link_label(pc.link)
         if pc.link.theoretical_bytes_per_s:
-            value += f", {pc.link.theoretical_bytes_per_s / 1e9:.1f} GB/s per direction"
+            value += f", {units.bandwidth(pc.link.theoretical_bytes_per_s)} per direction"
         out.append(("PCIe link", value))
     if not pc.copies:
         return out
@@ -520,9 +527,9 @@ def link_facts(rec: RunRecord, f: Findings) -> Facts:
 
 def _copy_peak(c: CopyPeak) -> str:
     name = {"h2d": "host→device", "d2h": "device→host"}[c.direction]
-    line = f"{name} pinned {c.pinned / 1e9:.1f} GB/s"
+    line = f"{name} pinned {units.bandwidth(c.pinned)}"
     if c.pageable:
-        line += f", pageable {c.pageable / 1e9:.1f} GB/s"
+        line += f", pageable {units.bandwidth(c.pageable)}"
     return line
 
 
@@ -534,14 +541,14 @@ def disk_to_gpu_facts(rec: RunRecord, f: Findings) -> Facts:
         return []
     if path.bytes_per_s is None:
         return [("disk→GPU", path.method)]
-    line = f"{path.bytes_per_s / 1e9:,.2f} GB/s end to end ({path.cache}, {path.method})"
+    line = f"{units.bandwidth(path.bytes_per_s)} end to end ({path.cache}, {path.method})"
     beside = f.numbers.storage_beside_path
     if beside is not None:
         one, cache = beside
         how = f" ({cache}, 1 thread as the path reads)" if cache is not None else ""
-        line += f"; storage alone {one / 1e9:,.2f} GB/s{how}"
+        line += f"; storage alone {units.bandwidth(one)}{how}"
     if path.cufile_bytes_per_s is not None:
-        line += f"; cuFile {path.cufile_bytes_per_s / 1e9:,.2f} GB/s ({path.cufile})"
+        line += f"; cuFile {units.bandwidth(path.cufile_bytes_per_s)} ({path.cufile})"
     elif path.cufile:
         line += f"; cuFile: {path.cufile}"
     return [("disk→GPU", line)]
@@ -577,7 +584,7 @@ def curve_line(rec: RunRecord) -> str | None:
         return None
     pts = sorted(d.curve, key=lambda p: p.clients)
     return "aggregate read by clients reading at once: " + ", ".join(
-        f"{p.clients}: {bandwidth(p.read_bytes_per_s)}" for p in pts
+        f"{p.clients}: {units.bandwidth(p.read_bytes_per_s)}" for p in pts
     )
 
 
@@ -622,7 +629,7 @@ def rank_cells(t: RankTable, r: RankFigures, spread: RankSpread | None) -> list[
             _opt(None if r.read_bytes_per_s is None else r.read_bytes_per_s / 1e6, ",.1f"),
             _opt(r.files_per_s, ",.0f"),
             _opt(r.latency_p99_ms, ",.1f"),
-            rate(r.cpu_samples_per_s),
+            units.samples_per_s(r.cpu_samples_per_s),
             _opt(r.usable_cores, "d"),
             str(r.read_errors),
         ]
@@ -632,9 +639,9 @@ def rank_cells(t: RankTable, r: RankFigures, spread: RankSpread | None) -> list[
         str(r.rank),
         r.host,
         _opt(r.stall_fraction, ".1%"),
-        "-" if r.step_ms is None else figure(r.step_ms),
-        "/".join("-" if v is None else figure(v) for v in ready),
-        rate(r.samples_per_s),
+        "-" if r.step_ms is None else units.figure(r.step_ms),
+        "/".join("-" if v is None else units.figure(v) for v in ready),
+        units.samples_per_s(r.samples_per_s),
         r.bottleneck or "-",
         f"yes: {slow.cause}" if slow is not None else "",
     ]
@@ -651,8 +658,8 @@ def rank_rest(t: RankTable) -> str | None:
     if rest.figure == "stall":
         return f"{more}: stall {rest.low:.1%} to {rest.high:.1%} (median {rest.median:.1%})"
     return (
-        f"{more}: read {mb_per_s(rest.low)} to {mb_per_s(rest.high)} "
-        f"(median {mb_per_s(rest.median)})"
+        f"{more}: read {units.bandwidth(rest.low)} to {units.bandwidth(rest.high)} "
+        f"(median {units.bandwidth(rest.median)})"
     )
 
 
@@ -680,8 +687,8 @@ def cluster_facts(rec: RunRecord, f: Findings) -> Facts:
     probed = rec.kind == "probe" and f.nodes
     if probed and any(n.read_bytes_per_s or n.cpu_samples_per_s for n in f.nodes):
         shown = "; ".join(
-            f"{n.host}: {n.ranks} ranks, read {mb_per_s(n.read_bytes_per_s)}, "
-            f"{rate(n.cpu_samples_per_s)} samples/s decoded"
+            f"{n.host}: {n.ranks} ranks, read {units.bandwidth(n.read_bytes_per_s)}, "
+            f"{units.samples_per_s(n.cpu_samples_per_s)} samples/s decoded"
             for n in f.nodes[:MAX_NODE_FACTS]
         )
         more = len(f.nodes) - MAX_NODE_FACTS
@@ -706,7 +713,7 @@ def was_line(rec: RunRecord) -> str:
     w = rec.whatif
     assert w is not None
     was = w.base_measured_samples_per_s or w.base_predicted_samples_per_s
-    return f"{w.base_bottleneck}-bound at {rate(was)} samples/s " + (
+    return f"{w.base_bottleneck}-bound at {units.samples_per_s(was)} samples/s " + (
         "(measured)" if w.base_measured_samples_per_s else "(predicted)"
     )
 
@@ -718,7 +725,12 @@ def whatif_facts(rec: RunRecord) -> Facts:
         return []
     out = [("change", change_flags(w.change)), ("was", was_line(rec))]
     for d in w.deltas:
-        out.append((d.stage, f"{rate(d.before)} -> {rate(d.after)} samples/s: {d.why}"))
+        out.append(
+            (
+                d.stage,
+                f"{units.samples_per_s(d.before)} -> {units.samples_per_s(d.after)} samples/s: {d.why}",
+            )
+        )
     out += [("assumes", a) for a in w.assumptions]
     return out
 
@@ -730,8 +742,8 @@ def size_facts(rec: RunRecord) -> Facts:
         return []
     i = sz.inputs
     out = [
-        ("sample size", f"{i.sample_bytes / 1e3:,.1f} kB"),
-        ("one GPU consumes", f"{rate(i.gpu_samples_per_s)} samples/s"),
+        ("sample size", f"{units.size(i.sample_bytes)}"),
+        ("one GPU consumes", f"{units.samples_per_s(i.gpu_samples_per_s)} samples/s"),
         ("nodes", str(i.nodes)),
         ("target", f"{i.target_utilization:.0%} GPU utilisation"),
     ]

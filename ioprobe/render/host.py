@@ -12,9 +12,9 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from ioprobe import units
 from ioprobe.record import FilesystemInfo, GpuInfo, HostInfo
 from ioprobe.redact import shown
-from ioprobe.render.format import binary_bytes
 
 _CLASS_WORDS = {
     "nvme": "NVMe SSD",
@@ -66,8 +66,8 @@ def _cores(host: HostInfo) -> str:
 
 def _memory(host: HostInfo) -> str:
     return (
-        f"{binary_bytes(host.memory_bytes)} total, "
-        f"{binary_bytes(host.memory_available_bytes)} available"
+        f"{units.memory(host.memory_bytes)} total, "
+        f"{units.memory(host.memory_available_bytes)} available"
     )
 
 
@@ -87,7 +87,7 @@ def _storage(fs: FilesystemInfo) -> str:
 
 
 def _gpu(gpu: GpuInfo) -> str:
-    parts = [gpu.name, binary_bytes(gpu.memory_bytes)]
+    parts = [gpu.name, units.memory(gpu.memory_bytes)]
     if any(
         v is not None
         for v in (

@@ -17,6 +17,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ioprobe import units
 from ioprobe.analysis.cluster import RankTable
 from ioprobe.analysis.pcie import CopyRow
 from ioprobe.analysis.ranks import RankSpread
@@ -51,7 +52,6 @@ from ioprobe.render.facts import (
     unchecked_text,
     verdict,
 )
-from ioprobe.render.format import figure, gbps, rate, sample_size, size_label
 from ioprobe.render.host import host_facts
 from ioprobe.render.tune_text import TUNE_COLUMNS, tune_cells, tune_summary
 
@@ -192,7 +192,7 @@ def _linear_axis(hi_v: float, left: float, plot: float) -> tuple[Scale, list[flo
 def _stage_tick(x: str, t: float, height: int) -> str:
     return (
         f'<line x1="{x}" y1="8" x2="{x}" y2="{height - 26}" stroke="#e3e6ea"/>'
-        f'<text x="{x}" y="{height - 10}" text-anchor="middle">{figure(t)}</text>'
+        f'<text x="{x}" y="{height - 10}" text-anchor="middle">{units.figure(t)}</text>'
     )
 
 
@@ -207,9 +207,9 @@ def _stage_bar(rec: RunRecord, b: StageBar, y: int, left: int, x: Scale) -> str:
     colour = STALL if b.limiting else "#8fb9d8"
     return name + (
         f'<rect x="{left}" y="{y + 3}" width="{_n(max(x(b.capacity) - left, 1))}" '
-        f'height="20" fill="{colour}"><title>{text_html(b.stage)}: {text_html(rate(b.capacity))} '
+        f'height="20" fill="{colour}"><title>{text_html(b.stage)}: {text_html(units.samples_per_s(b.capacity))} '
         f"samples/s; {text_html(stage_detail(rec, b.stage))}</title></rect>"
-        f'<text x="{_n(x(b.capacity) + 6)}" y="{y + 17}">{text_html(rate(b.capacity))}</text>'
+        f'<text x="{_n(x(b.capacity) + 6)}" y="{y + 17}">{text_html(units.samples_per_s(b.capacity))}</text>'
     )
 
 
@@ -218,7 +218,7 @@ def _delivered_line(x: str, delivered: float, label: str, height: int) -> str:
         f'<line x1="{x}" y1="4" x2="{x}" y2="{height - 26}" stroke="#1d2329" '
         f'stroke-width="2" stroke-dasharray="5,3"/>'
         f'<text x="{x}" y="{height - 28}" text-anchor="start" dx="4" font-weight="600">'
-        f"{text_html(label)} {text_html(rate(delivered))}</text>"
+        f"{text_html(label)} {text_html(units.samples_per_s(delivered))}</text>"
     )
 
 
@@ -285,7 +285,7 @@ def _y_grid(ticks: Sequence[float], y: Scale, left: int, right: int) -> list[str
     """A light horizontal line across the plot at each tick, its value left of the axis."""
     return [
         f'<line x1="{left}" y1="{_n(y(t))}" x2="{right}" y2="{_n(y(t))}" stroke="#e3e6ea"/>'
-        f'<text x="{left - 6}" y="{_n(y(t) + 4)}" text-anchor="end">{figure(t)}</text>'
+        f'<text x="{left - 6}" y="{_n(y(t) + 4)}" text-anchor="end">{units.figure(t)}</text>'
         for t in ticks
     ]
 
@@ -403,7 +403,7 @@ def _x_labels(xs: Sequence[float], names: Sequence[str] | None, px: XScale, y: i
         return []
     lo, hi = min(xs), max(xs)
     return [
-        f'<text x="{_n(px(0, t))}" y="{y}" text-anchor="middle">{figure(t)}</text>'
+        f'<text x="{_n(px(0, t))}" y="{y}" text-anchor="middle">{units.figure(t)}</text>'
         for t in _ticks(hi)
         if t <= hi + 1e-9 and t >= lo - 1e-9
     ]
@@ -554,7 +554,7 @@ def _heat_cell(cell: HeatCell | None, target: float) -> str:
     u = cell.utilization
     # red (starved) through yellow to green (fed to the target)
     hue = 120 * min(u / target, 1.0) if target > 0 else 0
-    tip = f"{rate(cell.samples_per_s)} samples/s, limited by {cell.bottleneck}"
+    tip = f"{units.samples_per_s(cell.samples_per_s)} samples/s, limited by {cell.bottleneck}"
     return (
         f'<td style="background:hsl({hue:.0f},70%,72%)" title="{text_html(tip)}">'
         f"{math.floor(u * 100 + 1e-9)}%</td>"
@@ -591,7 +591,7 @@ def _recs(f: Findings) -> str:
         gain = ""
         if a.predicted is not None:
             times = f" ({a.gain:.1f}x)" if a.gain is not None else ""
-            gain = f' <span class="gain">→ {text_html(rate(a.predicted))} samples/s{times}</span>'
+            gain = f' <span class="gain">→ {text_html(units.samples_per_s(a.predicted))} samples/s{times}</span>'
             if a.unchecked:
                 gain += (
                     f' <span class="unchecked">({text_html(unchecked_text(a.unchecked))})</span>'
@@ -644,9 +644,9 @@ def copies_table(rows: Sequence[CopyRow]) -> str:
         for h in ("copy size", "H2D pinned", "H2D pageable", "D2H pinned", "D2H pageable")
     )
     body = "".join(
-        f"<tr><td>{size_label(r.size_bytes)}</td><td>{gbps(r.h2d_pinned)}</td>"
-        f"<td>{gbps(r.h2d_pageable)}</td><td>{gbps(r.d2h_pinned)}</td>"
-        f"<td>{gbps(r.d2h_pageable)}</td></tr>"
+        f"<tr><td>{units.memory(r.size_bytes)}</td><td>{units.in_unit(r.h2d_pinned, 'GB')}</td>"
+        f"<td>{units.in_unit(r.h2d_pageable, 'GB')}</td><td>{units.in_unit(r.d2h_pinned, 'GB')}</td>"
+        f"<td>{units.in_unit(r.d2h_pageable, 'GB')}</td></tr>"
         for r in rows
     )
     return (
@@ -867,7 +867,7 @@ def _tune_chart(t: TuneData) -> str:
             rows.append(
                 f'<rect class="{cls}" x="70" y="{y + k * bar_h}" width="{w:.1f}" '
                 f'height="{bar_h - 2}"><title>trial {i + 1} {"predicted" if k == 0 else "measured"}'
-                f" {text_html(rate(v))} samples/s</title></rect>"
+                f" {text_html(units.samples_per_s(v))} samples/s</title></rect>"
             )
         rows.append(f'<text x="0" y="{y + bar_h + 3}">trial {i + 1}</text>')
     h = len(pairs) * (2 * bar_h + gap)
@@ -908,10 +908,10 @@ def _density_section(sz: SizeData) -> list[str]:
         return []
     cols = [
         ("storage", False),
-        (f"MB/s at {sample_size(g.sample_bytes)}", True),
+        (f"MB/s at {units.size(g.sample_bytes)}", True),
         ("of bandwidth", True),
         ("limit", False),
-        (f"MB/s at {sample_size(g.contrast_bytes)}", True),
+        (f"MB/s at {units.size(g.contrast_bytes)}", True),
         ("of bandwidth", True),
         ("limit", False),
     ]
@@ -920,7 +920,7 @@ def _density_section(sz: SizeData) -> list[str]:
     def cells(r: DensityRow | None) -> list[str]:
         if r is None:  # a damaged record lost the row
             return ["-", "-", "-"]
-        return [f"{r.bytes_per_s / 1e6:,.0f}", f"{r.share_of_bandwidth:.0%}", r.limit]
+        return [units.in_unit(r.bytes_per_s, "MB"), f"{r.share_of_bandwidth:.0%}", r.limit]
 
     rows = [[a.storage, *cells(a), *cells(contrast.get(a.storage))] for a in g.rows]
     return [
@@ -1023,7 +1023,7 @@ def _rank_chart(t: RankTable) -> str:
             continue
         h = plot_h * v / top
         body.append(
-            f"<g><title>rank {rank} ({text_html(host)}): {figure(v)} {'%' if watch else 'MB/s'}"
+            f"<g><title>rank {rank} ({text_html(host)}): {units.figure(v)} {'%' if watch else 'MB/s'}"
             f"{' (straggler)' if slow else ''}</title>"
             f'<rect x="{_n(left + k * bw)}" y="{_n(10 + plot_h - h)}" '
             f'width="{_n(max(bw - 1, 0.5))}" height="{_n(h)}" '
@@ -1111,7 +1111,7 @@ def samples_section(sc: SampleCostView | None) -> list[str]:
     head = "<tr><th></th><th>median</th><th>p90</th><th>p99</th><th>max</th><th>mean</th></tr>"
     rows = "".join(
         f"<tr><th>{text_html(r.name)} ({text_html(r.unit)})</th>"
-        + "".join(f"<td>{figure(v)}</td>" for v in (r.p50, r.p90, r.p99, r.max, r.mean))
+        + "".join(f"<td>{units.figure(v)}</td>" for v in (r.p50, r.p90, r.p99, r.max, r.mean))
         + "</tr>"
         for r in sc.rows
     )
@@ -1122,9 +1122,9 @@ def samples_section(sc: SampleCostView | None) -> list[str]:
         kb = any(h.bytes is not None for h in sc.heaviest)
         src = any(h.path for h in sc.heaviest)
         heavy = "".join(
-            f"<tr><td>{h.index if h.index >= 0 else '?'}</td><td>{figure(h.wall_ms)}</td>"
-            f"<td>{figure(h.cpu_ms)}</td>"
-            + (f"<td>{'' if h.bytes is None else figure(h.bytes / 1e3)}</td>" if kb else "")
+            f"<tr><td>{h.index if h.index >= 0 else '?'}</td><td>{units.figure(h.wall_ms)}</td>"
+            f"<td>{units.figure(h.cpu_ms)}</td>"
+            + (f"<td>{'' if h.bytes is None else units.in_unit(h.bytes, 'kB')}</td>" if kb else "")
             + f"<td>{h.worker}</td><td>{h.epoch + 1}</td>"
             + (f"<td>{text_html(h.path or '')}</td>" if src else "")
             + "</tr>"
@@ -1152,13 +1152,13 @@ def _histogram_chart(bins: Sequence[tuple[float, float, int]]) -> str:
     for k, (lo, hi, c) in enumerate(bins):
         h = plot_h * c / top
         body.append(
-            f"<g><title>{figure(lo)}-{figure(hi)} ms: {c:,} samples</title>"
+            f"<g><title>{units.figure(lo)}-{units.figure(hi)} ms: {c:,} samples</title>"
             f'<rect x="{_n(left + k * bw)}" y="{_n(10 + plot_h - h)}" '
             f'width="{_n(max(bw - 1, 0.5))}" height="{_n(h)}" fill="{COMPUTE}"/></g>'
         )
     body.append(
-        f'<text x="{left}" y="{height - 8}">{figure(bins[0][0])} ms</text>'
-        f'<text x="{W - 10}" y="{height - 8}" text-anchor="end">{figure(bins[-1][1])} ms</text>'
+        f'<text x="{left}" y="{height - 8}">{units.figure(bins[0][0])} ms</text>'
+        f'<text x="{W - 10}" y="{height - 8}" text-anchor="end">{units.figure(bins[-1][1])} ms</text>'
         + _y_title(10 + plot_h / 2, "samples")
     )
     return _svg(W, height, body, "per-sample wall time, log-spaced bins")
@@ -1176,13 +1176,13 @@ def queue_section(f: Findings) -> list[str]:
         (
             "stragglers",
             f"{h.slow_sample_seconds:.2f} s of {h.work_seconds:.2f} s worker time beyond a "
-            f"typical sample ({figure(h.typical_sample_ms)} ms)",
+            f"typical sample ({units.figure(h.typical_sample_ms)} ms)",
         ),
     ]
     rows += [
         (
             f"{p.setting}={p.proposed}",
-            f"{rate(p.predicted_samples_per_s)} samples/s ({p.gain - 1:+.0%}, simulated)",
+            f"{units.samples_per_s(p.predicted_samples_per_s)} samples/s ({p.gain - 1:+.0%}, simulated)",
         )
         for p in f.queue
     ]

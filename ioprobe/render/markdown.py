@@ -11,6 +11,7 @@ import html
 import re
 from collections.abc import Sequence
 
+from ioprobe import units
 from ioprobe.analysis.pcie import CopyRow
 from ioprobe.analysis.report import Advice, Findings, HeatCell, Heatmap, OperatorRow, StageBar
 from ioprobe.record import RunRecord, SizeData
@@ -33,7 +34,6 @@ from ioprobe.render.facts import (
     unchecked_text,
     verdict,
 )
-from ioprobe.render.format import gbps, rate, size_label
 from ioprobe.render.tune_text import TUNE_COLUMNS, tune_cells, tune_summary
 
 # data never starts a line here, so only the characters that act mid-line need escaping
@@ -81,7 +81,9 @@ def _stage_table(rec: RunRecord, stages: Sequence[StageBar]) -> list[str]:
     lines = ["| stage | samples/s | measured from |", "|---|--:|---|"]
     for b in stages:
         name = f"**{b.stage}** ◀" if b.limiting else b.stage
-        lines.append(f"| {name} | {rate(b.capacity)} | {md(stage_detail(rec, b.stage))} |")
+        lines.append(
+            f"| {name} | {units.samples_per_s(b.capacity)} | {md(stage_detail(rec, b.stage))} |"
+        )
     return [*lines, ""]
 
 
@@ -135,7 +137,7 @@ def _gain(a: Advice) -> str:
         return ""
     times = f" ({a.gain:.1f}x)" if a.gain is not None else ""
     note = f" *({md(unchecked_text(a.unchecked))})*" if a.unchecked else ""
-    return f" → **{rate(a.predicted)} samples/s{times}**{note}"
+    return f" → **{units.samples_per_s(a.predicted)} samples/s{times}**{note}"
 
 
 def _table(columns: Sequence[tuple[str, bool]], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -215,8 +217,8 @@ def _copies(rows: Sequence[CopyRow]) -> list[str]:
         "|--:|--:|--:|--:|--:|",
     ]
     lines += [
-        f"| {size_label(r.size_bytes)} | {gbps(r.h2d_pinned)} | {gbps(r.h2d_pageable)} | "
-        f"{gbps(r.d2h_pinned)} | {gbps(r.d2h_pageable)} |"
+        f"| {units.memory(r.size_bytes)} | {units.in_unit(r.h2d_pinned, 'GB')} | {units.in_unit(r.h2d_pageable, 'GB')} | "
+        f"{units.in_unit(r.d2h_pinned, 'GB')} | {units.in_unit(r.d2h_pageable, 'GB')} |"
         for r in rows
     ]
     return [*lines, ""]

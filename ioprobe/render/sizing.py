@@ -8,9 +8,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ioprobe import units
 from ioprobe.analysis.report import Findings
 from ioprobe.record import RunRecord, SizeData, SizeInputs, SizeRow
-from ioprobe.render.format import rate, sample_size
 from ioprobe.render.sizing_text import (
     cache_sentence,
     cores_sentence,
@@ -95,9 +95,7 @@ def _guidance(sz: SizeData) -> list[RenderableType]:
 
 def _inputs(inp: SizeInputs) -> str:
     """The numbers the table was computed from, in the order a reader checks them."""
-    line = (
-        f"  {sample_size(inp.sample_bytes)}/sample, {rate(inp.gpu_samples_per_s)} samples/s per GPU"
-    )
+    line = f"  {units.size(inp.sample_bytes)}/sample, {units.samples_per_s(inp.gpu_samples_per_s)} samples/s per GPU"
     if inp.cpu_seconds_per_sample:
         line += f", {inp.cpu_seconds_per_sample * 1e3:.2f} ms CPU/sample"
     if inp.cores:
@@ -121,7 +119,9 @@ def _table(sz: SizeData, supported: dict[str, int]) -> Table:
         rows = [by.get((cls.name, n)) for n in sz.gpu_counts]
         # storage reads at the same rate whatever the GPU count: any row's stands for all
         first = next((r for r in rows if r is not None), None)
-        mbps = f"{first.storage_samples_per_s * inp.sample_bytes / 1e6:,.0f}" if first else "-"
+        mbps = units.in_unit(
+            first.storage_samples_per_s * inp.sample_bytes if first else None, "MB"
+        )
         # a record that lost a row (damaged, or cut by hand) shows the gap
         cells = [
             _cell(r.gpu_utilization, r.bottleneck, inp.target_utilization) if r else Text("-")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ioprobe import units
 from ioprobe.analysis.size import MAX_GPUS
 from ioprobe.record import (
     ClassUnits,
@@ -15,7 +16,6 @@ from ioprobe.record import (
     SizeInputs,
     SizeRow,
 )
-from ioprobe.render.format import cache_size, rate, sample_size
 
 _BINDS = {
     "storage": "storage",
@@ -49,20 +49,6 @@ _DENSITY = {
 }
 
 
-def gb(x: float) -> str:
-    """Bytes/s as GB/s, three significant digits (1.98 GB/s, 191 GB/s); MB/s below one GB/s."""
-    v = x / 1e9
-    if v < 1:
-        return mb(x)
-    return f"{v:,.0f} GB/s" if v >= 100 else f"{v:.3g} GB/s"
-
-
-def mb(x: float) -> str:
-    """Bytes/s as MB/s, whole (248 MB/s), one decimal below 10."""
-    v = x / 1e6
-    return f"{v:,.0f} MB/s" if v >= 10 else f"{v:.1f} MB/s"
-
-
 def count(n: int) -> str:
     return "any" if n >= MAX_GPUS else f"{n:,}"
 
@@ -92,8 +78,8 @@ def cache_sentence(gap: SizeRow) -> str:
     assert gap.cache_bytes_static is not None and gap.cache_bytes_lru is not None
     return (
         f"A cache makes {gap.storage} keep {gap.gpus} GPUs per node busy: "
-        f"{cache_size(gap.cache_bytes_static)} as a pinned subset per node (an LRU page cache "
-        f"under shuffling needs {cache_size(gap.cache_bytes_lru)})."
+        f"{units.size(gap.cache_bytes_static)} as a pinned subset per node (an LRU page cache "
+        f"under shuffling needs {units.size(gap.cache_bytes_lru)})."
     )
 
 
@@ -146,12 +132,12 @@ def units_cells(sz: SizeData, u: ClassUnits) -> list[str]:
     row = next((r for r in sz.rows if r.storage == u.storage and r.gpus == top), None)
     cache = "-"
     if row is not None and row.cache_bytes_static and row.bottleneck == "storage":
-        cache = cache_size(row.cache_bytes_static)
+        cache = units.size(row.cache_bytes_static)
     cells = [
         u.storage,
         count(u.accelerators),
         "-" if u.au is None else f"{math.floor(u.au * 1000 + 1e-9) / 10:.1f}%",
-        rate(u.samples_per_s) if u.accelerators else "-",
+        units.samples_per_s(u.samples_per_s) if u.accelerators else "-",
         f"{u.mib_per_s:,.0f}" if u.accelerators else "-",
         count(u.storage_accelerators),
         _BINDS.get(u.binds, u.binds),
@@ -194,15 +180,15 @@ def density_paragraph(g: DensityGuide, inp: SizeInputs) -> str:
     node_gpus = g.node_gpus
     reads = g.gpu_samples_per_s * inp.target_utilization
     text = (
-        f"Samples average {sample_size(g.sample_bytes)}: {g.density} density. One GPU trains "
-        f"on {rate(g.gpu_samples_per_s)} samples/s ({mb(g.gpu_bytes_per_s)} fully fed); at "
-        f"{inp.target_utilization:.0%} it reads {mb(per_gpu)} in {rate(reads)} reads/s, so a "
-        f"node of {node_gpus} GPUs needs {gb(per_gpu * node_gpus)} and "
-        f"{rate(reads * node_gpus)} reads/s. {_DENSITY.get(g.density, '')}"
+        f"Samples average {units.size(g.sample_bytes)}: {g.density} density. One GPU trains "
+        f"on {units.samples_per_s(g.gpu_samples_per_s)} samples/s ({units.bandwidth(g.gpu_bytes_per_s)} fully fed); at "
+        f"{inp.target_utilization:.0%} it reads {units.bandwidth(per_gpu)} in {units.samples_per_s(reads)} reads/s, so a "
+        f"node of {node_gpus} GPUs needs {units.bandwidth(per_gpu * node_gpus)} and "
+        f"{units.samples_per_s(reads * node_gpus)} reads/s. {_DENSITY.get(g.density, '')}"
     )
     short = [r for r in g.rows if r.limit != "bandwidth"]
     full = [r.storage for r in g.rows if r.limit == "bandwidth"]
-    size = sample_size(g.sample_bytes)
+    size = units.size(g.sample_bytes)
     if short:
         text += f" At {size} per sample, of their bandwidth: {_names(short)}."
     if full:
@@ -219,7 +205,7 @@ def density_paragraph(g: DensityGuide, inp: SizeInputs) -> str:
     ]
 
     if changed:
-        other = sample_size(g.contrast_bytes)
+        other = units.size(g.contrast_bytes)
         text += f" At {other} per sample this changes: {_names(changed)}."
     return text
 
@@ -235,9 +221,9 @@ def reference_sentence(sz: SizeData) -> str | None:
     p = refs.points[0]
     return (
         f"A node of {refs.node_gpus} GPUs at {sz.inputs.target_utilization:.0%} needs "
-        f"{gb(refs.node_bytes_per_s)}. The nearest published workload in sample size, "
+        f"{units.bandwidth(refs.node_bytes_per_s)}. The nearest published workload in sample size, "
         f"{p.workload} ({p.version}, {p.division}): {p.system} kept {p.accelerators:,} "
-        f"simulated {p.accelerator}s busy at {gb(p.bytes_per_s)}, enough for about "
+        f"simulated {p.accelerator}s busy at {units.bandwidth(p.bytes_per_s)}, enough for about "
         f"{_nodes(p.nodes_fed)} such nodes."
     )
 
@@ -264,8 +250,8 @@ def reference_cells(p: ReferencePoint) -> list[str]:
         f"{p.version} {p.division}",
         p.workload,
         f"{p.accelerators:,} {p.accelerator}",
-        f"{p.bytes_per_s / 1e9:,.1f}",
-        f"{p.bytes_per_s / 1e9 / p.accelerators:.3g}" if p.accelerators > 0 else "-",
+        units.in_unit(p.bytes_per_s, "GB"),
+        units.in_unit(p.bytes_per_s / p.accelerators, "GB") if p.accelerators > 0 else "-",
         _nodes(p.nodes_fed),
         p.source,
     ]
@@ -284,8 +270,12 @@ def input_rows(sz: SizeData) -> list[tuple[str, str, str]]:
         return "measured: " + s if s and s != "given" else default
 
     rows = [
-        ("bytes per sample", sample_size(inp.sample_bytes), where("sample_bytes")),
-        ("samples/s per GPU", rate(inp.gpu_samples_per_s), where("gpu_samples_per_s")),
+        ("bytes per sample", units.size(inp.sample_bytes), where("sample_bytes")),
+        (
+            "samples/s per GPU",
+            units.samples_per_s(inp.gpu_samples_per_s),
+            where("gpu_samples_per_s"),
+        ),
     ]
     if inp.cpu_seconds_per_sample:
         rows.append(
@@ -299,7 +289,7 @@ def input_rows(sz: SizeData) -> list[tuple[str, str, str]]:
         rows.append(
             (
                 "CPU per node",
-                f"{rate(inp.node_cpu_samples_per_s)} samples/s",
+                f"{units.samples_per_s(inp.node_cpu_samples_per_s)} samples/s",
                 where("node_cpu_samples_per_s"),
             )
         )
@@ -316,9 +306,9 @@ def input_rows(sz: SizeData) -> list[tuple[str, str, str]]:
         ("target utilisation", f"{inp.target_utilization:.0%}", "given or default"),
     ]
     if inp.dataset_bytes:
-        rows.append(("dataset", cache_size(inp.dataset_bytes), where("dataset_bytes")))
+        rows.append(("dataset", units.size(inp.dataset_bytes), where("dataset_bytes")))
     if inp.nic_bytes_per_s:
-        rows.append(("NIC per node", gb(inp.nic_bytes_per_s), "given"))
+        rows.append(("NIC per node", units.bandwidth(inp.nic_bytes_per_s), "given"))
     if sz.costs is not None:
         rows.append(("prices", sz.costs.source, "given (--cost)"))
     return rows
@@ -350,9 +340,7 @@ __all__ = [
     "cost_note",
     "count",
     "density_paragraph",
-    "gb",
     "input_rows",
-    "mb",
     "money",
     "reference_cells",
     "reference_sentence",

@@ -9,6 +9,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ioprobe import units
 from ioprobe.analysis.report import Findings
 from ioprobe.record import STAGE_NAMES, RunRecord
 from ioprobe.render.facts import (
@@ -24,7 +25,6 @@ from ioprobe.render.facts import (
     stage_detail,
     verdict,
 )
-from ioprobe.render.format import rate
 from ioprobe.render.tune_text import tune_summary
 from ioprobe.render.widgets import (
     copy_table,
@@ -82,7 +82,7 @@ def _stage_table(rec: RunRecord) -> Table:
         bar.stylize("red" if limiting else "green")
         table.add_row(
             Text(name + (" ◀" if limiting else ""), style="bold red" if limiting else ""),
-            rate(caps[name]),
+            units.samples_per_s(caps[name]),
             bar,
             stage_detail(rec, name),
         )

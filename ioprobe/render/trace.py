@@ -25,6 +25,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ioprobe import units
 from ioprobe.analysis.cluster import RankTable
 from ioprobe.analysis.ranks import RankSpread
 from ioprobe.analysis.report import Findings
@@ -386,7 +387,7 @@ def _rank_labels(t: RankTable, r: RankFigures, cause: str | None) -> str:
         ]
     else:
         parts = [
-            f"read {r.read_bytes_per_s / 1e6:,.1f} MB/s" if r.read_bytes_per_s is not None else "",
+            f"read {units.bandwidth(r.read_bytes_per_s)}" if r.read_bytes_per_s is not None else "",
             f"decode {r.cpu_samples_per_s:,.0f} samples/s" if r.cpu_samples_per_s else "",
             f"{r.usable_cores} cores" if r.usable_cores is not None else "",
         ]

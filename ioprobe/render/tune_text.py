@@ -3,9 +3,9 @@ and the lines under it (the measured best, the change to make, the predictions' 
 
 from __future__ import annotations
 
+from ioprobe import units
 from ioprobe.analysis.tune import change_text, median_error, prediction_errors
 from ioprobe.record import TuneData, TuneTrial
-from ioprobe.render.format import binary_bytes, percent, rate
 
 TUNE_COLUMNS: list[tuple[str, bool]] = [
     ("trial", True),
@@ -32,10 +32,10 @@ def tune_cells(tune: TuneData, i: int) -> list[str]:
         str(t.workers),
         str(t.prefetch_factor),
         str(t.in_order),
-        rate(t.predicted_samples_per_s) if i else "-",
-        rate(t.measured_samples_per_s),
+        units.samples_per_s(t.predicted_samples_per_s) if i else "-",
+        units.samples_per_s(t.measured_samples_per_s),
         "-" if err is None else f"{err:+.0%}",
-        binary_bytes(t.memory_bytes) if t.memory_bytes is not None else "-",
+        units.memory(t.memory_bytes) if t.memory_bytes is not None else "-",
         note,
     ]
 
@@ -56,13 +56,13 @@ def tune_summary(tune: TuneData) -> list[str]:
     change = change_text(tune)
     if change is None:
         out.append(
-            f"The script's own setting is the measured best ({rate(best.measured_samples_per_s)} "
+            f"The script's own setting is the measured best ({units.samples_per_s(best.measured_samples_per_s)} "
             "samples/s): nothing to change."
         )
     else:
         gain = (best.measured_samples_per_s or 0.0) / base if base else None
         out.append(
-            f"Measured best: trial {tune.best + 1}, {rate(best.measured_samples_per_s)} "
+            f"Measured best: trial {tune.best + 1}, {units.samples_per_s(best.measured_samples_per_s)} "
             f"samples/s ({'-' if gain is None else f'{gain:.2f}x'} the script's own). "
             f"Change: {change}."
         )
@@ -71,7 +71,7 @@ def tune_summary(tune: TuneData) -> list[str]:
     if errors and med is not None:
         worst = max(errors, key=abs)
         out.append(
-            f"The replay's predictions: median error {percent(med)} over {len(errors)} "
+            f"The replay's predictions: median error {units.percent(med)} over {len(errors)} "
             f"trial{'s' * (len(errors) != 1)}, worst {worst:+.0%}."
         )
     out.append(

@@ -6,10 +6,11 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ioprobe import units
 from ioprobe.analysis.report import Findings
 from ioprobe.record import STAGE_NAMES, RunRecord
 from ioprobe.render.facts import verdict, was_line
-from ioprobe.render.format import change_flags, rate, ratio
+from ioprobe.render.format import change_flags
 from ioprobe.render.widgets import recommendations
 
 
@@ -52,9 +53,9 @@ def _stages(rec: RunRecord) -> Table:
         limiting = name == rec.bottleneck
         table.add_row(
             Text(name + (" ◀" if limiting else ""), style="bold red" if limiting else ""),
-            rate(b),
-            rate(a),
-            ratio(a / b) if a and b else "",
+            units.samples_per_s(b),
+            units.samples_per_s(a),
+            units.ratio(a / b) if a and b else "",
             why.get(name, ""),
         )
     return table

@@ -7,13 +7,13 @@ from rich.console import JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ioprobe import units
 from ioprobe.analysis.cluster import RankTable
 from ioprobe.analysis.pcie import CopyRow
 from ioprobe.analysis.ranks import RankSpread
 from ioprobe.analysis.report import Findings, OperatorRow
 from ioprobe.record import TuneData
 from ioprobe.render.facts import Facts, rank_cells, rank_columns, unchecked_text
-from ioprobe.render.format import gbps, rate, size_label
 from ioprobe.render.tune_text import TUNE_COLUMNS, tune_cells
 
 
@@ -26,7 +26,7 @@ def recommendations(f: Findings, title: str) -> list[RenderableType]:
     for i, a in enumerate(f.recommendations, 1):
         gain = ""
         if a.predicted is not None and a.gain is not None:
-            gain = f"  → {rate(a.predicted)} samples/s ({a.gain:.1f}x)"
+            gain = f"  → {units.samples_per_s(a.predicted)} samples/s ({a.gain:.1f}x)"
             if a.unchecked:
                 gain += f" ({unchecked_text(a.unchecked)})"
         out.append(Text(f" {i}. {a.text}{gain}"))
@@ -78,11 +78,11 @@ def copy_table(rows: list[CopyRow]) -> Table | None:
         t.add_column(col, justify="right")
     for r in rows:
         t.add_row(
-            size_label(r.size_bytes),
-            gbps(r.h2d_pinned),
-            gbps(r.h2d_pageable),
-            gbps(r.d2h_pinned),
-            gbps(r.d2h_pageable),
+            units.memory(r.size_bytes),
+            units.in_unit(r.h2d_pinned, "GB"),
+            units.in_unit(r.h2d_pageable, "GB"),
+            units.in_unit(r.d2h_pinned, "GB"),
+            units.in_unit(r.d2h_pageable, "GB"),
         )
     t.caption = "GB/s, median of 3 trials, CUDA events on a dedicated stream"
     return t

@@ -38,7 +38,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ioprobe import capacity
+from ioprobe import capacity, units
 from ioprobe.collect.distributed import rank_info
 from ioprobe.record import LoaderSettings, WatchEpoch
 from ioprobe.redact import console, printable
@@ -308,12 +308,6 @@ def frame_of(
 # -- drawing --------------------------------------------------------------------------------
 
 
-def _rate(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
-
-
 def sparkline(values: Sequence[float | None], cells: int = HISTORY) -> str:
     """The last ``cells`` shares (0 to 1) as blocks on a fixed scale, ▁ for none and █ for
     all the time; a gap (no reading) is a space."""
@@ -345,7 +339,9 @@ def panel(frame: Frame, width: int = 80) -> RenderableType:
             over, shown = f"stall {stall}, {last}", frame.stall
         style = "bold red" if (shown or 0.0) >= 0.3 else ""
         grid.add_row(
-            Text("delivered"), Text(f"{_rate(frame.samples_per_s)} samples/s"), Text(over, style)
+            Text("delivered"),
+            Text(f"{units.samples_per_s(frame.samples_per_s)} samples/s"),
+            Text(over, style),
         )
         if device:
             grid.add_row(Text("host"), Text(""), Text(f"blocked in next() {stall}", "dim"))
@@ -354,7 +350,7 @@ def panel(frame: Frame, width: int = 80) -> RenderableType:
     for s in frame.stages:
         now = s.name == frame.limiting
         detail = f"◀ limiting now · {s.detail}" if now else s.detail
-        rate = f"{_rate(s.capacity)} samples/s" if s.capacity is not None else "-"
+        rate = f"{units.samples_per_s(s.capacity)} samples/s" if s.capacity is not None else "-"
         grid.add_row(Text(s.name), Text(rate), Text(detail), style="bold yellow" if now else None)
     outer = min(width, 80)
     label = "waiting  " if device else "stall  "

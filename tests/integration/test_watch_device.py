@@ -274,7 +274,7 @@ def test_the_trace_and_summary_show_the_device_timeline_and_copies(sim: SimStrea
     for c, s in zip(copies, steps, strict=True):
         assert s["ts"] == pytest.approx(c["ts"] + c["dur"], abs=1.0)
     facts = dict(measurements(rec, findings(rec)))
-    assert facts["host-to-device"].startswith("12 copies, 1.6 MB")
+    assert facts["host-to-device"].startswith("12 copies, 1.57 MB")  # 96 x 4,096 float32
     assert "0% from pinned memory" in facts["host-to-device"]
     assert "blocked in next()" in facts["host stall"]
 

@@ -20,6 +20,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 import ioprobe
+from ioprobe import units
 from ioprobe.record import RunRecord
 from ioprobe.render.facts import size_line
 
@@ -112,7 +113,7 @@ def test_memmap_reads_give_the_files_bytes_per_sample_and_density(
     steady = sum(e.read_chars - e.startup_read_chars for e in w.epochs)
     assert steady / samples < 512
     line = size_line(run)
-    assert "memory-mapped" in line and f"{sample_bytes / 1e3:,.1f} kB per sample" in line
+    assert "memory-mapped" in line and f"{units.size(sample_bytes)} per sample" in line
     again = RunRecord.from_json(run.to_json())
     assert again.watch is not None and again.watch.bytes_seen == "mmap"
     assert size_line(again) == line

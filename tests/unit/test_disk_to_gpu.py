@@ -16,6 +16,7 @@ import fsspec
 import pytest
 from rich.console import Console
 
+from ioprobe import units
 from ioprobe.analysis import finalize
 from ioprobe.analysis.report import findings
 from ioprobe.collect import disk_to_gpu as d2g
@@ -122,12 +123,15 @@ def test_reads_overlap_copies_when_both_take_as_long(tmp_path: Path) -> None:
     big = tmp_path / "big.bin"
     big.write_bytes(os.urandom(64 * MIB))
     entries = [FileEntry(str(big), 64 * MIB)]
-    warm = d2g.measure_path(SimCopier(move=False), entries, 30, False, buffer_bytes=8 * MIB)
-    read_rate = warm.bytes / warm.read_seconds
-    c = SimCopier(move=False, real_time=True, latency_s=0.0, rates={("h2d", True): read_rate})
-    path = d2g.measure_path(c, entries, 30, False, buffer_bytes=8 * MIB)
+    shares = []
+    for _ in range(3):  # a busy host only adds time: the best of three shows the overlap
+        warm = d2g.measure_path(SimCopier(move=False), entries, 30, False, buffer_bytes=8 * MIB)
+        read_rate = warm.bytes / warm.read_seconds
+        c = SimCopier(move=False, real_time=True, latency_s=0.0, rates={("h2d", True): read_rate})
+        path = d2g.measure_path(c, entries, 30, False, buffer_bytes=8 * MIB)
+        shares.append(path.seconds / (path.read_seconds + path.copy_seconds))
     # serial would take read + copy; double buffering hides most of the shorter one
-    assert path.seconds < 0.8 * (path.read_seconds + path.copy_seconds), path
+    assert min(shares) < 0.8, shares
 
 
 def test_the_budget_stops_the_path(files: list[FileEntry]) -> None:
@@ -267,7 +271,7 @@ def test_the_probe_runs_the_path_and_reports_it_beside_the_stages(
     assert rec.stages.pcie.copies  # the host-to-device probe kept it
     facts = dict(measurements(rec, findings(rec)))
     line = facts["disk→GPU"]
-    assert line.startswith(f"{path.bytes_per_s / 1e9:,.2f} GB/s end to end ({path.cache}, pinned")
+    assert line.startswith(f"{units.bandwidth(path.bytes_per_s)} end to end ({path.cache}, pinned")
     assert "1 thread as the path reads" in line
     assert "cuFile" in line and "kvikio" in line
     # beside the stages in all three reports

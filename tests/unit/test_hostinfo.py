@@ -12,8 +12,8 @@ import pytest
 from ioprobe.collect.hostinfo import device_class, filesystem_info, gpu_info, host_info
 from ioprobe.errors import BadInputError
 from ioprobe.record import HostInfo
-from ioprobe.render.format import binary_bytes as format_bytes
 from ioprobe.render.host import render_host
+from ioprobe.units import memory as format_bytes
 
 
 def _write(path: Path, text: str) -> None:

@@ -24,16 +24,17 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "loaders": (),
     "outputs": ("errors",),
     "redact": (),
+    "units": (),
     "record": ("errors", "outputs", "redact"),
-    "capacity": ("record", "errors"),
-    "collect": ("capacity", "record", "errors", "redact", "version", "loaders"),
-    "watch": ("collect", "capacity", "record", "errors", "redact", "version", "loaders"),
-    "analysis": ("capacity", "record", "errors", "redact", "outputs"),
-    "render": ("analysis", "capacity", "record", "errors", "redact"),
+    "capacity": ("units", "record", "errors"),
+    "collect": ("units", "capacity", "record", "errors", "redact", "version", "loaders"),
+    "watch": ("units", "collect", "capacity", "record", "errors", "redact", "version", "loaders"),
+    "analysis": ("units", "capacity", "record", "errors", "redact", "outputs"),
+    "render": ("units", "analysis", "capacity", "record", "errors", "redact"),
     "edge": ("cli", "render", "analysis", "watch", "collect", "capacity", "record", "errors",
-             "redact", "version", "loaders", "outputs"),
+             "redact", "version", "loaders", "outputs", "units"),
     "cli": ("edge", "render", "analysis", "watch", "collect", "capacity", "record", "errors",
-            "redact", "version", "loaders", "outputs"),
+            "redact", "version", "loaders", "outputs", "units"),
 }  # fmt: skip
 
 
@@ -92,6 +93,7 @@ def test_the_ground_floor_imports_nothing_above_it() -> None:
     assert imports(ROOT / "record.py") <= {"ioprobe.errors", "ioprobe.outputs", "ioprobe.redact"}
     assert imports(ROOT / "outputs.py") <= {"ioprobe.errors"}
     assert imports(ROOT / "redact.py") == frozenset()
+    assert imports(ROOT / "units.py") == frozenset()
     assert imports(ROOT / "capacity.py") <= {"ioprobe.record", "ioprobe.errors"}
     assert imports(ROOT / "loaders" / "files.py") == frozenset()
 

@@ -132,7 +132,7 @@ def test_advice_never_exceeds_the_memory_the_host_can_spare_and_says_so() -> Non
     assert chosen.memory_bytes <= limit < unlimited.memory_bytes
     (rec,) = loader_rule(tight, pipeline_model(tight.stages))
     assert "Memory stops short of more" in rec.text
-    assert "a worker holds 210 MB, a batch 105 MB" in rec.text
+    assert "a worker holds 200 MiB, a batch 100 MiB" in rec.text
 
 
 def test_whatif_of_the_advised_setting_reproduces_the_advice() -> None:

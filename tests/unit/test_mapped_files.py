@@ -169,7 +169,7 @@ def test_a_file_mapped_by_every_worker_counts_once_at_its_largest_extent() -> No
     assert rec.dataset.sample_bytes_mean == pytest.approx(600 * mb / 1000)
     assert rec.dataset.density == "medium"
     line = size_line(rec)
-    assert "629.1 MB in 2 memory-mapped files, 629.1 kB per sample (medium density)" in line
+    assert "629 MB in 2 memory-mapped files, 629 kB per sample (medium density)" in line
 
 
 def test_read_bytes_win_over_mapped_files_and_nothing_is_added_twice() -> None:

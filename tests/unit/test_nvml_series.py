@@ -172,7 +172,7 @@ def test_the_page_charts_the_series_and_its_blob_carries_only_the_reduced_view(
     view = data["findings"]["gpu_series"]
     assert set(view["sm_util"]) == {63.0} and len(view["t"]) <= 400
     facts = dict(data["findings"]["measurements"])
-    assert facts["NVML"].startswith("SM busy 63% mean; PCIe to GPU 2.0 GB/s peak; 310 W mean")
+    assert facts["NVML"].startswith("SM busy 63% mean; PCIe to GPU 2.05 GB/s peak; 310 W mean")
 
 
 def test_a_long_series_is_binned_to_at_most_400_points_with_means() -> None:

@@ -293,7 +293,7 @@ def test_pcie_only_measures_the_link_with_no_dataset() -> None:
     # a fully trained link carrying 25 of 63 GB/s: only the efficiency advice
     assert [r.kind for r in rec.recommendations] == ["pcie_efficiency"]
     text = _render(rec)
-    assert "host-to-device: pinned copies reach 25.0 GB/s on a gen 5 x16 link" in text
+    assert "host-to-device: pinned copies reach 25 GB/s on a gen 5 x16 link" in text
     assert "256 MiB" in text
 
 

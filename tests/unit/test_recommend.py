@@ -208,7 +208,7 @@ def test_a_streaming_dataset_from_object_storage_is_advised_its_own_cache() -> N
     assert "cache_in_ram" not in kinds(out)
     text, pred = rec_of(out, "local_cache")
     assert "max_cache_size" in text and "simplecache::" not in text
-    assert "(17 MB)" in text  # 1,024 x 16,404 B: not "0.0 GB"
+    assert "(16.8 MB)" in text  # 1,024 x 16,404 B: not "0.0 GB"
     assert pred == evaluate(rec, Change(cache_bytes=dataset_bytes(rec))).predicted_samples_per_s
 
 

@@ -104,7 +104,7 @@ def test_one_nodes_own_read_rate_caps_each_node() -> None:
     assert out.sizing is not None and out.sizing.cluster is not None
     (fit,) = out.sizing.cluster.fits
     assert (fit.nodes, fit.next_bound) == (0, "storage")
-    assert "one node reads 1.0 GB/s; the GPUs need 1.1 GB/s" in fit.text
+    assert "one node reads 1 GB/s; the GPUs need 1.08 GB/s" in fit.text
     # the grid's row for 3 nodes: each capped at 1.0 GB/s, together at 2.0
     row_inp = inputs(nodes=3)
     storage = stages_for(measured(out), 1, row_inp).storage.capacity_samples_per_s

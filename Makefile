@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH := torch==2.13.0
 PIP_QUIET := 2>&1 | { grep -v -e 'is ignored: it is neither a file nor a directory' || true; }
 
-.PHONY: demo test lint typecheck unit clean bench chromium gpu-check gpu-wheels gpu-dali-parts fuzz hostile
+.PHONY: demo test lint typecheck unit clean bench chromium gpu-check gpu-wheels gpu-dali-parts fuzz hostile validate
 
 $(STAMP): pyproject.toml setup.py csrc/nvtx_inject.c Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,12 @@ unit: $(STAMP)
 # (IOPROBE_FUZZ_EXAMPLES=N for more); the default test run tries a few thousand.
 fuzz: $(STAMP)
 	$(BIN)/python -m pytest -q -m long tests/unit/test_fuzz_records.py tests/unit/test_outside_text.py
+
+# The advice held to reruns that take minutes on a 2-core host and swing with any other load
+# (deselected from `make test`): each head-of-line cure against its rerun, and the advice
+# matrix's share (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a quiet host.
+validate: $(STAMP)
+	$(BIN)/python -m pytest -q -m long tests/integration/test_head_of_line.py tests/integration/test_loader_sim.py
 
 # The hostile round (docs/guarantees.md): generated cases of the nine families of issue 29 through
 # the real CLI, each judged on hangs, tracebacks, secrets shown and outputs lost (about 3 minutes)

@@ -70,8 +70,8 @@ def test_tune_in_process_tries_settings_and_leaves_the_loader_as_it_was() -> Non
         steps.append(1)
         time.sleep(0.005)
 
-    rec = ioprobe.tune(loader, step=step, batches=60, trials=2)
-    assert rec.tune is not None and len(rec.tune.trials) == 3
+    rec = ioprobe.tune(loader, step=step, batches=60, trials=1)  # as it is, and the best
+    assert rec.tune is not None and len(rec.tune.trials) == 2
     assert all(t.measured_samples_per_s for t in rec.tune.trials)
     # each trial: its workers' first round and 60 more, every batch through the step
     assert len(steps) == sum(t.batches for t in rec.tune.trials)

@@ -1,4 +1,5 @@
-"""The RunRecord keys DESIGN.md promises are always present."""
+"""The RunRecord keys that are always present (docs/probe.md, "The record": the public JSON
+contract every command writes and a test of each command checks)."""
 
 CONTRACT_KEYS = frozenset(
     {

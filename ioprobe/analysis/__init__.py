@@ -1,9 +1,9 @@
 """Pure functions from a RunRecord to findings. Nothing here measures or prints.
 
-The layers inside, each importing only those before it: ``model`` (the pipeline model),
-``cache``, ``catalog``, ``decode_paths``; ``scenario`` (the model under a change);
-``pcie`` and ``recommend`` (the advice); ``verdict`` (``finalize``); ``whatif``, ``size``,
-``compare`` and ``report`` (what the commands and renderers use).
+The modules build on each other in the order docs/architecture.md gives ("Inside
+``analysis/``"), each importing only those before it; ``tests/unit/test_layers.py`` holds that
+order to the imports. The package exports what the edges call: the pipeline model, the advice
+and ``finalize``.
 """
 
 from __future__ import annotations

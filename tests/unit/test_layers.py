@@ -8,6 +8,7 @@ imports it. docs/architecture.md states the same layers; this test is what keeps
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from functools import cache
@@ -58,7 +59,7 @@ def modules() -> dict[str, Path]:
 
 @cache
 def imports(path: Path) -> frozenset[str]:
-    """Every module of ours ``path`` imports, anywhere in the file."""
+    """Every module of ours ``path`` imports, anywhere in the file, by statement or by name."""
     found: set[str] = set()
     known = modules()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -74,6 +75,10 @@ def imports(path: Path) -> frozenset[str]:
                 found.update(subs)
             else:
                 found.add(node.module)
+        elif isinstance(node, ast.Constant) and "." in str(node.value) and node.value in known:
+            # a module named in a string is imported by name (``importlib.import_module``):
+            # the table of framework adapters, the table of renderers
+            found.add(node.value)
     return frozenset(found)
 
 
@@ -176,3 +181,44 @@ def test_the_function_keeps_the_name_of_its_package() -> None:
 
     assert callable(ioprobe.watch)
     assert ioprobe.watch.__module__ == "ioprobe"
+
+
+def test_a_module_imported_by_name_is_seen() -> None:
+    # watch/api.py finds its framework adapters by name, cli/_common.py its renderers
+    assert "ioprobe.watch.torch" in imports(ROOT / "watch" / "api.py")
+    assert "ioprobe.render.html" in imports(ROOT / "cli" / "_common.py")
+
+
+DOC = ROOT.parent / "docs" / "architecture.md"
+
+
+def test_the_map_lists_the_analysis_modules_in_an_order_the_imports_keep() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    paragraph = text[text.index("Inside `analysis/`") : text.index("In `render/`")]
+    ours = {
+        n.rsplit(".", 1)[1]: p for n, p in modules().items() if n.startswith("ioprobe.analysis.")
+    }
+    order: list[str] = []
+    for name in re.findall(r"`([a-z_]+)`", paragraph):
+        if name in ours and name not in order:
+            order.append(name)
+    assert sorted(order) == sorted(ours), set(ours) ^ set(order)
+    late = [
+        f"{name} imports {dep}, named after it"
+        for i, name in enumerate(order)
+        for dep in (d.rsplit(".", 1)[1] for d in imports(ours[name]))
+        if dep in ours and dep != name and order.index(dep) > i
+    ]
+    assert late == []
+
+
+def test_the_map_names_every_module_and_package() -> None:
+    table = DOC.read_text(encoding="utf-8")
+    table = table[table.index("## The layers and their rules") :]
+    missing = [
+        p.name
+        for p in sorted(ROOT.iterdir())
+        if (p.suffix == ".py" and p.name != "__main__.py" and f"{p.name}`" not in table)
+        or (p.is_dir() and (p / "__init__.py").exists() and f"`{p.name}/" not in table)
+    ]
+    assert missing == []

@@ -11,10 +11,9 @@ script element, and every control character, so the page holds no raw escape byt
 from __future__ import annotations
 
 import dataclasses
-import html
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ioprobe import units
@@ -35,8 +34,8 @@ from ioprobe.analysis.report import (
 from ioprobe.analysis.samples import SampleCostView
 from ioprobe.analysis.stall_series import Burst, StallOverTime
 from ioprobe.record import ClientsPoint, DensityRow, RunRecord, SizeData, TuneData, to_plain
-from ioprobe.redact import printable, shown_all
-from ioprobe.render import sizing_text
+from ioprobe.redact import shown_all
+from ioprobe.render import sizing_text, svg
 from ioprobe.render.facts import (
     cluster_sentence,
     cluster_title,
@@ -53,24 +52,8 @@ from ioprobe.render.facts import (
     verdict,
 )
 from ioprobe.render.host import host_facts
+from ioprobe.render.markup import text_html
 from ioprobe.render.tune_text import TUNE_COLUMNS, tune_cells, tune_summary
-
-W = 760  # chart width in CSS pixels
-PALETTE = (
-    "#4e79a7",
-    "#f28e2b",
-    "#59a14f",
-    "#e15759",
-    "#76b7b2",
-    "#edc948",
-    "#b07aa1",
-    "#ff9da7",
-    "#9c755f",
-    "#bab0ac",
-)
-STALL = "#e15759"
-COMPUTE = "#4e79a7"
-Scale = Callable[[float], float]  # a value to its coordinate on one axis
 
 CSS = """
 rect.pred{fill:#9db4c8}rect.meas{fill:#2f6690}
@@ -104,39 +87,6 @@ tr.straggler td{font-weight:600;color:#b02a2c}
 """
 
 
-def text_html(value: object) -> str:
-    """The page's one way in for text: every character that could open markup is escaped, and
-    control characters and undecodable bytes are shown as ``\\xNN`` (a page viewed with
-    ``cat`` must not drive the terminal; a lone surrogate would fail the UTF-8 write). Every
-    string a page shows goes through here; ``render`` has already passed the record and its
-    findings through ``redact.shown_all``."""
-    return html.escape(printable(str(value)), quote=True)
-
-
-def _n(x: float) -> str:
-    # short, stable coordinates keep the page small and byte-identical run to run
-    return f"{x:.1f}".rstrip("0").rstrip(".")
-
-
-def _svg(width: float, height: float, body: list[str], label: str) -> str:
-    return (
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{_n(width)}" height="{_n(height)}" '
-        f'viewBox="0 0 {_n(width)} {_n(height)}" role="img" aria-label="{text_html(label)}">'
-        + "".join(body)
-        + "</svg>"
-    )
-
-
-def _ticks(top: float, n: int = 4) -> list[float]:
-    """Round tick values from 0 to at least ``top``."""
-    if top <= 0:
-        return [0.0, 1.0]
-    raw = top / n
-    mag = 10 ** math.floor(math.log10(raw))
-    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    return [step * i for i in range(math.ceil(top / step - 1e-9) + 1)]
-
-
 # --- charts ---------------------------------------------------------------------------------
 
 
@@ -151,42 +101,22 @@ def stage_chart(rec: RunRecord, f: Findings) -> str:
         return '<p class="note">No stage capacity was measured.</p>'
     left, right, row = 90, 110, 34
     height = row * len(stages) + 40
-    plot = W - left - right
+    plot = svg.W - left - right
     log = max(vals) / min(vals) > 20
     x, ticks = (
-        _log_axis(min(vals), max(vals), left, plot) if log else _linear_axis(max(vals), left, plot)
+        svg.log_axis(min(vals), max(vals), left, plot)
+        if log
+        else svg.linear_axis(max(vals), left, plot)
     )
-    body = [_stage_tick(_n(x(t)), t, height) for t in ticks]
+    body = [_stage_tick(svg.n(x(t)), t, height) for t in ticks]
     body += [_stage_bar(rec, b, 12 + i * row, left, x) for i, b in enumerate(stages)]
     if delivered:
-        body.append(_delivered_line(_n(x(delivered)), delivered, f.delivered_label, height))
+        body.append(_delivered_line(svg.n(x(delivered)), delivered, f.delivered_label, height))
     scale = "log scale" if log else "linear scale"
-    return _svg(W, height, body, f"stage capacities in samples/s ({scale})") + (
+    return svg.svg(svg.W, height, body, f"stage capacities in samples/s ({scale})") + (
         f'<p class="note">Capacity of each stage in samples/s ({scale}); the dashed line is the '
         f"{text_html(f.delivered_label)} rate.</p>"
     )
-
-
-def _log_axis(lo_v: float, hi_v: float, left: float, plot: float) -> tuple[Scale, list[float]]:
-    """Whole decades around the values, a tick at each."""
-    lo = 10 ** math.floor(math.log10(lo_v))
-    hi = 10 ** math.ceil(math.log10(hi_v))
-
-    def x(v: float) -> float:
-        return left + plot * (math.log10(v) - math.log10(lo)) / (math.log10(hi) - math.log10(lo))
-
-    return x, [10.0**k for k in range(round(math.log10(lo)), round(math.log10(hi)) + 1)]
-
-
-def _linear_axis(hi_v: float, left: float, plot: float) -> tuple[Scale, list[float]]:
-    """From zero to the round tick at or above the largest value."""
-    ticks = _ticks(hi_v)
-    hi = ticks[-1]
-
-    def x(v: float) -> float:
-        return left + plot * v / hi
-
-    return x, ticks
 
 
 def _stage_tick(x: str, t: float, height: int) -> str:
@@ -196,7 +126,7 @@ def _stage_tick(x: str, t: float, height: int) -> str:
     )
 
 
-def _stage_bar(rec: RunRecord, b: StageBar, y: int, left: int, x: Scale) -> str:
+def _stage_bar(rec: RunRecord, b: StageBar, y: int, left: int, x: svg.Scale) -> str:
     """The stage's name, then its bar and rate, or "not measured" where it has no capacity."""
     weight = ' font-weight="700"' if b.limiting else ""
     name = (
@@ -204,12 +134,12 @@ def _stage_bar(rec: RunRecord, b: StageBar, y: int, left: int, x: Scale) -> str:
     )
     if not b.capacity:
         return name + f'<text x="{left + 6}" y="{y + 17}" fill="#8a949c">not measured</text>'
-    colour = STALL if b.limiting else "#8fb9d8"
+    colour = svg.STALL if b.limiting else "#8fb9d8"
     return name + (
-        f'<rect x="{left}" y="{y + 3}" width="{_n(max(x(b.capacity) - left, 1))}" '
+        f'<rect x="{left}" y="{y + 3}" width="{svg.n(max(x(b.capacity) - left, 1))}" '
         f'height="20" fill="{colour}"><title>{text_html(b.stage)}: {text_html(units.samples_per_s(b.capacity))} '
         f"samples/s; {text_html(stage_detail(rec, b.stage))}</title></rect>"
-        f'<text x="{_n(x(b.capacity) + 6)}" y="{y + 17}">{text_html(units.samples_per_s(b.capacity))}</text>'
+        f'<text x="{svg.n(x(b.capacity) + 6)}" y="{y + 17}">{text_html(units.samples_per_s(b.capacity))}</text>'
     )
 
 
@@ -227,9 +157,9 @@ def consumer_chart(points: Sequence[ConsumerPoint], batches: int) -> str:
     if not points:
         return '<p class="note">No batch timeline in this record.</p>'
     left, bottom, height = 60, 30, 220
-    plot_w, plot_h = W - left - 10, height - bottom - 10
+    plot_w, plot_h = svg.W - left - 10, height - bottom - 10
     per = [_per_batch_ms(p) for p in points]
-    ticks = _ticks(max((s + c for s, c in per), default=1.0) or 1.0)
+    ticks = svg.ticks(max((s + c for s, c in per), default=1.0) or 1.0)
     top = ticks[-1]
     bw = plot_w / len(points)
 
@@ -239,21 +169,23 @@ def consumer_chart(points: Sequence[ConsumerPoint], batches: int) -> str:
     def h(v: float) -> float:
         return plot_h * v / top
 
-    body = _y_grid(ticks, y, left, W - 10)
+    body = svg.y_grid(ticks, y, left, svg.W - 10)
     body += [
         _consumer_bar(p, s, c, x=left + i * bw, width=bw, base=10 + plot_h, h=h)
         for i, (p, (s, c)) in enumerate(zip(points, per, strict=True))
     ]
     body.append(
         f'<text x="{left}" y="{height - 8}">batch 1</text>'
-        f'<text x="{W - 10}" y="{height - 8}" text-anchor="end">batch {batches:,}</text>'
-        + _y_title(10 + plot_h / 2, "ms per batch")
+        f'<text x="{svg.W - 10}" y="{height - 8}" text-anchor="end">batch {batches:,}</text>'
+        + svg.y_title(10 + plot_h / 2, "ms per batch")
     )
     group = points[0].last - points[0].first + 1
     grouping = f" Each bar sums {group:,} consecutive batches." if group > 1 else ""
     return (
-        _legend([("waiting for data (stall)", STALL), ("compute (training step)", COMPUTE)])
-        + _svg(W, height, body, "consumer timeline: stall vs compute per batch")
+        svg.legend(
+            [("waiting for data (stall)", svg.STALL), ("compute (training step)", svg.COMPUTE)]
+        )
+        + svg.svg(svg.W, height, body, "consumer timeline: stall vs compute per batch")
         + f'<p class="note">{batches:,} batches in order.{grouping}</p>'
     )
 
@@ -265,162 +197,27 @@ def _per_batch_ms(p: ConsumerPoint) -> tuple[float, float]:
 
 
 def _consumer_bar(
-    p: ConsumerPoint, stall: float, compute: float, *, x: float, width: float, base: float, h: Scale
+    p: ConsumerPoint,
+    stall: float,
+    compute: float,
+    *,
+    x: float,
+    width: float,
+    base: float,
+    h: svg.Scale,
 ) -> str:
     """The stall bar up from the axis at ``base``, the compute bar stacked on it; ``h`` turns
     milliseconds into a bar's height."""
     hs, hc = h(stall), h(compute)
-    w = _n(max(width - 0.5, 0.5))
+    w = svg.n(max(width - 0.5, 0.5))
     which = f"batch {p.first:,}" if p.first == p.last else f"batches {p.first:,}-{p.last:,}"
     tip = f"<title>{which}: stall {stall:.2f} ms, compute {compute:.2f} ms per batch</title>"
     return (
-        f'<g>{tip}<rect x="{_n(x)}" y="{_n(base - hs)}" width="{w}" '
-        f'height="{_n(hs)}" fill="{STALL}"/>'
-        f'<rect x="{_n(x)}" y="{_n(base - hs - hc)}" width="{w}" '
-        f'height="{_n(hc)}" fill="{COMPUTE}"/></g>'
+        f'<g>{tip}<rect x="{svg.n(x)}" y="{svg.n(base - hs)}" width="{w}" '
+        f'height="{svg.n(hs)}" fill="{svg.STALL}"/>'
+        f'<rect x="{svg.n(x)}" y="{svg.n(base - hs - hc)}" width="{w}" '
+        f'height="{svg.n(hc)}" fill="{svg.COMPUTE}"/></g>'
     )
-
-
-def _y_grid(ticks: Sequence[float], y: Scale, left: int, right: int) -> list[str]:
-    """A light horizontal line across the plot at each tick, its value left of the axis."""
-    return [
-        f'<line x1="{left}" y1="{_n(y(t))}" x2="{right}" y2="{_n(y(t))}" stroke="#e3e6ea"/>'
-        f'<text x="{left - 6}" y="{_n(y(t) + 4)}" text-anchor="end">{units.figure(t)}</text>'
-        for t in ticks
-    ]
-
-
-def _y_title(mid: float, text: str) -> str:
-    """The y axis's title, turned to run up the axis; ``text`` is already escaped."""
-    return (
-        f'<text x="12" y="{mid}" transform="rotate(-90 12 {mid})" '
-        f'text-anchor="middle">{text}</text>'
-    )
-
-
-def _legend(items: Sequence[tuple[str, str]]) -> str:
-    return (
-        '<div class="legend">'
-        + "".join(
-            f'<span><i style="background:{c}"></i>{text_html(name)}</span>' for name, c in items
-        )
-        + "</div>"
-    )
-
-
-def line_chart(
-    xs: Sequence[float],
-    lines: Sequence[tuple[str, Sequence[float | None]]],
-    x_label: str,
-    y_label: str,
-    x_names: Sequence[str] | None = None,
-    shade: Sequence[tuple[float, float]] = (),
-) -> str:
-    """Lines over shared x positions; with ``x_names`` the positions are evenly spaced
-    categories (concurrency 1, 2, 4, ...) rather than a numeric axis. ``shade`` lays a light
-    band behind the lines over each (from, to) span of a numeric axis."""
-    left, bottom, height = 70, 36, 240
-    plot_w, plot_h = W - left - 16, height - bottom - 12
-    ticks = _line_ticks(lines)
-    top = ticks[-1]
-    px = (
-        _x_categories(len(xs), left, plot_w)
-        if x_names is not None
-        else _x_numeric(xs, left, plot_w)
-    )
-
-    def py(v: float) -> float:
-        return 12 + plot_h * (1 - v / top)
-
-    body = _y_grid(ticks, py, left, W - 16)
-    body += _shades(shade if x_names is None else (), px, left, W - 16, 12, plot_h)
-    body += _x_labels(xs, x_names, px, height - 18)
-    body.append(
-        f'<text x="{left + plot_w / 2}" y="{height - 2}" text-anchor="middle">{text_html(x_label)}</text>'
-        + _y_title(12 + plot_h / 2, text_html(y_label))
-    )
-    colours = [PALETTE[k % len(PALETTE)] for k in range(len(lines))]
-    for (_, ys), colour in zip(lines, colours, strict=True):
-        body += _polyline(
-            [(px(i, xs[i]), py(v)) for i, v in enumerate(ys) if v is not None], colour
-        )
-    legend = [(name, colour) for (name, _), colour in zip(lines, colours, strict=True)]
-    return _legend(legend) + _svg(W, height, body, f"{y_label} vs {x_label}")
-
-
-def _shades(
-    spans: Sequence[tuple[float, float]], px: XScale, left: int, right: int, top: int, height: int
-) -> list[str]:
-    """A band over each (from, to) span of the x axis, clipped to the plot."""
-    out = []
-    for a, b in spans:
-        x0, x1 = max(px(0, a), left), min(px(0, b), right)
-        if x1 > x0:
-            out.append(
-                f'<rect x="{_n(x0)}" y="{top}" width="{_n(max(x1 - x0, 1))}" height="{height}" '
-                f'fill="{STALL}" fill-opacity="0.15"/>'
-            )
-    return out
-
-
-def _line_ticks(lines: Sequence[tuple[str, Sequence[float | None]]]) -> list[float]:
-    """The y axis's ticks: from zero to the round value at or above every line's top."""
-    vals = [v for _, ys in lines for v in ys if v is not None]
-    return _ticks(max(vals, default=1.0) or 1.0)
-
-
-# An x position from a point's index and its value: categories use the one, numbers the other.
-XScale = Callable[[int, float], float]
-
-
-def _x_categories(n: int, left: int, plot_w: int) -> XScale:
-    span = max(n - 1, 1)
-
-    def px(i: int, v: float) -> float:
-        return left + plot_w * (i / span if n > 1 else 0.5)
-
-    return px
-
-
-def _x_numeric(xs: Sequence[float], left: int, plot_w: int) -> XScale:
-    x0, x1 = (min(xs), max(xs)) if xs else (0.0, 1.0)
-    width = (x1 - x0) or 1.0
-
-    def px(i: int, v: float) -> float:
-        return left + plot_w * (v - x0) / width
-
-    return px
-
-
-def _x_labels(xs: Sequence[float], names: Sequence[str] | None, px: XScale, y: int) -> list[str]:
-    """A label per category, or round ticks within the range of the numeric positions."""
-    if names is not None:
-        return [
-            f'<text x="{_n(px(i, 0))}" y="{y}" text-anchor="middle">{text_html(name)}</text>'
-            for i, name in enumerate(names)
-        ]
-    if not xs:
-        return []
-    lo, hi = min(xs), max(xs)
-    return [
-        f'<text x="{_n(px(0, t))}" y="{y}" text-anchor="middle">{units.figure(t)}</text>'
-        for t in _ticks(hi)
-        if t <= hi + 1e-9 and t >= lo - 1e-9
-    ]
-
-
-def _polyline(pts: Sequence[tuple[float, float]], colour: str) -> list[str]:
-    if not pts:
-        return []
-    out = [
-        f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="'
-        + " ".join(f"{_n(a)},{_n(b)}" for a, b in pts)
-        + '"/>'
-    ]
-    # a marker per point only while the points are few enough to tell apart
-    if len(pts) <= 24:
-        out += [f'<circle cx="{_n(a)}" cy="{_n(b)}" r="3" fill="{colour}"/>' for a, b in pts]
-    return out
 
 
 def throughput_chart(tp: Throughput | None) -> str:
@@ -428,7 +225,7 @@ def throughput_chart(tp: Throughput | None) -> str:
         return '<p class="note">No per-worker timeline in this record.</p>'
     n = len(tp.lines[0].samples_per_s)
     xs = [tp.bin_s * (i + 0.5) for i in range(n)]
-    chart = line_chart(
+    chart = svg.line_chart(
         xs,
         [(w.name, list(w.samples_per_s)) for w in tp.lines],
         "seconds since the first batch request",
@@ -451,7 +248,7 @@ def stall_section(st: StallOverTime | None) -> list[str]:
     s = st.series
     xs = [s.t0_s + s.bin_s * (i + 0.5) for i in range(len(s.stall_fraction))]
     pct = [None if v is None else v * 100 for v in s.stall_fraction]
-    chart = line_chart(
+    chart = svg.line_chart(
         xs,
         [("stall %", pct)],
         "seconds since the first batch request",
@@ -497,7 +294,7 @@ def storage_section(lines: Sequence[SweepLine]) -> str:
     if not lines:
         return '<p class="note">No storage sweep in this record (a watched run times reads as they happen).</p>'
     levels = sorted({c for s in lines for c in s.concurrency})
-    chart = line_chart(
+    chart = svg.line_chart(
         list(range(len(levels))),
         [(s.name, _at_levels(s, levels)) for s in lines],
         "reads in flight (threads)",
@@ -608,7 +405,7 @@ def series_section(v: SeriesView | None) -> str:
     parts = ["<h2>GPU over time (NVML)</h2>", '<div id="gpu-series">']
     if any(x is not None for x in v.sm_util + v.mem_util):  # MIG mode gives no utilisation
         parts.append(
-            line_chart(
+            svg.line_chart(
                 v.t,
                 [("SM", v.sm_util), ("memory", v.mem_util)],
                 "seconds since the start",
@@ -617,7 +414,7 @@ def series_section(v: SeriesView | None) -> str:
         )
     if any(x is not None for x in v.pcie_rx_gbps + v.pcie_tx_gbps):
         parts.append(
-            line_chart(
+            svg.line_chart(
                 v.t,
                 [("host to device", v.pcie_rx_gbps), ("device to host", v.pcie_tx_gbps)],
                 "seconds since the start",
@@ -625,7 +422,7 @@ def series_section(v: SeriesView | None) -> str:
             )
         )
     if any(x is not None for x in v.power_w):
-        parts.append(line_chart(v.t, [("power", v.power_w)], "seconds since the start", "W"))
+        parts.append(svg.line_chart(v.t, [("power", v.power_w)], "seconds since the start", "W"))
     binned = f", {len(v.t)} bins of consecutive readings" if len(v.t) < v.rows else ""
     parts.append(
         f'<p class="note">{v.rows:,} readings every {v.interval_s * 1e3:g} ms{binned}. '
@@ -890,7 +687,7 @@ def _utilisation_chart(sz: SizeData) -> str:
     ]
     target = sz.inputs.target_utilization
     lines.append((f"target {target:.0%}", [target * 100] * len(n)))
-    return line_chart(
+    return svg.line_chart(
         list(range(len(n))),
         lines,
         "GPUs per node",
@@ -978,7 +775,7 @@ def ranks_section(rec: RunRecord, f: Findings) -> list[str]:
 
 def _clients_chart(curve: Sequence[ClientsPoint]) -> str:
     pts = sorted(curve, key=lambda p: p.clients)
-    chart = line_chart(
+    chart = svg.line_chart(
         list(range(len(pts))),
         [
             ("all clients", [p.read_bytes_per_s / 1e6 for p in pts]),
@@ -1012,12 +809,12 @@ def _rank_chart(t: RankTable) -> str:
     ]
     unit = "stall %" if watch else "read MB/s"
     left, bottom, height = 60, 30, 180
-    plot_w, plot_h = W - left - 10, height - bottom - 10
-    ticks = _ticks(max((v for _, _, v, _ in bars if v is not None), default=1.0) or 1.0)
+    plot_w, plot_h = svg.W - left - 10, height - bottom - 10
+    ticks = svg.ticks(max((v for _, _, v, _ in bars if v is not None), default=1.0) or 1.0)
     top = ticks[-1]
     # a few ranks get bars of a readable width, not the whole plot
     bw = min(plot_w / max(len(bars), 1), 48.0)
-    body = _y_grid(ticks, lambda v: 10 + plot_h * (1 - v / top), left, W - 10)
+    body = svg.y_grid(ticks, lambda v: 10 + plot_h * (1 - v / top), left, svg.W - 10)
     for k, (rank, host, v, slow) in enumerate(bars):
         if v is None:
             continue
@@ -1025,26 +822,26 @@ def _rank_chart(t: RankTable) -> str:
         body.append(
             f"<g><title>rank {rank} ({text_html(host)}): {units.figure(v)} {'%' if watch else 'MB/s'}"
             f"{' (straggler)' if slow else ''}</title>"
-            f'<rect x="{_n(left + k * bw)}" y="{_n(10 + plot_h - h)}" '
-            f'width="{_n(max(bw - 1, 0.5))}" height="{_n(h)}" '
-            f'fill="{STALL if slow else COMPUTE}"/></g>'
+            f'<rect x="{svg.n(left + k * bw)}" y="{svg.n(10 + plot_h - h)}" '
+            f'width="{svg.n(max(bw - 1, 0.5))}" height="{svg.n(h)}" '
+            f'fill="{svg.STALL if slow else svg.COMPUTE}"/></g>'
         )
     labelled = range(len(bars)) if len(bars) <= 24 else (0, len(bars) - 1)
     body += [
-        f'<text x="{_n(left + (k + 0.5) * bw)}" y="{height - 8}" text-anchor="middle">'
+        f'<text x="{svg.n(left + (k + 0.5) * bw)}" y="{height - 8}" text-anchor="middle">'
         f"{bars[k][0]}</text>"
         for k in labelled
     ]
     body.append(
-        f'<text x="{_n(left + len(bars) * bw + 8)}" y="{height - 8}">rank</text>'
-        + _y_title(10 + plot_h / 2, unit)
+        f'<text x="{svg.n(left + len(bars) * bw + 8)}" y="{height - 8}">rank</text>'
+        + svg.y_title(10 + plot_h / 2, unit)
     )
     what = (
         "the share of its time each rank waited for data"
         if watch
         else ("each rank's own read rate with every rank reading at once")
     )
-    return _svg(W, height, body, f"{unit} by rank") + f'<p class="note">By rank: {what}.</p>'
+    return svg.svg(svg.W, height, body, f"{unit} by rank") + f'<p class="note">By rank: {what}.</p>'
 
 
 def _ranks_table(t: RankTable, spread: RankSpread | None) -> str:
@@ -1091,7 +888,7 @@ def _timelines(f: Findings) -> list[str]:
 
 
 def _cpu_sweep_chart(sweep: Sequence[tuple[int, float]]) -> str:
-    return line_chart(
+    return svg.line_chart(
         list(range(len(sweep))),
         [("samples/s", [v for _, v in sweep])],
         "loader workers",
@@ -1144,24 +941,24 @@ def samples_section(sc: SampleCostView | None) -> list[str]:
 
 def _histogram_chart(bins: Sequence[tuple[float, float, int]]) -> str:
     left, bottom, height = 60, 30, 160
-    plot_w, plot_h = W - left - 10, height - bottom - 10
-    ticks = _ticks(max((c for _, _, c in bins), default=1) or 1)
+    plot_w, plot_h = svg.W - left - 10, height - bottom - 10
+    ticks = svg.ticks(max((c for _, _, c in bins), default=1) or 1)
     top = ticks[-1]
     bw = plot_w / len(bins)
-    body = _y_grid(ticks, lambda v: 10 + plot_h * (1 - v / top), left, W - 10)
+    body = svg.y_grid(ticks, lambda v: 10 + plot_h * (1 - v / top), left, svg.W - 10)
     for k, (lo, hi, c) in enumerate(bins):
         h = plot_h * c / top
         body.append(
             f"<g><title>{units.figure(lo)}-{units.figure(hi)} ms: {c:,} samples</title>"
-            f'<rect x="{_n(left + k * bw)}" y="{_n(10 + plot_h - h)}" '
-            f'width="{_n(max(bw - 1, 0.5))}" height="{_n(h)}" fill="{COMPUTE}"/></g>'
+            f'<rect x="{svg.n(left + k * bw)}" y="{svg.n(10 + plot_h - h)}" '
+            f'width="{svg.n(max(bw - 1, 0.5))}" height="{svg.n(h)}" fill="{svg.COMPUTE}"/></g>'
         )
     body.append(
         f'<text x="{left}" y="{height - 8}">{units.figure(bins[0][0])} ms</text>'
-        f'<text x="{W - 10}" y="{height - 8}" text-anchor="end">{units.figure(bins[-1][1])} ms</text>'
-        + _y_title(10 + plot_h / 2, "samples")
+        f'<text x="{svg.W - 10}" y="{height - 8}" text-anchor="end">{units.figure(bins[-1][1])} ms</text>'
+        + svg.y_title(10 + plot_h / 2, "samples")
     )
-    return _svg(W, height, body, "per-sample wall time, log-spaced bins")
+    return svg.svg(svg.W, height, body, "per-sample wall time, log-spaced bins")
 
 
 def queue_section(f: Findings) -> list[str]:

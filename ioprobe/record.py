@@ -4,24 +4,23 @@ A ``RunRecord`` carries no behaviour beyond (de)serialisation. Collectors build 
 reads one and returns findings, renderers turn findings into text. A record saved today can be
 re-analysed and re-rendered by a later ioprobe (``ioprobe report run.json``).
 
-The JSON form is versioned by ``schema``; loading checks every field's type, that every
-number is finite, within 1e30 and (but for a few signed fields) not negative, and names the
-offending path (``stages.storage.sweep[2].concurrency``) when something is wrong.
+The JSON form is versioned by ``schema``; loading (``codec.Codec``) checks every field's
+type, that every number is finite, within 1e30 and (but for the ``SIGNED_FIELDS``) not
+negative, and names the offending path (``stages.storage.sweep[2].concurrency``) when
+something is wrong.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import math
 import os
-import types
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, Literal
 
+from ioprobe.codec import Codec, check_columns, join, to_plain
 from ioprobe.errors import BadInputError, RecordError
 from ioprobe.outputs import read_input, write_output
-from ioprobe.redact import redact_url, redacted_all
+from ioprobe.redact import redacted_all
 
 SCHEMA = "ioprobe.run/1"
 
@@ -1148,7 +1147,7 @@ class RunRecord:
                 f"{source}: unsupported schema {schema!r} (this ioprobe reads {SCHEMA!r})"
             )
         try:
-            rec: RunRecord = _from_plain(cls, data, "", signed=False)
+            rec: RunRecord = _CODEC.load(cls, data)
         except RecordError as exc:
             raise RecordError(f"{source}: {exc}") from None
         return rec
@@ -1187,168 +1186,6 @@ class RunRecord:
         return cls.from_json(data, source=name)
 
 
-T = TypeVar("T")
-
-
-def to_plain(value: Any) -> Any:
-    """Dataclasses, lists and dicts to JSON-ready values; non-finite floats become null."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, dict):
-        return {str(k): to_plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [to_plain(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # JSON has no inf/nan; an unbounded capacity reads as "not limiting"
-    return value
-
-
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def _hints(cls: type) -> dict[str, Any]:
-    if cls not in _HINTS:
-        _HINTS[cls] = get_type_hints(cls)
-    return _HINTS[cls]
-
-
-def _from_plain(tp: Any, data: Any, path: str, *, signed: bool) -> Any:
-    """``data`` (parsed JSON) as the type ``tp`` annotates, checked all the way down; a
-    ``RecordError`` names the first ``path`` that does not fit. Numbers must be finite and,
-    unless ``signed``, not negative."""
-    origin = get_origin(tp)
-    if origin is Union or origin is types.UnionType:
-        return _union(get_args(tp), data, path, signed=signed)
-    if origin is Literal:
-        return _literal(get_args(tp), data, path)
-    if origin is list:
-        return _list(get_args(tp)[0], data, path, signed=signed)
-    if origin is dict:
-        return _dict(get_args(tp)[1], data, path, signed=signed)
-    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
-        return _dataclass(tp, data, path)
-    return _scalar(tp, data, path, signed=signed)
-
-
-def _union(args: tuple[Any, ...], data: Any, path: str, *, signed: bool) -> Any:
-    if data is None:
-        if type(None) in args:
-            return None
-        raise RecordError(f"{path}: must not be null")
-    last: RecordError | None = None
-    for arg in args:
-        if arg is type(None):
-            continue
-        try:
-            return _from_plain(arg, data, path, signed=signed)
-        except RecordError as exc:
-            last = exc
-    assert last is not None
-    raise last
-
-
-def _literal(allowed: tuple[Any, ...], data: Any, path: str) -> Any:
-    if data not in allowed:
-        choices = ", ".join(repr(a) for a in allowed)
-        raise RecordError(f"{path}: {_shown(data)} is not one of {choices}")
-    return data
-
-
-def _list(item: Any, data: Any, path: str, *, signed: bool) -> list[Any]:
-    if not isinstance(data, list):
-        raise RecordError(f"{path}: expected a list, got {_json_type(data)}")
-    return [_from_plain(item, v, f"{path}[{i}]", signed=signed) for i, v in enumerate(data)]
-
-
-def _dict(value_tp: Any, data: Any, path: str, *, signed: bool) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise RecordError(f"{path}: expected an object, got {_json_type(data)}")
-    return {k: _from_plain(value_tp, v, _join(path, k), signed=signed) for k, v in data.items()}
-
-
-def _dataclass(tp: type, data: Any, path: str) -> Any:
-    if not isinstance(data, dict):
-        raise RecordError(f"{path or 'the record'}: expected an object, got {_json_type(data)}")
-    hints = _hints(tp)
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(tp):
-        sub = _join(path, f.name)
-        if f.name in data:
-            signed = f"{tp.__name__}.{f.name}" in SIGNED_FIELDS
-            kwargs[f.name] = _from_plain(hints[f.name], data[f.name], sub, signed=signed)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise RecordError(f"{sub}: required key is missing")
-    if "columns" in kwargs and tp in _COLUMN_TABLES:
-        _check_columns(kwargs["columns"], _join(path, "columns"))
-    if tp is BatchLog:  # the CPU columns are empty where a log was made without them
-        optional = ("cpu_ms", "runqueue_ms", "process_cpu_ms")
-        _check_columns(
-            {k: v for k, v in kwargs.items() if isinstance(v, list) and (v or k not in optional)},
-            path,
-        )
-    return tp(**kwargs)
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _scalar(tp: Any, data: Any, path: str, *, signed: bool) -> Any:
-    if tp is Any:
-        return data
-    if tp is float or tp is int:
-        return _number(tp, data, path, signed=signed)
-    if tp is bool or tp is str:
-        if not isinstance(data, tp):
-            raise RecordError(f"{path}: expected {tp.__name__}, got {_json_type(data)}")
-        # a record written before targets were redacted may still hold a URL's credentials
-        return redact_url(data) if isinstance(data, str) else data
-    raise TypeError(f"unsupported field type {tp!r} at {path}")  # a bug in this module
-
-
-def _number(tp: type, data: Any, path: str, *, signed: bool) -> float | int:
-    # JSON's true and false are not numbers, though Python's bool is an int
-    if isinstance(data, bool) or not isinstance(data, int | float):
-        expected = "a number" if tp is float else "an integer"
-        raise RecordError(f"{path}: expected {expected}, got {_json_type(data)}")
-    if tp is int and not isinstance(data, int):
-        raise RecordError(f"{path}: expected an integer, got {_json_type(data)}")
-    if isinstance(data, float) and not math.isfinite(data):
-        raise RecordError(f"{path}: not a finite number: {_shown(data)}")
-    if not -MAX_FIGURE <= data <= MAX_FIGURE:
-        raise RecordError(
-            f"{path}: out of range: {_shown(data)} (a record's figures are at most {MAX_FIGURE:.0e})"
-        )
-    if data < 0 and not signed:
-        raise RecordError(f"{path}: must not be negative, got {_shown(data)}")
-    return float(data) if tp is float else data
-
-
-def _json_type(value: Any) -> str:
-    return {
-        dict: "an object",
-        list: "a list",
-        str: "a string",
-        bool: "a boolean",
-        int: "an integer",
-        float: "a number",
-        type(None): "null",
-    }.get(type(value), type(value).__name__)
-
-
-def _shown(value: Any) -> str:
-    """A JSON value as the file writes it (NaN, Infinity), cut short if long."""
-    if isinstance(value, int) and value.bit_length() > 128:
-        # str() of an integer past 4,300 digits raises; its size says enough
-        return f"an integer of about {int(value.bit_length() * math.log10(2)) + 1} digits"
-    text = json.dumps(value) if isinstance(value, int | float) else repr(value)
-    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
-
-
-# Far beyond any figure a machine measures or a flag accepts (the CLI's limits keep what it
-# derives from them below this): a larger one is a damaged file, and small enough that the
-# model's products of a few figures stay finite
-MAX_FIGURE = 1e30
 # the largest record file loaded: a day's watched run with every series is well under it
 MAX_RECORD_BYTES = 1 << 30
 # Fields whose numbers may be negative: a worker index of -1 is the main process; timelines
@@ -1374,11 +1211,19 @@ SIGNED_FIELDS = frozenset(
 _COLUMN_TABLES: tuple[type, ...] = (Track, GpuSeries)
 
 
-def _check_columns(columns: dict[str, list[Any]], path: str) -> None:
-    lengths = {name: len(values) for name, values in columns.items()}
-    if len(set(lengths.values())) > 1:
-        shown = ", ".join(f"{name} {n}" for name, n in lengths.items())
-        raise RecordError(f"{path}: columns of unequal length ({shown})")
+def _check_tables(tp: type, kwargs: dict[str, Any], path: str) -> None:
+    """A table held column by column has one length in every column."""
+    if "columns" in kwargs and tp in _COLUMN_TABLES:
+        check_columns(kwargs["columns"], join(path, "columns"))
+    if tp is BatchLog:  # the CPU columns are empty where a log was made without them
+        optional = ("cpu_ms", "runqueue_ms", "process_cpu_ms")
+        check_columns(
+            {k: v for k, v in kwargs.items() if isinstance(v, list) and (v or k not in optional)},
+            path,
+        )
+
+
+_CODEC = Codec(SIGNED_FIELDS, _check_tables)
 
 
 __all__ = [

@@ -263,7 +263,7 @@ def show(rec: RunRecord, f: Findings, err: bool = False) -> None:
 
 
 # Bounds of the numeric flags: beyond them a value is a typo, not a machine, and everything
-# the model derives from them stays within what a record may hold (record.MAX_FIGURE)
+# the model derives from them stays within what a record may hold (codec.MAX_FIGURE)
 MAX_COUNT = 1 << 20  # workers, cores, GPUs, nodes, batch sizes, reads in flight
 MAX_SECONDS = 7 * 86400.0  # a time budget, a step or a sample's CPU time
 MAX_RATE = 1e12  # samples/s

@@ -546,10 +546,13 @@ class ReadScaling:
 
 @dataclass
 class RankInfo:
-    """Where the process that made a record sat in a distributed job, as its launcher told it
-    (``torchrun`` or SLURM's ``srun``); absent outside one, and in a world of one rank."""
+    """Where the process that made a record sat in a distributed job, as its launcher or its
+    initialised process group told it (``collect.distributed``); absent outside one, and in
+    a world of one rank."""
 
-    launcher: str  # "torchrun" or "slurm"
+    # "torchrun", "slurm", "lightning", "mpirun", "accelerate", or "torch.distributed" (a
+    # process group whose launcher set nothing ioprobe reads)
+    launcher: str
     rank: int
     world_size: int
     local_rank: int = 0
@@ -614,7 +617,7 @@ class ClientsPoint:
 class Distributed:
     """A run across the ranks of a distributed job, as rank 0 gathered it."""
 
-    launcher: str  # torchrun, slurm
+    launcher: str  # as RankInfo.launcher
     world_size: int
     nodes: int
     hosts: list[str] = field(default_factory=list)

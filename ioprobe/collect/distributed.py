@@ -1,4 +1,5 @@
-"""Which rank of a distributed job this process is, read from its launcher's environment.
+"""Which rank of a distributed job this process is: from torch.distributed's process group
+where one is initialised, else from its launcher's environment.
 
 ``torchrun`` (and ``torch.distributed.run``, TorchElastic) sets ``RANK``, ``WORLD_SIZE``,
 ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` (the node's rank) and
@@ -9,21 +10,46 @@ script itself also sees ``SLURM_PROCID=0`` and the job's ``SLURM_NTASKS`` but is
 not a rank of many: only a job step (``SLURM_STEP_ID`` set) counts. torchrun's variables win
 where both are set (torchrun started by srun: torchrun's ranks are the processes).
 
-Nothing here imports torch or touches a process group; a world of one rank is no
-distributed job at all, so it reads as None and everything behaves as without a launcher.
+Lightning's own launcher (``Trainer(strategy="ddp")``, which starts the other ranks of a node
+as copies of the script with ``subprocess``) sets ``LOCAL_RANK``, ``NODE_RANK``,
+``WORLD_SIZE`` and ``MASTER_ADDR``/``MASTER_PORT`` but no ``RANK``: on node 0 the rank is the
+local rank; past node 0 only the process group tells it. MPI's launchers set their own:
+Open MPI ``OMPI_COMM_WORLD_RANK``/``_SIZE``/``_LOCAL_RANK``/``_LOCAL_SIZE``, MPICH and Intel
+MPI ``PMI_RANK``/``PMI_SIZE`` (``MPI_LOCALRANKID``/``MPI_LOCALNRANKS``), MVAPICH
+``MV2_COMM_WORLD_RANK``/``_SIZE``/``_LOCAL_RANK``/``_LOCAL_SIZE``.
+
+Any launcher at all (Accelerate, DeepSpeed, a script's own ``init_process_group``) leaves
+an initialised process group once training starts: ``group_rank`` reads the rank and the
+world from it (``torch.distributed.get_rank()``/``get_world_size()``), and only where the
+script has already imported ``torch.distributed``; nothing here imports torch. The group
+may exist only once the loader is already wrapped (Lightning initialises it in each rank
+before its fit loop) and be gone again by the time a record is made (Lightning destroys it
+in an exit handler), so a watched loader asks at each epoch's start and keeps what it saw.
+
+A world of one rank is no distributed job at all, so it reads as None and everything
+behaves as without a launcher.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ioprobe.errors import BadInputError
 from ioprobe.record import RankInfo
 
-__all__ = ["MAX_RANKS", "detect", "expand_nodelist", "expand_tasks_per_node", "rank_info"]
+__all__ = [
+    "MAX_RANKS",
+    "detect",
+    "expand_nodelist",
+    "expand_tasks_per_node",
+    "group_rank",
+    "rank_info",
+    "rank_now",
+]
 
 
 # the most ranks, nodes or tasks a launcher variable may name: past it a value is damage, and
@@ -59,11 +85,48 @@ def detect(env: Mapping[str, str] | None = None) -> RankInfo | None:
     naming the variable when the launcher's values do not make sense (a rank past the
     world's size, a count that is not a number)."""
     e = os.environ if env is None else env
-    if e.get("WORLD_SIZE", "").strip() or e.get("RANK", "").strip():
+    has = {name for name in _SIGNS if e.get(name, "").strip()}
+    if "WORLD_SIZE" in has and "RANK" not in has and "LOCAL_RANK" in has:
+        return _lightning(e)
+    if "WORLD_SIZE" in has or "RANK" in has:
         return _torchrun(e)
     if (e.get("SLURM_STEP_ID") or e.get("SLURM_STEPID")) and e.get("SLURM_PROCID"):
         return _slurm(e)
+    for rank, size, local, local_size in _MPI:
+        if rank in has and size in has:
+            return _mpi(e, rank, size, local, local_size)
     return None
+
+
+# the variables whose presence picks a launcher
+_SIGNS = (
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_RANK",
+    "PMI_SIZE",
+    "MV2_COMM_WORLD_RANK",
+    "MV2_COMM_WORLD_SIZE",
+)
+# each MPI's (rank, size, local rank, local size): Open MPI, MVAPICH, then MPICH/Intel MPI's
+# process manager (which MVAPICH and Open MPI's own may also set beside theirs)
+_MPI = (
+    (
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+    ),
+    (
+        "MV2_COMM_WORLD_RANK",
+        "MV2_COMM_WORLD_SIZE",
+        "MV2_COMM_WORLD_LOCAL_RANK",
+        "MV2_COMM_WORLD_LOCAL_SIZE",
+    ),
+    ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
+)
 
 
 def _checked(info: RankInfo) -> RankInfo | None:
@@ -91,9 +154,7 @@ def _torchrun(e: Mapping[str, str]) -> RankInfo | None:
         )
     if world == 0:
         raise BadInputError("WORLD_SIZE=0: a world has at least one rank")
-    addr, port = e.get("MASTER_ADDR", "").strip(), e.get("MASTER_PORT", "").strip()
-    if port and not (re.fullmatch(r"[0-9]{1,5}", port) and 0 < int(port) < 65536):
-        raise BadInputError(f"MASTER_PORT={port[:40]!r}: expected a port from 1 to 65535")
+    master = _master(e)
     local_world = r.int("LOCAL_WORLD_SIZE")
     node_rank = r.int("GROUP_RANK")
     nodes = world // local_world if local_world and world % local_world == 0 else None
@@ -106,7 +167,66 @@ def _torchrun(e: Mapping[str, str]) -> RankInfo | None:
             local_world_size=local_world,
             node_rank=node_rank,
             nodes=nodes,
-            master=f"{addr}:{port}" if addr and port else (addr or None),
+            master=master,
+        )
+    )
+
+
+def _master(e: Mapping[str, str]) -> str | None:
+    addr, port = e.get("MASTER_ADDR", "").strip(), e.get("MASTER_PORT", "").strip()
+    if port and not (re.fullmatch(r"[0-9]{1,5}", port) and 0 < int(port) < 65536):
+        raise BadInputError(f"MASTER_PORT={port[:40]!r}: expected a port from 1 to 65535")
+    return f"{addr}:{port}" if addr and port else (addr or None)
+
+
+def _lightning(e: Mapping[str, str]) -> RankInfo | None:
+    """Lightning's subprocess launcher: ``WORLD_SIZE``, ``LOCAL_RANK`` and ``NODE_RANK``
+    without ``RANK``. Its ranks are numbered node by node, so on node 0 the rank is the
+    local rank; on a later node it needs the processes per node, which Lightning does not
+    export (``LOCAL_WORLD_SIZE`` where the user sets it), else None until the process group
+    says."""
+    r = _Read(e)
+    world = r.int("WORLD_SIZE") or 0
+    if world == 0:
+        raise BadInputError("WORLD_SIZE=0: a world has at least one rank")
+    local = r.int("LOCAL_RANK", 0) or 0
+    node = r.int("NODE_RANK", 0) or 0
+    local_world = r.int("LOCAL_WORLD_SIZE")
+    if node and not local_world:
+        return None
+    return _checked(
+        RankInfo(
+            launcher="lightning",
+            rank=node * (local_world or 0) + local,
+            world_size=world,
+            local_rank=local,
+            local_world_size=local_world,
+            node_rank=node,
+            nodes=world // local_world if local_world and world % local_world == 0 else None,
+            master=_master(e),
+        )
+    )
+
+
+def _mpi(
+    e: Mapping[str, str], rank: str, size: str, local: str, local_size: str
+) -> RankInfo | None:
+    """An MPI launcher's rank (``mpirun``/``mpiexec``, as Accelerate's multi-CPU launch and
+    DeepSpeed's MPI runners start the ranks)."""
+    r = _Read(e)
+    world = r.int(size) or 0
+    if world == 0:
+        raise BadInputError(f"{size}=0: a world has at least one rank")
+    local_world = r.int(local_size)
+    return _checked(
+        RankInfo(
+            launcher="mpirun",
+            rank=r.int(rank, 0) or 0,
+            world_size=world,
+            local_rank=r.int(local, 0) or 0,
+            local_world_size=local_world,
+            nodes=world // local_world if local_world and world % local_world == 0 else None,
+            master=_master(e),
         )
     )
 
@@ -211,3 +331,55 @@ def rank_info(env: Mapping[str, str] | None = None) -> RankInfo | None:
         return detect(env)
     except BadInputError:
         return None
+
+
+def group_rank(env: Mapping[str, str] | None = None) -> RankInfo | None:
+    """This process's rank in torch.distributed's default process group, where the script
+    has imported ``torch.distributed`` and initialised one of more than one rank; else None.
+    Whoever started the ranks, the group knows the rank and the world: they win over the
+    environment's, which still gives the launcher's name, the rendezvous, and the node
+    (``rank_info``). With no launcher variables at all, the launcher is named from what
+    the script runs under (``accelerate`` where Accelerate's launcher set its variables,
+    ``lightning`` where Lightning is imported), else ``torch.distributed``. Costs a
+    dictionary lookup where torch.distributed is not imported, a few calls where it is."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None:
+        return None
+    try:
+        if not (dist.is_available() and dist.is_initialized()):
+            return None
+        rank, world = int(dist.get_rank()), int(dist.get_world_size())
+    except Exception:  # a group torn down half-way, a backend that refuses: no rank known
+        return None
+    if world <= 1 or not 0 <= rank < world:
+        return None
+    e = os.environ if env is None else env
+    known = rank_info(e)
+    if known is not None:
+        if (known.rank, known.world_size) == (rank, world):
+            return known
+        # the launcher's figures describe another world than the group's: keep its name
+        # and rendezvous, not its topology
+        return RankInfo(launcher=known.launcher, rank=rank, world_size=world, master=known.master)
+    try:
+        master = _master(e)
+        local = _Read(e).int("LOCAL_RANK", 0) or 0
+    except BadInputError:
+        master, local = None, 0
+    return RankInfo(
+        launcher=_launcher_named(e), rank=rank, world_size=world, local_rank=local, master=master
+    )
+
+
+def _launcher_named(e: Mapping[str, str]) -> str:
+    if any(k.startswith("ACCELERATE_") for k in e):
+        return "accelerate"
+    if "lightning" in sys.modules or "pytorch_lightning" in sys.modules:
+        return "lightning"
+    return "torch.distributed"
+
+
+def rank_now(env: Mapping[str, str] | None = None) -> RankInfo | None:
+    """The rank as well as it is known now: the process group's (``group_rank``), else the
+    launcher's environment's (``rank_info``)."""
+    return group_rank(env) or rank_info(env)

@@ -73,7 +73,8 @@ def rendezvous(info: RankInfo, env: dict[str, str] | None = None) -> str:
         )
         raise BadInputError(
             f"{info.launcher}: {missing} not set: the ranks cannot find each other (torchrun "
-            "sets both; under srun set them, or run inside a job step with SLURM_JOB_ID)"
+            "sets both; under srun set them, or run inside a job step with SLURM_JOB_ID; "
+            "under mpirun set them)"
         )
     if not port.isdigit() or not 0 < int(port) < 65_536:
         raise BadInputError(f"MASTER_PORT={port!r}: expected a port number, 1 to 65535")

@@ -29,7 +29,7 @@ from ioprobe._version import __version__
 from ioprobe.capacity import worker_epochs
 from ioprobe.collect import gpu_sampler
 from ioprobe.collect.dataset import is_remote
-from ioprobe.collect.distributed import rank_info
+from ioprobe.collect.distributed import group_rank, rank_info
 from ioprobe.collect.gpu_events import EventBackend, GpuTimeline
 from ioprobe.collect.procfs import host_busy_seconds
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
@@ -41,6 +41,7 @@ from ioprobe.record import (
     GpuStage,
     HeavySample,
     LoaderSettings,
+    RankInfo,
     ReadScaling,
     RunRecord,
     SampleCosts,
@@ -307,6 +308,10 @@ class WatchCollector:
         # counts before the batch arrives
         self.request_ns = 0
         self.live: EpochHook | None = None  # ioprobe.watch.live.attach sets it
+        # the rank the process group gave at the latest epoch's start: a launcher such as
+        # Lightning's initialises the group after the loader is wrapped and destroys it in an
+        # exit handler, before ``ioprobe run``'s hook makes the record
+        self.group_rank: RankInfo | None = None
 
     # -- hot path: one call per batch -------------------------------------------------------
     def begin_epoch(self) -> None:
@@ -321,6 +326,8 @@ class WatchCollector:
         self._host_start = (host_busy_seconds(), time.perf_counter())
         self.adapter.begin_epoch()
         self._start_gpu_sampler()
+        # once per epoch, not per batch: a dictionary lookup without torch.distributed
+        self.group_rank = group_rank() or self.group_rank
         ACTIVE.append(self)
         self.request_ns = 0
         if self.live is not None:
@@ -798,7 +805,7 @@ class WatchCollector:
             read_scaling=self._scaling,
             sample_costs=self._sample_costs(),
             batch_log=self._batch_log(),
-            rank=rank_info(),
+            rank=self.rank(),
             next_cpu_ms=(
                 round(self.next_cpu_ns / self.next_cpu_calls / 1e6, 4)
                 if self.next_cpu_calls
@@ -807,6 +814,11 @@ class WatchCollector:
             worker_private_bytes=self.worker_private,
             batch_bytes=self.batch_bytes,
         )
+
+    def rank(self) -> RankInfo | None:
+        """This process's rank in its job: the process group's now, else the one it gave
+        at the latest epoch's start, else the launcher's environment's."""
+        return group_rank() or self.group_rank or rank_info()
 
     def _sample_costs(self) -> SampleCosts | None:
         if not self.sample.count:  # no worker reported per-sample times (DALI)

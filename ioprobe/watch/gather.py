@@ -1,6 +1,7 @@
 """Every rank's record of a watched loader, gathered to rank 0 after training.
 
-Each rank of a job run under ``torchrun`` or ``srun`` that watches its loader with
+Each rank of a job (run under ``torchrun``, ``srun``, Lightning's launcher, or any whose
+process group is initialised: ``collect.distributed.rank_now``) that watches its loader with
 ``ioprobe.watch`` has its own record. ``gather``, called by every rank once its training
 ends, sends them all to rank 0 over a gloo group (``collect.group``: a subgroup of the
 user's process group where one is initialised, never re-initialising theirs; otherwise a
@@ -19,7 +20,7 @@ import json
 import sys
 from collections.abc import Callable
 
-from ioprobe.collect.distributed import rank_info
+from ioprobe.collect.distributed import rank_now
 from ioprobe.collect.group import TorchGroup
 from ioprobe.errors import BadInputError, RankLostError
 from ioprobe.record import RunRecord
@@ -43,7 +44,7 @@ def gather(
     is. A rank that does not arrive within ``timeout_s`` (dead, or stuck) does not hang the
     others: rank 0 returns its own record with a note naming the missing ranks, and each
     rank says on stderr what happened; a failure here never ends the training script."""
-    info = rank_info()
+    info = rank_now()
     if info is None:
         return record
     phase = f"watch-gather-{next(_calls)}"

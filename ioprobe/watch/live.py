@@ -39,7 +39,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ioprobe import capacity, units
-from ioprobe.collect.distributed import rank_info
+from ioprobe.collect.distributed import rank_now
 from ioprobe.record import LoaderSettings, WatchEpoch
 from ioprobe.redact import console, printable
 from ioprobe.watch.collector import WatchCollector, device_time
@@ -443,7 +443,7 @@ def _stderr_console() -> Console:
 
 def _rank_zero() -> bool:
     """Not a distributed job's other ranks: they share the terminal, one panel is enough."""
-    info = rank_info()
+    info = rank_now()  # the process group's rank where one is initialised (spawned ranks)
     if info is not None:
         return info.rank == 0
     # a launcher that sets a rank alone (no world size) still has other ranks beside it

@@ -1,9 +1,14 @@
-"""Reading a process's rank from torchrun's and SLURM's environments."""
+"""Reading a process's rank from torchrun's, SLURM's, Lightning's and MPI's environments,
+and from an initialised process group."""
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,11 +16,19 @@ from torch.utils.data import DataLoader
 
 import ioprobe
 from ioprobe.analysis.report import findings
-from ioprobe.collect.distributed import detect, expand_nodelist, expand_tasks_per_node, rank_info
+from ioprobe.collect.distributed import (
+    detect,
+    expand_nodelist,
+    expand_tasks_per_node,
+    group_rank,
+    rank_info,
+    rank_now,
+)
 from ioprobe.errors import BadInputError
 from ioprobe.record import RunRecord
 from ioprobe.render.facts import measurements
 from tests.fixtures.datasets import SleepDataset
+from tests.integration.cli import REPO
 
 TORCHRUN = {
     "RANK": "5",
@@ -172,3 +185,105 @@ def test_the_bounds_leave_real_worlds_alone() -> None:
     info = detect(big)
     assert info is not None and info.local_world_size == 8 and len(info.node_names) == 512
     assert detect({"WORLD_SIZE": "2", "RANK": "1", "MASTER_PORT": "29500"}) is not None
+
+
+# -- issue 28: launchers that set no RANK, and the process group ------------------------------
+
+# what Lightning's subprocess launcher leaves in rank 1 of `Trainer(devices=2,
+# strategy="ddp")` on one node (its parent, rank 0, sets the same with LOCAL_RANK=0)
+LIGHTNING = {
+    "LOCAL_RANK": "1",
+    "NODE_RANK": "0",
+    "WORLD_SIZE": "2",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "41234",
+}
+
+
+def test_lightnings_launcher_gives_the_local_rank_on_the_first_node() -> None:
+    info = detect(LIGHTNING)
+    assert info is not None
+    assert (info.launcher, info.rank, info.world_size, info.local_rank) == ("lightning", 1, 2, 1)
+    assert info.master == "127.0.0.1:41234"
+    parent = detect({**LIGHTNING, "LOCAL_RANK": "0"})
+    assert parent is not None and (parent.rank, parent.master) == (0, info.master)
+
+
+def test_lightning_past_the_first_node_needs_the_processes_per_node() -> None:
+    later = {**LIGHTNING, "NODE_RANK": "1", "WORLD_SIZE": "4"}
+    # Lightning exports no count per node: only the process group can tell the rank
+    assert detect(later) is None
+    info = detect({**later, "LOCAL_WORLD_SIZE": "2"})
+    assert info is not None and (info.rank, info.node_rank, info.nodes) == (3, 1, 2)
+    with pytest.raises(BadInputError, match="rank 5 in a world of 4"):
+        detect({**later, "LOCAL_RANK": "3", "LOCAL_WORLD_SIZE": "2"})
+
+
+@pytest.mark.parametrize(
+    ("env", "local"),
+    [
+        (  # Open MPI's mpirun, rank 3 of 4, the second on its node
+            {
+                "OMPI_COMM_WORLD_RANK": "3",
+                "OMPI_COMM_WORLD_SIZE": "4",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+                "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+            },
+            (1, 2),
+        ),
+        (  # MPICH's and Intel MPI's process manager
+            {"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1", "MPI_LOCALNRANKS": "2"},
+            (1, 2),
+        ),
+        ({"MV2_COMM_WORLD_RANK": "3", "MV2_COMM_WORLD_SIZE": "4"}, (0, None)),
+    ],
+)
+def test_mpi_launchers_give_their_rank(env: dict[str, str], local: tuple[int, int | None]) -> None:
+    info = detect({**env, "MASTER_ADDR": "10.0.0.2", "MASTER_PORT": "29500"})
+    assert info is not None
+    assert (info.launcher, info.rank, info.world_size) == ("mpirun", 3, 4)
+    assert (info.local_rank, info.local_world_size) == local
+    assert info.master == "10.0.0.2:29500"
+    # a world of one rank: each variable's count 1, each rank 0
+    one = {k: "0" if k.endswith(("RANK", "RANKID")) else "1" for k in env}
+    assert detect(one) is None
+
+
+def test_torchruns_variables_win_over_mpis() -> None:
+    info = detect({**TORCHRUN, "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2"})
+    assert info is not None and (info.launcher, info.rank) == ("torchrun", 5)
+
+
+def test_asking_the_process_group_never_imports_torch() -> None:
+    code = (
+        "import sys; from ioprobe.collect.distributed import group_rank, rank_now\n"
+        "assert group_rank() is None and rank_now({}) is None\n"
+        "assert 'torch' not in sys.modules, 'torch imported'\n"
+        "import torch.distributed\n"
+        "assert group_rank() is None  # imported, no group initialised\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(REPO), "PATH": os.environ.get("PATH", "")},
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_process_group_of_one_rank_is_no_distributed_job(tmp_path: Path) -> None:
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        pytest.skip("this torch has no torch.distributed")
+    dist.init_process_group(
+        "gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1
+    )
+    try:
+        assert dist.is_initialized()
+        assert group_rank({}) is None and rank_now({}) is None
+        # the launcher's variables say two ranks, the group one: a world of one it is
+        assert group_rank({**LIGHTNING, "LOCAL_RANK": "0"}) is None
+    finally:
+        dist.destroy_process_group()

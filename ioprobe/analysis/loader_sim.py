@@ -290,48 +290,92 @@ def _split(
 def simulate(c: Costs, s: Setting, batches: int | None = None) -> list[float]:
     """When each of ``batches`` batches reaches the consumer (the logged ones cycled), under
     setting ``s``: the event simulation the module docstring describes."""
-    n_log = len(c.cpu)
-    n = batches or max(MIN_REPLAY, 4 * s.workers * s.prefetch_factor, 2 * n_log)
-    workers = s.workers
-    queue: list[deque[int]] = [deque() for _ in range(workers)]
-    phase = [0] * workers  # 0 idle, 1 blocked, 2 CPU
-    left = [0.0] * workers  # the current phase's remaining seconds at full speed
-    outstanding = [0] * workers
-    owner = [0] * n
-    done = [-1.0] * n
-    finished: list[tuple[float, int]] = []  # out of order: (done, index) not yet taken
-    turn = itertools.count()
-    sent = 0
+    n = batches or max(MIN_REPLAY, 4 * s.workers * s.prefetch_factor, 2 * len(c.cpu))
+    return _Replay(c, s, n).run()
 
-    def start(w: int) -> None:
+
+class _Replay:
+    """One replay's state: each worker's queue of batches, the phase of the one it works on
+    (0 idle, 1 blocked, 2 CPU) and that phase's remaining seconds at full speed; the batches
+    done and not yet taken; the consumer's clock."""
+
+    def __init__(self, c: Costs, s: Setting, n: int) -> None:
+        self.c, self.s, self.n = c, s, n
+        workers = s.workers
+        self.queue: list[deque[int]] = [deque() for _ in range(workers)]
+        self.phase = [0] * workers
+        self.left = [0.0] * workers
+        self.outstanding = [0] * workers
+        self.owner = [0] * n
+        self.done = [-1.0] * n
+        self.finished: list[tuple[float, int]] = []  # out of order: (done, index) not yet taken
+        self.turn = itertools.count()
+        self.sent = 0
+        self._speeds = (1.0, 1.0)  # a blocked read's and CPU work's, as _step last took them
+
+    def run(self) -> list[float]:
+        c, s = self.c, self.s
+        for _ in range(s.prefetch_factor * s.workers):
+            self._hand_out()
+        t = 0.0
+        asks = 0.0  # when the consumer asks for its next batch
+        taken = 0
+        arrivals: list[float] = []
+        while taken < self.n:
+            # the consumer takes a batch the moment it has asked and one is there for it
+            here = self._here(taken)
+            if t >= asks and t >= here:
+                i = taken if s.in_order else heapq.heappop(self.finished)[1]
+                arrivals.append(t + c.handover)
+                self.outstanding[self.owner[i]] -= 1
+                self._hand_out()
+                asks = t + c.handover + c.steps[taken % len(c.steps)]
+                taken += 1
+                continue
+            dt = self._step(max(asks, here) - t if max(asks, here) < float("inf") else float("inf"))
+            t += dt
+            self._advance(t, dt)
+        return arrivals
+
+    def _here(self, taken: int) -> float:
+        """When the batch the consumer takes next is there (inf: not yet done)."""
+        if self.s.in_order:
+            return self.done[taken] + self.c.transit if self.done[taken] >= 0 else float("inf")
+        return self.finished[0][0] + self.c.transit if self.finished else float("inf")
+
+    def _start(self, w: int) -> None:
         """Worker ``w`` begins the next batch in its queue, if any."""
-        if not queue[w]:
-            phase[w] = 0
+        if not self.queue[w]:
+            self.phase[w] = 0
             return
-        i = queue[w][0] % n_log
-        phase[w], left[w] = (1, c.blocked[i]) if c.blocked[i] > 0 else (2, c.cpu[i])
+        c = self.c
+        i = self.queue[w][0] % len(c.cpu)
+        self.phase[w], self.left[w] = (1, c.blocked[i]) if c.blocked[i] > 0 else (2, c.cpu[i])
 
-    def hand_out(t: float) -> None:
-        nonlocal sent
-        if sent >= n:
+    def _hand_out(self) -> None:
+        """The next batch index to a worker: in turn, or (out of order) to the next one with
+        room under its prefetch."""
+        s, workers = self.s, self.s.workers
+        if self.sent >= self.n:
             return
-        w = next(turn) % workers
+        w = next(self.turn) % workers
         if not s.in_order:
             for _ in range(workers - 1):
-                if outstanding[w] < s.prefetch_factor:
+                if self.outstanding[w] < s.prefetch_factor:
                     break
-                w = next(turn) % workers
-        queue[w].append(sent)
-        owner[sent] = w
-        outstanding[w] += 1
-        sent += 1
-        if phase[w] == 0:
-            start(w)
+                w = next(self.turn) % workers
+        self.queue[w].append(self.sent)
+        self.owner[self.sent] = w
+        self.outstanding[w] += 1
+        self.sent += 1
+        if self.phase[w] == 0:
+            self._start(w)
 
-    def rates() -> tuple[float, float]:
+    def _rates(self) -> tuple[float, float]:
         """Speed of a blocked read and of CPU work, given what runs now."""
-        n_io = phase.count(1)
-        n_cpu = phase.count(2)
+        c = self.c
+        n_io = self.phase.count(1)
+        n_cpu = self.phase.count(2)
         # the training loop is served first (workers past the cores do not take its share);
         # other work on the host shares the cores fairly with every runnable thread
         if not n_cpu:
@@ -347,54 +391,37 @@ def simulate(c: Costs, s: Setting, batches: int | None = None) -> list[float]:
             io_rate = (n_io / c.reads_in_flight) ** (c.exponent - 1.0)
         return io_rate, cpu_rate
 
-    for _ in range(s.prefetch_factor * workers):
-        hand_out(0.0)
-    t = 0.0
-    asks = 0.0  # when the consumer asks for its next batch
-    taken = 0
-    arrivals: list[float] = []
-    while taken < n:
-        # the consumer takes a batch the moment it has asked and one is there for it
-        here = float("inf")  # when the batch the consumer takes next is there
-        if s.in_order:
-            if done[taken] >= 0:
-                here = done[taken] + c.transit
-        elif finished:
-            here = finished[0][0] + c.transit
-        if t >= asks and t >= here:
-            i = taken if s.in_order else heapq.heappop(finished)[1]
-            arrivals.append(t + c.handover)
-            outstanding[owner[i]] -= 1
-            hand_out(t)
-            asks = t + c.handover + c.steps[taken % len(c.steps)]
-            taken += 1
-            continue
-        io_rate, cpu_rate = rates()
-        dt = max(asks, here) - t if max(asks, here) < float("inf") else float("inf")
-        for w in range(workers):
-            if phase[w]:
-                r = io_rate if phase[w] == 1 else cpu_rate
-                dt = min(dt, left[w] / r)
+    def _step(self, until_consumer: float) -> float:
+        """Seconds to the next event: the consumer's, or a worker's phase ending."""
+        io_rate, cpu_rate = self._rates()
+        dt = until_consumer
+        for w, phase in enumerate(self.phase):
+            if phase:
+                dt = min(dt, self.left[w] / (io_rate if phase == 1 else cpu_rate))
         if dt == float("inf"):  # nothing runs and the consumer waits: a lost batch
             raise RuntimeError("the simulated loader stalled")  # pragma: no cover
-        t += dt
-        for w in range(workers):
+        self._speeds = (io_rate, cpu_rate)
+        return dt
+
+    def _advance(self, t: float, dt: float) -> None:
+        """Every running worker's phase moves on by ``dt`` at the speeds ``_step`` took."""
+        io_rate, cpu_rate = self._speeds
+        phase, left = self.phase, self.left
+        for w in range(self.s.workers):
             if not phase[w]:
                 continue
-            r = io_rate if phase[w] == 1 else cpu_rate
-            left[w] -= dt * r
+            left[w] -= dt * (io_rate if phase[w] == 1 else cpu_rate)
             if left[w] > 1e-12:
                 continue
             if phase[w] == 1:
-                phase[w], left[w] = 2, c.cpu[queue[w][0] % n_log]
+                phase[w], left[w] = 2, self.c.cpu[self.queue[w][0] % len(self.c.cpu)]
                 if left[w] > 1e-12:
                     continue
-            b = queue[w].popleft()
-            done[b] = t
-            if not s.in_order:
-                heapq.heappush(finished, (t, b))
-            start(w)
-    return arrivals
+            b = self.queue[w].popleft()
+            self.done[b] = t
+            if not self.s.in_order:
+                heapq.heappush(self.finished, (t, b))
+            self._start(w)
 
 
 # Rounds of the replay that settle the main process's share of the cores with its rate.

@@ -442,38 +442,11 @@ def read_scaling(spans: Sequence[SampleSpan]) -> ReadScaling | None:
     workers = {s.worker for s in reading}
     if len(reading) < SCALING_MIN_SAMPLES or len(workers) < 2:
         return None
-    by_worker: dict[int, list[tuple[int, int]]] = {}
-    for s in sorted(reading, key=lambda s: s.start_ns):
-        by_worker.setdefault(s.worker, []).append((s.start_ns, s.start_ns + s.blocked_ns))
-    starts = {w: [a for a, _ in reads] for w, reads in by_worker.items()}
-    flight = []
-    for s in reading:
-        a, b = s.start_ns, s.start_ns + s.blocked_ns
-        n = 1.0
-        for w, reads in by_worker.items():
-            if w == s.worker:
-                continue
-            # the other worker's reads that overlap this one: from the last to start before
-            # it ends, back while they end after it starts (a worker's reads don't overlap)
-            i = bisect.bisect_left(starts[w], b) - 1
-            while i >= 0 and reads[i][1] > a:
-                n += (min(reads[i][1], b) - max(reads[i][0], a)) / (b - a)
-                i -= 1
-        flight.append((n, s.blocked_ns))
+    flight = _reads_in_flight(reading)
     flight.sort()
     lo, hi = flight[len(flight) // 10][0], flight[(9 * len(flight)) // 10][0]
     mean_n = sum(n for n, _ in flight) / len(flight)
-    bins: dict[int, list[tuple[float, int]]] = {}
-    for n, b in flight:
-        bins.setdefault(int(n / SCALING_BIN), []).append((n, b))
-    points = [
-        ScalingPoint(
-            reads_in_flight=sum(n for n, _ in v) / len(v),
-            read_ms=sum(b for _, b in v) / len(v) / 1e6,
-            samples=len(v),
-        )
-        for _, v in sorted(bins.items())
-    ]
+    points = _binned(flight)
     out = ReadScaling(
         exponent=None,
         limit="",
@@ -500,6 +473,45 @@ def read_scaling(spans: Sequence[SampleSpan]) -> ReadScaling | None:
         else "mixed latency and bandwidth"
     )
     return out
+
+
+def _reads_in_flight(reading: Sequence[SampleSpan]) -> list[tuple[float, int]]:
+    """Each read's reads in flight (its own and the other workers' overlapping it, as a time
+    average over it) with its blocked time."""
+    by_worker: dict[int, list[tuple[int, int]]] = {}
+    for s in sorted(reading, key=lambda s: s.start_ns):
+        by_worker.setdefault(s.worker, []).append((s.start_ns, s.start_ns + s.blocked_ns))
+    starts = {w: [a for a, _ in reads] for w, reads in by_worker.items()}
+    flight = []
+    for s in reading:
+        a, b = s.start_ns, s.start_ns + s.blocked_ns
+        n = 1.0
+        for w, reads in by_worker.items():
+            if w == s.worker:
+                continue
+            # the other worker's reads that overlap this one: from the last to start before
+            # it ends, back while they end after it starts (a worker's reads don't overlap)
+            i = bisect.bisect_left(starts[w], b) - 1
+            while i >= 0 and reads[i][1] > a:
+                n += (min(reads[i][1], b) - max(reads[i][0], a)) / (b - a)
+                i -= 1
+        flight.append((n, s.blocked_ns))
+    return flight
+
+
+def _binned(flight: Sequence[tuple[float, int]]) -> list[ScalingPoint]:
+    """The reads binned by reads in flight: each bin's mean reads in flight and read time."""
+    bins: dict[int, list[tuple[float, int]]] = {}
+    for n, b in flight:
+        bins.setdefault(int(n / SCALING_BIN), []).append((n, b))
+    return [
+        ScalingPoint(
+            reads_in_flight=sum(n for n, _ in v) / len(v),
+            read_ms=sum(b for _, b in v) / len(v) / 1e6,
+            samples=len(v),
+        )
+        for _, v in sorted(bins.items())
+    ]
 
 
 def _weighted_slope(points: Sequence[tuple[float, float, int]]) -> float:

@@ -29,8 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ioprobe import capacity
 from ioprobe.collect.progress import Reporter, SilentReporter
-from ioprobe.record import CpuStage, DecodePath, GpuInfo
+from ioprobe.record import CpuStage, DecodePath, GpuInfo, Stages
 
 PATHS = ("pillow", "dali-cpu", "dali-gpu")
 BATCH = 32
@@ -412,6 +413,66 @@ def _sync(outputs: Any) -> None:
         first.as_cpu()
 
 
+# a path's cores busy (CPU per image x its rate) at most this over the usable cores still
+# fits: process CPU time ticks coarsely
+FIT_TOLERANCE = 1.05
+
+
+def fastest_fitting_path(cpu: CpuStage) -> DecodePath | None:
+    """The fastest decode path measured whose CPU use fits the usable cores, or None when
+    that is Pillow (or nothing fits).
+
+    A path fits when the cores it kept busy, its CPU seconds per image times the rate it
+    reached, are at most the usable cores; a little over is measurement noise (process CPU
+    time ticks coarsely), more is not this host's."""
+    usable = cpu.usable_cores or 1
+    pillow = next((p for p in cpu.decode_paths if p.path == "pillow"), None)
+    best = max((p for p in cpu.decode_paths if _fits(p, usable)), key=_rate, default=None)
+    if best is None or best is pillow or _rate(best) <= _rate(pillow):
+        return None  # nothing fits, or Pillow is as fast: it stays
+    return best
+
+
+def _rate(p: DecodePath | None) -> float:
+    return (p.samples_per_s or 0.0) if p is not None else 0.0
+
+
+def _fits(p: DecodePath, usable: int) -> bool:
+    rate, cost = p.samples_per_s, p.cpu_seconds_per_sample
+    if p.error is not None or not rate or not cost:
+        return False
+    return rate * cost <= usable * FIT_TOLERANCE
+
+
+def use_fastest_path(stages: Stages) -> str | None:
+    """Let the CPU stage stand for the fastest decode path that fits the usable cores, so the
+    verdict reflects DALI where DALI is faster; the note that says so, or None (Pillow kept).
+    DALI's GPU path also costs the GPU its decode time when the GPU stage has a capacity: the
+    two share the device, so their times add."""
+    cpu, gpu = stages.cpu, stages.gpu
+    best = fastest_fitting_path(cpu)
+    if best is None or best.samples_per_s is None:
+        return None
+    cpu.capacity_samples_per_s = best.samples_per_s
+    cpu.cpu_seconds_per_sample = best.cpu_seconds_per_sample
+    cpu.loader = best.path
+    if best.path == "dali-gpu" and gpu.capacity_samples_per_s:
+        gpu.capacity_samples_per_s = capacity.shared_gpu(
+            gpu.capacity_samples_per_s, best.samples_per_s
+        )
+        gpu.method += " + DALI mixed decode as measured"
+    pillow = next((p for p in cpu.decode_paths if p.path == "pillow"), None)
+    versus = (
+        f" vs {pillow.samples_per_s:,.0f} with Pillow"
+        if pillow is not None and pillow.samples_per_s
+        else ""
+    )
+    return (
+        f"the CPU stage is {best.path}, the fastest decode path measured "
+        f"({best.samples_per_s:,.0f} images/s{versus}); its worker-count scaling is Pillow's"
+    )
+
+
 __all__ = [
     "BATCH",
     "DALI_EXTRA",
@@ -422,6 +483,7 @@ __all__ = [
     "Prepared",
     "dali_missing",
     "describe",
+    "fastest_fitting_path",
     "least_path_seconds",
     "measure_dali",
     "measure_paths",
@@ -429,4 +491,5 @@ __all__ = [
     "path_threads",
     "pillow_path",
     "prepare",
+    "use_fastest_path",
 ]

@@ -37,7 +37,8 @@ from ioprobe.collect import storage as st_mod
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.decode import choose
 from ioprobe.collect.group import Group
-from ioprobe.collect.probe import COLD_MAX_BYTES, LISTING_SHARE, Probe, ProbeOptions, _Plan
+from ioprobe.collect.phase_shares import COLD_MAX_BYTES
+from ioprobe.collect.probe import LISTING_SHARE, Probe, ProbeOptions, _Plan
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.errors import BadInputError, IoprobeError, RankLostError, TargetError
 from ioprobe.record import (

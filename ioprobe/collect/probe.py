@@ -38,7 +38,7 @@ from ioprobe.collect import cpu as cpu_mod
 from ioprobe.collect import dataset as ds_mod
 from ioprobe.collect import decode_paths as paths_mod
 from ioprobe.collect import disk_to_gpu as d2g_mod
-from ioprobe.collect import gpu_sampler
+from ioprobe.collect import gpu_sampler, phase_shares
 from ioprobe.collect import pcie as pcie_mod
 from ioprobe.collect import pipeline as pipe_mod
 from ioprobe.collect import shards as shards_mod
@@ -52,12 +52,18 @@ from ioprobe.collect.decode import resolve as resolve_decoder
 from ioprobe.collect.failures import ReadFailures
 from ioprobe.collect.hostinfo import host_info
 from ioprobe.collect.pcie import LinkReader
+from ioprobe.collect.phase_shares import (
+    COLD_MAX_BYTES,
+    MIN_PHASE_S,
+    PCIE_SETUP_S,
+    PHASES,
+    WARM_MAX_BYTES,
+)
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.errors import WRITE_ERRNOS, BadInputError, StorageTimeoutError, TargetError
 from ioprobe.record import (
     CpuStage,
     DatasetProfile,
-    DecodePath,
     DiskToGpu,
     GpuStage,
     HostInfo,
@@ -70,31 +76,12 @@ from ioprobe.record import (
 )
 from ioprobe.redact import redact_url
 
-FIT_TOLERANCE = 1.05
-COLD_MAX_BYTES = 4 << 30
-WARM_MAX_BYTES = 1 << 30
 DEFAULT_BATCH = 32
 MAX_BUDGET_S = 86_400.0  # a day: any longer is a typo, and past what thread timeouts take
 MAX_WORKERS = 1024  # end-to-end worker processes: each is a Python interpreter
 LISTING_SHARE = 0.5  # of the budget: a listing slower than this leaves too little to measure
 PROFILE_SHARE = 0.1  # of the budget, at least PROFILE_MIN_S: the heads that name the formats
 PROFILE_MIN_S = 0.5
-PHASES = ("cold", "warm", "disk_to_gpu", "cpu", "pcie", "decode", "pipeline")  # as they run
-MIN_PHASE_S = 0.2
-# least times of the GPU phases, whatever their share: the disk-to-GPU path's pinned buffers
-# and its eviction; the host-to-device probe's set-up (its 256 MiB buffers, 0.14-0.2 s to pin
-# and touch on the H100 host; its warm-up, 0.2 s of copies; the link read under load), which
-# comes out of its share, and a few sizes
-D2G_LEAST_S = 0.75
-PCIE_SETUP_S = 0.5
-PCIE_LEAST_S = 1.0
-# what a phase spends around its measuring: reading the decode inputs, a pool's shutdown,
-# reads in flight at the end, a storage pass's evictions
-PHASE_SLACK_S = 0.25
-# a local storage pass's selection read once, for its least time: a fast local disk's rate,
-# and the evictions and residency checks around it
-FAST_READ_BYTES_PER_S = 1e9
-EVICT_S = 0.1
 
 
 @dataclass(kw_only=True)
@@ -170,61 +157,6 @@ def _check_numbers(o: ProbeOptions) -> None:
             raise BadInputError(message)
 
 
-def _shares(
-    remote: bool,
-    passes: list[str],
-    emulated: bool,
-    dali: bool = False,
-    device: bool = False,
-) -> dict[str, float]:
-    """Each phase's share of the time the budget leaves them (not yet adding up to 1)."""
-    shares = {"cold": 0.35, "warm": 0.2, "cpu": 0.2, "pipeline": 0.25}
-    if dali:
-        shares["decode"] = 0.2  # DALI's paths, beside Pillow's in the cpu share
-    if device:
-        shares["pcie"] = 0.1  # the host-to-device probe: about 2 s on a healthy link
-        if not remote:
-            shares["disk_to_gpu"] = 0.1  # storage into pinned buffers and on to the device
-    if remote:
-        shares["cold"] += shares.pop("warm")  # one pass: no page cache to compare with
-    else:
-        for p in ("cold", "warm"):
-            if p not in passes:
-                shares.pop(p)
-    if not emulated:
-        shares.pop("pipeline")
-    return shares
-
-
-def _floors(
-    usable: int, workers: int, gpu_decode: bool, data_bytes: int, remote: bool
-) -> dict[str, float]:
-    """The least time each phase takes whatever its share: a storage pass one level, or less
-    where a local selection is read sooner (at ``FAST_READ_BYTES_PER_S``: the sample's 96 MB
-    read at 0.8-6 GB/s here), the CPU sweep its pool's start and ``cpu.MIN_LEVEL_S`` per
-    level, each DALI path ``MIN_PATH_S`` (the mixed decoder's warm-up ``GPU_WARMUP_S`` more),
-    the end-to-end run its pool's start and a level's time. A slower disk than that takes
-    longer in its storage passes, which the margin holds."""
-    level = st_mod.MIN_LEVEL_S
-
-    def read_once(cap: int) -> float:
-        if remote:
-            return level
-        return min(level, EVICT_S + min(data_bytes, cap) / FAST_READ_BYTES_PER_S)
-
-    return {
-        "cold": read_once(COLD_MAX_BYTES),
-        "warm": read_once(WARM_MAX_BYTES),
-        "disk_to_gpu": D2G_LEAST_S,
-        "cpu": cpu_mod.least_seconds(usable) + PHASE_SLACK_S,
-        "pcie": PCIE_LEAST_S,
-        "decode": paths_mod.least_path_seconds("cpu")
-        + (paths_mod.least_path_seconds("mixed") if gpu_decode else 0.0)
-        + PHASE_SLACK_S,
-        "pipeline": workers_mod.pool_start_s(workers) + level + PHASE_SLACK_S,
-    }
-
-
 def _check_images(target: str, formats: dict[str, int]) -> None:
     """``--loader dali`` decodes images: anything else is bad input, said in one line."""
     if choose("auto", formats) == "image":
@@ -233,61 +165,6 @@ def _check_images(target: str, formats: dict[str, int]) -> None:
     raise BadInputError(
         f"--loader dali: {target} is not an image dataset (mostly {top} files); DALI's decode "
         "paths need JPEG, PNG or other images"
-    )
-
-
-def fastest_fitting_path(cpu: CpuStage) -> DecodePath | None:
-    """The fastest decode path measured whose CPU use fits the usable cores, or None when
-    that is Pillow (or nothing fits).
-
-    A path fits when the cores it kept busy, its CPU seconds per image times the rate it
-    reached, are at most the usable cores; a little over is measurement noise (process CPU
-    time ticks coarsely), more is not this host's."""
-    usable = cpu.usable_cores or 1
-    pillow = next((p for p in cpu.decode_paths if p.path == "pillow"), None)
-    best = max((p for p in cpu.decode_paths if _fits(p, usable)), key=_rate, default=None)
-    if best is None or best is pillow or _rate(best) <= _rate(pillow):
-        return None  # nothing fits, or Pillow is as fast: it stays
-    return best
-
-
-def _rate(p: DecodePath | None) -> float:
-    return (p.samples_per_s or 0.0) if p is not None else 0.0
-
-
-def _fits(p: DecodePath, usable: int) -> bool:
-    rate, cost = p.samples_per_s, p.cpu_seconds_per_sample
-    if p.error is not None or not rate or not cost:
-        return False
-    return rate * cost <= usable * FIT_TOLERANCE
-
-
-def use_fastest_path(stages: Stages) -> str | None:
-    """Let the CPU stage stand for the fastest decode path that fits the usable cores, so the
-    verdict reflects DALI where DALI is faster; the note that says so, or None (Pillow kept).
-    DALI's GPU path also costs the GPU its decode time when the GPU stage has a capacity: the
-    two share the device, so their times add."""
-    cpu, gpu = stages.cpu, stages.gpu
-    best = fastest_fitting_path(cpu)
-    if best is None or best.samples_per_s is None:
-        return None
-    cpu.capacity_samples_per_s = best.samples_per_s
-    cpu.cpu_seconds_per_sample = best.cpu_seconds_per_sample
-    cpu.loader = best.path
-    if best.path == "dali-gpu" and gpu.capacity_samples_per_s:
-        gpu.capacity_samples_per_s = capacity.shared_gpu(
-            gpu.capacity_samples_per_s, best.samples_per_s
-        )
-        gpu.method += " + DALI mixed decode as measured"
-    pillow = next((p for p in cpu.decode_paths if p.path == "pillow"), None)
-    versus = (
-        f" vs {pillow.samples_per_s:,.0f} with Pillow"
-        if pillow is not None and pillow.samples_per_s
-        else ""
-    )
-    return (
-        f"the CPU stage is {best.path}, the fastest decode path measured "
-        f"({best.samples_per_s:,.0f} images/s{versus}); its worker-count scaling is Pillow's"
     )
 
 
@@ -442,12 +319,9 @@ class Probe:
         record.interrupted = self.reporter.current
         return record
 
-    def _plan(self, started: float) -> _Plan:
-        """List and profile the target and read the host while CUDA starts beside them; then
-        wait for CUDA, build DALI's pipelines (``--loader dali``), and split what remains of
-        the budget across the phases, none below its least time. The costs before the first
-        phase are measured here; where they and the phases' least times cannot fit the budget
-        plus its margin, the plan says so (``on_plan``, and a note) before any phase runs."""
+    def _profiled(self) -> tuple[ds_mod.Dataset, DatasetProfile, shards_mod.Layout]:
+        """List the target, find what holds its samples, and profile a sample of the data
+        files within the profile's share of the budget."""
         o = self.options
         self.reporter.phase("listing")
         listed = self._list()
@@ -465,6 +339,16 @@ class Probe:
         self.notes.extend(layout.notes)
         if listed.sparse:
             self.notes.append(_sparse_note(listed.sparse, len(listed.entries)))
+        return ds, prof, layout
+
+    def _plan(self, started: float) -> _Plan:
+        """List and profile the target and read the host while CUDA starts beside them; then
+        wait for CUDA, build DALI's pipelines (``--loader dali``), and split what remains of
+        the budget across the phases, none below its least time. The costs before the first
+        phase are measured here; where they and the phases' least times cannot fit the budget
+        plus its margin, the plan says so (``on_plan``, and a note) before any phase runs."""
+        o = self.options
+        ds, prof, layout = self._profiled()
         dali = o.loader == "dali"
         if dali:
             # before any progress line: one error line
@@ -495,17 +379,11 @@ class Probe:
         timing = plan_phases(
             o.time_budget_s,
             {k: v for k, v in fixed.items() if v > 0},
-            _shares(ds.remote, o.passes, o.emulated, dali, device),
-            _floors(usable, o.workers or usable, gpu_decode, prof.bytes, ds.remote),
+            phase_shares.shares(ds.remote, o.passes, o.emulated, dali, device),
+            phase_shares.floors(usable, o.workers or usable, gpu_decode, prof.bytes, ds.remote),
         )
         if self._plans_phases and not timing.holds:
-            self.notes.append(
-                f"the time budget of {o.time_budget_s:g} s could not hold: "
-                f"{cost_words(timing.fixed_s)} went before the first phase, and the phases "
-                f"needed at least {timing.least_s:.1f} s; the probe was planned to take about "
-                f"{timing.expected_s:.1f} s (at --time-budget {timing.full_share_budget_s:g} "
-                "or more every phase gets its planned share)"
-            )
+            self.notes.append(_budget_note(o.time_budget_s, timing))
         if self._plans_phases and o.on_plan is not None:
             o.on_plan(timing)
         return _Plan(
@@ -728,7 +606,7 @@ class Probe:
             reporter=self.reporter,
             prepared=prepared,
         )
-        note = use_fastest_path(stages)
+        note = paths_mod.use_fastest_path(stages)
         if note is not None:
             self.notes.append(note)
 
@@ -967,6 +845,17 @@ def _sparse_note(sparse: int, stated: int) -> str:
         f"{sparse} of {stated} files are sparse (mostly holes, which read as zeros without "
         "touching the disk): the storage rates are higher than the same data written out "
         "would give"
+    )
+
+
+def _budget_note(budget_s: float, timing: PhasePlan) -> str:
+    """Why the time budget could not hold, and the budget at which it would."""
+    return (
+        f"the time budget of {budget_s:g} s could not hold: "
+        f"{cost_words(timing.fixed_s)} went before the first phase, and the phases "
+        f"needed at least {timing.least_s:.1f} s; the probe was planned to take about "
+        f"{timing.expected_s:.1f} s (at --time-budget {timing.full_share_budget_s:g} "
+        "or more every phase gets its planned share)"
     )
 
 

@@ -27,8 +27,8 @@ from ioprobe.collect.decode_paths import (
     measure_paths,
     one_line,
     pillow_path,
+    use_fastest_path,
 )
-from ioprobe.collect.probe import use_fastest_path
 from ioprobe.collect.progress import SilentReporter
 from ioprobe.errors import BadInputError
 from ioprobe.record import (

@@ -41,6 +41,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from ioprobe import capacity
+from ioprobe.analysis.model import MIN_GAIN
 from ioprobe.analysis.queueing import replayable
 from ioprobe.analysis.scenario import LINEAR_STORAGE, recorded_cores
 from ioprobe.record import BatchLog, RunRecord
@@ -51,11 +52,10 @@ MIN_REPLAY = 600
 # Most logged batches one replay takes (a log holds up to 10,000): enough stragglers to
 # weigh them, few enough that a search of dozens of settings stays under a second.
 MAX_LOGGED = 800
-# A setting is worth advising when it predicts at least this much more throughput, and a
+# A setting is worth advising when it predicts at least model.MIN_GAIN more throughput, and a
 # setting within NEAR of the best is as good as it (the cheaper of the two is advised: the
 # replay's last few percent between worker counts are the fair share it gives the training
 # loop, finer than a rerun can tell).
-MIN_GAIN = 1.05
 NEAR = 0.97
 # The worker counts tried go up to this many per usable core (blocked workers leave their
 # core to another, so more workers than cores can help), and never past MAX_WORKERS.

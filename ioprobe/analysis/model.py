@@ -53,4 +53,18 @@ def pipeline_model(stages: Stages) -> PipelineFindings:
     )
 
 
-__all__ = ["PipelineFindings", "pipeline_model"]
+# the least gain worth advising: below it a change is within the model's own error
+MIN_GAIN = 1.05
+
+
+def gains(pred: float | None, f: PipelineFindings) -> bool:
+    """Whether a predicted rate gains at least ``MIN_GAIN`` over the pipeline's."""
+    return pred is not None and pred >= f.predicted_samples_per_s * MIN_GAIN
+
+
+def other_stages(f: PipelineFindings, stage: StageName) -> list[float]:
+    """The measured capacities of every stage but ``stage``: what caps a gain on it."""
+    return [v for k, v in f.capacities.items() if k != stage and v]
+
+
+__all__ = ["MIN_GAIN", "PipelineFindings", "gains", "other_stages", "pipeline_model"]

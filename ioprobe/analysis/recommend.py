@@ -20,8 +20,13 @@ from ioprobe.analysis.cache import steady_hit_rate
 from ioprobe.analysis.catalog import Catalog, shipped_catalog
 from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu, label, measured
 from ioprobe.analysis.epochs import epoch_starts, per_epoch_saving
-from ioprobe.analysis.model import PipelineFindings
-from ioprobe.analysis.pcie import degraded_link_rule, low_efficiency_rule, probe_pageable_rule
+from ioprobe.analysis.model import MIN_GAIN, PipelineFindings, gains, other_stages
+from ioprobe.analysis.pcie import (
+    degraded_link_rule,
+    low_efficiency_rule,
+    pin_memory_rule,
+    probe_pageable_rule,
+)
 from ioprobe.analysis.queueing import head_of_line
 from ioprobe.analysis.scenario import (
     LINEAR_STORAGE,
@@ -37,10 +42,8 @@ from ioprobe.errors import BadInputError
 from ioprobe.record import (
     Change,
     DecodePath,
-    PcieStage,
     Recommendation,
     RunRecord,
-    StageName,
     StorageClassInfo,
     WatchData,
 )
@@ -48,7 +51,6 @@ from ioprobe.record import (
 Rule = Callable[[RunRecord, PipelineFindings], list[Recommendation]]
 
 # A change is worth recommending when it predicts at least this much more throughput.
-MIN_GAIN = 1.05
 # Within this share of the best predicted rate, a setting is as good as the best.
 NEAR = loader_sim.NEAR
 # Beyond this many jobs per GPU, MIG has no smaller slice (A100/H100: 7 instances).
@@ -76,22 +78,13 @@ def _predict(rec: RunRecord, change: Change) -> float | None:
     return sc.predicted_samples_per_s if sc is not None else None
 
 
-def _gain(pred: float | None, f: PipelineFindings) -> bool:
-    return pred is not None and pred >= f.predicted_samples_per_s * MIN_GAIN
-
-
-def _other_stages(f: PipelineFindings, stage: StageName) -> list[float]:
-    """The measured capacities of every stage but ``stage``: what caps a gain on it."""
-    return [v for k, v in f.capacities.items() if k != stage and v]
-
-
 def _if_gain(
     rec: RunRecord, f: PipelineFindings, change: Change, kind: str, text: str, evidence: str
 ) -> list[Recommendation]:
     """The recommendation to make ``change``, with its predicted rate, when the model
     predicts it gains at least MIN_GAIN; otherwise none."""
     pred = _predict(rec, change)
-    if pred is None or not _gain(pred, f):
+    if pred is None or not gains(pred, f):
         return []
     return [
         Recommendation(
@@ -145,7 +138,7 @@ def _fewest_workers(rec: RunRecord, f: PipelineFindings) -> tuple[int, float] | 
         if (p := _predict(rec, Change(workers=w))) is not None
     }
     best = max(preds.values(), default=None)
-    if best is None or not _gain(best, f):
+    if best is None or not gains(best, f):
         return None
     w = min(k for k, p in preds.items() if p >= best * 0.98)
     return w, preds[w]
@@ -226,7 +219,7 @@ def cores_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     cpu = rec.stages.cpu
     if f.bottleneck != "cpu" or not cpu.cpu_seconds_per_sample:
         return []
-    others = _other_stages(f, "cpu")
+    others = other_stages(f, "cpu")
     if not others:
         return []
     target = min(others)
@@ -442,7 +435,7 @@ def shard_rule(rec: RunRecord, f: PipelineFindings, catalog: Catalog) -> list[Re
         return []
     cls = _current_class(rec, catalog) if catalog else None
     pred = _sharded_rate(rec, cls) if cls is not None else None
-    if pred is not None and not _gain(pred, f):
+    if pred is not None and not gains(pred, f):
         return []
     basis = (
         f"The gain assumes {cls.name}'s sequential rate."
@@ -530,12 +523,12 @@ def _cheapest_faster_class(
     """The first class, in catalog order (cheapest first), that lifts the pipeline to the
     next stage's rate; when none does, the best of those that gain, a class beating an
     earlier one only by more than 2%."""
-    others = _other_stages(f, "storage")
+    others = other_stages(f, "storage")
     goal = min(others) if others else None
     best: tuple[StorageClassInfo, Scenario] | None = None
     for cls in catalog.values():
         sc = _scenario(rec, Change(storage=cls))
-        if sc is None or not _gain(sc.predicted_samples_per_s, f):
+        if sc is None or not gains(sc.predicted_samples_per_s, f):
             continue
         pred = sc.predicted_samples_per_s
         if goal is not None and pred >= goal * 0.98:
@@ -636,27 +629,13 @@ def loader_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             "the same storage, given to `ioprobe whatif --probe`, tells which."
         )
     text += _memory_stop(rec, tried, pred)
-    replay = loader_sim.replay(rec)
-    evidence = ""
-    if replay is not None:
-        evidence = (
-            f"the run as it was, replayed from {replay.batches:,} logged batches: "
-            f"{replay.simulated_samples_per_s:,.0f} samples/s against "
-            f"{replay.measured_samples_per_s:,.0f} measured"
-        )
-    hol = head_of_line(rec)
-    if hol is not None and hol.seconds > 0 and hol.queue_seconds > 0.05 * hol.seconds:
-        evidence += (
-            f"; over {hol.batches:,} batches the consumer waited {hol.queue_seconds:.2f} s of "
-            f"{hol.seconds:.2f} s behind an unfinished batch while a later one was ready"
-        )
     kind = changes[0][0] if len(changes) == 1 else "loader_settings"
     return [
         Recommendation(
             kind=kind,
             text=text,
             predicted_samples_per_s=pred.samples_per_s,
-            evidence=evidence,
+            evidence=_replay_evidence(rec),
             unchecked=list(pred.assumptions),
             change=Change(
                 workers=s.workers if s.workers != base.workers else None,
@@ -667,6 +646,26 @@ def loader_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
             ),
         )
     ]
+
+
+def _replay_evidence(rec: RunRecord) -> str:
+    """What the advice stands on: the replay of the run as it was against its measured rate,
+    and the wait behind unfinished batches where the queue cost the run."""
+    replay = loader_sim.replay(rec)
+    evidence = ""
+    if replay is not None:
+        evidence = (
+            f"the run as it was, replayed from {replay.batches:,} logged batches: "
+            f"{units.samples_per_s(replay.simulated_samples_per_s)} samples/s against "
+            f"{units.samples_per_s(replay.measured_samples_per_s)} measured"
+        )
+    hol = head_of_line(rec)
+    if hol is not None and hol.seconds > 0 and hol.queue_seconds > 0.05 * hol.seconds:
+        evidence += (
+            f"; over {hol.batches:,} batches the consumer waited {hol.queue_seconds:.2f} s of "
+            f"{hol.seconds:.2f} s behind an unfinished batch while a later one was ready"
+        )
+    return evidence
 
 
 def _memory_stop(
@@ -824,78 +823,6 @@ def share_gpu_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
         "to gain about 3x in total on an A100 with MIG); the gain is in total, shared CPU "
         "and storage permitting, and running the k jobs measures it.",
         method or f"GPU busy {busy:.0%}",
-    )
-
-
-def pin_memory_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
-    """Host-to-device copies limit the pipeline, or pageable copies were seen on a GPU host.
-
-    Pinned (page-locked) buffers let the copy engine DMA directly instead of staging through
-    a bounce buffer, typically about twice the rate of pageable copies. Where the watched
-    copies included both kinds, their measured ratio is the factor; otherwise 2. Copies
-    measured as all pinned (or a loader with pin_memory=True and no measured copies) leave
-    nothing to gain.
-    """
-    pcie = _unpinned_pcie(rec, f)
-    if pcie is None:
-        return []
-    pc = rec.stages.pcie
-    factor, why = _pinned_speedup(pc)
-    # only the pageable share speeds up
-    pageable = 1.0 - (pc.pinned_fraction or 0.0)
-    gain = 1.0 / (1.0 - pageable + pageable / factor) if factor > 0 else 1.0
-    pred = min([gain * pcie, *_other_stages(f, "pcie")])
-    if not _gain(pred, f):
-        return []
-    return [
-        Recommendation(
-            kind="pin_memory",
-            text=f"{_pin_memory_first(rec)} .to(device, non_blocking=True): {why}.",
-            predicted_samples_per_s=pred,
-            evidence=f"PCIe delivers {pcie:,.0f} samples/s ({pc.method})",
-        )
-    ]
-
-
-def _pin_memory_set(rec: RunRecord) -> bool:
-    return rec.watch.settings.pin_memory if rec.watch else False
-
-
-def _unpinned_pcie(rec: RunRecord, f: PipelineFindings) -> float | None:
-    """The pcie stage's capacity when pinning could raise it: copies not all pinned (as
-    measured, else as the loader's flag says), the link limiting or a watched run on a GPU
-    host; None otherwise."""
-    pc = rec.stages.pcie
-    flag = _pin_memory_set(rec)
-    pinned = pc.pinned_fraction >= 0.99 if pc.pinned_fraction is not None else flag
-    # a probe's capacity already assumes pinned copies: probe_pageable_rule speaks for it
-    if pc.capacity_samples_per_s is None or pinned or pc.copies:
-        return None
-    if f.bottleneck != "pcie" and not (rec.watch and rec.host.gpus):
-        return None
-    return pc.capacity_samples_per_s
-
-
-def _pinned_speedup(pc: PcieStage) -> tuple[float, str]:
-    """How much faster pinned copies run than pageable ones, and the reason to print: the
-    ratio of the two measured rates where both were measured, else the usual 2x."""
-    if pc.pinned_bytes_per_s and pc.pageable_bytes_per_s:
-        return pc.pinned_bytes_per_s / pc.pageable_bytes_per_s, (
-            f"pinned copies ran {units.bandwidth(pc.pinned_bytes_per_s)} here, pageable ones "
-            f"{units.bandwidth(pc.pageable_bytes_per_s)}"
-        )
-    return 2.0, "pinned copies run about 2x pageable ones"
-
-
-def _pin_memory_first(rec: RunRecord) -> str:
-    """The advice's opening: set the flag, or, where it is set, pin what the loader returns."""
-    if not _pin_memory_set(rec):
-        return "Use pin_memory=True and"
-    pc = rec.stages.pcie
-    share = f"{1 - pc.pinned_fraction:.0%} of the bytes copied" if pc.pinned_fraction else "copies"
-    return (
-        f"pin_memory=True is set, yet {share} came from pageable memory: pin what the "
-        "collate_fn returns (tensors, not other types), then"
     )
 
 

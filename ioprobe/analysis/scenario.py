@@ -257,7 +257,7 @@ LINEAR_STORAGE = (
 
 
 # A prediction rests on an assumption where, without it, it would be lower by more than
-# this factor: the gain below which no advice is given either (recommend.MIN_GAIN)
+# this factor: the gain below which no advice is given either (model.MIN_GAIN)
 UNCHECKED_MARGIN = 1.05
 
 

@@ -184,33 +184,25 @@ def size(
     classes' order), or of the best one when none does. From a distributed probe (a
     ``base`` with a clients curve) the storage it measured is the first class, and
     ``sizing.cluster`` says how many nodes of each of ``fit_gpus`` GPUs (by default the
-    most ranks the probe ran on one node) it feeds. ``references``: published results to
-    place the need of a node beside: of ``fit_gpus`` GPUs where that is one count, else 8."""
+    most ranks the probe ran on one node) it feeds. ``references``: published results placed
+    beside the need of a node (``_node_gpus``)."""
     _check(inp, classes, gpu_counts)
     figures = cluster_figures(base) if base is not None else None
-    if figures is not None:
-        classes = [measured_storage(figures), *(c for c in classes if c.name != MEASURED)]
+    classes = _with_measured(figures, classes)
     rows, findings = _grid(inp, classes, gpu_counts)
     if costs is not None:
         _price(rows, classes, inp, costs)
     supported = {cls.name: gpus_supported(cls, inp) for cls in classes}
-    top = max(gpu_counts)
-    cheapest = _cheapest(classes, rows, top, inp, supported, costs)
+    cheapest = _cheapest(classes, rows, max(gpu_counts), inp, supported, costs)
     head_cls = next(c for c in classes if c.name == cheapest.storage)
-    head_gpus = cheapest.gpus or top
+    head_gpus = cheapest.gpus or max(gpu_counts)
     head = findings.get((head_cls.name, head_gpus)) or pipeline_model(
         stages_for(head_cls, head_gpus, inp)
     )
     host, ds = _subject(inp, base)
-    util = head.gpu_utilization
-    cluster = None
     advice = _advice(inp, classes, supported, cheapest, head, len(rows))
-    if figures is not None:
-        cluster = cluster_sizing(figures, classes[0], inp, fit_gpus or [figures.ranks_per_node])
-        advice[:0] = [_fit_advice(fit, classes[0], inp) for fit in cluster.fits]
-    # a node shape: the one count asked for, else the common 8-GPU node (a list of counts
-    # is a sweep, and its largest, 64 by default, is no node anyone buys)
-    node_gpus = fit_gpus[0] if fit_gpus and len(fit_gpus) == 1 else REFERENCE_NODE_GPUS
+    cluster = _cluster(figures, classes[0], inp, fit_gpus, advice)
+    node_gpus = _node_gpus(fit_gpus)
     return RunRecord(
         kind="size",
         host=host,
@@ -218,7 +210,7 @@ def size(
         stages=stages_for(head_cls, head_gpus, inp),
         bottleneck=head.bottleneck,
         predicted_samples_per_s=head.predicted_samples_per_s,
-        gpu_idle_fraction=1.0 - util if util is not None else None,
+        gpu_idle_fraction=None if head.gpu_utilization is None else 1.0 - head.gpu_utilization,
         gpu_idle_method="predicted: 1 - delivered / GPU capacity",
         recommendations=advice,
         sizing=SizeData(
@@ -236,6 +228,37 @@ def size(
         ),
         gpus_supported=supported,
     )
+
+
+def _with_measured(
+    figures: ClusterFigures | None, classes: list[StorageClassInfo]
+) -> list[StorageClassInfo]:
+    """From a distributed probe, the storage it measured first, then the other classes."""
+    if figures is None:
+        return classes
+    return [measured_storage(figures), *(c for c in classes if c.name != MEASURED)]
+
+
+def _cluster(
+    figures: ClusterFigures | None,
+    measured: StorageClassInfo,
+    inp: SizeInputs,
+    fit_gpus: list[int] | None,
+    advice: list[Recommendation],
+) -> ClusterSizing | None:
+    """How many nodes the measured storage feeds, its advice put first; None without a
+    distributed probe."""
+    if figures is None:
+        return None
+    cluster = cluster_sizing(figures, measured, inp, fit_gpus or [figures.ranks_per_node])
+    advice[:0] = [_fit_advice(fit, measured, inp) for fit in cluster.fits]
+    return cluster
+
+
+def _node_gpus(fit_gpus: list[int] | None) -> int:
+    """A node's shape: the one count asked for, else the common 8-GPU node (a list of counts
+    is a sweep, and its largest, 64 by default, is no node anyone buys)."""
+    return fit_gpus[0] if fit_gpus and len(fit_gpus) == 1 else REFERENCE_NODE_GPUS
 
 
 def _price(

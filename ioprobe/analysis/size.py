@@ -190,8 +190,7 @@ def size(
     figures = cluster_figures(base) if base is not None else None
     classes = _with_measured(figures, classes)
     rows, findings = _grid(inp, classes, gpu_counts)
-    if costs is not None:
-        _price(rows, classes, inp, costs)
+    _price(rows, classes, inp, costs)
     supported = {cls.name: gpus_supported(cls, inp) for cls in classes}
     cheapest = _cheapest(classes, rows, max(gpu_counts), inp, supported, costs)
     head_cls = next(c for c in classes if c.name == cheapest.storage)
@@ -199,10 +198,10 @@ def size(
     head = findings.get((head_cls.name, head_gpus)) or pipeline_model(
         stages_for(head_cls, head_gpus, inp)
     )
-    host, ds = _subject(inp, base)
     advice = _advice(inp, classes, supported, cheapest, head, len(rows))
     cluster = _cluster(figures, classes[0], inp, fit_gpus, advice)
     node_gpus = _node_gpus(fit_gpus)
+    host, ds = _subject(inp, base)
     return RunRecord(
         kind="size",
         host=host,
@@ -262,8 +261,11 @@ def _node_gpus(fit_gpus: list[int] | None) -> int:
 
 
 def _price(
-    rows: list[SizeRow], classes: list[StorageClassInfo], inp: SizeInputs, costs: CostInputs
+    rows: list[SizeRow], classes: list[StorageClassInfo], inp: SizeInputs, costs: CostInputs | None
 ) -> None:
+    """Each row's price and price per sample/s, where a ``--cost`` file gives prices."""
+    if costs is None:
+        return
     by = {c.name: c for c in classes}
     for r in rows:
         r.cost = row_cost(r, by[r.storage], inp, costs)

@@ -564,25 +564,9 @@ class WatchCollector:
             if len(self._gpu_spans) > GPU_SPANS_KEPT:
                 self._gpu_spans = _merged_spans(self._gpu_spans)
         self._cur = None
-        self._fold_epochs()
+        self._epoch_stride = bound_epochs(self.epochs, self._epoch_stride)
         if self.live is not None:  # last: what ends the epoch is done whatever happens here
             self.live.epoch_ended()
-
-    def _fold_epochs(self) -> None:
-        """Keep the epochs bounded, once per epoch's end: the epoch before the one that just
-        ended joins the merged entry before it while that holds fewer than the stride's
-        epochs; past ``EPOCHS_KEPT`` entries, the merged ones pair up and the stride doubles.
-        Each change is one slice assignment, so the live panel's thread, which copies the
-        list, sees every epoch counted once."""
-        eps = self.epochs
-        k = len(eps) - 2  # the epoch ended before this one: no longer the last
-        if k > EPOCHS_HEAD and eps[k - 1].merged < self._epoch_stride:
-            eps[k - 1 : k + 1] = [merge_epochs(eps[k - 1], eps[k])]
-        if len(eps) > EPOCHS_KEPT:
-            middle = eps[EPOCHS_HEAD:-1]
-            pairs = [merge_epochs(a, b) for a, b in zip(middle[0::2], middle[1::2], strict=False)]
-            eps[EPOCHS_HEAD:-1] = pairs + middle[len(pairs) * 2 :]
-            self._epoch_stride *= 2
 
     def _end_timeline(self, ep: WatchEpoch) -> None:
         tl = self.timeline
@@ -983,6 +967,24 @@ def merge_epochs(a: WatchEpoch, b: WatchEpoch) -> WatchEpoch:
     return out
 
 
+def bound_epochs(eps: list[WatchEpoch], stride: int) -> int:
+    """Keep ``eps`` bounded as each epoch ends (the one that just ended is last); the stride
+    to pass next time. The epoch before the last joins the merged entry before it while that
+    holds fewer than ``stride`` epochs; past ``EPOCHS_KEPT`` entries, the entries after the
+    first ``EPOCHS_HEAD`` (the last one aside) pair up and the stride doubles. Each change is
+    one slice assignment, so the live panel's thread, which copies the list, sees every
+    epoch counted once."""
+    k = len(eps) - 2  # the epoch ended before the last one: no longer the last
+    if k > EPOCHS_HEAD and eps[k - 1].merged < stride:
+        eps[k - 1 : k + 1] = [merge_epochs(eps[k - 1], eps[k])]
+    if len(eps) > EPOCHS_KEPT:
+        middle = eps[EPOCHS_HEAD:-1]
+        pairs = [merge_epochs(a, b) for a, b in zip(middle[0::2], middle[1::2], strict=False)]
+        eps[EPOCHS_HEAD:-1] = pairs + middle[len(pairs) * 2 :]
+        stride *= 2
+    return stride
+
+
 def _merged_spans(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
     """Neighbouring spans merged pairwise into the span from the first's start to the
     second's end: the gap between two epochs (the consumer's step after the last batch,
@@ -1028,6 +1030,8 @@ __all__ = [
     "Finish",
     "Reservoir",
     "WatchCollector",
+    "bound_epochs",
     "mark_interrupted",
+    "merge_epochs",
     "unjudged",
 ]

@@ -313,10 +313,7 @@ def epoch_facts(f: Findings) -> Facts:
     st = f.epoch_starts
     if st is None or not st.epochs:
         return []
-    starts = ", ".join(
-        f"{e.seconds:.2f}" + (f" (mean of {e.merged:,})" if e.merged > 1 else "")
-        for e in st.epochs[:6]
-    )
+    starts = ", ".join(f"{e.seconds:.2f}" for e in st.epochs[:6])  # kept whole (EPOCHS_HEAD)
     total = sum(e.merged for e in st.epochs)
     shown = sum(e.merged for e in st.epochs[:6])
     more = f" (+{total - shown:,} more)" if total > shown else ""

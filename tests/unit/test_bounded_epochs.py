@@ -15,6 +15,7 @@ import pytest
 from ioprobe.analysis.dlio import dlio_workload
 from ioprobe.analysis.epochs import epoch_count, epoch_starts, mean_epoch, per_epoch_saving
 from ioprobe.analysis.measures import delivery
+from ioprobe.analysis.report import findings
 from ioprobe.analysis.verdict import finalize
 from ioprobe.record import (
     DatasetProfile,
@@ -25,6 +26,8 @@ from ioprobe.record import (
     WatchData,
     WatchEpoch,
 )
+from ioprobe.render import markdown
+from ioprobe.render.facts import epoch_facts
 from ioprobe.watch.collector import (
     EPOCHS_HEAD,
     EPOCHS_KEPT,
@@ -181,8 +184,9 @@ def test_a_record_from_before_merging_loads_with_every_epoch_whole() -> None:
 
 
 class _Adapter:
-    settings = LoaderSettings(workers=0, batch_size=1)
-    description = {"num_workers": "0"}
+    def __init__(self) -> None:
+        self.settings = LoaderSettings(workers=0, batch_size=1)
+        self.description = {"num_workers": "0"}
 
     def begin_epoch(self) -> None:
         pass
@@ -219,6 +223,8 @@ def test_the_collector_bounds_one_batch_epochs_and_its_record_says_so() -> None:
     assert f"{n:,} epochs" in note and f"first {EPOCHS_HEAD}" in note
     # the last epoch, whole, is where an interrupted run says it stopped
     assert rec.watch.epochs[-1].index == n - 1 and rec.watch.epochs[-1].merged == 1
+    # the views show the note
+    assert note in markdown.render(rec, findings(rec)).replace("\\", "")
 
 
 def test_a_short_run_says_nothing_of_merging() -> None:
@@ -233,3 +239,8 @@ def test_a_short_run_says_nothing_of_merging() -> None:
     assert not [x for x in rec.notes if "merged" in x]
 
 
+def test_the_epoch_starts_line_counts_every_epoch() -> None:
+    rec = finalize(_record(_kept(1_000)))
+    ((_, line),) = epoch_facts(findings(rec))
+    assert "(+994 more)" in line  # the first six listed, of 1,000
+    assert "persistent_workers=True saves 0.30 s each epoch after the first" in line

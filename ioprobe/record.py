@@ -1290,6 +1290,11 @@ def _dataclass(tp: type, data: Any, path: str) -> Any:
             raise RecordError(f"{sub}: required key is missing")
     if "columns" in kwargs and tp in _COLUMN_TABLES:
         _check_columns(kwargs["columns"], _join(path, "columns"))
+    if tp is WatchEpoch and kwargs.get("merged", 1) < 1:  # readers divide by it
+        raise RecordError(
+            f"{_join(path, 'merged')}: an entry stands for one epoch or more, got "
+            f"{kwargs['merged']}"
+        )
     if tp is BatchLog:  # the CPU columns are empty where a log was made without them
         optional = ("cpu_ms", "runqueue_ms", "process_cpu_ms")
         _check_columns(

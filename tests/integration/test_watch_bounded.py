@@ -151,3 +151,34 @@ def test_a_million_batches_and_a_hundred_thousand_epochs_stay_flat(tmp_path: Pat
     assert out.run_s < 2.0
     assert out.size < 20e6
     check_record(out.record, batches - epochs - 2_000, epochs)
+
+
+def test_one_batch_epochs_on_persistent_workers_merge_and_read_sanely() -> None:
+    """Two persistent workers (re-iterating is cheap, as an evaluation loop has it) and 600
+    one-batch epochs, past the cap: the record counts every epoch and batch, and the
+    analysis reads it whole (the epoch starts, the delivered rate, every view)."""
+    from ioprobe.analysis.epochs import epoch_starts
+    from ioprobe.analysis.report import findings
+    from ioprobe.render import markdown
+
+    epochs = 600
+    loader = ioprobe.watch(
+        DataLoader(range(10_000), batch_size=4, num_workers=2, persistent_workers=True)
+    )
+    for _ in range(epochs):
+        next(iter(loader))
+    rec = loader.run
+    assert rec.watch is not None
+    eps = rec.watch.epochs
+    assert len(eps) <= EPOCHS_KEPT < epochs
+    assert sum(e.merged for e in eps) == epochs and sum(e.batches for e in eps) == epochs
+    assert sum(e.samples for e in eps) == 4 * epochs
+    # the workers started once (each counted with the first batch it delivered)
+    assert 1 <= sum(e.workers_started for e in eps) <= 2
+    starts = epoch_starts(rec)
+    assert starts is not None and starts.persistent and starts.samples == 4 * epochs
+    assert sum(e.merged for e in starts.epochs) == epochs
+    # each start is iter() and one batch's wait: a few ms, never the sum of a merged entry's
+    assert max(e.seconds for e in starts.epochs[1:]) < 1.0
+    text = markdown.render(rec, findings(rec))
+    assert f"{epochs:,} epochs" in text

@@ -17,6 +17,7 @@ from ioprobe.analysis.epochs import epoch_count, epoch_starts, mean_epoch, per_e
 from ioprobe.analysis.measures import delivery
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.verdict import finalize
+from ioprobe.errors import RecordError
 from ioprobe.record import (
     DatasetProfile,
     Distribution,
@@ -244,3 +245,10 @@ def test_the_epoch_starts_line_counts_every_epoch() -> None:
     ((_, line),) = epoch_facts(findings(rec))
     assert "(+994 more)" in line  # the first six listed, of 1,000
     assert "persistent_workers=True saves 0.30 s each epoch after the first" in line
+
+
+def test_a_record_whose_entry_stands_for_no_epoch_is_refused_in_one_line() -> None:
+    data = _record([_epoch(0)]).to_json()
+    data["watch"]["epochs"][0]["merged"] = 0
+    with pytest.raises(RecordError, match=r"watch\.epochs\[0\]\.merged: .* got 0"):
+        RunRecord.from_json(data)

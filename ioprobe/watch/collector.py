@@ -943,13 +943,12 @@ class WatchCollector:
         return tracks
 
 
-# WatchEpoch's fields by how two consecutive entries merge into one (``merge_epochs``);
-# every other field adds up, None counting as nothing where the other entry has a figure
-_EPOCH_KEPT_FIRST = frozenset({"index"})
+# WatchEpoch's fields that add up when two consecutive entries merge (``merge_epochs``),
+# ``merged`` with them: all but the first epoch's index, the error and the flag
 _EPOCH_NUMBERS = tuple(
     f.name
     for f in dataclasses.fields(WatchEpoch)
-    if f.name not in _EPOCH_KEPT_FIRST | {"error", "workers_measured"}
+    if f.name not in ("index", "error", "workers_measured")
 )
 
 

@@ -9,6 +9,12 @@ epochs (traced Python allocations and resident memory), the time of the first ``
 a second one, the saved record's size and the epoch entries it kept. ``--workers 2`` uses
 persistent workers, so re-iterating does not start processes. tracemalloc slows the loop
 about threefold; ``--no-trace`` leaves it off (resident memory only).
+
+``--collector`` instead times the collector alone, in the tree the script sits in:
+``bench_watch.py``'s ``main_process_cost_us`` (per batch of 32, early and past 100,000), and
+the microseconds per one-batch epoch (``begin_epoch``, one ``on_delivery``, ``end_epoch``)
+over 20,000 epochs past 1,000, where merging runs. Run it alternately in two trees to
+compare them.
 """
 
 from __future__ import annotations
@@ -34,12 +40,41 @@ def rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def collector_costs() -> None:
+    from ioprobe.record import LoaderSettings
+    from ioprobe.watch.collector import WatchCollector
+    from ioprobe.watch.torch import DataLoaderAdapter
+    from tests.benchmarks.bench_watch import main_process_cost_us
+
+    early, late = main_process_cost_us()
+    adapter = DataLoaderAdapter(LoaderSettings(workers=0), {"num_workers": "0"})
+    c = WatchCollector(adapter, 1, None)
+
+    def epochs(n: int, t: int) -> None:
+        for k in range(n):
+            c.begin_epoch()
+            c.on_delivery(t + k * 1000, t + k * 1000 + 10, 1)
+            c.end_epoch(None)
+
+    epochs(1000, 0)
+    t0 = time.perf_counter()
+    epochs(20_000, 10**9)
+    per = (time.perf_counter() - t0) / 20_000 * 1e6
+    print(
+        f"per batch {early:.2f} us (first 2,000), {late:.2f} us (past 100,000); {per:.2f} us/epoch"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--epochs", type=int, default=100_000)
     ap.add_argument("--workers", type=int, default=0)
     ap.add_argument("--no-trace", action="store_true")
+    ap.add_argument("--collector", action="store_true", help="time the collector alone")
     args = ap.parse_args()
+    if args.collector:
+        collector_costs()
+        return
     w = args.workers
     loader = ioprobe.watch(
         DataLoader(range(1 << 20), batch_size=1, num_workers=w, persistent_workers=w > 0)

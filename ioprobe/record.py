@@ -322,7 +322,13 @@ class PipelineRun:
 
 @dataclass
 class WatchEpoch:
-    """One pass over a watched loader; times in seconds, summed over batches unless noted."""
+    """One pass over a watched loader; times in seconds, summed over batches unless noted.
+
+    Past ``WatchData``'s first epochs (``ioprobe.watch.collector.EPOCHS_HEAD``), an entry may
+    stand for ``merged`` consecutive epochs (``index`` to ``index + merged - 1``), so that a
+    loop taking one batch per ``iter()`` keeps a bounded list: every field is then the sum
+    over those epochs (a per-epoch figure such as ``iter_seconds`` too: divide by ``merged``
+    for the mean epoch), ``error`` the last one raised."""
 
     index: int
     batches: int = 0
@@ -398,6 +404,7 @@ class WatchEpoch:
     # as Accelerate's prepare() does): its workers were started without ioprobe's timing, so
     # only the consumer's side of it (arrivals, waits, steps) is in this epoch
     workers_measured: bool = True
+    merged: int = 1  # the epochs this entry stands for (see above)
 
 
 @dataclass
@@ -698,6 +705,9 @@ class WatchData:
     loader: dict[str, str] = field(default_factory=dict)  # as described, for reports
     settings: LoaderSettings = field(default_factory=LoaderSettings)
     epochs: list[WatchEpoch] = field(default_factory=list)
+    # epochs held in merged entries (``WatchEpoch.merged`` > 1) past the cap on kept entries:
+    # 0 where every epoch is kept one by one
+    epochs_merged: int = 0
     workers: list[WorkerStats] = field(default_factory=list)
     stall_ms: Distribution = field(default_factory=Distribution)  # per batch
     step_ms: Distribution = field(default_factory=Distribution)  # per batch
@@ -1215,9 +1225,14 @@ _COLUMN_TABLES: tuple[type, ...] = (Track, GpuSeries)
 
 
 def _check_tables(tp: type, kwargs: dict[str, Any], path: str) -> None:
-    """A table held column by column has one length in every column."""
+    """A table held column by column has one length in every column; an epoch entry stands
+    for one epoch or more."""
     if "columns" in kwargs and tp in _COLUMN_TABLES:
         check_columns(kwargs["columns"], join(path, "columns"))
+    if tp is WatchEpoch and kwargs.get("merged", 1) < 1:  # readers divide by it
+        raise RecordError(
+            f"{join(path, 'merged')}: an entry stands for one epoch or more, got {kwargs['merged']}"
+        )
     if tp is BatchLog:  # the CPU columns are empty where a log was made without them
         optional = ("cpu_ms", "runqueue_ms", "process_cpu_ms")
         check_columns(

@@ -182,8 +182,9 @@ def _samples_per_epoch(rec: RunRecord) -> int | None:
     w = rec.watch
     if w is None or not w.epochs:
         return None
-    # the largest epoch: a run stopped mid-epoch leaves a short last one
-    return max(e.samples for e in w.epochs) or None
+    # the largest epoch: a run stopped mid-epoch leaves a short last one (an entry merging
+    # epochs past the record's cap stands for its mean one)
+    return max(e.samples // e.merged for e in w.epochs) or None
 
 
 def _sample_size(rec: RunRecord, per_file: int) -> tuple[float, float, str] | None:
@@ -271,7 +272,7 @@ def _preprocess(rec: RunRecord) -> tuple[float, float, str] | None:
 
 def _train(rec: RunRecord, out: DlioWorkload, add: Put, epochs: int | None) -> None:
     w = rec.watch
-    n = epochs or (len(w.epochs) if w is not None and w.epochs else 1)
+    n = epochs or (sum(e.merged for e in w.epochs) if w is not None and w.epochs else 1)
     add(
         "train",
         "epochs",

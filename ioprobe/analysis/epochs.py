@@ -36,6 +36,9 @@ class EpochStart:
     # warm cache would have saved this start; None where the round read nothing from it
     cold_read_seconds: float | None = None
     cold_read_bytes: int = 0
+    # the epochs it stands for: past the record's cap on kept epochs, an entry merges
+    # consecutive ones (``WatchEpoch.merged``), and the figures above are its epochs' means
+    merged: int = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +75,25 @@ class WorkerLatency:
     p99_ms: float
 
 
+def mean_epoch(e: WatchEpoch) -> WatchEpoch:
+    """The mean epoch of an entry that merges ``e.merged`` consecutive epochs (its figures
+    are their sums): what a per-epoch rule (a cold first round, an epoch's bytes) reads. An
+    entry of one epoch is itself."""
+    if e.merged <= 1:
+        return e
+    out = dataclasses.replace(e)
+    for f in dataclasses.fields(e):
+        v = getattr(e, f.name)
+        if f.name not in ("index", "merged") and type(v) in (int, float):
+            setattr(out, f.name, v / e.merged)
+    return out
+
+
+def epoch_count(rec: RunRecord) -> int:
+    """The epochs a watched run took, those merged past the record's cap included."""
+    return sum(e.merged for e in rec.watch.epochs) if rec.watch is not None else 0
+
+
 def epoch_starts(rec: RunRecord) -> EpochStarts | None:
     """Each epoch's start-up and what it lost beyond a steady batch, the run's end-to-end
     rate (epoch starts and ends included, unlike the steady rate: each epoch from its
@@ -80,52 +102,65 @@ def epoch_starts(rec: RunRecord) -> EpochStarts | None:
     after the first (the first epoch starts them either way) and their shutdown at every
     epoch's end (kept workers are shut down once, when the loader goes). Where only one
     epoch was watched, the saving is stated per further epoch by ``per_epoch_saving``. None
-    for a record without epochs timed from their ``iter()`` (older records, DALI)."""
+    for a record without epochs timed from their ``iter()`` (older records, DALI).
+
+    An entry that merges epochs past the record's cap (``WatchEpoch.merged``) gives one
+    ``EpochStart`` of its mean epoch; the run's sums count each of its epochs."""
     w = rec.watch
     if w is None or not w.epochs or any(e.iter_seconds is None for e in w.epochs):
         return None
-    steps = [e.seconds / (e.batches - 1) for e in w.epochs if e.batches > 1 and e.seconds > 0]
+    # an epoch of b batches has b - 1 intervals between them; a merged entry, b - merged
+    steps = [
+        e.seconds / (e.batches - e.merged)
+        for e in w.epochs
+        if e.batches > e.merged and e.seconds > 0
+    ]
     batch = statistics.median(steps) if steps else 0.0
     lanes = max(w.settings.workers, 1)
-    warm_rounds = [e.startup_sample_wall_seconds / lanes for e in w.epochs if _warm_round(e)]
+    means = [mean_epoch(e) for e in w.epochs]
+    warm_rounds = [e.startup_sample_wall_seconds / lanes for e in means if _warm_round(e)]
     logged = _logged_batches(rec, lanes)
     out = []
     run = 0.0
-    for e in w.epochs:
+    for e, mean in zip(w.epochs, means, strict=True):
         start = (e.iter_seconds or 0.0) + (e.first_batch_seconds or 0.0)
         run += start + e.seconds + (e.end_seconds or 0.0)
+        start /= e.merged
         cold = None
-        if _cold_round(e):
+        if _cold_round(mean):
             # the round's batches were made side by side, one per worker: the first batch
-            # took its worker's time (the batch log has it; else one worker's share of the
-            # round's); warm, a batch takes what the epoch's warm batches took
-            first, later = logged.get(e.index, (None, None))
-            made = first if first is not None else e.startup_sample_wall_seconds / lanes
-            warm = _warm_batch(e, lanes, warm_rounds, later)
+            # took its worker's time (the batch log has it, for an epoch kept whole; else
+            # one worker's share of the round's); warm, a batch takes what the epoch's warm
+            # batches took
+            first, later = logged.get(e.index, (None, None)) if e.merged == 1 else (None, None)
+            made = first if first is not None else mean.startup_sample_wall_seconds / lanes
+            warm = _warm_batch(mean, lanes, warm_rounds, later)
             cold = min(max(made - warm, 0.0), start)
         out.append(
             EpochStart(
                 index=e.index,
                 seconds=start,
-                workers_started=e.workers_started,
-                worker_startup_seconds=e.worker_startup_seconds,
+                workers_started=round(mean.workers_started),
+                worker_startup_seconds=mean.worker_startup_seconds,
                 lost_seconds=max(start - batch, 0.0),
                 cold_read_seconds=cold,
-                cold_read_bytes=e.startup_read_bytes,
+                cold_read_bytes=round(mean.startup_read_bytes),
+                merged=e.merged,
             )
         )
     samples = sum(e.samples for e in w.epochs)
     persistent = w.settings.persistent_workers or w.settings.workers == 0
-    ends = [e.shutdown_seconds for e in w.epochs if e.shutdown_seconds is not None]
-    shutdown = sum(ends) / len(ends) if ends and not persistent else None
+    ended = [e for e in w.epochs if e.shutdown_seconds is not None]
+    ends = sum(e.shutdown_seconds or 0.0 for e in ended)
+    shutdown = ends / sum(e.merged for e in ended) if ended and not persistent else None
     saved = (
-        sum((e.worker_startup_seconds or 0.0) for e in w.epochs[1:]) + sum(ends)
+        sum((e.worker_startup_seconds or 0.0) for e in w.epochs[1:]) + ends
         if not persistent
         else 0.0
     )
     rate = samples / run if run > 0 else 0.0
     fits = _fits(rec)
-    warm = sum(e.cold_read_seconds or 0.0 for e in out) if fits is not False else 0.0
+    warm = sum((e.cold_read_seconds or 0.0) * e.merged for e in out) if fits is not False else 0.0
     return EpochStarts(
         epochs=out,
         batch_seconds=batch,
@@ -194,7 +229,7 @@ def _fits(rec: RunRecord) -> bool | None:
     w, avail = rec.watch, rec.host.memory_available_bytes
     if w is None or not avail or not w.epochs:
         return None
-    per_epoch = max(e.read_chars for e in w.epochs)
+    per_epoch = max(e.read_chars / e.merged for e in w.epochs)
     return per_epoch <= avail if per_epoch else None
 
 
@@ -205,9 +240,10 @@ def per_epoch_saving(starts: EpochStarts) -> float | None:
     at an epoch's end; None where workers persist already."""
     if starts.persistent:
         return None
-    later = [e.worker_startup_seconds for e in starts.epochs[1:] if e.worker_startup_seconds]
+    later = [e for e in starts.epochs[1:] if e.worker_startup_seconds]
     start = (
-        statistics.mean(later)
+        sum((e.worker_startup_seconds or 0.0) * e.merged for e in later)
+        / sum(e.merged for e in later)
         if later
         else (starts.epochs[0].worker_startup_seconds if starts.epochs else None)
     )
@@ -277,7 +313,9 @@ __all__ = [
     "EpochStarts",
     "WatchCost",
     "WorkerLatency",
+    "epoch_count",
     "epoch_starts",
+    "mean_epoch",
     "per_epoch_saving",
     "watch_cost",
     "worker_latency",

@@ -112,7 +112,9 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 
 def delivery(w: WatchData) -> Delivery:
-    out = Delivery(batches=sum(e.batches for e in w.epochs), epochs=len(w.epochs))
+    # an entry may stand for several epochs merged past the record's cap
+    epochs = sum(e.merged for e in w.epochs)
+    out = Delivery(batches=sum(e.batches for e in w.epochs), epochs=epochs)
     if w.stall_ms.values:  # a count without values (a damaged record) has no percentiles
         out.stall_p50_ms = percentile(w.stall_ms.values, 0.5)
         out.stall_p95_ms = percentile(w.stall_ms.values, 0.95)

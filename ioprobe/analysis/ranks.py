@@ -144,7 +144,10 @@ def rank_figures(rec: RunRecord) -> RankFigures:
     steps = steady_steps(w)
     ready = [wait * 1e3 for wait, _ in steps.values()] or list(w.stall_ms.values)
     gaps = [gap * 1e3 for _, gap in steps.values()] or [
-        e.seconds / (e.batches - 1) * 1e3 for e in w.epochs if e.batches > 1
+        # b batches make b - 1 steps in an epoch; in an entry merging epochs, b - merged
+        e.seconds / (e.batches - e.merged) * 1e3
+        for e in w.epochs
+        if e.batches > e.merged
     ]
     if gaps:
         out.step_ms = statistics.median(gaps)

@@ -580,7 +580,7 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     factor = max(current + 1, current + math.ceil(depth / workers))
     # a queue as deep as an epoch is no queue: stalls that long are not stragglers it
     # could absorb (an epoch's start, a stop in the data), and it would hold the epoch
-    if factor * workers >= max((e.batches for e in w.epochs), default=0):
+    if factor * workers >= max((e.batches / e.merged for e in w.epochs), default=0):
         return []
     pred = f.predicted_samples_per_s
     return [
@@ -737,7 +737,7 @@ def persistent_workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recomme
     if starts is None or starts.persistent:
         return []
     saving = per_epoch_saving(starts)
-    n = len(starts.epochs)
+    n = sum(e.merged for e in starts.epochs)  # an entry may merge epochs past the cap
     if saving is None or n == 0 or starts.run_seconds <= 0:
         return []
     epoch = starts.run_seconds / n

@@ -10,7 +10,7 @@ from ioprobe import units
 # a rate in the analysis's sentences and in the report's own reads by one rule
 from ioprobe.analysis.cluster import RankTable
 from ioprobe.analysis.decode_paths import label
-from ioprobe.analysis.epochs import per_epoch_saving
+from ioprobe.analysis.epochs import epoch_count, per_epoch_saving
 from ioprobe.analysis.measures import (
     CopyPeak,
     CopyTotals,
@@ -232,7 +232,7 @@ def size_line(rec: RunRecord, formats: str = "") -> str:
         )
     if rec.watch is not None:
         # the bytes are what the workers read over every epoch, not the dataset's size
-        n = len(rec.watch.epochs)
+        n = epoch_count(rec)
         return (
             f"{ds.files:,} samples, {units.size(ds.bytes)} read in {n} epoch{'s' * (n != 1)}, "
             f"{units.size(ds.sample_bytes_mean)} per sample {density}"
@@ -320,8 +320,10 @@ def epoch_facts(f: Findings) -> Facts:
     st = f.epoch_starts
     if st is None or not st.epochs:
         return []
-    starts = ", ".join(f"{e.seconds:.2f}" for e in st.epochs[:6])
-    more = f" (+{len(st.epochs) - 6} more)" if len(st.epochs) > 6 else ""
+    starts = ", ".join(f"{e.seconds:.2f}" for e in st.epochs[:6])  # kept whole (EPOCHS_HEAD)
+    total = sum(e.merged for e in st.epochs)
+    shown = sum(e.merged for e in st.epochs[:6])
+    more = f" (+{total - shown:,} more)" if total > shown else ""
     line = f"{starts}{more} s from iter() to the first batch"
     first = st.epochs[0]
     if first.worker_startup_seconds is not None:
@@ -333,10 +335,11 @@ def epoch_facts(f: Findings) -> Facts:
         line += f"; persistent_workers=True saves {saving:.2f} s each epoch after the first"
     cold = [e for e in st.epochs if e.cold_read_seconds]
     if cold and st.warm_saved_seconds:
-        cold_bytes = sum(e.cold_read_bytes for e in cold) / len(cold)
+        n = sum(e.merged for e in cold)
+        cold_bytes = sum(e.cold_read_bytes * e.merged for e in cold) / n
         line += (
-            f"; {st.warm_saved_seconds / len(cold):.2f} s of the first batch's wait read "
-            f"{units.size(cold_bytes)} from the device in {len(cold)} of {len(st.epochs)} starts: a warm "
+            f"; {st.warm_saved_seconds / n:.2f} s of the first batch's wait read "
+            f"{units.size(cold_bytes)} from the device in {n:,} of {total:,} starts: a warm "
             "page cache saves it"
             + (" (an epoch's data fits in the memory available)" if st.fits_in_memory else "")
         )

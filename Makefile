@@ -38,10 +38,13 @@ fuzz: $(STAMP)
 	$(BIN)/python -m pytest -q -m long tests/unit/test_fuzz_records.py tests/unit/test_outside_text.py
 
 # The advice held to reruns that take minutes on a 2-core host and swing with any other load
-# (deselected from `make test`): each head-of-line cure against its rerun, and the advice
+# (deselected from `make test`): each head-of-line cure against its rerun, the workers rule on
+# a slow server, persistent_workers' start-up saving, accelerate's --cpu launch, and the advice
 # matrix's share (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a quiet host.
 validate: $(STAMP)
-	$(BIN)/python -m pytest -q -m long tests/integration/test_head_of_line.py tests/integration/test_loader_sim.py
+	$(BIN)/python -m pytest -q -m long tests/integration/test_head_of_line.py tests/integration/test_loader_sim.py \
+	  tests/integration/test_workers_prediction_remote.py tests/integration/test_epoch_starts.py \
+	  tests/integration/test_ranks_launchers.py
 
 # The hostile round (docs/guarantees.md): generated cases of the nine families of issue 29 through
 # the real CLI, each judged on hangs, tracebacks, secrets shown and outputs lost (about 3 minutes)

@@ -66,6 +66,9 @@ def test_persistent_workers_start_once_and_later_epochs_begin_at_once() -> None:
     assert st.saved_seconds is None and st.predicted_samples_per_s is None
 
 
+# six runs of three epochs: `make validate` runs it; the default run holds the same advice
+# to reruns in test_epoch_ends.py
+@pytest.mark.long
 def test_the_persistent_workers_prediction_is_within_15_percent_of_reruns(
     restarting: RunRecord,
 ) -> None:

@@ -131,6 +131,9 @@ def test_accelerate_launch_of_two_processes_is_one_job_with_its_slow_rank_named(
     _assert_one_merged_record(tmp_path / "run.json", stderr, "torchrun", STEPS * BATCH)
 
 
+# accelerate's own behaviour (--cpu starts one process whatever --num_processes says),
+# checked where the docs state it: `make validate` runs it
+@pytest.mark.long
 def test_accelerate_launch_cpu_starts_one_process_and_records_it_alone(tmp_path: Path) -> None:
     # --cpu with --num_processes 2 and no --mpirun_hostfile: Accelerate's simple launcher
     # runs the script once, a world of one process, which must read as no distributed job

@@ -357,7 +357,7 @@ def random_records(draw: st.DrawFn) -> str:
 # ---------------------------------------------------------------------- the tests
 
 FAST = settings(
-    max_examples=800,  # `make fuzz` runs 20,000
+    max_examples=500,  # `make fuzz` runs 20,000
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )

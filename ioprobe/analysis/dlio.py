@@ -115,25 +115,7 @@ def dlio_workload(
 def _dataset(rec: RunRecord, out: DlioWorkload, add: Put, folder: str | None) -> None:
     p = rec.dataset
     add("dataset", "data_folder", folder or f"data/{_name(rec)}/", "where DLIO writes its files")
-    top = max(p.formats.items(), key=lambda kv: kv[1])[0] if p.formats else None
-    fmt = DLIO_FORMATS.get(top or "")
-    if fmt is None:
-        add(
-            "dataset",
-            "format",
-            "npz",
-            f"DLIO has no reader for {top or 'these files'}: npz of the same sizes",
-        )
-        out.not_carried.append(
-            f"the files' format ({top or 'unrecognised'}): DLIO reads npz files of the same sizes"
-        )
-    else:
-        add(
-            "dataset",
-            "format",
-            fmt,
-            f"measured: the format of {sum(p.formats.values())} files read",
-        )
+    _format(rec, out, add)
     samples_per_epoch = _samples_per_epoch(rec)
     files = p.files or samples_per_epoch
     if not files:
@@ -176,6 +158,30 @@ def _dataset(rec: RunRecord, out: DlioWorkload, add: Put, folder: str | None) ->
             round(decoded),
             "measured: bytes of one decoded sample",
         )
+
+
+def _format(rec: RunRecord, out: DlioWorkload, add: Put) -> None:
+    """The files' format where DLIO reads it, else npz of the same sizes (and says so)."""
+    p = rec.dataset
+    top = max(p.formats.items(), key=lambda kv: kv[1])[0] if p.formats else None
+    fmt = DLIO_FORMATS.get(top or "")
+    if fmt is not None:
+        add(
+            "dataset",
+            "format",
+            fmt,
+            f"measured: the format of {sum(p.formats.values())} files read",
+        )
+        return
+    add(
+        "dataset",
+        "format",
+        "npz",
+        f"DLIO has no reader for {top or 'these files'}: npz of the same sizes",
+    )
+    out.not_carried.append(
+        f"the files' format ({top or 'unrecognised'}): DLIO reads npz files of the same sizes"
+    )
 
 
 def _samples_per_epoch(rec: RunRecord) -> int | None:

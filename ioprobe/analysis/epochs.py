@@ -109,33 +109,44 @@ def epoch_starts(rec: RunRecord) -> EpochStarts | None:
     w = rec.watch
     if w is None or not w.epochs or any(e.iter_seconds is None for e in w.epochs):
         return None
-    # an epoch of b batches has b - 1 intervals between them; a merged entry, b - merged
-    steps = [
-        e.seconds / (e.batches - e.merged)
-        for e in w.epochs
-        if e.batches > e.merged and e.seconds > 0
-    ]
-    batch = statistics.median(steps) if steps else 0.0
-    lanes = max(w.settings.workers, 1)
-    means = [mean_epoch(e) for e in w.epochs]
+    batch = _steady_batch(w.epochs)
+    out = _starts(rec, w.epochs, batch, max(w.settings.workers, 1))
+    samples = sum(e.samples for e in w.epochs)
+    persistent = w.settings.persistent_workers or w.settings.workers == 0
+    shutdown, saved = _persistent_saving(w.epochs, persistent)
+    run = sum(_span(e) for e in w.epochs)
+    fits = _fits(rec)
+    warm = sum((e.cold_read_seconds or 0.0) * e.merged for e in out) if fits is not False else 0.0
+    return EpochStarts(
+        epochs=out,
+        batch_seconds=batch,
+        run_seconds=run,
+        samples=samples,
+        end_to_end_samples_per_s=samples / run if run > 0 else 0.0,
+        persistent=persistent,
+        saved_seconds=saved if saved > 0 else None,
+        predicted_samples_per_s=samples / (run - saved) if 0 < saved < run else None,
+        warm_saved_seconds=warm if warm > 0 else None,
+        warm_predicted_samples_per_s=samples / (run - warm) if 0 < warm < run else None,
+        fits_in_memory=fits,
+        shutdown_seconds=shutdown,
+    )
+
+
+def _starts(rec: RunRecord, epochs: list[WatchEpoch], batch: float, lanes: int) -> list[EpochStart]:
+    """Each entry's start (its mean epoch's), what it lost beyond a steady ``batch``, and
+    what a cold first round cost."""
+    means = [mean_epoch(e) for e in epochs]
     warm_rounds = [e.startup_sample_wall_seconds / lanes for e in means if _warm_round(e)]
     logged = _logged_batches(rec, lanes)
     out = []
-    run = 0.0
-    for e, mean in zip(w.epochs, means, strict=True):
-        start = (e.iter_seconds or 0.0) + (e.first_batch_seconds or 0.0)
-        run += start + e.seconds + (e.end_seconds or 0.0)
-        start /= e.merged
+    for e, mean in zip(epochs, means, strict=True):
+        start = ((e.iter_seconds or 0.0) + (e.first_batch_seconds or 0.0)) / e.merged
         cold = None
         if _cold_round(mean):
-            # the round's batches were made side by side, one per worker: the first batch
-            # took its worker's time (the batch log has it, for an epoch kept whole; else
-            # one worker's share of the round's); warm, a batch takes what the epoch's warm
-            # batches took
             first, later = logged.get(e.index, (None, None)) if e.merged == 1 else (None, None)
-            made = first if first is not None else mean.startup_sample_wall_seconds / lanes
-            warm = _warm_batch(mean, lanes, warm_rounds, later)
-            cold = min(max(made - warm, 0.0), start)
+            cold = _cold_read(mean, lanes, first, _warm_batch(mean, lanes, warm_rounds, later))
+            cold = min(cold, start)
         out.append(
             EpochStart(
                 index=e.index,
@@ -148,33 +159,46 @@ def epoch_starts(rec: RunRecord) -> EpochStarts | None:
                 merged=e.merged,
             )
         )
-    samples = sum(e.samples for e in w.epochs)
-    persistent = w.settings.persistent_workers or w.settings.workers == 0
-    ended = [e for e in w.epochs if e.shutdown_seconds is not None]
+    return out
+
+
+def _span(e: WatchEpoch) -> float:
+    """An entry's time end to end: its ``iter()``, first batch, batches and end."""
+    return (
+        (e.iter_seconds or 0.0)
+        + (e.first_batch_seconds or 0.0)
+        + e.seconds
+        + (e.end_seconds or 0.0)
+    )
+
+
+def _persistent_saving(epochs: list[WatchEpoch], persistent: bool) -> tuple[float | None, float]:
+    """The mean shutdown at an epoch's end, and what ``persistent_workers`` saves over the
+    run: the workers' start-up in every epoch after the first and every shutdown."""
+    if persistent:
+        return None, 0.0
+    ended = [e for e in epochs if e.shutdown_seconds is not None]
     ends = sum(e.shutdown_seconds or 0.0 for e in ended)
-    shutdown = ends / sum(e.merged for e in ended) if ended and not persistent else None
-    saved = (
-        sum((e.worker_startup_seconds or 0.0) for e in w.epochs[1:]) + ends
-        if not persistent
-        else 0.0
-    )
-    rate = samples / run if run > 0 else 0.0
-    fits = _fits(rec)
-    warm = sum((e.cold_read_seconds or 0.0) * e.merged for e in out) if fits is not False else 0.0
-    return EpochStarts(
-        epochs=out,
-        batch_seconds=batch,
-        run_seconds=run,
-        samples=samples,
-        end_to_end_samples_per_s=rate,
-        persistent=persistent,
-        saved_seconds=saved if saved > 0 else None,
-        predicted_samples_per_s=samples / (run - saved) if 0 < saved < run else None,
-        warm_saved_seconds=warm if warm > 0 else None,
-        warm_predicted_samples_per_s=samples / (run - warm) if 0 < warm < run else None,
-        fits_in_memory=fits,
-        shutdown_seconds=shutdown,
-    )
+    shutdown = ends / sum(e.merged for e in ended) if ended else None
+    return shutdown, sum((e.worker_startup_seconds or 0.0) for e in epochs[1:]) + ends
+
+
+def _steady_batch(epochs: list[WatchEpoch]) -> float:
+    """The median time between a steady epoch's batches: an epoch of b batches has b - 1
+    intervals between them; a merged entry, b - merged."""
+    steps = [
+        e.seconds / (e.batches - e.merged) for e in epochs if e.batches > e.merged and e.seconds > 0
+    ]
+    return statistics.median(steps) if steps else 0.0
+
+
+def _cold_read(mean: WatchEpoch, lanes: int, first: float | None, warm: float) -> float:
+    """What a cold first round cost beyond a warm batch. The round's batches were made side
+    by side, one per worker: the first batch took its worker's time (the batch log's
+    ``first``, for an epoch kept whole; else one worker's share of the round's); warm, a
+    batch takes what the epoch's warm batches took."""
+    made = first if first is not None else mean.startup_sample_wall_seconds / lanes
+    return max(made - warm, 0.0)
 
 
 def _cold_round(e: WatchEpoch) -> bool:

@@ -161,7 +161,12 @@ def command(
         return
     opts.started_at = started
     opts.on_plan = _plan_teller(reporter)
-    probe = Probe(opts, reporter)
+    _probe(Probe(opts, reporter), reporter, plan)
+
+
+def _probe(probe: Probe, reporter: Reporter, plan: dict[str, list[str]]) -> None:
+    """Run the probe and deliver its record; on Ctrl-C, or a write of ours the host refused
+    (a full TMPDIR), deliver what the phases that ended measured."""
     stop: KeyboardInterrupt | None = None
     refused: OSError | None = None
     try:
@@ -177,7 +182,6 @@ def command(
     if stop is not None:
         raise _stopped(stop, probe.partial, plan)
     if refused is not None and probe.partial is not None:
-        # the host refused a write of ours (a full TMPDIR): the phases that ended are kept
         deliver(finalize(probe.partial, try_load_catalog()), plan)
         raise BadInputError(
             f"{probe.partial.interrupted}: a write failed ({refused.strerror or refused}; a "

@@ -425,14 +425,7 @@ def _walked(
         walked += 1
         if count.damage is not None:
             damaged.append(f"{_name(entry)} ({count.damage})")
-    notes = []
-    if damaged:
-        notes.append(
-            f"{len(damaged)} of the {kind} counted are damaged and count the samples before "
-            f"the damage: {_listed(damaged)}"
-        )
-    if unreadable:
-        notes.append(f"{len(unreadable)} of the {kind} could not be read: {_listed(unreadable)}")
+    notes = _walk_notes(kind, damaged, unreadable)
     if not samples:
         notes.append(
             f"no sample could be counted in the {kind}: each file counts as one sample; pass "
@@ -451,6 +444,19 @@ def _walked(
     return Layout(
         kind=kind, data=data, samples=samples, basis=basis, sample_formats=formats, notes=notes
     )
+
+
+def _walk_notes(kind: str, damaged: list[str], unreadable: list[str]) -> list[str]:
+    """What the walk met: damaged files counted up to the damage, files it could not read."""
+    notes = []
+    if damaged:
+        notes.append(
+            f"{len(damaged)} of the {kind} counted are damaged and count the samples before "
+            f"the damage: {_listed(damaged)}"
+        )
+    if unreadable:
+        notes.append(f"{len(unreadable)} of the {kind} could not be read: {_listed(unreadable)}")
+    return notes
 
 
 def _name(entry: FileEntry) -> str:

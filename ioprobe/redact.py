@@ -104,6 +104,10 @@ _USER = re.compile(r"[^/?#@:\s\"'<>`]*\Z")
 # password (a token, an upper-case key) is taken for a credential
 _LOGIN = re.compile(r"[a-z_][a-z0-9_.\-]{0,31}\Z")
 _PORT = re.compile(r"\d+(?:[/?#]|\Z)")
+# schemes whose userinfo is an access key pair (fsspec's s3fs, gcsfs, adlfs, ossfs URLs)
+KEY_PAIR_SCHEMES = frozenset({"s3", "s3a", "s3n", "gs", "gcs", "az", "abfs", "abfss", "oss"})
+# an AWS-style access key id (long-term AKIA, temporary ASIA, ...): four letters, 16 more
+_KEY_ID = re.compile(r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA|ABIA|ACCA)[A-Z0-9]{16}\Z")
 # what printable escapes: C0, DEL, C1, the line and paragraph separators, bidi embeddings,
 # overrides and isolates, and surrogates (undecodable bytes under surrogateescape)
 _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
@@ -139,7 +143,7 @@ def redact_url(text: str) -> str:
             continue  # inside the URL just masked (a URL quoted in a query value)
         out.append(text[pos : m.end()])
         start = m.end()
-        after_userinfo, masked = _userinfo(text, start)
+        after_userinfo, masked = _userinfo(text, start, m.group(0)[:-3].lower())
         out.append(masked)
         tail = _URL_TAIL.match(text, after_userinfo)
         end = tail.end() if tail else after_userinfo
@@ -149,8 +153,12 @@ def redact_url(text: str) -> str:
     return "".join(out)
 
 
-def _userinfo(text: str, start: int) -> tuple[int, str]:
+def _userinfo(text: str, start: int, scheme: str = "") -> tuple[int, str]:
     """Where the host starts after ``scheme://`` at ``start``, and the userinfo as shown.
+
+    An object store's userinfo (``s3://KEY:SECRET@bucket``) is a credential pair, not a
+    login: its key id is masked with the secret, as is a user name shaped like a cloud
+    access key id (``AKIA...``) in any scheme.
 
     The userinfo runs to the last ``@`` before the next whitespace that is followed by a host:
     a password may hold ``/``, ``?``, ``'`` or ``@`` (a secret key pasted as it is), so no
@@ -165,6 +173,8 @@ def _userinfo(text: str, start: int) -> tuple[int, str]:
         user, colon, password = info.partition(":")
         if _USER.match(user) and not (colon and _PORT.match(password)):
             if colon and "/" not in user:
+                if scheme in KEY_PAIR_SCHEMES or _KEY_ID.match(user):
+                    return at, MASK
                 return at, f"{user}:{MASK}" if password else info
             if "/" in info or "?" in info or "#" in info:
                 pass  # "host/path@x" with no colon: an "@" in a path

@@ -42,12 +42,24 @@ def test_password_is_masked_and_the_user_kept() -> None:
     assert redact_url("http://user:s3cr3tpw@127.0.0.1:8000/data/") == (
         "http://user:***@127.0.0.1:8000/data/"
     )
-    assert redact_url("s3://AKIDEXAMPLE:pass@bucket/key") == "s3://AKIDEXAMPLE:***@bucket/key"
+
+
+
+def test_an_object_stores_key_pair_is_masked_whole_key_id_and_all() -> None:
+    # s3fs, gcsfs and adlfs take KEY:SECRET as the userinfo: the key id names an account
+    assert redact_url("s3://AKIDEXAMPLE:pass@bucket/key") == "s3://***@bucket/key"
+    assert redact_url("gs://KEY:SECRET@bucket/x") == "gs://***@bucket/x"
+    assert redact_url("abfs://acct:KEY@container/x") == "abfs://***@container/x"
+    # a user name shaped like an AWS access key id, in any scheme
+    assert redact_url("https://AKIAIOSFODNN7EXAMPLE:x@host/p") == "https://***@host/p"
+    assert redact_url("https://ASIAIOSFODNN7EXAMPLE@host/p") == "https://***@host/p"
+    # a login stays a login
+    assert redact_url("https://akia:pw@host/p") == "https://akia:***@host/p"
 
 
 def test_a_password_with_an_unencoded_slash_or_at_sign_is_masked_whole() -> None:
     # AWS secret keys hold "/" and "+"; people paste them as they are
-    assert redact_url("s3://AKID:abc/def+ghi@bucket/x") == "s3://AKID:***@bucket/x"
+    assert redact_url("s3://AKID:abc/def+ghi@bucket/x") == "s3://***@bucket/x"
     assert redact_url("http://u:p@ss@host/x") == "http://u:***@host/x"
 
 
@@ -204,7 +216,7 @@ def test_env_host_panel_escapes_the_path_it_was_given() -> None:
 SLIPPED = [
     # a password holding an apostrophe (an RFC 3986 sub-delimiter) ended the pattern
     ("https://alice:pa'ss@h/x", "https://alice:***@h/x"),
-    ("s3://KEY:ab'cd/ef@bucket/x: not found", "s3://KEY:***@bucket/x: not found"),
+    ("s3://KEY:ab'cd/ef@bucket/x: not found", "s3://***@bucket/x: not found"),
     # credential parameters beyond the list
     ("https://h/p?access_key=A1&n=1", "https://h/p?access_key=***&n=1"),
     ("https://h/p?secret_key=A1", "https://h/p?secret_key=***"),

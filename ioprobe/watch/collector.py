@@ -396,35 +396,37 @@ class WatchCollector:
 
     def on_batch(self, t_request: int, t_arrival: int, stats: BatchStats) -> None:
         """A batch that a worker made and measured (``stats``) reached the consumer."""
-        # unpacked in field order: one operation where reading the names would take eleven
-        (worker, wall_b, cpu_b, collate, rchar, rbytes, runq, mbytes, mns, mopen, done, index_b,
-         bytes_b, started, mapped, turned, collate_cpu, overhead, proc_cpu) = stats  # fmt: skip
-        wall = array("q", wall_b)
-        n = len(wall)
-        wall_ns = sum(wall)
+        # unpacked by position, one operation where reading the names would take nineteen, into
+        # locals named as BatchStats' fields (test_worker_message holds the two in step)
+        (worker, wall, cpu, collate_ns, read_chars, read_bytes, runqueue_ns, metered_bytes,
+         metered_ns, metered_open_ns, done_ns, indices, sample_bytes, started_ns, mapped, turned,
+         collate_cpu_ns, overhead_ns, process_cpu_ns) = stats  # fmt: skip
+        walls = array("q", wall)
+        n = len(walls)
+        wall_ns = sum(walls)
         wall_s = wall_ns / 1e9
-        cpu = array("q", cpu_b)
-        cpu_ns = sum(cpu)
+        cpus = array("q", cpu)
+        cpu_ns = sum(cpus)
         cpu_s = cpu_ns / 1e9
         ep = self.on_delivery(t_request, t_arrival, n)
-        slowest = max(wall) if n else 0
+        slowest = max(walls) if n else 0
         if len(self._log) < BATCH_LOG_ROWS * _LOG_COLUMNS:
             self._log.extend(
-                (t_request, t_arrival, done, worker, wall_ns + collate, slowest, n, ep.index,
-                 cpu_ns + collate_cpu, runq, proc_cpu)
+                (t_request, t_arrival, done_ns, worker, wall_ns + collate_ns, slowest, n, ep.index,
+                 cpu_ns + collate_cpu_ns, runqueue_ns, process_cpu_ns)
             )  # fmt: skip
         else:
             self._log_dropped += 1
         # the first round of each epoch carries the workers' start-up (imports, opening
         # files): their samples are slow for no fault of their own
         if slowest > self._heavy_bar and ep.batches > self._startup_batches:
-            self._keep_heaviest(wall, cpu, index_b, bytes_b, worker, ep.index)
-        if started and self._iter_ns and worker >= 0:
-            self._startup_ns += started - self._iter_ns
+            self._keep_heaviest(walls, cpus, indices, sample_bytes, worker, ep.index)
+        if started_ns and self._iter_ns and worker >= 0:
+            self._startup_ns += started_ns - self._iter_ns
             ep.workers_started += 1
             ep.worker_startup_seconds = self._startup_ns / ep.workers_started / 1e9
-        if mbytes and bytes_b:
-            self.sample_bytes.extend(array("q", bytes_b))
+        if metered_bytes and sample_bytes:
+            self.sample_bytes.extend(array("q", sample_bytes))
         if mapped:
             self._add_mapped(mapped)
         if turned:
@@ -433,22 +435,22 @@ class WatchCollector:
         if ws is None:
             ws = self.worker_series[worker] = Series(WORKER_COLUMNS, WORKER_ROWS)
         # the worker's samples ran back to back before its collate: the span they took
-        ws.add((done - collate - wall_ns, done, 1, n, wall_ns, cpu_ns, mns))
+        ws.add((done_ns - collate_ns - wall_ns, done_ns, 1, n, wall_ns, cpu_ns, metered_ns))
         if self._span_samples < SPAN_SAMPLES:
-            self._spans.append((worker, done - collate, wall_b, cpu_b, runq))
+            self._spans.append((worker, done_ns - collate_ns, wall, cpu, runqueue_ns))
             self._span_samples += n
-        ep.metered_bytes += mbytes
-        ep.metered_read_seconds += mns / 1e9
-        ep.metered_open_seconds += mopen / 1e9
-        ep.read_chars += rchar
-        ep.read_bytes += rbytes
+        ep.metered_bytes += metered_bytes
+        ep.metered_read_seconds += metered_ns / 1e9
+        ep.metered_open_seconds += metered_open_ns / 1e9
+        ep.read_chars += read_chars
+        ep.read_bytes += read_bytes
         ep.sample_wall_seconds += wall_s
         ep.sample_cpu_seconds += cpu_s
-        ep.collate_seconds += collate / 1e9
-        ep.collate_cpu_seconds = (ep.collate_cpu_seconds or 0.0) + collate_cpu / 1e9
-        ep.watch_worker_seconds += overhead / 1e9
-        ep.runqueue_seconds += runq / 1e9
-        ep.worker_process_cpu_seconds += proc_cpu / 1e9
+        ep.collate_seconds += collate_ns / 1e9
+        ep.collate_cpu_seconds = (ep.collate_cpu_seconds or 0.0) + collate_cpu_ns / 1e9
+        ep.watch_worker_seconds += overhead_ns / 1e9
+        ep.runqueue_seconds += runqueue_ns / 1e9
+        ep.worker_process_cpu_seconds += process_cpu_ns / 1e9
         if ep.batches == self._startup_batches:
             ep.startup_metered_read_seconds = ep.metered_read_seconds
             ep.startup_metered_open_seconds = ep.metered_open_seconds
@@ -464,7 +466,7 @@ class WatchCollector:
         w.samples += n
         w.sample_wall_seconds += wall_s
         w.sample_cpu_seconds += cpu_s
-        self.sample.extend(wall, wall_ns, cpu, cpu_ns)
+        self.sample.extend(walls, wall_ns, cpus, cpu_ns)
 
     def _add_mapped(self, mapped: bytes) -> None:
         """A worker's mapped data files: each file's largest extent seen in any worker (a

@@ -18,3 +18,27 @@ def test_a_stamped_batch_crosses_a_pickle_with_its_named_stats() -> None:
     assert isinstance(got.stats, BatchStats)
     assert got.stats == stats and got.stats.done_ns == 123456789
     assert torch.equal(got.batch, sent.batch)
+
+
+def test_the_collector_unpacks_each_field_into_a_local_of_its_name() -> None:
+    # on_batch unpacks the message by position (one operation on the hot path); naming each
+    # local as its field makes a reordered or added field fail here, not skew a figure
+    import ast
+    import inspect
+    import textwrap
+
+    from ioprobe.watch.collector import WatchCollector
+
+    tree = ast.parse(textwrap.dedent(inspect.getsource(WatchCollector.on_batch)))
+    (unpack,) = [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Assign)
+        and isinstance(n.value, ast.Name)
+        and n.value.id == "stats"
+        and isinstance(n.targets[0], ast.Tuple)
+    ]
+    target = unpack.targets[0]
+    assert isinstance(target, ast.Tuple)
+    names = [e.id for e in target.elts if isinstance(e, ast.Name)]
+    assert names == list(BatchStats._fields)

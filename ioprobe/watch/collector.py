@@ -14,9 +14,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import heapq
-import math
 import os
-import random
 import sys
 import time
 import weakref
@@ -27,41 +25,36 @@ from typing import Protocol
 
 from ioprobe import capacity
 from ioprobe._version import __version__
-from ioprobe.capacity import worker_epochs
 from ioprobe.collect import gpu_sampler
-from ioprobe.collect.dataset import is_remote
 from ioprobe.collect.distributed import group_rank, rank_info
 from ioprobe.collect.gpu_events import EventBackend, GpuTimeline
 from ioprobe.collect.procfs import host_busy_seconds
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
 from ioprobe.record import (
-    BatchLog,
-    DatasetProfile,
-    Distribution,
     GpuAlone,
     GpuStage,
-    HeavySample,
     LoaderSettings,
     RankInfo,
     ReadScaling,
     RunRecord,
-    SampleCosts,
     Stages,
     Track,
     WatchData,
     WatchEpoch,
     WorkerStats,
 )
-from ioprobe.redact import redact_url
-from ioprobe.watch.message import MAPPED_FIELDS, BatchStats, folder_tag
-from ioprobe.watch.stages import Measured, steady
+from ioprobe.watch import assemble
+from ioprobe.watch.assemble import LOG_COLUMNS
+from ioprobe.watch.mapped import MappedFiles
+from ioprobe.watch.message import BatchStats
+from ioprobe.watch.reservoir import Reservoir
+from ioprobe.watch.stages import Measured
 
 MAX_KEPT = 100_000  # values kept exactly per series before switching to a reservoir
 HEAVIEST = 20  # the heaviest samples kept by index
 BATCH_LOG_ROWS = 10_000  # batches logged one by one for the queueing simulation
 # request, arrival, ready, worker, work, slowest sample, samples, epoch, CPU, run-queue wait,
 # the worker process's CPU
-_LOG_COLUMNS = 11
 SPAN_SAMPLES = 20_000  # samples kept for the read-scaling evidence (about 0.5 s to fit at stop)
 # Epochs kept: the first EPOCHS_HEAD one by one (the first starts the workers; the advice on
 # epoch starts reads them), then at most EPOCHS_KEPT entries in all. Past that, neighbouring
@@ -82,32 +75,6 @@ Finish = Callable[[RunRecord], RunRecord]
 def unjudged(rec: RunRecord) -> RunRecord:
     """The record as measured, without a verdict (``ioprobe run``'s child processes)."""
     return rec
-
-
-TURNED_FILES_MAX = 100_000  # files counted per directory of files mapped in turn
-
-
-def turned_files(folder: str, ending: str) -> tuple[dict[tuple[int, int], int], str]:
-    """The regular files in ``folder`` named ``*ending`` (a reader maps them in turn: the
-    chunks of a chunked format, a memmap per sample), by ``(device, inode)`` with their
-    sizes, and "" or why the count is short: a directory that can't be listed, or one with
-    more than ``TURNED_FILES_MAX`` such files, of which the first that many count. The files
-    are the dataset's as far as their directory and ending say; a reader that maps only some
-    of them reads less per epoch than they hold."""
-    out: dict[tuple[int, int], int] = {}
-    try:
-        with os.scandir(folder) as it:
-            for entry in it:
-                if not entry.name.endswith(ending) or not entry.is_file():
-                    continue
-                if len(out) == TURNED_FILES_MAX:
-                    return out, f"; more than {TURNED_FILES_MAX:,} in {folder}: those counted"
-                st = entry.stat()
-                # keyed as a maps listing names a file (worker._file_key)
-                out[(os.major(st.st_dev) << 32 | os.minor(st.st_dev), st.st_ino)] = st.st_size
-    except OSError as exc:
-        return out, f"; {folder} could not be listed ({exc.strerror or exc})"
-    return out, ""
 
 
 class EpochHook(Protocol):
@@ -150,95 +117,6 @@ class Adapter(Protocol):
         ...
 
 
-class Reservoir:
-    """Exact up to ``limit`` values, then a uniform random sample of everything seen.
-
-    Values are integers (nanoseconds), kept raw and multiplied by ``scale`` only when written
-    out, so the per-batch path never converts or allocates. Past the limit it uses Li's
-    Algorithm L: it draws how many values to skip before the next replacement, so a batch of
-    values costs a few comparisons, not a random draw per value.
-    """
-
-    __slots__ = ("_next", "_w", "count", "limit", "linked", "rng", "scale", "total", "values")
-
-    def __init__(self, limit: int, scale: float = 1.0, linked: Reservoir | None = None) -> None:
-        self.limit = limit
-        self.scale = scale
-        self.values = array("q")
-        self.count = 0
-        self.total = 0
-        self.rng = random.Random(0)
-        self._w = 1.0
-        self._next = 0  # the 1-based count at which the next value replaces a kept one
-        # a reservoir of a second value of the same items (a sample's CPU time beside its
-        # wall time), filled through ``extend``'s ``paired``: it keeps the same items, so
-        # the two stay row by row and its random draws cost nothing more
-        self.linked = linked
-
-    def _skip(self) -> None:
-        self._w *= math.exp(math.log(self.rng.random() or 1e-300) / self.limit)
-        gap = (
-            math.floor(math.log(self.rng.random() or 1e-300) / math.log1p(-self._w))
-            if self._w < 1
-            else 0
-        )
-        self._next += gap + 1
-
-    def _filled(self) -> None:
-        self._next = self.limit
-        self._skip()
-
-    def add(self, v: int) -> None:
-        self.count += 1
-        self.total += v
-        if len(self.values) < self.limit:
-            self.values.append(v)
-            if len(self.values) == self.limit:
-                self._filled()
-        elif self.count == self._next:
-            self.values[self.rng.randrange(self.limit)] = v
-            self._skip()
-
-    def extend(
-        self,
-        vs: array[int],
-        total: int | None = None,
-        paired: array[int] | None = None,
-        paired_total: int | None = None,
-    ) -> None:
-        """Many values at once; ``total`` is their sum when the caller has it already.
-        ``paired``: the same items' values for the ``linked`` reservoir (as long as ``vs``)."""
-        n = len(vs)
-        self.total += sum(vs) if total is None else total
-        other = self.linked if paired is not None else None
-        if other is not None and paired is not None:
-            other.count += n
-            other.total += sum(paired) if paired_total is None else paired_total
-        room = self.limit - len(self.values)
-        if room > 0:
-            self.values.extend(vs[:room])
-            if other is not None and paired is not None:
-                other.values.extend(paired[:room])
-            if len(self.values) == self.limit:
-                self._filled()
-        first = self.count + 1  # the count of vs[0]
-        self.count += n
-        while self.count >= self._next > 0 and self._next >= first:
-            slot = self.rng.randrange(self.limit)
-            self.values[slot] = vs[self._next - first]
-            if other is not None and paired is not None:
-                other.values[slot] = paired[self._next - first]
-            self._skip()
-
-    def to_record(self) -> Distribution:
-        return Distribution(
-            count=self.count,
-            total=self.total * self.scale,
-            exact=self.count <= self.limit,
-            values=[v * self.scale for v in self.values],
-        )
-
-
 class WatchCollector:
     """Fills mutable buffers batch by batch; ``stop()`` returns the finished RunRecord."""
 
@@ -269,7 +147,7 @@ class WatchCollector:
         # root is the bar a sample must pass, so most batches cost one max() and a compare
         self._heavy: list[tuple[int, int, int, int, int, int]] = []
         self._heavy_bar = -1
-        self._log = array("q")  # BATCH_LOG_ROWS rows of _LOG_COLUMNS, laid flat
+        self._log = array("q")  # BATCH_LOG_ROWS rows of LOG_COLUMNS, laid flat
         # batches left to deliver before a trial of ``ioprobe tune`` stops the script (the
         # loader raises TrialDone at the next request); None outside a trial
         self.stop_after: int | None = None
@@ -286,15 +164,7 @@ class WatchCollector:
         # arrays, run-queue ns), up to SPAN_SAMPLES samples: the read-scaling evidence,
         # unpacked only when the record is made
         self._spans: list[tuple[int, int, bytes, bytes, int]] = []
-        self._mapped: dict[tuple[int, int], int] = {}  # (device, inode) -> bytes mapped
-        self._folder_of: dict[tuple[int, int], int] = {}  # (device, inode) -> folder_tag
-        # folder_tag of a directory mapped in turn whose index names its files -> (bytes,
-        # files) the index gives: they replace what was seen mapped there
-        self._indexed: dict[int, tuple[int, int]] = {}
-        # "directory/*ending" of the files a worker unmapped (BatchStats.turned) -> the files
-        # matching it, counted as it first came, and why the count may be short
-        self.turned: dict[str, tuple[int, str]] = {}
-        self._mapped_seen = 0  # files seen mapped before the directories' files were added
+        self.mapped = MappedFiles()  # the data files the workers mapped
         self._span_samples = 0
         self._scaling: ReadScaling | None = None
         self._origin = 0
@@ -410,7 +280,7 @@ class WatchCollector:
         cpu_s = cpu_ns / 1e9
         ep = self.on_delivery(t_request, t_arrival, n)
         slowest = max(walls) if n else 0
-        if len(self._log) < BATCH_LOG_ROWS * _LOG_COLUMNS:
+        if len(self._log) < BATCH_LOG_ROWS * LOG_COLUMNS:
             self._log.extend(
                 (t_request, t_arrival, done_ns, worker, wall_ns + collate_ns, slowest, n, ep.index,
                  cpu_ns + collate_cpu_ns, runqueue_ns, process_cpu_ns)
@@ -428,9 +298,9 @@ class WatchCollector:
         if metered_bytes and sample_bytes:
             self.sample_bytes.extend(array("q", sample_bytes))
         if mapped:
-            self._add_mapped(mapped)
+            self.mapped.add(mapped)
         if turned:
-            self._take_turned(turned)
+            self.mapped.take_turned(turned)
         ws = self.worker_series.get(worker)
         if ws is None:
             ws = self.worker_series[worker] = Series(WORKER_COLUMNS, WORKER_ROWS)
@@ -467,28 +337,6 @@ class WatchCollector:
         w.sample_wall_seconds += wall_s
         w.sample_cpu_seconds += cpu_s
         self.sample.extend(walls, wall_ns, cpus, cpu_ns)
-
-    def _add_mapped(self, mapped: bytes) -> None:
-        """A worker's mapped data files: each file's largest extent seen in any worker (a
-        file mapped before the workers forked is in every one of them: counted once)."""
-        quads = array("q", mapped)
-        files = self._mapped
-        for k in range(0, len(quads) - MAPPED_FIELDS + 1, MAPPED_FIELDS):
-            key = (quads[k], quads[k + 1])
-            self._folder_of[key] = quads[k + 3]
-            if quads[k + 2] > files.get(key, 0):
-                files[key] = quads[k + 2]
-
-    def _mapped_total(self) -> tuple[int, int]:
-        """Bytes and files mapped: each file seen mapped once, except in a directory of files
-        mapped in turn whose index names them, where the index's files count instead (a
-        cache smaller than the data evicts files before any listing sees them)."""
-        indexed, folder_of = self._indexed, self._folder_of
-        seen = [n for k, n in self._mapped.items() if folder_of.get(k) not in indexed]
-        return (
-            sum(seen) + sum(b for b, _ in indexed.values()),
-            len(seen) + sum(f for _, f in indexed.values()),
-        )
 
     def _keep_heaviest(
         self, wall: array[int], cpu: array[int], index_b: bytes, bytes_b: bytes, worker: int,
@@ -644,23 +492,29 @@ class WatchCollector:
             self.end_epoch(None)
         host = host_info(None)
         usable = host.usable_cores or os.cpu_count() or 1
-        turned_note = self._turned_note()
-        read_total, mean_bytes, seen = self._bytes_read()
-        self._scaling = capacity.read_scaling(self.sample_spans())
+        turned_note = self.mapped.note()
+        read_total, mean_bytes, seen = assemble.bytes_read(
+            self.epochs, self.mapped.total()[0], self.dataset_len
+        )
+        self._scaling = capacity.read_scaling(assemble.sample_spans(self._spans))
         stages, notes = self.adapter.stages(self.measured(usable, mean_bytes, seen))
         idle, idle_method = self._idle()
         if turned_note and seen == "mmap":
             notes.append(turned_note)
         if self.timeline_error:
             notes.append(f"the device timeline stopped ({self.timeline_error}): host clock used")
-        notes += self._kept_notes()
+        notes += assemble.kept_notes(
+            self.epochs, self.epochs_begun, EPOCHS_HEAD, BATCH_LOG_ROWS, self._log_dropped
+        )
         self._gpu_use(stages.gpu, idle)
         rec = RunRecord(
             kind="watch",
             host=host,
-            dataset=self._dataset(read_total, mean_bytes),
+            dataset=assemble.dataset(
+                self.adapter.settings, self.dataset_len, self.epochs, read_total, mean_bytes
+            ),
             stages=stages,
-            measured_samples_per_s=self._delivered(),
+            measured_samples_per_s=assemble.delivered(self.epochs),
             gpu_idle_fraction=idle,
             gpu_idle_method=idle_method,
             watch=self._watch_data(mean_bytes, seen),
@@ -683,27 +537,6 @@ class WatchCollector:
         """The epochs held in merged entries (``WatchData.epochs_merged``)."""
         return sum(e.merged for e in self.epochs if e.merged > 1)
 
-    def _kept_notes(self) -> list[str]:
-        """What the record says of the runs too long to keep one by one: epochs merged past
-        ``EPOCHS_KEPT`` entries, batches past the batch log's rows."""
-        out = []
-        merged = self.epochs_merged()
-        if merged:
-            most = max(e.merged for e in self.epochs)
-            out.append(
-                f"{self.epochs_begun:,} epochs ({sum(e.batches for e in self.epochs):,} "
-                f"batches): the first {EPOCHS_HEAD} and the last are kept one by one, "
-                f"{merged:,} others merged in entries of up to {most:,} consecutive epochs "
-                "(their figures summed; per-epoch figures there are the entries' means)"
-            )
-        if self._log_dropped:
-            out.append(
-                f"the batch log keeps the first {BATCH_LOG_ROWS:,} batches one by one "
-                f"({self._log_dropped:,} later ones are in the totals, reservoirs and "
-                "timelines only): the queue and loader replays read those"
-            )
-        return out
-
     def measured(self, usable: int, mean_bytes: float, bytes_seen: str = "read") -> Measured:
         """The inputs of the stage rules, as they stand."""
         tl = self.timeline
@@ -722,84 +555,6 @@ class WatchCollector:
             read_scaling=self._scaling,
         )
 
-    def _take_turned(self, turned: bytes) -> None:
-        """Count the files of the directories whose files a worker mapped in turn
-        (``turned_files``) as mapped. Listed as they are first reported, not when the record
-        is made: a job may remove its data before it exits (``ioprobe run`` records then).
-        Where the directory holds a streaming format's index (``shards.indexed_sizes``), the
-        files it names count instead of those listed and those seen mapped there: a cache
-        smaller than the data (litdata's ``max_cache_size``) has evicted most of them before
-        the first look."""
-        from ioprobe.collect.shards import indexed_sizes  # tar, gzip: not for every worker
-
-        for pattern in turned.decode("utf-8", "surrogateescape").split("\0"):
-            if pattern in self.turned:
-                continue
-            if not self.turned:
-                self._mapped_seen = len(self._mapped)
-            folder, _, ending = pattern.rpartition("/*")
-            sizes = indexed_sizes(folder, ending)
-            if sizes:
-                tag = folder_tag(folder.encode("utf-8", "surrogateescape"))
-                self._indexed[tag] = (sum(sizes.values()), len(sizes))
-                self.turned[pattern] = (len(sizes), f"; the files {folder}/index.json names")
-                continue
-            found, why = turned_files(folder, ending)
-            self.turned[pattern] = (len(found), why)
-            for key, size in found.items():
-                if size > self._mapped.get(key, 0):
-                    self._mapped[key] = size
-
-    def _turned_note(self) -> str:
-        """What the record says of files mapped in turn; "" where none were."""
-        if not self.turned:
-            return ""
-        names = sorted(self.turned)
-        where = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
-        found = sum(n for n, _ in self.turned.values())
-        why = "".join(w for _, w in self.turned.values())
-        return (
-            f"the workers mapped data files in turn, unmapping some between two looks: the "
-            f"mapped bytes count every file matching {where} ({found:,} files; "
-            f"{self._mapped_seen:,} were seen mapped before the first was unmapped){why}"
-        )
-
-    def _bytes_read(self) -> tuple[int, float, str]:
-        """Bytes the loader read, per sample (0 when below what IPC alone accounts for), and
-        how they were seen (``WatchData.bytes_seen``). Metered reads also count in rchar when
-        they are local: never add the two. Metered bytes are the dataset's by construction;
-        the workers' rchar also holds what their first samples imported, so its per-sample
-        figure comes from the steady batches. Where the steady batches read() nothing, the
-        data files the workers mapped stand in (``capacity.mapped_bytes_per_sample``): the
-        bytes are then the files' size, not an epoch's reads. They stand in before a first
-        round read in a lump: a reader that downloads its chunks over a socket and maps them
-        (litdata from S3) read() megabytes per worker setting up its client (CA bundles, an
-        SDK's endpoint tables) and nothing of its data."""
-        eps = worker_epochs(self.epochs)
-        samples = sum(e.samples for e in eps)
-        metered = sum(e.metered_bytes for e in eps)
-        if metered:
-            return metered, metered / samples if samples else 0.0, "metered"
-        read_chars = sum(e.read_chars for e in eps)
-        mapped = self._mapped_total()[0]
-        held = self.dataset_len or max((e.samples for e in eps), default=0)
-        by_map = capacity.mapped_bytes_per_sample(mapped, held)
-        if by_map > 0 and capacity.steady_read_bytes_per_sample(eps) == 0.0:
-            return mapped, by_map, "mmap"
-        per_sample = capacity.file_bytes_per_sample(eps)
-        if per_sample > 0:
-            return read_chars, per_sample, "read"
-        return read_chars, 0.0, "none"
-
-    def _delivered(self) -> float | None:
-        """Samples/s delivered in steady state: the first round of batches of each epoch
-        waits for worker start-up and arrives bunched, so it is left out (an epoch too short
-        for it counts whole)."""
-        ok = steady(self.epochs)
-        n = sum(e.samples - e.startup_samples for e in ok)
-        wall = sum(e.seconds - e.startup_seconds for e in ok)
-        return n / wall if wall > 0 else None
-
     def _idle(self) -> tuple[float | None, str]:
         """The GPU's idle share: on the device's own clock where batches went to a device,
         else the consumer's time blocked in next() on the host clock."""
@@ -813,21 +568,8 @@ class WatchCollector:
         idle = sum(e.stall_seconds for e in self.epochs) / wall if wall > 0 else None
         return idle, "wall clock: consumer time in next() / time between batch arrivals"
 
-    def _dataset(self, read_total: int, mean_bytes: float) -> DatasetProfile:
-        samples = sum(e.samples for e in self.epochs)
-        name, source = redact_url(self.adapter.settings.dataset), self.adapter.settings.source
-        return DatasetProfile(
-            target=f"{name} ({source})" if source else name,
-            remote=is_remote(source),
-            files=self.dataset_len if self.dataset_len is not None else samples,
-            bytes=read_total,
-            sample_bytes_mean=mean_bytes,
-            # no bytes seen is no size, not the smallest class
-            density=capacity.density_class(mean_bytes) if samples and mean_bytes else "unknown",
-        )
-
     def _watch_data(self, mean_bytes: float, seen: str) -> WatchData:
-        mapped_bytes, mapped_files = self._mapped_total()
+        mapped_bytes, mapped_files = self.mapped.total()
         return WatchData(
             loader=dict(self.adapter.description),
             settings=self.adapter.settings,
@@ -841,14 +583,20 @@ class WatchCollector:
             bytes_seen=seen,
             mapped_bytes=mapped_bytes,
             mapped_files=mapped_files,
-            tracks=self._tracks(),
+            tracks=assemble.tracks(self.main, self.worker_series, self._origin),
             device=self.device,
             gpu_timing=self._timing(),
             gpu_step_ms=self.gpu_step.to_record(),
             gpu_track=self._gpu_track(),
             read_scaling=self._scaling,
-            sample_costs=self._sample_costs(),
-            batch_log=self._batch_log(),
+            sample_costs=assemble.sample_costs(
+                self.sample,
+                self.sample_cpu,
+                self.sample_bytes,
+                self._heavy,
+                self.adapter.settings.iterable,
+            ),
+            batch_log=assemble.batch_log(self._log, self._origin, self._log_dropped),
             rank=self.rank(),
             next_cpu_ms=(
                 round(self.next_cpu_ns / self.next_cpu_calls / 1e6, 4)
@@ -864,75 +612,6 @@ class WatchCollector:
         at the latest epoch's start, else the launcher's environment's."""
         return group_rank() or self.group_rank or rank_info()
 
-    def _sample_costs(self) -> SampleCosts | None:
-        if not self.sample.count:  # no worker reported per-sample times (DALI)
-            return None
-        metered = self.sample_bytes.count > 0  # some batch read through the metered opener
-        heaviest = [
-            HeavySample(
-                index=index,
-                worker=worker,
-                epoch=epoch,
-                wall_ms=wall / 1e6,
-                cpu_ms=cpu / 1e6,
-                bytes=nbytes if metered and nbytes >= 0 else None,
-            )
-            for wall, cpu, nbytes, index, worker, epoch in sorted(self._heavy, reverse=True)
-        ]
-        return SampleCosts(
-            cpu_ms=self.sample_cpu.to_record(),
-            bytes=self.sample_bytes.to_record() if metered else Distribution(),
-            heaviest=heaviest,
-            index_kind=(
-                "position in its worker's stream"
-                if self.adapter.settings.iterable
-                else "dataset index"
-            ),
-        )
-
-    def _batch_log(self) -> BatchLog | None:
-        log = self._log
-        if not log:
-            return None
-        c = _LOG_COLUMNS
-        origin = self._origin
-
-        def times(k: int) -> list[float]:
-            return [round((v - origin) / 1e9, 6) for v in log[k::c]]
-
-        return BatchLog(
-            request=times(0),
-            arrival=times(1),
-            ready=times(2),
-            worker=list(log[3::c]),
-            work_ms=[round(v / 1e6, 4) for v in log[4::c]],
-            slowest_ms=[round(v / 1e6, 4) for v in log[5::c]],
-            samples=list(log[6::c]),
-            epoch=list(log[7::c]),
-            cpu_ms=[round(v / 1e6, 4) for v in log[8::c]],
-            runqueue_ms=[round(v / 1e6, 4) for v in log[9::c]],
-            process_cpu_ms=[round(v / 1e6, 4) for v in log[10::c]],
-            dropped=self._log_dropped,
-        )
-
-    def sample_spans(self) -> list[capacity.SampleSpan]:
-        """Each kept sample's span and blocked time. A worker's samples ran back to back
-        before its collate, so the batch's end and their wall times place them; the batch's
-        run-queue wait is shared evenly. Each worker's first batch (start-up, imports) is
-        left out."""
-        out: list[capacity.SampleSpan] = []
-        seen: set[int] = set()
-        for worker, end, wall_b, cpu_b, runq in self._spans:
-            if worker not in seen:
-                seen.add(worker)
-                continue
-            wall, cpu = array("q", wall_b), array("q", cpu_b)
-            share = runq // max(len(wall), 1)
-            for w, c in zip(reversed(wall), reversed(cpu), strict=False):
-                out.append(capacity.SampleSpan(worker, end - w, end, max(w - c - share, 0)))
-                end -= w
-        return out
-
     def _timing(self) -> str | None:
         tl = self.timeline
         if tl is not None:
@@ -946,15 +625,6 @@ class WatchCollector:
         return tl.series.to_record(
             f"{self.device or 'GPU'} ({tl.backend.name})", None, self._origin
         )
-
-    def _tracks(self) -> list[Track]:
-        if not self._origin:
-            return []
-        tracks = [self.main.to_record("main process", None, self._origin)]
-        for w in sorted(self.worker_series):
-            name = "loading in the main process" if w < 0 else f"worker {w}"
-            tracks.append(self.worker_series[w].to_record(name, w, self._origin))
-        return tracks
 
 
 # WatchEpoch's fields that add up when two consecutive entries merge (``merge_epochs``),

@@ -234,7 +234,7 @@ def _mapped() -> tuple[bytes, bytes]:
     A reader that maps its files in turn (litdata's chunks, a memmap per sample) has most of
     them mapped between two listings, which are sparse to cost nothing: a file it unmapped
     marks its directory, whose files with that ending the collector counts instead
-    (``collector.turned_files``)."""
+    (``mapped.turned_files``)."""
     maps = _read_all("/proc/self/maps")
     if not maps or maps == _listed[0]:
         return b"", b""

@@ -34,7 +34,8 @@ from torch.utils.data import DataLoader
 import ioprobe
 from ioprobe.collect.gpu_events import GpuTimeline
 from ioprobe.record import LoaderSettings
-from ioprobe.watch.collector import MAX_KEPT, BatchStats, Reservoir, WatchCollector
+from ioprobe.watch.collector import MAX_KEPT, BatchStats, WatchCollector
+from ioprobe.watch.reservoir import Reservoir
 from ioprobe.watch.torch import CudaEvents, DataLoaderAdapter, HostClock
 from tests.fixtures.datasets import BurnDataset, JpegFolder
 

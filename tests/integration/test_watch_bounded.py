@@ -24,8 +24,8 @@ from torch.utils.data import DataLoader
 import ioprobe
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS
 from ioprobe.record import RunRecord
+from ioprobe.watch.assemble import LOG_COLUMNS
 from ioprobe.watch.collector import (
-    _LOG_COLUMNS,
     BATCH_LOG_ROWS,
     EPOCHS_KEPT,
     MAX_KEPT,
@@ -42,7 +42,7 @@ CAP_BYTES = (
         6 * MAX_KEPT
         + MAIN_ROWS * len(MAIN_COLUMNS)
         + WORKER_ROWS * len(WORKER_COLUMNS)
-        + BATCH_LOG_ROWS * _LOG_COLUMNS
+        + BATCH_LOG_ROWS * LOG_COLUMNS
     )
     + SPAN_SAMPLES * 250
     + EPOCHS_KEPT * 2_200

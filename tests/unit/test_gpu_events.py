@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ioprobe.collect.gpu_events import GpuTimeline
-from ioprobe.watch.collector import Reservoir
+from ioprobe.watch.reservoir import Reservoir
 
 MS = 1_000_000
 

@@ -16,7 +16,8 @@ from ioprobe import capacity
 from ioprobe.record import LoaderSettings
 from ioprobe.render.facts import size_line
 from ioprobe.watch import worker as wt
-from ioprobe.watch.collector import MAPPED_FIELDS, BatchStats, WatchCollector, folder_tag
+from ioprobe.watch.collector import WatchCollector
+from ioprobe.watch.message import MAPPED_FIELDS, BatchStats, folder_tag
 from ioprobe.watch.torch import DataLoaderAdapter
 from ioprobe.watch.worker import Stamped, mapped_data_files, resident_files
 

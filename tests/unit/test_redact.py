@@ -44,7 +44,6 @@ def test_password_is_masked_and_the_user_kept() -> None:
     )
 
 
-
 def test_an_object_stores_key_pair_is_masked_whole_key_id_and_all() -> None:
     # s3fs, gcsfs and adlfs take KEY:SECRET as the userinfo: the key id names an account
     assert redact_url("s3://AKIDEXAMPLE:pass@bucket/key") == "s3://***@bucket/key"

@@ -3,7 +3,7 @@ from __future__ import annotations
 import statistics
 from array import array
 
-from ioprobe.watch.collector import Reservoir
+from ioprobe.watch.reservoir import Reservoir
 
 
 def test_exact_until_the_limit() -> None:

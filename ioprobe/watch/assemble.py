@@ -1,0 +1,194 @@
+"""The watched run's record, assembled from what the collector accumulated: pure functions of
+its buffers (the batch log laid flat, the reservoirs, the worker series, the kept spans), run
+once when the record is read, never per batch."""
+
+from __future__ import annotations
+
+from array import array
+
+from ioprobe import capacity
+from ioprobe.capacity import worker_epochs
+from ioprobe.collect.dataset import is_remote
+from ioprobe.collect.timeline import Series
+from ioprobe.record import (
+    BatchLog,
+    DatasetProfile,
+    Distribution,
+    HeavySample,
+    LoaderSettings,
+    SampleCosts,
+    Track,
+    WatchEpoch,
+)
+from ioprobe.redact import redact_url
+from ioprobe.watch.reservoir import Reservoir
+from ioprobe.watch.stages import steady
+
+# the batch log's columns, one row per batch laid flat in an array("q"): request, arrival,
+# ready, worker, work ns, slowest sample ns, samples, epoch, CPU ns, run-queue ns, process CPU ns
+LOG_COLUMNS = 11
+
+
+def kept_notes(
+    epochs: list[WatchEpoch], begun: int, head: int, log_rows: int, log_dropped: int
+) -> list[str]:
+    """What the record says of the runs too long to keep one by one: epochs merged past
+    the collector's cap on entries, batches past the batch log's rows."""
+    out = []
+    merged = sum(e.merged for e in epochs if e.merged > 1)
+    if merged:
+        most = max(e.merged for e in epochs)
+        out.append(
+            f"{begun:,} epochs ({sum(e.batches for e in epochs):,} "
+            f"batches): the first {head} and the last are kept one by one, "
+            f"{merged:,} others merged in entries of up to {most:,} consecutive epochs "
+            "(their figures summed; per-epoch figures there are the entries' means)"
+        )
+    if log_dropped:
+        out.append(
+            f"the batch log keeps the first {log_rows:,} batches one by one "
+            f"({log_dropped:,} later ones are in the totals, reservoirs and "
+            "timelines only): the queue and loader replays read those"
+        )
+    return out
+
+
+def delivered(epochs: list[WatchEpoch]) -> float | None:
+    """Samples/s delivered in steady state: the first round of batches of each epoch
+    waits for worker start-up and arrives bunched, so it is left out (an epoch too short
+    for it counts whole)."""
+    ok = steady(epochs)
+    n = sum(e.samples - e.startup_samples for e in ok)
+    wall = sum(e.seconds - e.startup_seconds for e in ok)
+    return n / wall if wall > 0 else None
+
+
+def dataset(
+    settings: LoaderSettings,
+    dataset_len: int | None,
+    epochs: list[WatchEpoch],
+    read_total: int,
+    mean_bytes: float,
+) -> DatasetProfile:
+    samples = sum(e.samples for e in epochs)
+    name, source = redact_url(settings.dataset), settings.source
+    return DatasetProfile(
+        target=f"{name} ({source})" if source else name,
+        remote=is_remote(source),
+        files=dataset_len if dataset_len is not None else samples,
+        bytes=read_total,
+        sample_bytes_mean=mean_bytes,
+        # no bytes seen is no size, not the smallest class
+        density=capacity.density_class(mean_bytes) if samples and mean_bytes else "unknown",
+    )
+
+
+def sample_costs(
+    sample: Reservoir,
+    sample_cpu: Reservoir,
+    sample_bytes: Reservoir,
+    heavy: list[tuple[int, int, int, int, int, int]],
+    iterable: bool,
+) -> SampleCosts | None:
+    if not sample.count:  # no worker reported per-sample times (DALI)
+        return None
+    metered = sample_bytes.count > 0  # some batch read through the metered opener
+    heaviest = [
+        HeavySample(
+            index=index,
+            worker=worker,
+            epoch=epoch,
+            wall_ms=wall / 1e6,
+            cpu_ms=cpu / 1e6,
+            bytes=nbytes if metered and nbytes >= 0 else None,
+        )
+        for wall, cpu, nbytes, index, worker, epoch in sorted(heavy, reverse=True)
+    ]
+    return SampleCosts(
+        cpu_ms=sample_cpu.to_record(),
+        bytes=sample_bytes.to_record() if metered else Distribution(),
+        heaviest=heaviest,
+        index_kind=("position in its worker's stream" if iterable else "dataset index"),
+    )
+
+
+def batch_log(log: array[int], origin: int, dropped: int) -> BatchLog | None:
+    if not log:
+        return None
+    c = LOG_COLUMNS
+
+    def times(k: int) -> list[float]:
+        return [round((v - origin) / 1e9, 6) for v in log[k::c]]
+
+    return BatchLog(
+        request=times(0),
+        arrival=times(1),
+        ready=times(2),
+        worker=list(log[3::c]),
+        work_ms=[round(v / 1e6, 4) for v in log[4::c]],
+        slowest_ms=[round(v / 1e6, 4) for v in log[5::c]],
+        samples=list(log[6::c]),
+        epoch=list(log[7::c]),
+        cpu_ms=[round(v / 1e6, 4) for v in log[8::c]],
+        runqueue_ms=[round(v / 1e6, 4) for v in log[9::c]],
+        process_cpu_ms=[round(v / 1e6, 4) for v in log[10::c]],
+        dropped=dropped,
+    )
+
+
+def sample_spans(spans: list[tuple[int, int, bytes, bytes, int]]) -> list[capacity.SampleSpan]:
+    """Each kept sample's span and blocked time. A worker's samples ran back to back
+    before its collate, so the batch's end and their wall times place them; the batch's
+    run-queue wait is shared evenly. Each worker's first batch (start-up, imports) is
+    left out."""
+    out: list[capacity.SampleSpan] = []
+    seen: set[int] = set()
+    for worker, end, wall_b, cpu_b, runq in spans:
+        if worker not in seen:
+            seen.add(worker)
+            continue
+        wall, cpu = array("q", wall_b), array("q", cpu_b)
+        share = runq // max(len(wall), 1)
+        for w, c in zip(reversed(wall), reversed(cpu), strict=False):
+            out.append(capacity.SampleSpan(worker, end - w, end, max(w - c - share, 0)))
+            end -= w
+    return out
+
+
+def tracks(main: Series, worker_series: dict[int, Series], origin: int) -> list[Track]:
+    if not origin:
+        return []
+    tracks = [main.to_record("main process", None, origin)]
+    for w in sorted(worker_series):
+        name = "loading in the main process" if w < 0 else f"worker {w}"
+        tracks.append(worker_series[w].to_record(name, w, origin))
+    return tracks
+
+
+def bytes_read(
+    epochs: list[WatchEpoch], mapped: int, dataset_len: int | None
+) -> tuple[int, float, str]:
+    """Bytes the loader read, per sample (0 when below what IPC alone accounts for), and
+    how they were seen (``WatchData.bytes_seen``). Metered reads also count in rchar when
+    they are local: never add the two. Metered bytes are the dataset's by construction;
+    the workers' rchar also holds what their first samples imported, so its per-sample
+    figure comes from the steady batches. Where the steady batches read() nothing, the
+    data files the workers mapped stand in (``capacity.mapped_bytes_per_sample``): the
+    bytes are then the files' size, not an epoch's reads. They stand in before a first
+    round read in a lump: a reader that downloads its chunks over a socket and maps them
+    (litdata from S3) read() megabytes per worker setting up its client (CA bundles, an
+    SDK's endpoint tables) and nothing of its data."""
+    eps = worker_epochs(epochs)
+    samples = sum(e.samples for e in eps)
+    metered = sum(e.metered_bytes for e in eps)
+    if metered:
+        return metered, metered / samples if samples else 0.0, "metered"
+    read_chars = sum(e.read_chars for e in eps)
+    held = dataset_len or max((e.samples for e in eps), default=0)
+    by_map = capacity.mapped_bytes_per_sample(mapped, held)
+    if by_map > 0 and capacity.steady_read_bytes_per_sample(eps) == 0.0:
+        return mapped, by_map, "mmap"
+    per_sample = capacity.file_bytes_per_sample(eps)
+    if per_sample > 0:
+        return read_chars, per_sample, "read"
+    return read_chars, 0.0, "none"

@@ -229,3 +229,35 @@ def test_the_map_names_every_module_and_package() -> None:
         or (p.is_dir() and (p / "__init__.py").exists() and f"`{p.name}/" not in table)
     ]
     assert missing == []
+
+
+# What is still over the bars (issue: no module over 1,000 lines, no function over 60): each
+# named with the size it may not grow past; anything else over a bar fails, and so does an
+# entry here that has come under (remove it)
+LONG_MODULES = {"record.py": 1_310}
+LONG_FUNCTIONS = {
+    "watch/collector.py:__init__": 80,  # the collector's buffers, one per line
+    "watch/collector.py:on_batch": 73,  # once per batch: a call per split would cost each
+    "watch/torch.py:iterate": 65,  # the hot loop, the same
+}
+
+
+def test_no_module_or_function_grows_past_its_bar() -> None:
+    over, stale = [], []
+    for path in modules().values():
+        rel = str(path.relative_to(ROOT))
+        lines = len(path.read_text(encoding="utf-8").splitlines())
+        bar = LONG_MODULES.get(rel, 1_000)
+        if lines > bar:
+            over.append(f"{rel}: {lines} lines")
+        elif rel in LONG_MODULES and lines <= 1_000:
+            stale.append(rel)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                key = f"{rel}:{node.name}"
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > LONG_FUNCTIONS.get(key, 60):
+                    over.append(f"{key}: {length} lines")
+                elif key in LONG_FUNCTIONS and length <= 60:
+                    stale.append(key)
+    assert over == [] and stale == []

@@ -38,68 +38,82 @@ _cpu = array("q")
 _index = array("q")  # each sample's dataset index (-1: not an integer)
 _nbytes = array("q")  # bytes it read through ioprobe.loaders.files
 _metered = _files.BYTES  # the opener's running byte count: one list read per sample
-_proc_fds: dict[str, int] = {}
-_last: list[int] | None = None  # rchar, read_bytes, run-queue ns at the previous batch
-# when this worker began its first sample (0 once reported): its start-up's end
-_started = [0]
-_own = [0]  # bytes this module read from /proc: they count in rchar but are not the dataset's
-_batches = [0]  # batches this worker made: its mapped files are read at the 1st, 2nd, 4th ...
-# the maps listing whose data files were all resident when last listed: unchanged, nothing
-# is left to learn from it; and the listing last sent, which is not sent again
-_listed = [b""]
-_sent = [b""]
-# the data files mapped at the last listing, by (device, inode), with their paths; and the
-# "directory/*ending" of each file the worker unmapped, sent once (``_mapped``)
 _NOTHING = (b"", b"")  # no listing at this batch
-_present: list[dict[tuple[int, int], str]] = [{}]
-_turned: set[str] = set()
-# the watch's own time after the last collate, sent with the next batch (BatchStats)
-_overhead = [0]
-_process_cpu = [0]  # the process's CPU time at the last collate's end (0: none yet)
 
 
-def _after_fork() -> None:
-    global _last
-    _proc_fds.clear()
-    _own[0] = 0
-    _started[0] = 0
-    _batches[0] = 0
-    _listed[0] = b""
-    _sent[0] = b""
-    _present[0] = {}
-    _turned.clear()
-    _overhead[0] = 0
-    _process_cpu[0] = 0
-    _last = None
-    del _wall[:]
-    del _cpu[:]
-    del _index[:]
-    del _nbytes[:]
+class _WorkerState:
+    """What one worker process keeps between its samples and batches, in one place with one
+    reset: a forked worker inherits the parent's, which the fork hook resets (the /proc
+    descriptors too, which still name the parent). The per-sample buffers above stay module
+    names: each sample appends to them, and a global is the cheapest thing to reach."""
+
+    __slots__ = (
+        "batches",
+        "last",
+        "listed",
+        "overhead",
+        "own",
+        "present",
+        "proc_fds",
+        "process_cpu",
+        "sent",
+        "started",
+        "turned",
+    )
+
+    def __init__(self) -> None:
+        self.proc_fds: dict[str, int] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        self.proc_fds.clear()
+        self.last: list[int] | None = None  # rchar, read_bytes, run-queue ns at the last batch
+        # when this worker began its first sample (0 once reported): its start-up's end
+        self.started = 0
+        # bytes this module read from /proc: they count in rchar but are not the dataset's
+        self.own = 0
+        self.batches = 0  # batches made: the mapped files are read at the 1st, 2nd, 4th ...
+        # the maps listing whose data files were all resident when last listed: unchanged,
+        # nothing is left to learn from it; and the listing last sent, not sent again
+        self.listed = b""
+        self.sent = b""
+        # the data files mapped at the last listing, by (device, inode), with their paths;
+        # and the "directory/*ending" of each file the worker unmapped, sent once (_mapped)
+        self.present: dict[tuple[int, int], str] = {}
+        self.turned: set[str] = set()
+        # the watch's own time after the last collate, sent with the next batch (BatchStats)
+        self.overhead = 0
+        self.process_cpu = 0  # the process's CPU time at the last collate's end (0: none yet)
+        del _wall[:]
+        del _cpu[:]
+        del _index[:]
+        del _nbytes[:]
 
 
-os.register_at_fork(after_in_child=_after_fork)
+_S = _WorkerState()
+os.register_at_fork(after_in_child=_S.reset)
 
 
 def _read_proc(name: str) -> bytes:
-    fd = _proc_fds.get(name)
+    fd = _S.proc_fds.get(name)
     if fd is None:
         try:
             fd = os.open(name, os.O_RDONLY)
         except OSError:
             fd = -1
-        _proc_fds[name] = fd
+        _S.proc_fds[name] = fd
     if fd < 0:
         return b""
     try:
         data = os.pread(fd, 4096, 0)
     except OSError:
         return b""
-    _own[0] += len(data)
+    _S.own += len(data)
     return data
 
 
 def _counters() -> list[int]:
-    own = _own[0]  # the value read excludes the read that returns it, includes earlier ones
+    own = _S.own  # the value read excludes the read that returns it, includes earlier ones
     rchar, rbytes = parse_io(_read_proc(IO))
     runq = parse_runqueue_ns(_read_proc("/proc/thread-self/schedstat"))
     return [rchar - own if rchar else 0, rbytes, runq]
@@ -218,7 +232,7 @@ def _read_all(name: str) -> bytes:
     finally:
         os.close(fd)
     data = b"".join(chunks)
-    _own[0] += len(data)
+    _S.own += len(data)
     return data
 
 
@@ -236,20 +250,20 @@ def _mapped() -> tuple[bytes, bytes]:
     marks its directory, whose files with that ending the collector counts instead
     (``mapped.turned_files``)."""
     maps = _read_all("/proc/self/maps")
-    if not maps or maps == _listed[0]:
+    if not maps or maps == _S.listed:
         return b"", b""
     paths: dict[tuple[int, int], str] = {}
     files = mapped_data_files(maps, paths=paths)
     turned = b""
     # by path too: a file deleted and another written in its place may get its inode
-    gone = [p for k, p in _present[0].items() if paths.get(k) != p]
-    _present[0] = paths
+    gone = [p for k, p in _S.present.items() if paths.get(k) != p]
+    _S.present = paths
     if gone:
-        dirs = {f"{os.path.dirname(p)}/*{os.path.splitext(p)[1]}" for p in gone} - _turned
-        _turned.update(dirs)
+        dirs = {f"{os.path.dirname(p)}/*{os.path.splitext(p)[1]}" for p in gone} - _S.turned
+        _S.turned.update(dirs)
         turned = "\0".join(sorted(dirs)).encode("utf-8", "surrogateescape")
     if not files:
-        _listed[0] = maps
+        _S.listed = maps
         return b"", turned
     resident = resident_files(_read_all("/proc/self/smaps"))
     kept = array("q")
@@ -257,11 +271,11 @@ def _mapped() -> tuple[bytes, bytes]:
         if (files[i], files[i + 1]) in resident:
             kept.extend(files[i : i + MAPPED_FIELDS])
     if len(kept) == len(files):
-        _listed[0] = maps
+        _S.listed = maps
     out = kept.tobytes()
-    if out == _sent[0]:
+    if out == _S.sent:
         return b"", turned
-    _sent[0] = out
+    _S.sent = out
     return out, turned
 
 
@@ -280,7 +294,7 @@ def _count_module_reads() -> None:
 
     def get_data(self: Any, path: str) -> bytes:
         data: bytes = original(self, path)
-        _own[0] += len(data)
+        _S.own += len(data)
         return data
 
     get_data.__ioprobe_original__ = original  # type: ignore[attr-defined]
@@ -288,11 +302,10 @@ def _count_module_reads() -> None:
 
 
 def _baseline() -> None:
-    global _last
     if get_worker_info() is not None:  # the main process's imports are left as they are
         _count_module_reads()
-    _started[0] = time.perf_counter_ns()
-    _last = _counters()
+    _S.started = time.perf_counter_ns()
+    _S.last = _counters()
 
 
 def _as_index(index: Any) -> int:
@@ -314,7 +327,7 @@ class TimedDataset(Dataset[Any]):
         return len(self.inner)
 
     def __getitem__(self, index: Any) -> Any:
-        if _last is None:
+        if _S.last is None:
             _baseline()
         b0 = _metered[0]
         w0 = time.perf_counter_ns()
@@ -337,7 +350,7 @@ class TimedBatchedDataset(TimedDataset):
     shared evenly among its samples, because the dataset gives no finer split."""
 
     def __getitems__(self, indices: list[Any]) -> Any:
-        if _last is None:
+        if _S.last is None:
             _baseline()
         b0 = _metered[0]
         w0 = time.perf_counter_ns()
@@ -365,7 +378,7 @@ class TimedIterable(IterableDataset[Any]):
         it = iter(self.inner)
         clock, cclock = time.perf_counter_ns, time.thread_time_ns
         metered = _metered
-        if _last is None:
+        if _S.last is None:
             _baseline()
         position = 0  # a stream has no index: its position in this worker's stream stands in
         while True:
@@ -427,8 +440,8 @@ class TimedCollate:
         collate_cpu = time.thread_time_ns() - c0
         done = time.perf_counter_ns()
         proc = time.process_time_ns()
-        proc_cpu = proc - _process_cpu[0] if _process_cpu[0] else 0
-        _process_cpu[0] = proc
+        proc_cpu = proc - _S.process_cpu if _S.process_cpu else 0
+        _S.process_cpu = proc
         info = get_worker_info()
         wall = _wall.tobytes()
         cpu = _cpu.tobytes()
@@ -438,15 +451,14 @@ class TimedCollate:
         del _cpu[:]
         del _index[:]
         del _nbytes[:]
-        global _last
         now = _counters()
-        prev = _last or now
-        _last = now
+        prev = _S.last or now
+        _S.last = now
         metered_bytes, metered_ns, metered_open_ns = _files.take()
         # the mapped files change rarely (a dataset maps its files once, or as it opens
         # them): listed at this worker's 1st, 2nd, 4th, 16th, 64th ... batch, a cost that
         # vanishes over an epoch
-        n = _batches[0] = _batches[0] + 1
+        n = _S.batches = _S.batches + 1
         mapped, turned = (
             _mapped() if not n & (n - 1) and (n == 2 or n.bit_length() & 1) else _NOTHING
         )
@@ -464,16 +476,16 @@ class TimedCollate:
             done_ns=done,
             indices=index,
             sample_bytes=nbytes,
-            started_ns=_started[0],
+            started_ns=_S.started,
             mapped=mapped,
             turned=turned,
             collate_cpu_ns=collate_cpu,
-            overhead_ns=_overhead[0],
+            overhead_ns=_S.overhead,
             process_cpu_ns=proc_cpu,
         )
-        _started[0] = 0
+        _S.started = 0
         # everything since the collate ended is the watch's own work in this worker
-        _overhead[0] = time.perf_counter_ns() - done
+        _S.overhead = time.perf_counter_ns() - done
         return Stamped(out, stats)
 
 

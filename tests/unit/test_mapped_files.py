@@ -258,7 +258,7 @@ with tempfile.TemporaryDirectory() as d:
         t = time.process_time()
         for _ in range(20):
             if label != "unchanged":
-                wt._listed[0] = wt._sent[0] = b""
+                wt._S.listed = wt._S.sent = b""
             wt._mapped()
         timings.append((time.process_time() - t) / 20)
     del rows
@@ -281,12 +281,12 @@ def test_listing_the_mapped_files_costs_milliseconds_at_most_log2_times(
         [sys.executable, "-c", _LISTING_COST], capture_output=True, text=True, check=True
     )
     none, unchanged, not_read = (float(v) for v in out.stdout.split())
-    saved = wt._own[0], wt._listed[0], wt._sent[0]
+    saved = wt._S.own, wt._S.listed, wt._S.sent
     try:
         path = tmp_path / "rows.bin"
         np.zeros(1 << 16).tofile(path)
         rows = np.memmap(path, mode="r")
-        wt._listed[0] = wt._sent[0] = b""
+        wt._S.listed = wt._S.sent = b""
         assert wt._mapped()[0] == b""  # mapped, not yet read here: left out
         assert int(rows[0]) == 0 and wt._mapped()[0] != b""  # read now: listed, then sent
         assert wt._mapped() == (b"", b"")
@@ -295,9 +295,9 @@ def test_listing_the_mapped_files_costs_milliseconds_at_most_log2_times(
         assert wt._mapped()[1] == f"{tmp_path}/*.bin".encode()
         assert wt._mapped() == (b"", b"")
     finally:
-        wt._own[0], wt._listed[0], wt._sent[0] = saved
-        wt._present[0] = {}
-        wt._turned.clear()
+        wt._S.own, wt._S.listed, wt._S.sent = saved
+        wt._S.present = {}
+        wt._S.turned.clear()
     with capsys.disabled():
         print(
             f"\nmapped files: no data file {none * 1e6:.0f} us, unchanged {unchanged * 1e6:.0f}"
@@ -313,12 +313,11 @@ def test_a_worker_lists_its_mapped_files_at_its_1st_2nd_4th_16th_64th_batch(
     listed: list[int] = []
 
     def spy() -> tuple[bytes, bytes]:
-        listed.append(wt._batches[0])
+        listed.append(wt._S.batches)
         return b"", b""
 
     monkeypatch.setattr(wt, "_mapped", spy)
-    monkeypatch.setattr(wt, "_batches", [0])
-    monkeypatch.setattr(wt, "_last", None)
+    monkeypatch.setattr(wt, "_S", wt._WorkerState())  # a worker's state, fresh
     collate = wt.TimedCollate(torch.stack)
     for _ in range(300):
         collate([torch.zeros(2)])
@@ -339,10 +338,7 @@ def test_a_file_replaced_by_another_on_the_same_inode_marks_its_directory(
         return next(listings) if name.endswith("/maps") else smaps[0]
 
     monkeypatch.setattr(wt, "_read_all", read_all)
-    monkeypatch.setattr(wt, "_listed", [b""])
-    monkeypatch.setattr(wt, "_sent", [b""])
-    monkeypatch.setattr(wt, "_present", [{}])
-    monkeypatch.setattr(wt, "_turned", set())
+    monkeypatch.setattr(wt, "_S", wt._WorkerState())  # a worker's state, fresh
     assert wt._mapped()[1] == b""
     smaps[0] = line.format(1).encode() + b"Rss: 4 kB\n"
     assert wt._mapped()[1] == b"/cache/*.bin"

@@ -18,12 +18,12 @@ sys.path.insert(0, {mods!r})
 from ioprobe.watch import worker as wt
 wt._count_module_reads()
 wt._count_module_reads()  # a second call changes nothing
-before = wt._own[0]
+before = wt._S.own
 import lazy_module  # source read (and bytecode written, not read)
-after_import = wt._own[0]
+after_import = wt._S.own
 with open({data!r}, "rb") as fh:
     fh.read()
-after_data = wt._own[0]
+after_data = wt._S.own
 print(after_import - before, after_data - after_import)
 """
 

@@ -13,8 +13,13 @@ and shares here, so one report never prints the same quantity two ways (a test f
 
 from __future__ import annotations
 
-_DECIMAL = (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
-_BINARY = (("TiB", 1 << 40), ("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10))
+_DECIMAL: tuple[tuple[str, float], ...] = (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3))
+_BINARY: tuple[tuple[str, float], ...] = (
+    ("TiB", 1 << 40),
+    ("GiB", 1 << 30),
+    ("MiB", 1 << 20),
+    ("KiB", 1 << 10),
+)
 _UNIT = {name: scale for name, scale in _DECIMAL}
 
 
@@ -26,12 +31,7 @@ def figure(x: float) -> str:
 def size(n: float | None) -> str:
     """Bytes of data in decimal units, three significant digits: ``812 B``, ``110 kB``,
     ``52.4 MB``, ``1.5 GB``; "-" where not known."""
-    if n is None:
-        return "-"
-    for unit, scale in _DECIMAL:
-        if abs(n) >= scale:
-            return f"{figure(n / scale)} {unit}"
-    return f"{n:.0f} B"
+    return "-" if n is None else _scaled(n, _DECIMAL)
 
 
 def bandwidth(x: float | None) -> str:
@@ -42,9 +42,12 @@ def bandwidth(x: float | None) -> str:
 def memory(n: float | None) -> str:
     """Bytes of memory in binary units, three significant digits: ``31.4 GiB``, ``64 KiB``,
     ``512 B``; "unknown" where the host did not say."""
-    if n is None:
-        return "unknown"
-    for unit, scale in _BINARY:
+    return "unknown" if n is None else _scaled(n, _BINARY)
+
+
+def _scaled(n: float, units: tuple[tuple[str, float], ...]) -> str:
+    """``n`` bytes in the largest of ``units`` it reaches, else whole bytes."""
+    for unit, scale in units:
         if abs(n) >= scale:
             return f"{figure(n / scale)} {unit}"
     return f"{n:.0f} B"

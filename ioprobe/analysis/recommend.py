@@ -897,7 +897,8 @@ def recommend(
         # the loader replay states its own; the rest are the stage model's what-ifs
         if not (replayed and r.kind in LOADER_KINDS):
             r.unchecked = _unchecked(rec, r)
-    return sorted(out, key=_rank)
+    hardware = needs_hardware(rec)
+    return sorted(out, key=lambda r: _rank(r, hardware))
 
 
 def _unchecked(rec: RunRecord, r: Recommendation) -> list[str]:
@@ -915,11 +916,17 @@ LOADER_KINDS = frozenset({"num_workers", "prefetch_factor", "in_order", "loader_
 NEEDS_HARDWARE = frozenset({"more_cpu", "faster_storage"})
 
 
-def _rank(r: Recommendation) -> tuple[bool, bool, float]:
+def needs_hardware(rec: RunRecord) -> frozenset[str]:
+    """The advice that needs hardware this host lacks: more cores, faster storage, and GPU
+    decode where the host has no GPU (a probe run away from the training machine)."""
+    return NEEDS_HARDWARE if rec.host.gpus else NEEDS_HARDWARE | {"gpu_decode"}
+
+
+def _rank(r: Recommendation, hardware: frozenset[str]) -> tuple[bool, bool, float]:
     """What the user can change today first (best predicted rate first), then what needs
     new hardware; advice without a prediction after the predicted advice of its group."""
     return (
-        r.kind in NEEDS_HARDWARE,
+        r.kind in hardware,
         r.predicted_samples_per_s is None,
         -(r.predicted_samples_per_s or 0.0),
     )

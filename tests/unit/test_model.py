@@ -4,10 +4,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ioprobe.analysis import finalize, pipeline_model
-from ioprobe.analysis.recommend import NEEDS_HARDWARE
+from ioprobe.analysis.recommend import NEEDS_HARDWARE, needs_hardware
 from ioprobe.record import (
     CpuStage,
     DatasetProfile,
+    GpuInfo,
     GpuStage,
     HostInfo,
     PcieStage,
@@ -105,6 +106,19 @@ def test_recommendations_are_ranked_by_gain_what_needs_no_new_hardware_first() -
         known = [p for p in predicted if p is not None]
         assert known == sorted(known, reverse=True)
         assert predicted[: len(known)] == known  # unpredicted advice last in its group
+
+
+def test_gpu_decode_needs_hardware_on_a_host_without_a_gpu() -> None:
+    # CPU-bound on images: more cores and GPU decode both pay; without a GPU here (the probe
+    # run away from the training machine) GPU decode is no change the user can make today
+    bare = finalize(record(10000.0, 500.0, 4000.0))
+    kinds = [r.kind for r in bare.recommendations]
+    assert "gpu_decode" in kinds and "gpu_decode" in needs_hardware(bare)
+    today = [k for k in kinds if k not in needs_hardware(bare)]
+    assert kinds[: len(today)] == today, kinds
+    gpu = record(10000.0, 500.0, 4000.0)
+    gpu.host.gpus = [GpuInfo(index=0, name="NVIDIA H100")]
+    assert "gpu_decode" not in needs_hardware(finalize(gpu))
 
 
 def test_a_stage_within_ten_percent_of_the_bottleneck_makes_the_verdict_a_close_call() -> None:

@@ -374,7 +374,9 @@ class WatchCollector:
         ep = self._cur
         assert ep is not None
         if not self._origin:
-            self._origin = t_request
+            # the run's time zero: the first iter(), where there was one (the workers it
+            # starts may begin their first samples before the first batch is asked for)
+            self._origin = min(t_request, self._iter_ns) if self._iter_ns else t_request
         self.main.add((t_request, t_arrival, t_arrival - t_request, 1, n, ep.index))
         if self._prev_arrival:
             stall_ns = t_arrival - t_request

@@ -57,6 +57,26 @@ def synthetic_watch(
     return finalize(c.stop())
 
 
+def test_samples_begun_before_the_first_request_start_at_or_after_the_runs_origin() -> None:
+    # iter() at t0 starts the worker; its first batch's samples begin 3 ms later, 2 ms before
+    # the consumer first asks: every track row and logged time is at or after time zero
+    loader = {"num_workers": "1", "batch_size": "4", "dataset": "d"}
+    c = WatchCollector(DataLoaderAdapter(LoaderSettings.parse(loader), loader), 4, 8)
+    c.begin_epoch()
+    t0 = 10**12
+    c.iter_began(t0, t0 + MS)
+    walls = MS.to_bytes(8, "little", signed=True) * 4
+    for i, req in enumerate((t0 + 5 * MS, t0 + 9 * MS)):
+        done = t0 + (7 + 4 * i) * MS  # 4 samples of 1 ms each before it
+        c.on_batch(req, done + MS, BatchStats(0, walls, walls, 0, 0, 0, 0, 0, 0, 0, done))
+    c.end_epoch(None)
+    rec = c.stop()
+    assert rec.watch is not None and rec.watch.batch_log is not None
+    starts = [v for t in rec.watch.tracks for v in t.columns["start"]]
+    assert starts and min(starts) == pytest.approx(0.003)  # the first sample, 3 ms after iter()
+    assert min(rec.watch.batch_log.request) == pytest.approx(0.005)
+
+
 def test_series_keeps_every_batch_and_the_run_ends_within_its_row_limit() -> None:
     s = Series(MAIN_COLUMNS, 64)
     for i in range(1000):

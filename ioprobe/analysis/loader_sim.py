@@ -311,7 +311,6 @@ class _Replay:
         self.finished: list[tuple[float, int]] = []  # out of order: (done, index) not yet taken
         self.turn = itertools.count()
         self.sent = 0
-        self._speeds = (1.0, 1.0)  # a blocked read's and CPU work's, as _step last took them
 
     def run(self) -> list[float]:
         c, s = self.c, self.s
@@ -332,9 +331,10 @@ class _Replay:
                 asks = t + c.handover + c.steps[taken % len(c.steps)]
                 taken += 1
                 continue
-            dt = self._step(max(asks, here) - t if max(asks, here) < float("inf") else float("inf"))
+            speeds = self._rates()
+            dt = self._step(max(asks, here) - t, speeds)
             t += dt
-            self._advance(t, dt)
+            self._advance(t, dt, speeds)
         return arrivals
 
     def _here(self, taken: int) -> float:
@@ -391,21 +391,21 @@ class _Replay:
             io_rate = (n_io / c.reads_in_flight) ** (c.exponent - 1.0)
         return io_rate, cpu_rate
 
-    def _step(self, until_consumer: float) -> float:
-        """Seconds to the next event: the consumer's, or a worker's phase ending."""
-        io_rate, cpu_rate = self._rates()
+    def _step(self, until_consumer: float, speeds: tuple[float, float]) -> float:
+        """Seconds to the next event: the consumer's, or a worker's phase ending at
+        ``speeds`` (a blocked read's and CPU work's, from ``_rates``)."""
+        io_rate, cpu_rate = speeds
         dt = until_consumer
         for w, phase in enumerate(self.phase):
             if phase:
                 dt = min(dt, self.left[w] / (io_rate if phase == 1 else cpu_rate))
         if dt == float("inf"):  # nothing runs and the consumer waits: a lost batch
             raise RuntimeError("the simulated loader stalled")  # pragma: no cover
-        self._speeds = (io_rate, cpu_rate)
         return dt
 
-    def _advance(self, t: float, dt: float) -> None:
-        """Every running worker's phase moves on by ``dt`` at the speeds ``_step`` took."""
-        io_rate, cpu_rate = self._speeds
+    def _advance(self, t: float, dt: float, speeds: tuple[float, float]) -> None:
+        """Every running worker's phase moves on by ``dt`` at ``speeds``."""
+        io_rate, cpu_rate = speeds
         phase, left = self.phase, self.left
         for w in range(self.s.workers):
             if not phase[w]:

@@ -29,13 +29,18 @@ from ioprobe.watch.stages import steady
 LOG_COLUMNS = 11
 
 
+def epochs_merged(epochs: list[WatchEpoch]) -> int:
+    """The epochs held in merged entries (``WatchData.epochs_merged``)."""
+    return sum(e.merged for e in epochs if e.merged > 1)
+
+
 def kept_notes(
     epochs: list[WatchEpoch], begun: int, head: int, log_rows: int, log_dropped: int
 ) -> list[str]:
     """What the record says of the runs too long to keep one by one: epochs merged past
     the collector's cap on entries, batches past the batch log's rows."""
     out = []
-    merged = sum(e.merged for e in epochs if e.merged > 1)
+    merged = epochs_merged(epochs)
     if merged:
         most = max(e.merged for e in epochs)
         out.append(

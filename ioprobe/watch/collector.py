@@ -495,9 +495,8 @@ class WatchCollector:
         host = host_info(None)
         usable = host.usable_cores or os.cpu_count() or 1
         turned_note = self.mapped.note()
-        read_total, mean_bytes, seen = assemble.bytes_read(
-            self.epochs, self.mapped.total()[0], self.dataset_len
-        )
+        mapped = self.mapped.total()
+        read_total, mean_bytes, seen = assemble.bytes_read(self.epochs, mapped[0], self.dataset_len)
         self._scaling = capacity.read_scaling(assemble.sample_spans(self._spans))
         stages, notes = self.adapter.stages(self.measured(usable, mean_bytes, seen))
         idle, idle_method = self._idle()
@@ -519,7 +518,7 @@ class WatchCollector:
             measured_samples_per_s=assemble.delivered(self.epochs),
             gpu_idle_fraction=idle,
             gpu_idle_method=idle_method,
-            watch=self._watch_data(mean_bytes, seen),
+            watch=self._watch_data(mean_bytes, seen, mapped),
             notes=notes,
             created=self.created,
             ioprobe_version=__version__,
@@ -534,10 +533,6 @@ class WatchCollector:
         if self.interrupted or isinstance(sys.exc_info()[1], KeyboardInterrupt):
             mark_interrupted(rec)
         return rec
-
-    def epochs_merged(self) -> int:
-        """The epochs held in merged entries (``WatchData.epochs_merged``)."""
-        return sum(e.merged for e in self.epochs if e.merged > 1)
 
     def measured(self, usable: int, mean_bytes: float, bytes_seen: str = "read") -> Measured:
         """The inputs of the stage rules, as they stand."""
@@ -570,13 +565,13 @@ class WatchCollector:
         idle = sum(e.stall_seconds for e in self.epochs) / wall if wall > 0 else None
         return idle, "wall clock: consumer time in next() / time between batch arrivals"
 
-    def _watch_data(self, mean_bytes: float, seen: str) -> WatchData:
-        mapped_bytes, mapped_files = self.mapped.total()
+    def _watch_data(self, mean_bytes: float, seen: str, mapped: tuple[int, int]) -> WatchData:
+        mapped_bytes, mapped_files = mapped
         return WatchData(
             loader=dict(self.adapter.description),
             settings=self.adapter.settings,
             epochs=list(self.epochs),
-            epochs_merged=self.epochs_merged(),
+            epochs_merged=assemble.epochs_merged(self.epochs),
             workers=sorted(self.workers.values(), key=lambda w: w.worker),
             stall_ms=self.stall.to_record(),
             step_ms=self.step.to_record(),

@@ -22,7 +22,7 @@ from tests.unit.test_whatif import CAPPED, storage_probe, watched_remote
 
 pytestmark = pytest.mark.slow
 
-RATE, SIZE, FILES = 2_000_000, 50_000, 120  # 3 s of transfer per run at the cap
+RATE, SIZE, FILES = 2_000_000, 50_000, 160  # 4 s of transfer per run at the cap
 DECODE_S = 0.015  # each sample's CPU after its read, jittered from half to 1.5x by sample
 
 

@@ -523,6 +523,114 @@ def _weighted_slope(points: Sequence[tuple[float, float, int]]) -> float:
     return sxy / sxx if sxx > 0 else 0.0
 
 
+def computing_per_sample(epochs: Sequence[WatchEpoch], cpu_per_sample: float) -> float:
+    """A loader worker's CPU seconds per sample with its wait for a core, in steady state: a
+    worker's first samples import what its dataset loads lazily (an HTTP client, a codec),
+    a one-off that its time per sample should not carry. Where no epoch ran past its first
+    round, the whole run's: ``cpu_per_sample`` and the run-queue wait per sample."""
+    ok = steady(epochs)
+    n = sum(e.samples - e.startup_samples for e in ok)
+    if not n:
+        samples = sum(e.samples for e in epochs)
+        runq = sum(e.runqueue_seconds for e in epochs) / samples if samples else 0.0
+        return cpu_per_sample + runq
+    return (
+        sum(
+            worker_cpu_seconds(e)
+            - e.startup_sample_cpu_seconds
+            + e.runqueue_seconds
+            - e.startup_runqueue_seconds
+            for e in ok
+        )
+        / n
+    )
+
+
+def metered_per_sample(epochs: Sequence[WatchEpoch], samples: int) -> tuple[float, float]:
+    """Seconds of metered storage time (opens and reads) and of opens alone, per sample, in
+    steady state: each worker's first opens pay for its session (an aiohttp loop, a TLS
+    handshake), a one-off the per-sample figure should not carry."""
+    ok = steady(epochs)
+    n = sum(e.samples - e.startup_samples for e in ok)
+    if not n:
+        return (
+            sum(e.metered_read_seconds for e in epochs) / samples,
+            sum(e.metered_open_seconds for e in epochs) / samples,
+        )
+    read = sum(e.metered_read_seconds - e.startup_metered_read_seconds for e in ok)
+    opened = sum(e.metered_open_seconds - e.startup_metered_open_seconds for e in ok)
+    return read / n, opened / n
+
+
+def curve_read_seconds(points: list[tuple[float, float]], sample_bytes: float, k: float) -> float:
+    """A read's time with ``k`` reads in flight on storage whose concurrency curve is
+    ``points`` (reads in flight, bytes/s, flat past the last): by Little's law, k reads of
+    ``sample_bytes`` in flight at T(k) bytes/s take k * sample_bytes / T(k) each."""
+    k = max(k, 1.0)
+    return k * sample_bytes / sweep_rate(points, k, False)
+
+
+@dataclass(frozen=True)
+class ClosedLoop:
+    """Loader workers that each read a sample and then compute it, over and over."""
+
+    samples_per_s: float
+    read_s: float  # one read's time
+    reads_in_flight: float  # as a read sees them: its own and the others beside it
+
+
+def closed_loop(
+    points: list[tuple[float, float]],
+    sample_bytes: float,
+    scale: float,
+    compute_s: float,
+    lanes: int,
+) -> ClosedLoop:
+    """What ``lanes`` workers deliver when each, per sample, reads from storage with the
+    concurrency curve ``points`` (``curve_read_seconds``, times ``scale``: the run's reads
+    against the probe's) and then computes for ``compute_s``.
+
+    Mean value analysis of the closed loop: with n workers, a read finds the others' reads
+    in flight that n - 1 workers had, Q(n - 1), and takes the curve's time at 1 + Q(n - 1)
+    reads in flight; a worker's cycle is that read plus its compute, so X(n) = n / (R(n) +
+    compute_s), and by Little's law Q(n) = X(n) * R(n). Exact for a bandwidth shared evenly
+    among its reads and for a per-request latency (a flat time per read); between them the
+    curve says which. Workers that compute between reads keep fewer reads in flight than
+    there are workers, so a shared bandwidth fills only when there are more of them: 2
+    workers decoding 15 ms after each 50 kB read from a server capped at 2 MB/s deliver 31
+    samples/s, 4 deliver the cap's 40."""
+    q, out = 0.0, ClosedLoop(0.0, 0.0, 0.0)
+    for n in range(1, max(lanes, 1) + 1):
+        k = 1.0 + q
+        read = scale * curve_read_seconds(points, sample_bytes, k)
+        x = n / (read + compute_s) if read + compute_s > 0 else 0.0
+        q = x * read
+        out = ClosedLoop(x, read, k)
+    return out
+
+
+def closed_loop_scale(
+    points: list[tuple[float, float]],
+    sample_bytes: float,
+    compute_s: float,
+    lanes: int,
+    read_s: float,
+) -> float:
+    """The ``scale`` at which ``closed_loop`` gives ``lanes`` workers a read time of
+    ``read_s``: the factor between a run's reads and a probe's curve, where the run's own
+    reads in flight are not known and each worker is taken to have been busy. The read time
+    grows with the scale, so a bisection finds it."""
+    guess = read_s / curve_read_seconds(points, sample_bytes, float(max(lanes, 1)))
+    lo, hi = guess * 1e-3, guess * 1e3
+    for _ in range(80):
+        mid = math.sqrt(lo * hi)
+        if closed_loop(points, sample_bytes, mid, compute_s, lanes).read_s < read_s:
+            lo = mid
+        else:
+            hi = mid
+    return math.sqrt(lo * hi)
+
+
 def all_lanes_reading(cap: float, lanes: int, scaling: ReadScaling | None) -> float:
     """A watched run's storage capacity ``cap`` (lanes / time per sample) holds the read
     time at the reads in flight the run had, on average fewer than its lanes; storage limits
@@ -545,13 +653,18 @@ def storage_scale(scaling: ReadScaling | None, lanes_ratio: float) -> float | No
 __all__ = [
     "DENSITY_HIGH_MIN",
     "DENSITY_LOW_MAX",
+    "ClosedLoop",
     "CpuContext",
     "SampleSpan",
     "all_lanes_reading",
     "best_level",
+    "closed_loop",
+    "closed_loop_scale",
+    "computing_per_sample",
     "copy_rate_at",
     "cpu_capacity",
     "cpu_context",
+    "curve_read_seconds",
     "dali_cpu_capacity",
     "dataset_samples",
     "density_class",
@@ -560,6 +673,7 @@ __all__ = [
     "gpus_linear",
     "loader_cores",
     "mapped_bytes_per_sample",
+    "metered_per_sample",
     "pcie_from_rate",
     "peak_copy_rate",
     "read_scaling",

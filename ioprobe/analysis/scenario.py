@@ -32,7 +32,6 @@ from ioprobe.record import (
     CpuStage,
     GpuStage,
     PcieStage,
-    ReadScaling,
     RunRecord,
     StageDelta,
     StageName,
@@ -536,84 +535,97 @@ def _readers_why(rec: RunRecord, curved: bool, ratio: float) -> str:
 EXPONENT_DISAGREES = 0.3
 
 
-def run_reads_in_flight(
-    points: list[tuple[float, float]],
-    lanes: float,
-    read_s: float,
-    sample_bytes: float,
-    scaling: ReadScaling | None,
-) -> tuple[float, str]:
-    """The reads in flight a watched run's reads were timed at, and how that is known.
+@dataclasses.dataclass(frozen=True)
+class RunOnCurve:
+    """Where a watched run's reads sit on a probe's concurrency curve of the same storage."""
 
-    The run measured it (``scaling.reads_in_flight_mean``); otherwise it is where a probe's
-    curve ``points`` (reads in flight, bytes/s) gives the run's time per read ``read_s``:
-    m * sample_bytes / T(m) = read_s, between one read and the lanes. The curve's time per
-    read grows with m (flat under a latency limit, where every m scales alike). Where the
-    run read faster than the probe's one reader or slower than at its lanes (another cache
-    state, other load on the storage), the curve can't place it: the lanes."""
-    if scaling is not None and scaling.reads_in_flight_mean > 0:
-        return min(scaling.reads_in_flight_mean, lanes), "measured in this run"
+    read_s: float  # the run's time per read (per sample)
+    compute_s: float  # a worker's compute between reads (CPU and run-queue wait)
+    reads_in_flight: float  # as its reads saw them
+    how: str  # how that is known
+    scale: float  # the run's time per read over the curve's at those reads in flight
+    sample_bytes: float  # bytes per read; 1 where unknown (the scale absorbs it)
 
-    def per_read(m: float) -> float:
-        return m * sample_bytes / capacity.sweep_rate(points, m, False)
 
-    if sample_bytes > 0 and lanes > 1 and per_read(1.0) <= read_s <= per_read(lanes):
-        lo, hi = 1.0, lanes
+def run_on_curve(
+    rec: RunRecord, points: list[tuple[float, float]], lanes: int, cap: float
+) -> RunOnCurve:
+    """A watched run placed on a probe's curve ``points`` (reads in flight, bytes/s).
+
+    Its ``lanes`` workers each read and then compute: the run's capacity ``cap`` is lanes /
+    (read + compute) at the reads in flight it had (``capacity.all_lanes_reading`` undone),
+    and the compute is the workers' steady CPU and run-queue time per sample, so the read
+    time is the rest. Its reads in flight are the run's own measure where it has one; else
+    where the curve's time per read (``capacity.curve_read_seconds``) is the run's, between
+    one read and the lanes; else (a run faster than the probe's one reader, or slower than
+    all its lanes reading) each worker is taken to have been busy, and the curve is scaled
+    to the run's time per read (``capacity.closed_loop_scale``)."""
+    assert rec.watch is not None
+    scaling = rec.watch.read_scaling
+    raw = cap / capacity.all_lanes_reading(1.0, lanes, scaling)
+    # a capacity from workers' per-sample times holds their compute; other loaders' do not
+    eps = [e for e in capacity.worker_epochs(rec.watch.epochs) if e.samples]
+    cpu = rec.stages.cpu.cpu_seconds_per_sample or 0.0
+    compute = capacity.computing_per_sample(eps, cpu) if eps else 0.0
+    read = lanes / raw - compute
+    if read <= 0:  # nothing left for the reads: take the whole cycle as read time
+        read, compute = lanes / raw, 0.0
+    size = rec.dataset.sample_bytes_mean or 0.0
+    measured = scaling.reads_in_flight_mean if scaling is not None else 0.0
+    if size > 0 and measured > 0:
+        k = min(max(measured, 1.0), float(lanes))
+        scale = read / capacity.curve_read_seconds(points, size, k)
+        return RunOnCurve(read, compute, k, "measured in this run", scale, size)
+
+    def per_read(k: float) -> float:
+        return capacity.curve_read_seconds(points, size, k)
+
+    if size > 0 and lanes > 1 and per_read(1.0) <= read <= per_read(lanes):
+        lo, hi = 1.0, float(lanes)
         for _ in range(40):
             mid = (lo + hi) / 2
-            lo, hi = (mid, hi) if per_read(mid) < read_s else (lo, mid)
-        return (lo + hi) / 2, "where the sweep's time per read is this run's"
-    return lanes, "assumed: every lane was reading"
-
-
-def probe_scale(
-    points: list[tuple[float, float]],
-    lanes: float,
-    new_lanes: float,
-    m: float,
-    exponent: float | None,
-) -> float:
-    """The factor a watched run's storage capacity takes at ``new_lanes`` readers instead of
-    its ``lanes``, along a probe's measured curve ``points`` (reads in flight, bytes/s; flat
-    past the last level, where storage saturates), its reads timed at ``m`` in flight
-    (``run_reads_in_flight``).
-
-    The run's capacity is lanes / time per read. By Little's law storage delivered m / lanes
-    of that, the curve's T(m); with every new lane reading it delivers T(new_lanes), so the
-    factor is (m / lanes) * T(new_lanes) / T(m). A capacity the run put at every lane reading
-    with its own ``exponent`` (``capacity.all_lanes_reading``) is taken back to its reads
-    first, so that the probe's curve alone moves it."""
-    undo = (m / lanes) ** (1.0 - exponent) if exponent is not None else 1.0
-    at_run = capacity.sweep_rate(points, m, False)
-    if at_run <= 0:
-        return 1.0
-    return (m / lanes) / undo * capacity.sweep_rate(points, new_lanes, False) / at_run
+            lo, hi = (mid, hi) if per_read(mid) < read else (lo, mid)
+        how = "where the sweep's time per read is this run's"
+        return RunOnCurve(read, compute, (lo + hi) / 2, how, 1.0, size)
+    size = size or 1.0
+    scale = capacity.closed_loop_scale(points, size, compute, lanes, read)
+    at = capacity.closed_loop(points, size, scale, compute, lanes)
+    how = "assumed: every worker busy"
+    return RunOnCurve(read, compute, at.reads_in_flight, how, scale, size)
 
 
 def _along_probe(
     rec: RunRecord, ch: Change, st: StorageStage, lanes: float, new_lanes: float
 ) -> list[str]:
-    """A watched run's storage at ``new_lanes`` readers along a probe's sweep of the same
-    storage (``probe_scale``), and the sentences that say where the curve came from."""
+    """A watched run's storage at ``new_lanes`` workers along a probe's sweep of the same
+    storage: the run placed on the curve (``run_on_curve``), then its workers, each reading
+    and computing as in the run, at the new count (``capacity.closed_loop``); and the
+    sentences that say where the curve came from."""
     cap = st.capacity_samples_per_s
     pts = capacity.sweep_points(ch.storage_sweep)
     if not cap or new_lanes == lanes or not pts or rec.watch is None:
         return []
     scaling = rec.watch.read_scaling
-    m, how = run_reads_in_flight(pts, lanes, lanes / cap, rec.dataset.sample_bytes_mean, scaling)
-    exponent = scaling.exponent if scaling is not None else None
-    factor = probe_scale(pts, lanes, new_lanes, m, exponent)
-    st.capacity_samples_per_s = cap * factor
+    run = run_on_curve(rec, pts, round(lanes), cap)
+    new = capacity.closed_loop(pts, run.sample_bytes, run.scale, run.compute_s, round(new_lanes))
+    factor = new.samples_per_s / cap
+    st.capacity_samples_per_s = new.samples_per_s
+    m = run.reads_in_flight
     xs, ys = [x for x, _ in pts], [y for _, y in pts]
+    computing = (
+        f", each computing {run.compute_s * 1e3:.1f} ms per sample between reads"
+        if run.compute_s > 0
+        else ""
+    )
     why = [
         f"storage follows the concurrency sweep of {ch.storage_sweep_source or 'a probe'}: "
         f"{len(pts)} levels, {min(xs):g}-{max(xs):g} reads in flight, "
-        f"{units.bandwidth(min(ys))} to {units.bandwidth(max(ys))}; from the {m:.1f} reads in flight this "
-        f"run had ({how}) to {new_lanes:g} with every worker reading, {factor:.2f}x its "
-        "capacity"
+        f"{units.bandwidth(min(ys))} to {units.bandwidth(max(ys))}; from the {m:.1f} reads in "
+        f"flight this run had ({run.how}) to {new.reads_in_flight:.1f} with {new_lanes:g} "
+        f"workers{computing}, {factor:.2f}x its capacity"
         + (
             f"; past the sweep's last level ({max(xs):g}) storage is taken as saturated (flat)"
-            if new_lanes > max(xs)
+            if new.reads_in_flight > max(xs)
             else ""
         )
     ]
@@ -785,6 +797,7 @@ __all__ = [
     "UNCHECKED_MARGIN",
     "Decode",
     "Resources",
+    "RunOnCurve",
     "Scenario",
     "cpu_estimate",
     "cpu_parallelism",
@@ -797,7 +810,6 @@ __all__ = [
     "merge",
     "parse_pcie",
     "pcie_estimate",
-    "probe_scale",
     "ranks_on_host",
     "recorded_cores",
     "recorded_gpus",
@@ -805,7 +817,7 @@ __all__ = [
     "recorded_resources",
     "recorded_workers",
     "resources",
-    "run_reads_in_flight",
+    "run_on_curve",
     "split_base",
     "storage_estimate",
     "unchecked_assumptions",

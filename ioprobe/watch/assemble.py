@@ -7,7 +7,7 @@ from __future__ import annotations
 from array import array
 
 from ioprobe import capacity
-from ioprobe.capacity import worker_epochs
+from ioprobe.capacity import steady, worker_epochs
 from ioprobe.collect.dataset import is_remote
 from ioprobe.collect.timeline import Series
 from ioprobe.record import (
@@ -22,7 +22,6 @@ from ioprobe.record import (
 )
 from ioprobe.redact import redact_url
 from ioprobe.watch.reservoir import Reservoir
-from ioprobe.watch.stages import steady
 
 # the batch log's columns, one row per batch laid flat in an array("q"): request, arrival,
 # ready, worker, work ns, slowest sample ns, samples, epoch, CPU ns, run-queue ns, process CPU ns

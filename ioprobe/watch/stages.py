@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ioprobe import capacity
-from ioprobe.capacity import steady, worker_epochs
+from ioprobe.capacity import worker_epochs
 from ioprobe.record import (
     CpuStage,
     DaliData,
@@ -152,43 +152,6 @@ def worker_cpu(m: Measured, notes: list[str]) -> CpuStage:
     )
 
 
-def _metered_per_sample(eps: Sequence[WatchEpoch], samples: int) -> tuple[float, float]:
-    """Seconds of metered storage time (opens and reads) and of opens alone, per sample, in
-    steady state: each worker's first opens pay for its session (an aiohttp loop, a TLS
-    handshake), a one-off the per-sample figure should not carry."""
-    ok = steady(eps)
-    n = sum(e.samples - e.startup_samples for e in ok)
-    if not n:
-        return (
-            sum(e.metered_read_seconds for e in eps) / samples,
-            sum(e.metered_open_seconds for e in eps) / samples,
-        )
-    read = sum(e.metered_read_seconds - e.startup_metered_read_seconds for e in ok)
-    opened = sum(e.metered_open_seconds - e.startup_metered_open_seconds for e in ok)
-    return read / n, opened / n
-
-
-def _computing_per_sample(eps: Sequence[WatchEpoch], whole: float) -> float:
-    """A worker's CPU seconds per sample with its wait for a core, in steady state: a
-    worker's first samples import what its dataset loads lazily (an HTTP client, a codec),
-    a one-off that its time per sample should not carry; ``whole``, the whole run's, where
-    no epoch ran past its first round."""
-    ok = steady(eps)
-    n = sum(e.samples - e.startup_samples for e in ok)
-    if not n:
-        return whole
-    return (
-        sum(
-            capacity.worker_cpu_seconds(e)
-            - e.startup_sample_cpu_seconds
-            + e.runqueue_seconds
-            - e.startup_runqueue_seconds
-            for e in ok
-        )
-        / n
-    )
-
-
 def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
     """Storage from the reads the workers timed through ``ioprobe.loaders.files`` when there
     are any; otherwise from the time they were blocked (wall - CPU - run-queue wait, collate
@@ -198,9 +161,9 @@ def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
     eps, samples = m.worker_epochs, m.samples
     lanes = max(m.settings.workers, 1)
     mean_bytes = m.sample_bytes
-    metered_s, open_s = _metered_per_sample(eps, samples)
+    metered_s, open_s = capacity.metered_per_sample(eps, samples)
     runq = sum(e.runqueue_seconds for e in eps) / samples
-    computing = _computing_per_sample(eps, cpu_per_sample + runq)
+    computing = capacity.computing_per_sample(eps, cpu_per_sample)
     storage = StorageStage()
     if metered_s > 0:
         cap = capacity.all_lanes_reading(
@@ -356,7 +319,6 @@ __all__ = [
     "device_stages",
     "gpu_stage",
     "loader_stages",
-    "steady",
     "worker_cpu",
     "worker_storage",
 ]

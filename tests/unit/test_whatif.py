@@ -428,6 +428,28 @@ def test_a_run_faster_than_the_probes_single_reader_scales_from_its_lanes() -> N
     assert _storage_with_probe(rec, storage_probe(CAPPED), 4) == pytest.approx(40.0 * 2.0e6 / 1.8e6)
 
 
+def test_workers_that_compute_between_reads_fill_a_shared_cap_only_when_there_are_more() -> None:
+    # by construction: a server shares 2 MB/s among its reads (flat curve: 50 ms for a 100 kB
+    # read alone); each worker reads a sample, then computes it for 30 ms. One worker alone
+    # takes 50 + 30 ms a sample: 12.5/s, exactly. Two keep the server busy only part of the
+    # time (17.98/s, 1.6 reads in flight); four fill it: the cap, 20/s. The run's reads in
+    # flight alone (1.6 of 2 lanes) said "capped already": T(4) / T(2) = 1, 17.98/s.
+    flat = storage_probe([(1, 2e6), (2, 2e6), (4, 2e6), (8, 2e6)])
+    compute, read = 0.030, 0.050 * (1 + 0.050 / 0.080)  # the second worker's read sees 1.625
+    run_cap = 2 / (read + compute)
+    rec = watched_remote(mean=None, storage=run_cap)
+    assert rec.watch is not None
+    rec.watch.epochs = [
+        WatchEpoch(index=0, samples=400, seconds=22.0, sample_cpu_seconds=400 * compute)
+    ]
+    assert _storage_with_probe(rec, flat, 1) == pytest.approx(12.5)
+    assert _storage_with_probe(rec, flat, 4) == pytest.approx(20.0, rel=0.01)
+    out = whatif(rec, Change(workers=4), probe=flat, probe_name="p.json")
+    assert out.whatif is not None
+    said = " ".join(out.whatif.assumptions)
+    assert "1.6 reads in flight" in said and "30.0 ms per sample between reads" in said
+
+
 def test_probe_sweep_of_a_latency_limit_predicts_linear_scaling() -> None:
     linear = [(1, 1e6), (2, 2e6), (4, 4e6), (8, 8e6)]
     rec = watched_remote(mean=1.6)

@@ -109,6 +109,36 @@ def file_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
     return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
 
 
+def socket_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
+    """Bytes the workers received over sockets per sample (``loaders.sockets``); 0 below
+    what a sample of data holds at the least (a worker's stray requests).
+
+    From the steady batches, as ``file_bytes_per_sample`` does and for its reason: a worker's
+    first round also sets its client up (a credentials or region lookup, an endpoint list).
+    A reader that downloads in lumps (a shard, a chunk) before its first sample receives
+    much of its data in that round; where it received ``LUMPY_RATIO`` times the steady
+    bytes per sample or more, the whole epochs count."""
+    epochs = worker_epochs(epochs)
+    ok = steady(epochs)
+    n = sum(e.samples - e.startup_samples for e in ok)
+    if not n:
+        samples = sum(e.samples for e in epochs)
+        mean = sum(e.socket_bytes for e in epochs) / samples if samples else 0.0
+        return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
+    mean = sum(e.socket_bytes - e.startup_socket_bytes for e in ok) / n
+    floor = LUMPY_RATIO * max(mean, METERED_MIN_BYTES_PER_SAMPLE)
+    lumpy = [
+        e
+        for e in ok
+        if e.workers_started
+        and e.startup_socket_bytes >= FIRST_ROUND_DATA_MIN * e.workers_started
+        and e.startup_socket_bytes >= floor * e.startup_samples
+    ]
+    if lumpy:
+        mean = sum(e.socket_bytes for e in lumpy) / sum(e.samples for e in lumpy)
+    return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
+
+
 def steady_read_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float | None:
     """Bytes the workers passed to read() per sample in the steady batches alone (the first
     round, which also sets up what the dataset imports, left out); 0 at or below what IPC

@@ -359,6 +359,7 @@ class WatchEpoch:
     # what the workers read() in that round: a worker's first samples import the modules
     # its dataset loads lazily (fsspec, aiohttp, codecs), bytes that are not the dataset's
     startup_read_chars: int = 0
+    startup_socket_bytes: int = 0  # and what they received over sockets
     # the same round's bytes fetched from the storage device (not the page cache), and its
     # samples' wall, CPU and run-queue time: what a cold start cost
     startup_read_bytes: int = 0
@@ -377,6 +378,9 @@ class WatchEpoch:
     watch_worker_seconds: float = 0.0
     read_chars: int = 0  # bytes passed to read()/pread() by the workers
     read_bytes: int = 0  # bytes the workers caused to be fetched from storage
+    # bytes the workers received over Python's sockets (HTTP, object stores): the network
+    # reads read_chars leaves out
+    socket_bytes: int = 0
     metered_bytes: int = 0  # read through ioprobe.loaders.files
     metered_read_seconds: float = 0.0  # opens and reads
     metered_open_seconds: float = 0.0  # opens alone: per-request latency
@@ -713,9 +717,10 @@ class WatchData:
     step_ms: Distribution = field(default_factory=Distribution)  # per batch
     sample_ms: Distribution = field(default_factory=Distribution)  # worker wall per sample
     storage_metered: bool = True
-    # where the bytes per sample came from: "metered" (ioprobe.loaders.files), "read" (the
-    # workers' read() calls), "mmap" (the data files the workers had memory-mapped), "none"
-    # (nothing seen: sockets, or no reads); "" in records made before it was kept
+    # where the bytes per sample came from: "metered" (ioprobe.loaders.files), "socket" (what
+    # the workers received over Python's sockets), "read" (the workers' read() calls),
+    # "mmap" (the data files the workers had memory-mapped), "none" (nothing seen: no reads,
+    # or a client that receives in C); "" in records made before it was kept
     bytes_seen: str = ""
     # data files mapped into the workers (libraries, Python's own files, devices and shared
     # memory left out): their mapped bytes, each file counted once whichever workers mapped it

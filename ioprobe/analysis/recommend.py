@@ -382,14 +382,16 @@ def reads_through_page_cache(rec: RunRecord) -> bool | None:
     """Whether the dataset's reads pass through this host's page cache: a probe knows from
     its target (local files do, fsspec URLs do not); a watched run from its workers' file
     reads in steady state (bytes read() per sample) or the data files they memory-mapped
-    (mapped pages are page-cache pages), None where it saw neither: reads over sockets show
-    as none. A watched dataset that names a remote source (litdata or MDS from object
-    storage) does not: it maps chunks it downloaded, and what its cache evicts comes over
-    the network again."""
+    (mapped pages are page-cache pages), None where it saw neither. Bytes received over
+    sockets do not pass through it, and a watched dataset that names a remote source
+    (litdata or MDS from object storage) does not either: it maps chunks it downloaded, and
+    what its cache evicts comes over the network again."""
     if rec.dataset.remote:
         return False
     if rec.watch is None:
         return True
+    if rec.watch.bytes_seen == "socket":
+        return False
     if rec.watch.bytes_seen == "mmap":
         return True
     return True if capacity.file_bytes_per_sample(rec.watch.epochs) > 0 else None

@@ -218,8 +218,9 @@ def size_line(rec: RunRecord, formats: str = "") -> str:
     ds = rec.dataset
     if rec.watch is not None and not rec.watch.storage_metered:
         return (
-            f"{ds.files:,} samples; bytes per sample not seen (reads over sockets or through "
-            "memory maps do not show in the I/O counters; ioprobe.loaders.files meters them)"
+            f"{ds.files:,} samples; bytes per sample not seen (reads through memory maps, "
+            "and a client that receives in C such as uvloop or a CRT-based S3 client, show "
+            "in no counter; ioprobe.loaders.files meters them)"
         )
     density = f"({ds.density} density" + (f", {formats})" if formats else ")")
     if rec.watch is not None and rec.watch.bytes_seen == "mmap":

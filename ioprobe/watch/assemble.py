@@ -140,6 +140,19 @@ def batch_log(log: array[int], origin: int, dropped: int) -> BatchLog | None:
     )
 
 
+def end_first_round(ep: WatchEpoch) -> None:
+    """Keep what an epoch's workers measured by the end of its first round of batches (one
+    per worker: their start-up), which its steady-state figures leave out."""
+    ep.startup_metered_read_seconds = ep.metered_read_seconds
+    ep.startup_metered_open_seconds = ep.metered_open_seconds
+    ep.startup_read_chars = ep.read_chars
+    ep.startup_socket_bytes = ep.socket_bytes
+    ep.startup_read_bytes = ep.read_bytes
+    ep.startup_sample_wall_seconds = ep.sample_wall_seconds
+    ep.startup_sample_cpu_seconds = ep.sample_cpu_seconds
+    ep.startup_runqueue_seconds = ep.runqueue_seconds
+
+
 def sample_spans(spans: list[tuple[int, int, bytes, bytes, int]]) -> list[capacity.SampleSpan]:
     """Each kept sample's span and blocked time. A worker's samples ran back to back
     before its collate, so the batch's end and their wall times place them; the batch's
@@ -174,19 +187,22 @@ def bytes_read(
 ) -> tuple[int, float, str]:
     """Bytes the loader read, per sample (0 when below what IPC alone accounts for), and
     how they were seen (``WatchData.bytes_seen``). Metered reads also count in rchar when
-    they are local: never add the two. Metered bytes are the dataset's by construction;
-    the workers' rchar also holds what their first samples imported, so its per-sample
-    figure comes from the steady batches. Where the steady batches read() nothing, the
-    data files the workers mapped stand in (``capacity.mapped_bytes_per_sample``): the
-    bytes are then the files' size, not an epoch's reads. They stand in before a first
-    round read in a lump: a reader that downloads its chunks over a socket and maps them
-    (litdata from S3) read() megabytes per worker setting up its client (CA bundles, an
-    SDK's endpoint tables) and nothing of its data."""
+    they are local, and over sockets when remote: never add them. Metered bytes are the
+    dataset's by construction; the workers' rchar and socket bytes also hold what their
+    first samples set up, so their per-sample figures come from the steady batches. A
+    dataset that downloads a file and then reads it counts in both: the larger stands.
+    Where the steady batches read() nothing, the data files the workers mapped stand in
+    (``capacity.mapped_bytes_per_sample``): the bytes are then the files' size, not an
+    epoch's reads; but a reader that downloads its chunks over a socket and maps them
+    (litdata from S3) received them, and what it received stands."""
     eps = worker_epochs(epochs)
     samples = sum(e.samples for e in eps)
     metered = sum(e.metered_bytes for e in eps)
     if metered:
         return metered, metered / samples if samples else 0.0, "metered"
+    received = capacity.socket_bytes_per_sample(eps)
+    if received > 0 and received >= capacity.file_bytes_per_sample(eps):
+        return sum(e.socket_bytes for e in eps), received, "socket"
     read_chars = sum(e.read_chars for e in eps)
     held = dataset_len or max((e.samples for e in eps), default=0)
     by_map = capacity.mapped_bytes_per_sample(mapped, held)

@@ -266,11 +266,11 @@ class WatchCollector:
 
     def on_batch(self, t_request: int, t_arrival: int, stats: BatchStats) -> None:
         """A batch that a worker made and measured (``stats``) reached the consumer."""
-        # unpacked by position, one operation where reading the names would take nineteen, into
+        # unpacked by position, one operation where reading the names would take twenty, into
         # locals named as BatchStats' fields (test_worker_message holds the two in step)
         (worker, wall, cpu, collate_ns, read_chars, read_bytes, runqueue_ns, metered_bytes,
          metered_ns, metered_open_ns, done_ns, indices, sample_bytes, started_ns, mapped, turned,
-         collate_cpu_ns, overhead_ns, process_cpu_ns) = stats  # fmt: skip
+         collate_cpu_ns, overhead_ns, process_cpu_ns, socket_bytes) = stats  # fmt: skip
         walls = array("q", wall)
         n = len(walls)
         wall_ns = sum(walls)
@@ -295,7 +295,7 @@ class WatchCollector:
             self._startup_ns += started_ns - self._iter_ns
             ep.workers_started += 1
             ep.worker_startup_seconds = self._startup_ns / ep.workers_started / 1e9
-        if metered_bytes and sample_bytes:
+        if (metered_bytes or socket_bytes) and sample_bytes:
             self.sample_bytes.extend(array("q", sample_bytes))
         if mapped:
             self.mapped.add(mapped)
@@ -314,6 +314,7 @@ class WatchCollector:
         ep.metered_open_seconds += metered_open_ns / 1e9
         ep.read_chars += read_chars
         ep.read_bytes += read_bytes
+        ep.socket_bytes += socket_bytes
         ep.sample_wall_seconds += wall_s
         ep.sample_cpu_seconds += cpu_s
         ep.collate_seconds += collate_ns / 1e9
@@ -322,13 +323,7 @@ class WatchCollector:
         ep.runqueue_seconds += runqueue_ns / 1e9
         ep.worker_process_cpu_seconds += process_cpu_ns / 1e9
         if ep.batches == self._startup_batches:
-            ep.startup_metered_read_seconds = ep.metered_read_seconds
-            ep.startup_metered_open_seconds = ep.metered_open_seconds
-            ep.startup_read_chars = ep.read_chars
-            ep.startup_read_bytes = ep.read_bytes
-            ep.startup_sample_wall_seconds = ep.sample_wall_seconds
-            ep.startup_sample_cpu_seconds = ep.sample_cpu_seconds
-            ep.startup_runqueue_seconds = ep.runqueue_seconds
+            assemble.end_first_round(ep)
         w = self.workers.get(worker)
         if w is None:
             w = self.workers[worker] = WorkerStats(worker=worker)

@@ -45,6 +45,9 @@ class BatchStats(NamedTuple):
     # batch too) since its previous batch's collate ended; 0 for its first batch, whose
     # interval holds its start-up
     process_cpu_ns: int = 0
+    # bytes received over Python's sockets (loaders.sockets): a dataset's reads from the
+    # network, which read_chars leaves out
+    socket_bytes: int = 0
 
 
 MAPPED_FIELDS = 4  # a mapped file in BatchStats.mapped: device, inode, bytes, folder_tag

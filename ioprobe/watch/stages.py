@@ -27,7 +27,11 @@ from ioprobe.record import (
 )
 
 METERED_BASIS = "metered reads through ioprobe.loaders.files"
-_MAPPED_BYTES = "; bytes per sample from the memory-mapped data files' size"
+# how bytes per sample were seen (WatchData.bytes_seen), where the storage stage says so
+_BYTES_BASIS = {
+    "mmap": "; bytes per sample from the memory-mapped data files' size",
+    "socket": "; bytes per sample received over the workers' sockets",
+}
 HOST_STEP_METHOD = "wall clock: consumer time between batches"
 ONE_BATCH_NOTE = "only one batch per epoch: no step time to measure"
 # a loader that spends less than this share of a sample's wall time blocked is not waiting
@@ -184,9 +188,9 @@ def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
         storage.read_bytes_per_s = cap * mean_bytes if mean_bytes else None
         storage.unmetered_seconds = blocked * samples if mean_bytes == 0 else 0.0
         if not mean_bytes:
-            bytes_basis = "; no bytes in the I/O counters: unmetered (sockets?)"
+            bytes_basis = "; no bytes in the I/O or socket counters: unmetered"
         else:
-            bytes_basis = _MAPPED_BYTES if m.bytes_seen == "mmap" else ""
+            bytes_basis = _BYTES_BASIS.get(m.bytes_seen, "")
         storage.basis = "blocked time in the workers (wall - CPU - run-queue wait)" + bytes_basis
     else:
         storage.basis = "workers were never blocked on reads: storage is not limiting"

@@ -29,6 +29,7 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
 from ioprobe.collect.procfs import IO, parse_io, parse_runqueue_ns
 from ioprobe.loaders import files as _files
+from ioprobe.loaders import sockets as _sockets
 from ioprobe.watch.message import MAPPED_FIELDS, BatchStats, folder_tag
 
 # Each worker process's own buffers. A forked worker inherits the parent's: the fork hook
@@ -36,8 +37,11 @@ from ioprobe.watch.message import MAPPED_FIELDS, BatchStats, folder_tag
 _wall = array("q")
 _cpu = array("q")
 _index = array("q")  # each sample's dataset index (-1: not an integer)
-_nbytes = array("q")  # bytes it read through ioprobe.loaders.files
+# bytes it read through ioprobe.loaders.files, or else received over sockets (the metered
+# opener's reads over HTTP arrive over sockets too: never both)
+_nbytes = array("q")
 _metered = _files.BYTES  # the opener's running byte count: one list read per sample
+_received = _sockets.RECEIVED  # bytes received over sockets, read the same way
 _NOTHING = (b"", b"")  # no listing at this batch
 
 
@@ -116,7 +120,7 @@ def _counters() -> list[int]:
     own = _S.own  # the value read excludes the read that returns it, includes earlier ones
     rchar, rbytes = parse_io(_read_proc(IO))
     runq = parse_runqueue_ns(_read_proc("/proc/thread-self/schedstat"))
-    return [rchar - own if rchar else 0, rbytes, runq]
+    return [rchar - own if rchar else 0, rbytes, runq, _received[0]]
 
 
 # Mapped files that are not a dataset's: devices, kernel files, shared memory (torch's batches
@@ -304,6 +308,7 @@ def _count_module_reads() -> None:
 def _baseline() -> None:
     if get_worker_info() is not None:  # the main process's imports are left as they are
         _count_module_reads()
+    _sockets.install()
     _S.started = time.perf_counter_ns()
     _S.last = _counters()
 
@@ -330,12 +335,13 @@ class TimedDataset(Dataset[Any]):
         if _S.last is None:
             _baseline()
         b0 = _metered[0]
+        r0 = _received[0]
         w0 = time.perf_counter_ns()
         c0 = time.thread_time_ns()
         item = self.inner[index]
         _cpu.append(time.thread_time_ns() - c0)
         _wall.append(time.perf_counter_ns() - w0)
-        _nbytes.append(_metered[0] - b0)
+        _nbytes.append(_metered[0] - b0 or _received[0] - r0)
         _index.append(index if type(index) is int else _as_index(index))
         return item
 
@@ -353,13 +359,14 @@ class TimedBatchedDataset(TimedDataset):
         if _S.last is None:
             _baseline()
         b0 = _metered[0]
+        r0 = _received[0]
         w0 = time.perf_counter_ns()
         c0 = time.thread_time_ns()
         items = self.inner.__getitems__(indices)
         n = max(len(indices), 1)
         cpu = (time.thread_time_ns() - c0) // n
         wall = (time.perf_counter_ns() - w0) // n
-        nbytes = (_metered[0] - b0) // n
+        nbytes = (_metered[0] - b0 or _received[0] - r0) // n
         for index in indices:
             _cpu.append(cpu)
             _wall.append(wall)
@@ -377,12 +384,13 @@ class TimedIterable(IterableDataset[Any]):
     def __iter__(self) -> Iterator[Any]:
         it = iter(self.inner)
         clock, cclock = time.perf_counter_ns, time.thread_time_ns
-        metered = _metered
+        metered, received = _metered, _received
         if _S.last is None:
             _baseline()
         position = 0  # a stream has no index: its position in this worker's stream stands in
         while True:
             b0 = metered[0]
+            r0 = received[0]
             w0 = clock()
             c0 = cclock()
             try:
@@ -391,7 +399,7 @@ class TimedIterable(IterableDataset[Any]):
                 return
             _cpu.append(cclock() - c0)
             _wall.append(clock() - w0)
-            _nbytes.append(metered[0] - b0)
+            _nbytes.append(metered[0] - b0 or received[0] - r0)
             _index.append(position)
             position += 1
             yield item
@@ -462,6 +470,8 @@ class TimedCollate:
         mapped, turned = (
             _mapped() if not n & (n - 1) and (n == 2 or n.bit_length() & 1) else _NOTHING
         )
+        if not _sockets.installed():  # ssl imported since the last batch (or uninstalled)
+            _sockets.install()
         stats = BatchStats(
             worker=-1 if info is None else info.id,
             wall=wall,
@@ -470,6 +480,7 @@ class TimedCollate:
             read_chars=now[0] - prev[0],
             read_bytes=now[1] - prev[1],
             runqueue_ns=now[2] - prev[2],
+            socket_bytes=now[3] - prev[3],
             metered_bytes=metered_bytes,
             metered_ns=metered_ns,
             metered_open_ns=metered_open_ns,

@@ -1,4 +1,4 @@
-"""Run a training script unchanged, watching every PyTorch DataLoader it iterates.
+"""Run a training script unchanged, watching every PyTorch DataLoader and DALI iterator it uses.
 
   ioprobe run [--live] [--json F] [--html F] [--md F] [--trace F] [-o F] -- python train.py ARGS...
 

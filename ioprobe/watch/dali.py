@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ioprobe import capacity
@@ -72,8 +72,12 @@ def _threads() -> dict[str, int]:
     return out
 
 
-def _children_cpu() -> float:
-    """CPU seconds of the live child processes: parallel external_source workers."""
+def _children_cpu(pipes: list[Any]) -> float:
+    """CPU seconds of the live child processes: parallel external_source workers. None of
+    the pipelines started a pool of them: 0, without listing every process on the host
+    (psutil's children() reads each one's /proc entry: 4-5 ms an epoch on a quiet host)."""
+    if not any(getattr(p, "_py_pool", None) is not None for p in pipes):
+        return 0.0
     import psutil
 
     total = 0.0
@@ -272,7 +276,7 @@ class DaliAdapter:
         self._files_read = False
 
     def begin_epoch(self) -> None:
-        self._mark = (nvtx.snapshot(), _threads(), read_io(), _children_cpu())
+        self._mark = (nvtx.snapshot(), _threads(), read_io(), _children_cpu(self.pipes))
 
     def end_epoch(self, epoch: WatchEpoch) -> None:
         if self._mark is None:
@@ -289,7 +293,7 @@ class DaliAdapter:
         rchar, rbytes = read_io()
         epoch.read_chars += rchar - io0[0]
         epoch.read_bytes += rbytes - io0[1]
-        self.worker_cpu += max(_children_cpu() - kids0, 0.0)
+        self.worker_cpu += max(_children_cpu(self.pipes) - kids0, 0.0)
 
     def data(self) -> DaliData:
         """What the pipelines did besides delivering batches, over the epochs so far."""
@@ -400,7 +404,7 @@ class _Watched:
 
     def reset(self) -> None:
         self._end(None)
-        self._loader.reset()
+        self._reset(self._loader)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._loader, name)
@@ -411,10 +415,27 @@ class _Watched:
         self._finished()
 
 
-class WatchedIterator(_Watched):
-    """What ``ioprobe.watch`` returns for a DALI framework iterator; ``.run`` is the record."""
+def _reset(obj: Any) -> None:
+    obj.reset()
 
-    def __init__(self, it: Any, finish: Finish) -> None:
+
+class WatchedIterator(_Watched):
+    """What ``ioprobe.watch`` returns for a DALI framework iterator; ``.run`` is the record.
+
+    ``calls`` are the iterator's own ``iter``, ``next`` and ``reset`` as this wrapper calls
+    them: the builtins by default; DALI's original methods where the iterator's class is
+    watched in place (``watch_in_place``), whose patched methods call this wrapper."""
+
+    def __init__(
+        self,
+        it: Any,
+        finish: Finish,
+        calls: tuple[Callable[[Any], Any], Callable[[Any], Any], Callable[[Any], Any]] = (
+            iter,
+            next,
+            _reset,
+        ),
+    ) -> None:
         pipes = list(getattr(it, "_pipes", None) or [])
         if not pipes:
             raise BadInputError(f"ioprobe.watch: {type(it).__qualname__} has no DALI pipelines")
@@ -429,6 +450,7 @@ class WatchedIterator(_Watched):
         size = getattr(it, "_size", -1)
         n = size if isinstance(size, int) and size > 0 else None
         super().__init__(it, DaliAdapter(pipes, _describe(pipes, "iterator", extra)), n, finish)
+        self._iter, self._next, self._reset = calls
 
     @property
     def run(self) -> RunRecord:
@@ -441,7 +463,7 @@ class WatchedIterator(_Watched):
         # DALI's own rule: iter() resets an iterator that next() was called on, and then a
         # new epoch begins; otherwise iteration carries on in the current one
         before = getattr(self._loader, "_counter", None)
-        iter(self._loader)
+        self._iter(self._loader)
         after = getattr(self._loader, "_counter", None)
         if self._active and before is not None and after is not None and after < before:
             self._end(None)
@@ -450,7 +472,7 @@ class WatchedIterator(_Watched):
         return self
 
     def __next__(self) -> Any:
-        return self._timed(next, self._loader)
+        return self._timed(self._next, self._loader)
 
     next = __next__
 
@@ -466,8 +488,16 @@ class WatchedPipeline(_Watched):
     the record is ``.record``. One epoch runs from the first ``run()`` to ``reset()``, the end
     of the ``with`` block or the first read of ``.record``."""
 
-    def __init__(self, pipe: Any, finish: Finish) -> None:
+    def __init__(
+        self,
+        pipe: Any,
+        finish: Finish,
+        calls: tuple[Callable[..., Any], Callable[[Any], Any]] | None = None,
+    ) -> None:
         super().__init__(pipe, DaliAdapter([pipe], _describe([pipe], "pipeline", {})), None, finish)
+        # the pipeline's own run and reset (DALI's originals where watched in place)
+        own: tuple[Callable[..., Any], Callable[[Any], Any]] = calls or (type(pipe).run, _reset)
+        self._run, self._reset = own
 
     @property
     def record(self) -> RunRecord:
@@ -475,10 +505,105 @@ class WatchedPipeline(_Watched):
         return self._finished()
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
-        return self._timed(self._loader.run, *args, **kwargs)
+        return self._timed(self._run, self._loader, *args, **kwargs)
 
     def __enter__(self) -> WatchedPipeline:
         return self
+
+
+# where an object watched in place keeps its watcher (``watch_in_place``)
+WATCHER = "_ioprobe_watcher"
+
+
+def _watcher_of(obj: Any) -> Any:
+    return obj.__dict__.get(WATCHER)
+
+
+def watch_in_place(
+    iterators: list[type], pipeline: type | None, made: Callable[[Any], None], finish: Finish
+) -> None:
+    """Watch the DALI iterators of ``iterators`` (and their subclasses) and every
+    ``pipeline`` driven with ``run()``, in the objects the script itself holds: ``ioprobe
+    run`` cannot hand an unchanged script a wrapper. Each class's own ``__init__`` and
+    ``__next__``, and the base iterator's ``__iter__`` and ``reset``, call a
+    ``WatchedIterator`` made at the end of the iterator's ``__init__`` (the first batch DALI
+    prepares inside it is not timed, as it is not under ``ioprobe.watch``); a pipeline's
+    ``run`` and ``reset`` call a ``WatchedPipeline`` made at its first ``run()``.
+    ``made(watcher)`` is told of each new one. Objects made before the patch, and DALI's own
+    calls during ``__init__``, go through DALI's methods untouched."""
+    for cls in iterators:
+        _watch_iterator_class(cls, made, finish)
+    if pipeline is not None and "run" in pipeline.__dict__:
+        _watch_pipeline_class(pipeline, made, finish)
+
+
+def _watch_iterator_class(cls: type, made: Callable[[Any], None], finish: Finish) -> None:
+    init, nxt = cls.__dict__["__init__"], cls.__dict__["__next__"]
+    base = next(
+        (b for b in cls.__mro__ if "__iter__" in b.__dict__ and "reset" in b.__dict__), None
+    )
+    if base is None or getattr(init, "__ioprobe_original__", None) is not None:
+        return
+    it_fn, reset_fn = base.__dict__["__iter__"], base.__dict__["reset"]
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if _watcher_of(self) is None and getattr(self, "_pipes", None):
+            w = WatchedIterator(self, finish, calls=(it_fn, nxt, reset_fn))
+            self.__dict__[WATCHER] = w
+            made(w)
+
+    def __next__(self: Any) -> Any:
+        w = _watcher_of(self)
+        return nxt(self) if w is None else w._timed(nxt, self)
+
+    __init__.__ioprobe_original__ = init  # type: ignore[attr-defined]
+    __next__.__ioprobe_original__ = nxt  # type: ignore[attr-defined]
+    cls.__init__ = __init__  # type: ignore[misc]
+    cls.__next__ = __next__  # type: ignore[attr-defined]
+    if getattr(it_fn, "__ioprobe_original__", None) is not None:
+        return  # the base is shared: patched with the first class
+
+    def __iter__(self: Any) -> Any:
+        w = _watcher_of(self)
+        if w is None:
+            return it_fn(self)
+        w.__iter__()
+        return self
+
+    def reset(self: Any) -> None:
+        w = _watcher_of(self)
+        if w is None:
+            reset_fn(self)
+        else:
+            w.reset()
+
+    __iter__.__ioprobe_original__ = it_fn  # type: ignore[attr-defined]
+    reset.__ioprobe_original__ = reset_fn  # type: ignore[attr-defined]
+    base.__iter__ = __iter__  # type: ignore[attr-defined]
+    base.reset = reset  # type: ignore[attr-defined]
+
+
+def _watch_pipeline_class(cls: type, made: Callable[[Any], None], finish: Finish) -> None:
+    run_fn, reset_fn = cls.__dict__["run"], cls.__dict__["reset"]
+    if getattr(run_fn, "__ioprobe_original__", None) is not None:
+        return
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        w = _watcher_of(self)
+        if w is None:
+            w = self.__dict__[WATCHER] = WatchedPipeline(self, finish, calls=(run_fn, reset_fn))
+            made(w)
+        return w.run(*args, **kwargs)
+
+    def reset(self: Any) -> Any:
+        w = _watcher_of(self)
+        return reset_fn(self) if w is None else w.reset()
+
+    run.__ioprobe_original__ = run_fn  # type: ignore[attr-defined]
+    reset.__ioprobe_original__ = reset_fn  # type: ignore[attr-defined]
+    cls.run = run  # type: ignore[attr-defined]
+    cls.reset = reset  # type: ignore[attr-defined]
 
 
 def wrap(obj: Any, device: Any, finish: Finish) -> WatchedIterator | WatchedPipeline:

@@ -1,7 +1,9 @@
 """Imported by the ``sitecustomize`` that ``ioprobe run`` puts on a child's path.
 
 Patches ``DataLoader.__iter__`` as soon as torch's dataloader module is imported (never
-importing torch itself), so every loader the unchanged script iterates is watched. At exit,
+importing torch itself), so every loader the unchanged script iterates is watched; and DALI's
+PyTorch iterators and ``Pipeline.run`` as soon as their modules are imported
+(``watch.dali.watch_in_place``), so an unchanged DALI script is watched too. At exit,
 each process that iterated a loader writes one record per loader into ``IOPROBE_RUN_DIR``,
 as measured: ``ioprobe run`` judges them in its own process. With ``IOPROBE_LIVE=1``
 (``ioprobe run --live``) each watched loader also draws the live panel (``watch.live``): the
@@ -23,6 +25,8 @@ from typing import Any
 from ioprobe.watch.stateful import is_stateful, patch_class, watch_every_loader
 
 TARGET = "torch.utils.data.dataloader"
+DALI_ITERATORS = "nvidia.dali.plugin.pytorch"
+DALI_PIPELINE = "nvidia.dali.pipeline"
 LIVE_ENV = "IOPROBE_LIVE"  # "1": ioprobe run --live
 TRIAL_ENV = "IOPROBE_TRIAL"  # a trial of ioprobe tune: its settings and batches, as JSON
 _watchers: list[Any] = []
@@ -30,7 +34,8 @@ _watchers: list[Any] = []
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name != TARGET:
+        patch = _PATCHES.get(name)
+        if patch is None:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
         if spec is None or spec.loader is None:
@@ -40,7 +45,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
 
         def exec_and_patch(module: ModuleType) -> None:
             exec_module(module)
-            _patch(module)
+            patch(module)
 
         loader.exec_module = exec_and_patch  # type: ignore[method-assign]
         return spec
@@ -67,6 +72,67 @@ def _patch(module: ModuleType) -> None:
             patch_class(cls)
 
     dl_cls.__init_subclass__ = classmethod(init_subclass)
+
+
+def _patch_dali_iterators(module: ModuleType) -> None:
+    """Watch DALI's PyTorch iterators (DALIGenericIterator and its subclasses such as
+    DALIClassificationIterator, DALIRaggedIterator) where the script makes them."""
+    from ioprobe.watch.dali import watch_in_place
+
+    classes = [
+        cls
+        for name in ("DALIGenericIterator", "DALIRaggedIterator")
+        if isinstance(cls := getattr(module, name, None), type)
+        and "__init__" in cls.__dict__
+        and "__next__" in cls.__dict__
+    ]
+    watch_in_place(classes, None, _made, _unjudged())
+
+
+def _patch_dali_pipeline(module: ModuleType) -> None:
+    """Watch every DALI pipeline the script drives with ``run()``."""
+    from ioprobe.watch.dali import watch_in_place
+
+    pipeline = getattr(module, "Pipeline", None)
+    if isinstance(pipeline, type):
+        watch_in_place([], pipeline, _made, _unjudged())
+    # DALI shuts its pipelines down at exit, and their threads' CPU time and operator ranges
+    # go with them: registered after DALI's handler, this one runs before it
+    atexit.register(_end_dali_epochs)
+
+
+def _end_dali_epochs() -> None:
+    """End the epoch each DALI watcher has running while its pipelines are still up."""
+    from ioprobe.watch.dali import WatchedIterator, WatchedPipeline
+
+    for w in _watchers:
+        if isinstance(w, WatchedIterator | WatchedPipeline):
+            with contextlib.suppress(Exception):  # never turn the user's exit into a crash
+                w._end(None)
+
+
+def _unjudged() -> Any:
+    from ioprobe.watch.collector import unjudged
+
+    return unjudged
+
+
+def _made(watched: Any) -> None:
+    """A DALI watcher made in place: saved at exit, drawing the live panel if asked."""
+    if not _watchers:
+        _mark_made()
+    _watchers.append(watched)
+    if live_requested():
+        from ioprobe.watch.live import attach
+
+        attach(watched._collector)
+
+
+_PATCHES = {
+    TARGET: _patch,
+    DALI_ITERATORS: _patch_dali_iterators,
+    DALI_PIPELINE: _patch_dali_pipeline,
+}
 
 
 def trial() -> dict[str, Any]:
@@ -99,13 +165,7 @@ def _watcher(loader: Any) -> Any:
         watched = Watched(loader, overrides=overrides, stop_after=stop)
     else:
         watched = Watched(loader)
-    if not _watchers:
-        _mark_made()
-    _watchers.append(watched)
-    if live_requested():
-        from ioprobe.watch.live import attach
-
-        attach(watched._collector)
+    _made(watched)
     return watched
 
 
@@ -128,7 +188,7 @@ def _write_records() -> None:
     interrupted = isinstance(getattr(sys, "last_value", None), KeyboardInterrupt)
     for i, w in enumerate(_watchers):
         try:
-            rec = w.run
+            rec = w.record  # DALI's watched pipeline has a run(): DALI's own
             if rec.watch is None or not any(e.batches for e in rec.watch.epochs):
                 continue
             if interrupted and rec.complete:

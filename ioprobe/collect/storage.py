@@ -149,7 +149,8 @@ class _Level:
     ``counter`` hands out positions in ``order`` without a lock (``next`` on an
     ``itertools.count`` is atomic under the GIL); each thread owns ``latencies[slot]`` and
     ``progress[slot]``, so no write is contended. Items from ``first_stream`` on are streamed
-    regions: timed per read, and left at the deadline mid-way.
+    regions: timed per read, and left at the deadline mid-way. With ``cycle``, items read
+    through before the deadline are read again, in the same order, until it.
     """
 
     items: Sequence[Item]
@@ -160,6 +161,7 @@ class _Level:
     progress: list[int]
     errors: list[Failure]
     first_stream: int
+    cycle: bool = False
 
 
 def _read_items(
@@ -178,14 +180,16 @@ def _read_items(
     # locals, not attribute lookups, inside the loop: it runs once per file
     items, order, counter = level.items, level.order, level.counter
     deadline_ns, progress, errors = level.deadline_ns, level.progress, level.errors
-    first_stream = level.first_stream
+    first_stream, cycle = level.first_stream, level.cycle
     lat = level.latencies[slot]
     n = len(order)
     clock = time.perf_counter_ns
     done = 0
     for k in counter:
         if k >= n:
-            break
+            if not cycle or clock() >= deadline_ns:
+                break
+            k %= n
         index = order[k]
         path, off, length = items[index]
         if index >= first_stream:
@@ -376,8 +380,11 @@ def run_level(
     on_poll: Callable[[int], None] | None = None,
     hard_s: float | None = None,
     first_stream: int | None = None,
+    cycle: bool = False,
 ) -> LevelResult:
-    """Read ``items`` in a shuffled order with ``concurrency`` threads for at most ``seconds``.
+    """Read ``items`` in a shuffled order with ``concurrency`` threads for at most ``seconds``;
+    with ``cycle``, for ``seconds`` however soon they are read through (again, in the same
+    order: only where reading them again reads what they did, warm or remote).
 
     Items from ``first_stream`` on (None: none) are streamed regions, read in 1 MiB reads and
     timed per read. Reads in flight at ``seconds`` finish and count; at ``hard_s`` (None:
@@ -394,6 +401,7 @@ def run_level(
         progress=[0] * concurrency,
         errors=[],
         first_stream=len(items) if first_stream is None else first_stream,
+        cycle=cycle and bool(items),
     )
     hard_stop = None if hard_s is None else start + int(hard_s * 1e9)
     abandoned = _run_threads(reader, level, concurrency, on_poll, hard_stop)

@@ -99,6 +99,28 @@ def test_two_ranks_make_one_record_with_their_summed_bandwidth(
     assert proc.stdout.count("storage-bound") + proc.stdout.count("cpu-bound") == 1
 
 
+def test_small_warm_data_is_read_for_the_whole_level_so_the_aggregate_is_the_ranks_sum(
+    shared: Path, tmp_path: Path
+) -> None:
+    """51 MB in the page cache: each rank's share reads through in milliseconds. A level that
+    ended there measured the barrier's release skew between the ranks, not the storage
+    (aggregate 0.71 of the ranks' summed rates); read again until the level's time is up,
+    both ranks read for all of it."""
+    out = tmp_path / "run.json"
+    proc = _torchrun(
+        2, str(shared), "--loader", "raw", "--warm", "--time-budget", "6", "--json", str(out)
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dist = _load(out)["distributed"]
+    both = dist["curve"][-1]
+    assert both["ranks"] == [0, 1]
+    assert both["seconds"] >= 0.45  # the level's minimum time (0.5 s), not milliseconds
+    # each rank read more than its share (25.6 MB): its share again, warm
+    assert all(r["read_bytes"] > 200 * 128_000 for r in dist["ranks"])
+    assert 0.9 * both["rank_sum_bytes_per_s"] <= both["read_bytes_per_s"]
+    assert both["read_bytes_per_s"] <= both["rank_sum_bytes_per_s"] * (1 + 1e-9)
+
+
 def test_two_ranks_reading_a_throttled_server_find_its_rate_and_flatten_at_it(
     tmp_path: Path,
 ) -> None:

@@ -81,10 +81,13 @@ def test_the_rank_with_a_slow_loader_is_named_with_its_cause_and_exposed_wait(
     assert d.steps_aligned == STEPS - WORKERS * 2  # each epoch's first round left out
 
 
-# Both ranks' loaders cost CPU, rank 1's three times rank 0's: rank 0 alone delivers a batch
+# Both ranks' loaders cost CPU, rank 1's four times rank 0's: rank 0 alone delivers a batch
 # every BATCH * 5 ms = 20 ms, well inside its 40 ms step (its own verdict: not the CPU); rank
-# 1 every 60 ms, so every synchronous step takes 60 ms and the job is CPU-bound on rank 1.
-SLOW_BURN_MS, FAST_BURN_MS = 15.0, 5.0
+# 1 every 80 ms, so every synchronous step takes 80 ms and the job is CPU-bound on rank 1.
+# Rank 1's own step is its 40 ms and the all_reduce, where it waits for rank 0 only when rank
+# 0 runs late: at 60 ms a batch (1.5 times the step) one late rank 0 on a busy 2-core host
+# once made rank 1's steps look as slow as its loader; at 80 ms there is twice the room.
+SLOW_BURN_MS, FAST_BURN_MS = 20.0, 5.0
 SLOW_PERIOD_MS = BATCH * SLOW_BURN_MS
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ioprobe.record import (
@@ -90,52 +90,62 @@ def file_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
     the steady batches then understate it or read nothing. Where the first round read
     ``FIRST_ROUND_DATA_MIN`` or more per worker started and ``LUMPY_RATIO`` times the
     steady bytes per sample or more, the whole epochs count."""
-    epochs = worker_epochs(epochs)
-    ok, mean = _steady_reads(epochs)
-    if mean is None:
-        samples = sum(e.samples for e in epochs)
-        mean = sum(e.read_chars for e in epochs) / samples if samples else 0.0
-        return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
-    floor = LUMPY_RATIO * max(mean, METERED_MIN_BYTES_PER_SAMPLE)
-    lumpy = [
-        e
-        for e in ok
-        if e.workers_started
-        and e.startup_read_chars >= FIRST_ROUND_DATA_MIN * e.workers_started
-        and e.startup_read_chars >= floor * e.startup_samples
-    ]
-    if lumpy:
-        mean = sum(e.read_chars for e in lumpy) / sum(e.samples for e in lumpy)
-    return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
+    return _bytes_per_sample(epochs, _read_chars, _startup_read_chars)
 
 
 def socket_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
     """Bytes the workers received over sockets per sample (``loaders.sockets``); 0 below
-    what a sample of data holds at the least (a worker's stray requests).
+    what a sample of data holds at the least (a worker's stray requests). From the steady
+    batches, and the whole epochs where the first round received in lumps, as
+    ``file_bytes_per_sample`` reads read() and for its reasons: a worker's first round also
+    sets its client up (a credentials or region lookup, an endpoint list), and a reader that
+    downloads a shard or a chunk before its first sample receives much of its data then."""
+    return _bytes_per_sample(epochs, _socket_bytes, _startup_socket_bytes)
 
-    From the steady batches, as ``file_bytes_per_sample`` does and for its reason: a worker's
-    first round also sets its client up (a credentials or region lookup, an endpoint list).
-    A reader that downloads in lumps (a shard, a chunk) before its first sample receives
-    much of its data in that round; where it received ``LUMPY_RATIO`` times the steady
-    bytes per sample or more, the whole epochs count."""
+
+def _read_chars(e: WatchEpoch) -> int:
+    return e.read_chars
+
+
+def _startup_read_chars(e: WatchEpoch) -> int:
+    return e.startup_read_chars
+
+
+def _socket_bytes(e: WatchEpoch) -> int:
+    return e.socket_bytes
+
+
+def _startup_socket_bytes(e: WatchEpoch) -> int:
+    return e.startup_socket_bytes
+
+
+def _bytes_per_sample(
+    epochs: Sequence[WatchEpoch],
+    total: Callable[[WatchEpoch], int],
+    first_round: Callable[[WatchEpoch], int],
+) -> float:
+    """Bytes per sample of one of the workers' counters (``total``, with what the first
+    round had counted, ``first_round``): the steady batches', or the whole epochs' where the
+    first round counted in lumps (``file_bytes_per_sample``); 0 below
+    ``METERED_MIN_BYTES_PER_SAMPLE``."""
     epochs = worker_epochs(epochs)
     ok = steady(epochs)
     n = sum(e.samples - e.startup_samples for e in ok)
     if not n:
         samples = sum(e.samples for e in epochs)
-        mean = sum(e.socket_bytes for e in epochs) / samples if samples else 0.0
+        mean = sum(total(e) for e in epochs) / samples if samples else 0.0
         return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
-    mean = sum(e.socket_bytes - e.startup_socket_bytes for e in ok) / n
+    mean = sum(total(e) - first_round(e) for e in ok) / n
     floor = LUMPY_RATIO * max(mean, METERED_MIN_BYTES_PER_SAMPLE)
     lumpy = [
         e
         for e in ok
         if e.workers_started
-        and e.startup_socket_bytes >= FIRST_ROUND_DATA_MIN * e.workers_started
-        and e.startup_socket_bytes >= floor * e.startup_samples
+        and first_round(e) >= FIRST_ROUND_DATA_MIN * e.workers_started
+        and first_round(e) >= floor * e.startup_samples
     ]
     if lumpy:
-        mean = sum(e.socket_bytes for e in lumpy) / sum(e.samples for e in lumpy)
+        mean = sum(total(e) for e in lumpy) / sum(e.samples for e in lumpy)
     return mean if mean >= METERED_MIN_BYTES_PER_SAMPLE else 0.0
 
 

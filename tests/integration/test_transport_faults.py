@@ -6,8 +6,6 @@ than announced" (aiohttp's parser error carried status 400, which the server nev
 from __future__ import annotations
 
 import contextlib
-import datetime
-import ipaddress
 import json
 import ssl
 import time
@@ -17,44 +15,9 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cli import assert_one_line_error, run_cli
-from tests.servers import ThrottledHTTPServer, _Handler, make_files
+from tests.servers import ThrottledHTTPServer, _Handler, make_files, self_signed_cert
 
 pytestmark = pytest.mark.slow
-
-
-def _self_signed(tmp: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp / "cert.pem", tmp / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
 
 
 class _TLSServer(ThrottledHTTPServer):
@@ -76,7 +39,7 @@ class _TLSServer(ThrottledHTTPServer):
 def test_a_self_signed_certificate_is_named_so_not_not_found(tmp_path: Path) -> None:
     root = tmp_path / "data"
     make_files(root, 5, 2_000, seed=8)
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed_cert(tmp_path)
     with _TLSServer(root, cert, key) as srv:
         url = srv.url.replace("http://", "https://", 1)
         proc = run_cli("probe", url, "--time-budget", "3", "-q", timeout=60)

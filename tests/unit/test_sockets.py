@@ -7,10 +7,12 @@ import socket
 import ssl
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from ioprobe.loaders import sockets
+from tests.servers import self_signed_cert
 
 PAYLOAD = 1_000_000
 
@@ -87,12 +89,12 @@ def test_install_twice_counts_once_and_uninstall_restores_the_methods() -> None:
     assert socket.socket.recv is original
 
 
-def test_a_tls_socket_counts_its_plaintext_once(counting: None, tmp_path: object) -> None:
+def test_a_tls_socket_counts_its_plaintext_once(counting: None, tmp_path: Path) -> None:
     # a TLS socket's recv goes through its read; the plain socket's methods it inherits are
     # not used after the handshake, so the plaintext counts once (the handshake's records
     # are read by the TLS library itself, in C)
     assert sockets.installed()
-    server_ctx, client_ctx = _tls_contexts()
+    server_ctx, client_ctx = _tls_contexts(tmp_path)
     a, b = socket.socketpair()
     done = threading.Event()
 
@@ -110,43 +112,8 @@ def test_a_tls_socket_counts_its_plaintext_once(counting: None, tmp_path: object
     assert sockets.RECEIVED[0] - before == PAYLOAD
 
 
-def _tls_contexts() -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """A self-signed certificate made for the test (cryptography, as moto installs it)."""
-    import datetime
-    import tempfile
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), False)
-        .sign(key, hashes.SHA256())
-    )
-    with tempfile.TemporaryDirectory() as tmp:
-        cert_path, key_path = f"{tmp}/cert.pem", f"{tmp}/key.pem"
-        with open(cert_path, "wb") as f:
-            f.write(cert.public_bytes(serialization.Encoding.PEM))
-        with open(key_path, "wb") as f:
-            f.write(
-                key.private_bytes(
-                    serialization.Encoding.PEM,
-                    serialization.PrivateFormat.PKCS8,
-                    serialization.NoEncryption(),
-                )
-            )
-        server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        server.load_cert_chain(cert_path, key_path)
-        client = ssl.create_default_context(cafile=cert_path)
-    return server, client
+def _tls_contexts(folder: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    cert, key = self_signed_cert(folder)
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert, key)
+    return server, ssl.create_default_context(cafile=str(cert))

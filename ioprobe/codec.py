@@ -5,7 +5,7 @@ parsed JSON back as the type a dataclass annotates, checked all the way down: ev
 type, every number finite, within ``MAX_FIGURE`` and (but for the fields the codec is told are
 signed) not negative, every string's URL credentials masked; a ``RecordError`` names the first
 path that does not fit (``stages.storage.sweep[2].concurrency``). The ground floor: it knows no
-record type, only what ``record.py`` tells it.
+record type, only what the ``record`` package tells it.
 """
 
 from __future__ import annotations

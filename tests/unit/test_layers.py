@@ -95,13 +95,21 @@ def test_every_import_points_down_the_layers() -> None:
 
 
 def test_the_ground_floor_imports_nothing_above_it() -> None:
-    # the record is the contract between layers: it must load without any of them
-    assert imports(ROOT / "record.py") <= {
+    # the record is the contract between layers: it must load without any of them. Its
+    # package's __init__ takes the codec and what the codec's glue needs; its parts import
+    # only one another
+    parts = {f"ioprobe.record.{p.stem}" for p in (ROOT / "record").glob("*.py")} - {
+        "ioprobe.record.__init__"
+    }
+    assert imports(ROOT / "record" / "__init__.py") - parts <= {
         "ioprobe.codec",
         "ioprobe.errors",
         "ioprobe.outputs",
         "ioprobe.redact",
     }
+    for part in (ROOT / "record").glob("*.py"):
+        if part.stem != "__init__":
+            assert imports(part) <= parts, part.name
     assert imports(ROOT / "codec.py") <= {"ioprobe.errors", "ioprobe.redact"}
     assert imports(ROOT / "outputs.py") <= {"ioprobe.errors"}
     assert imports(ROOT / "redact.py") == frozenset()
@@ -234,7 +242,7 @@ def test_the_map_names_every_module_and_package() -> None:
 # What is still over the bars (issue: no module over 1,000 lines, no function over 60): each
 # named with the size it may not grow past; anything else over a bar fails, and so does an
 # entry here that has come under (remove it)
-LONG_MODULES = {"record.py": 1_310}
+LONG_MODULES: dict[str, int] = {}
 LONG_FUNCTIONS = {
     "watch/collector.py:__init__": 80,  # the collector's buffers, one per line
     "watch/collector.py:on_batch": 68,  # once per batch: a call per split would cost each

@@ -41,6 +41,7 @@ from ioprobe.watch.worker import (
     TimedCollate,
     TimedDataset,
     TimedIterable,
+    main_process_epoch,
 )
 
 # ----------------------------------------------------------------------------- main side
@@ -296,6 +297,8 @@ def iterate(
     error: BaseException | None = None
     on_end = begin()
     try:
+        if not getattr(inner, "num_workers", 0):
+            main_process_epoch()
         t_iter = clock()
         it = iter(inner)
         collector.iter_began(t_iter, clock())

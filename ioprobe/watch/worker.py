@@ -313,6 +313,16 @@ def _baseline() -> None:
     _S.last = _counters()
 
 
+def main_process_epoch() -> None:
+    """A loader that loads in the main process (``num_workers=0``) begins an epoch: its
+    counters start again from its first sample. The main process keeps this module's state
+    across epochs and loaders, and what it did between them (a validation loop's reads, its
+    run-queue wait) would otherwise count in the first batch: a second loader's first batch
+    once carried every run-queue nanosecond since the first loader's last, and its storage
+    read as never blocked."""
+    _S.last = None
+
+
 def _as_index(index: Any) -> int:
     """A sampler's index that is not a plain int (a NumPy or tensor integer) as one; -1 for
     anything else (a key, a slice): the heaviest samples then go without their index."""
@@ -506,6 +516,7 @@ __all__ = [
     "TimedCollate",
     "TimedDataset",
     "TimedIterable",
+    "main_process_epoch",
     "mapped_data_files",
     "resident_files",
 ]

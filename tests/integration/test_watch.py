@@ -338,3 +338,21 @@ def test_a_loader_given_a_batch_sampler_records_its_batch_size_and_sampler() -> 
     assert w is not None
     assert (w.settings.batch_size, w.settings.sampler) == (8, "RandomSampler")
     assert (w.loader["batch_size"], w.loader["sampler"]) == ("8", "RandomSampler")
+
+
+def test_a_loader_in_the_main_process_counts_nothing_the_process_did_before_its_epoch(
+    tmp_path: Path,
+) -> None:
+    """With num_workers=0 the main process loads, and what it reads between two loaders (or
+    two epochs: a validation pass) is not the loader's: 20 MB read between them must not
+    reach the second loader's first batch."""
+    ds = BurnDataset(32, 0.001)
+    first = ioprobe.watch(DataLoader(ds, batch_size=8))
+    assert sum(len(b) for b in first) == 32
+    big = tmp_path / "between.bin"
+    big.write_bytes(os.urandom(20 << 20))
+    assert len(big.read_bytes()) == 20 << 20  # 20 MB through read(): in rchar
+    second = ioprobe.watch(DataLoader(ds, batch_size=8))
+    assert sum(len(b) for b in second) == 32
+    assert second.run.watch is not None
+    assert sum(e.read_chars for e in second.run.watch.epochs) < 1 << 20

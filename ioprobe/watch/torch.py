@@ -297,8 +297,6 @@ def iterate(
     error: BaseException | None = None
     on_end = begin()
     try:
-        if not getattr(inner, "num_workers", 0):
-            main_process_epoch()
         t_iter = clock()
         it = iter(inner)
         collector.iter_began(t_iter, clock())
@@ -736,6 +734,8 @@ class Watched:
     def _begin(self) -> Callable[[BaseException | None], None]:
         """Begin an epoch; the function that ends it."""
         self._run = None
+        if not getattr(self._inner, "num_workers", 0):  # the main process loads
+            main_process_epoch()
         self._collector.begin_epoch()
         epoch = self._collector.current
 

@@ -14,6 +14,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from ioprobe.record import (
     CopyPoint,
@@ -90,7 +91,7 @@ def file_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
     the steady batches then understate it or read nothing. Where the first round read
     ``FIRST_ROUND_DATA_MIN`` or more per worker started and ``LUMPY_RATIO`` times the
     steady bytes per sample or more, the whole epochs count."""
-    return _bytes_per_sample(epochs, _read_chars, _startup_read_chars)
+    return _bytes_per_sample(epochs, attrgetter("read_chars"), attrgetter("startup_read_chars"))
 
 
 def socket_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
@@ -100,23 +101,7 @@ def socket_bytes_per_sample(epochs: Sequence[WatchEpoch]) -> float:
     ``file_bytes_per_sample`` reads read() and for its reasons: a worker's first round also
     sets its client up (a credentials or region lookup, an endpoint list), and a reader that
     downloads a shard or a chunk before its first sample receives much of its data then."""
-    return _bytes_per_sample(epochs, _socket_bytes, _startup_socket_bytes)
-
-
-def _read_chars(e: WatchEpoch) -> int:
-    return e.read_chars
-
-
-def _startup_read_chars(e: WatchEpoch) -> int:
-    return e.startup_read_chars
-
-
-def _socket_bytes(e: WatchEpoch) -> int:
-    return e.socket_bytes
-
-
-def _startup_socket_bytes(e: WatchEpoch) -> int:
-    return e.startup_socket_bytes
+    return _bytes_per_sample(epochs, attrgetter("socket_bytes"), attrgetter("startup_socket_bytes"))
 
 
 def _bytes_per_sample(

@@ -77,6 +77,7 @@ def _patch(module: ModuleType) -> None:
 def _patch_dali_iterators(module: ModuleType) -> None:
     """Watch DALI's PyTorch iterators (DALIGenericIterator and its subclasses such as
     DALIClassificationIterator, DALIRaggedIterator) where the script makes them."""
+    from ioprobe.watch.collector import unjudged
     from ioprobe.watch.dali import watch_in_place
 
     classes = [
@@ -86,16 +87,17 @@ def _patch_dali_iterators(module: ModuleType) -> None:
         and "__init__" in cls.__dict__
         and "__next__" in cls.__dict__
     ]
-    watch_in_place(classes, None, _made, _unjudged())
+    watch_in_place(classes, None, _made, unjudged)
 
 
 def _patch_dali_pipeline(module: ModuleType) -> None:
     """Watch every DALI pipeline the script drives with ``run()``."""
+    from ioprobe.watch.collector import unjudged
     from ioprobe.watch.dali import watch_in_place
 
     pipeline = getattr(module, "Pipeline", None)
     if isinstance(pipeline, type):
-        watch_in_place([], pipeline, _made, _unjudged())
+        watch_in_place([], pipeline, _made, unjudged)
     # DALI shuts its pipelines down at exit, and their threads' CPU time and operator ranges
     # go with them: registered after DALI's handler, this one runs before it
     atexit.register(_end_dali_epochs)
@@ -109,12 +111,6 @@ def _end_dali_epochs() -> None:
         if isinstance(w, WatchedIterator | WatchedPipeline):
             with contextlib.suppress(Exception):  # never turn the user's exit into a crash
                 w._end(None)
-
-
-def _unjudged() -> Any:
-    from ioprobe.watch.collector import unjudged
-
-    return unjudged
 
 
 def _made(watched: Any) -> None:

@@ -27,6 +27,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -379,7 +380,10 @@ class Feed:
     collector calls ``epoch_began`` and ``epoch_ended`` (once per epoch, never per batch)."""
 
     def __init__(self, collector: WatchCollector, display: Display) -> None:
-        self.collector = collector
+        # weak: the collector holds the feed, and a cycle between them would keep the
+        # collector, its loader's dataset and its CUDA events alive until a collection,
+        # which in a forked DataLoader worker frees those events where CUDA cannot run
+        self._collector = weakref.ref(collector)
         self.display = display
         self.usable_cores = _usable_cores()
         self._readings: deque[Counters] = deque()
@@ -396,7 +400,9 @@ class Feed:
     def frame(self, now: Counters | None = None) -> Frame:
         """Read the collector (or take ``now``) and make the frame: rates over the readings
         of the last ``WINDOW_S``, and this frame's stall added to the history."""
-        c = self.collector
+        c = self._collector()
+        if c is None:
+            raise ReferenceError("the watched loader this feed showed is gone")
         b = now if now is not None else read(c)
         readings = self._readings
         prev = readings[-1] if readings else None

@@ -8,8 +8,10 @@ tests/integration/test_watch_cuda.py runs the same paths on a real CUDA device.
 
 from __future__ import annotations
 
+import gc
 import json
 import time
+import weakref
 from collections import namedtuple
 from contextlib import nullcontext
 from typing import Any
@@ -310,3 +312,28 @@ def test_the_live_panel_shows_the_gpu_waiting_by_the_device_clock(sim: SimStream
     shown = text(panel(last, 80), width=80)
     assert f"GPU waiting {last.gpu_waiting:.0%}" in shown and "device clock" in shown
     assert f"blocked in next() {last.stall:.0%}" in shown
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["plain", "live"])
+def test_a_dropped_watched_loader_is_freed_at_once_with_its_device_events(
+    sim: SimStream, live: bool
+) -> None:
+    # Freed by reference counts alone, not left in a cycle for a later collection: a
+    # collection that runs in a forked DataLoader worker would free the loader's CUDA
+    # events there, where CUDA cannot run, and abort the worker (seen on an H100 when the
+    # live panel's feed and the collector held each other).
+    dataset = SleepDataset(64, 0.0, 16)
+    loader = ioprobe.watch(
+        DataLoader(dataset, batch_size=8, num_workers=1), device="meta", live=live
+    )
+    for _ in loader:
+        sim.launch(0.001)
+    sim.synchronize()
+    assert loader.run.watch is not None
+    data, collector = weakref.ref(dataset), weakref.ref(loader._collector)
+    gc.disable()  # only reference counts may free them
+    try:
+        del loader, dataset
+        assert data() is None and collector() is None
+    finally:
+        gc.enable()

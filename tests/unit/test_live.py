@@ -254,7 +254,8 @@ def test_a_wait_in_progress_counts_before_its_batch_arrives() -> None:
 
 
 def test_the_window_keeps_the_last_five_seconds_and_the_history_each_second() -> None:
-    feed = Feed(_collector(), Display())
+    collector = _collector()  # the loader holds it; the feed only points to it
+    feed = Feed(collector, Display())
     feed.usable_cores = 16
     samples, blocked = 0, 0.0
     frames = []
@@ -374,7 +375,8 @@ def test_on_a_terminal_the_panel_draws_while_the_loop_runs_and_is_gone_after(
 def test_the_panel_stays_up_while_a_nested_live_loader_runs_and_shows_it() -> None:
     out = io.StringIO()
     d = Display(lambda: Console(file=out, force_terminal=True, width=80, color_system=None))
-    outer, inner = Feed(_collector(), d), Feed(_collector(), d)
+    collectors = _collector(), _collector()  # their loaders hold them
+    outer, inner = Feed(collectors[0], d), Feed(collectors[1], d)
     outer.epoch_began()
     inner.epoch_began()
     try:
@@ -391,7 +393,8 @@ def test_other_ranks_of_a_distributed_job_draw_nothing(
 ) -> None:
     monkeypatch.setenv("RANK", "3")
     d = Display(live.DISPLAY.console)
-    feed = Feed(_collector(), d)
+    collector = _collector()
+    feed = Feed(collector, d)
     feed.epoch_began()
     try:
         assert not d.running

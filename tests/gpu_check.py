@@ -67,6 +67,7 @@ NEEDED = {
     "platformdirs": "platformdirs",
     "pynvml": "nvidia-ml-py",
     "pytest": "pytest",
+    "pytest_timeout": "pytest-timeout",
     "hypothesis": "hypothesis",
     "nvtx": "nvtx",
 }
@@ -98,6 +99,9 @@ CARRIED = ".wp"
 # 210 s, so the whole check (set-up and DALI's install included) fits a 10-minute call
 STEP1_TARGET_S = 240
 TEST_TIMEOUT_S = 160
+# One test's limit: a test that hangs fails alone, with every thread's stack, and the rest
+# of its step still runs and is reported (the step's own limit loses every row with it).
+PER_TEST_TIMEOUT_S = 60
 BENCH_TIMEOUT_S = 80
 DALI_TEST_TIMEOUT_S = 120
 DALI_BENCH_TIMEOUT_S = 120
@@ -318,7 +322,7 @@ def parse_junit(xml_path: Path) -> list[Row]:
 def run_tests(py: Path, xml_path: Path, where: list[str], timeout: float) -> tuple[list[Row], str]:
     """The tests marked gpu in ``where`` (paths and pytest options); rows and the log's tail."""
     cmd = [str(py), "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-           f"--junitxml={xml_path}", *where]  # fmt: skip
+           "-o", f"timeout={PER_TEST_TIMEOUT_S}", f"--junitxml={xml_path}", *where]  # fmt: skip
     say("running the GPU tests: " + " ".join(cmd[1:]))
     try:
         r = run(cmd, timeout=timeout, cwd=ROOT)

@@ -320,6 +320,24 @@ def test_the_timeouts_keep_step_one_within_its_target_and_the_check_within_a_cal
     assert gpu_check.STEP1_TARGET_S + dali + 120 <= 600
 
 
+def test_a_hung_gpu_test_fails_alone_and_the_rest_of_its_step_is_reported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # at 7fc8e45 one slow test used up step 1's whole limit and the report listed no test
+    (tmp_path / "test_hang.py").write_text(
+        "import time\nimport pytest\n\npytestmark = pytest.mark.gpu\n\n"
+        "def test_hangs():\n    time.sleep(60)\n\n"
+        "def test_after_it():\n    assert True\n"
+    )
+    monkeypatch.setattr(gpu_check, "PER_TEST_TIMEOUT_S", 2)
+    rows, _ = gpu_check.run_tests(
+        Path(sys.executable), tmp_path / "out.xml", [str(tmp_path / "test_hang.py")], 40
+    )
+    outcome = {r.test.rsplit("::", 1)[-1]: r.outcome for r in rows}
+    assert outcome == {"test_hangs": "FAILED", "test_after_it": "passed"}
+    assert "pytest_timeout" in gpu_check.NEEDED  # the limit needs it on the GPU machine
+
+
 def test_dali_gpu_tests_are_read_from_the_source_of_the_dali_test_files() -> None:
     assert gpu_check.dali_gpu_tests() == [
         "test_dali::test_mixed_decoder_ranges_are_timed_as_gpu_preprocessing",

@@ -66,7 +66,7 @@ def to_device(batch: Any, device: Any, non_blocking: bool | None = None) -> Any:
     timeline = None
     if ACTIVE:
         col = ACTIVE[-1]
-        timeline = col.timeline or col.use_device(adapter.event_backend(dev))
+        timeline = col.gpu.use(adapter.event_backend(dev))
         # events on one CUDA device can't time a copy to another
         if timeline is not None and getattr(timeline.backend, "device", dev) != dev:
             timeline = None

@@ -1,12 +1,16 @@
-"""The watched run's record, assembled from what the collector accumulated: pure functions of
-its buffers (the batch log laid flat, the reservoirs, the worker series, the kept spans), run
-once when the record is read, never per batch."""
+"""The watched run's record, assembled from what the collector accumulated (``record``):
+functions of its buffers (the batch log laid flat, the reservoirs, the worker series, the
+kept spans), run once when the record is read, never per batch."""
 
 from __future__ import annotations
 
+import os
+import time
 from array import array
+from typing import Protocol
 
 from ioprobe import capacity
+from ioprobe._version import __version__
 from ioprobe.capacity import steady, worker_epochs
 from ioprobe.collect.dataset import is_remote
 from ioprobe.collect.timeline import Series
@@ -16,16 +20,73 @@ from ioprobe.record import (
     Distribution,
     HeavySample,
     LoaderSettings,
+    RankInfo,
+    ReadScaling,
+    RunRecord,
     SampleCosts,
+    Stages,
     Track,
+    WatchData,
     WatchEpoch,
+    WorkerStats,
 )
 from ioprobe.redact import redact_url
-from ioprobe.watch.reservoir import Reservoir
+from ioprobe.watch.gpu_side import GpuSide
+from ioprobe.watch.mapped import MappedFiles
+from ioprobe.watch.reservoir import Heaviest, Reservoir
+from ioprobe.watch.stages import Measured
 
 # the batch log's columns, one row per batch laid flat in an array("q"): request, arrival,
 # ready, worker, work ns, slowest sample ns, samples, epoch, CPU ns, run-queue ns, process CPU ns
 LOG_COLUMNS = 11
+
+
+class Collected(Protocol):
+    """What ``record`` reads of a collector (``ioprobe.watch.collector.WatchCollector``)."""
+
+    @property
+    def adapter(self) -> Adapter: ...
+
+    device: str | None
+    batch_size: int | None
+    dataset_len: int | None
+    created: str
+    started: float  # perf_counter at the collector's start
+    origin: int  # the run's time zero, perf_counter_ns
+    epochs: list[WatchEpoch]
+    workers: dict[int, WorkerStats]
+    stall: Reservoir
+    step: Reservoir
+    sample: Reservoir
+    sample_cpu: Reservoir
+    sample_bytes: Reservoir
+    heaviest: Heaviest
+    log: array[int]
+    log_dropped: int
+    main: Series
+    worker_series: dict[int, Series]
+    spans: list[tuple[int, int, bytes, bytes, int]]
+    mapped: MappedFiles
+    gpu: GpuSide
+    next_cpu_ns: int
+    next_cpu_calls: int
+    worker_private: int | None
+    batch_bytes: int | None
+
+    def kept_notes(self) -> list[str]: ...
+
+    def rank(self) -> RankInfo | None: ...
+
+
+class Adapter(Protocol):
+    """The framework's side ``record`` asks for (``ioprobe.watch.collector.Adapter``)."""
+
+    settings: LoaderSettings
+    description: dict[str, str]
+
+    def stages(self, m: Measured) -> tuple[Stages, list[str]]: ...
+
+    def complete(self, record: RunRecord) -> None: ...
 
 
 def epochs_merged(epochs: list[WatchEpoch]) -> int:
@@ -212,3 +273,106 @@ def bytes_read(
     if per_sample > 0:
         return read_chars, per_sample, "read"
     return read_chars, 0.0, "none"
+
+
+def record(col: Collected) -> RunRecord:
+    """The record of what ``col`` accumulated: the stage capacities by its adapter's rules,
+    the GPU's idle and busy shares, the buffers written out, the notes on what was kept."""
+    from ioprobe.collect.hostinfo import host_info
+
+    host = host_info(None)
+    usable = host.usable_cores or os.cpu_count() or 1
+    turned_note = col.mapped.note()
+    mapped = col.mapped.total()
+    read_total, mean_bytes, seen = bytes_read(col.epochs, mapped[0], col.dataset_len)
+    scaling = capacity.read_scaling(sample_spans(col.spans))
+    stages, notes = col.adapter.stages(measured(col, usable, mean_bytes, seen, scaling))
+    idle, idle_method = col.gpu.idle(col.epochs)
+    if turned_note and seen == "mmap":
+        notes.append(turned_note)
+    if col.gpu.error:
+        notes.append(f"the device timeline stopped ({col.gpu.error}): host clock used")
+    notes += col.kept_notes()
+    col.gpu.use_of(stages.gpu, idle)
+    rec = RunRecord(
+        kind="watch",
+        host=host,
+        dataset=dataset(col.adapter.settings, col.dataset_len, col.epochs, read_total, mean_bytes),
+        stages=stages,
+        measured_samples_per_s=delivered(col.epochs),
+        gpu_idle_fraction=idle,
+        gpu_idle_method=idle_method,
+        watch=_watch_data(col, mean_bytes, seen, mapped, scaling),
+        notes=notes,
+        created=col.created,
+        ioprobe_version=__version__,
+        duration_s=time.perf_counter() - col.started,
+    )
+    rec.gpu_series = col.gpu.series(col.origin)
+    col.adapter.complete(rec)
+    return rec
+
+
+def measured(
+    col: Collected,
+    usable: int,
+    mean_bytes: float,
+    bytes_seen: str = "read",
+    scaling: ReadScaling | None = None,
+) -> Measured:
+    """The inputs of the stage rules, as they stand."""
+    return Measured(
+        settings=col.adapter.settings,
+        epochs=col.epochs,
+        usable_cores=usable,
+        sample_bytes=mean_bytes,
+        bytes_seen=bytes_seen,
+        batch_size=col.batch_size,
+        step_ns=col.step.values,
+        device_step_ns=col.gpu.step.values,
+        timing=col.gpu.timing,
+        on_device_clock=col.gpu.on_device_clock,
+        device=col.device,
+        read_scaling=scaling,
+    )
+
+
+def _watch_data(
+    col: Collected,
+    mean_bytes: float,
+    seen: str,
+    mapped: tuple[int, int],
+    scaling: ReadScaling | None,
+) -> WatchData:
+    mapped_bytes, mapped_files = mapped
+    settings = col.adapter.settings
+    return WatchData(
+        loader=dict(col.adapter.description),
+        settings=settings,
+        epochs=list(col.epochs),
+        epochs_merged=epochs_merged(col.epochs),
+        workers=sorted(col.workers.values(), key=lambda w: w.worker),
+        stall_ms=col.stall.to_record(),
+        step_ms=col.step.to_record(),
+        sample_ms=col.sample.to_record(),
+        storage_metered=mean_bytes > 0,
+        bytes_seen=seen,
+        mapped_bytes=mapped_bytes,
+        mapped_files=mapped_files,
+        tracks=tracks(col.main, col.worker_series, col.origin),
+        device=col.device,
+        gpu_timing=col.gpu.timing,
+        gpu_step_ms=col.gpu.step.to_record(),
+        gpu_track=col.gpu.track(col.device, col.origin),
+        read_scaling=scaling,
+        sample_costs=sample_costs(
+            col.sample, col.sample_cpu, col.sample_bytes, col.heaviest.heap, settings.iterable
+        ),
+        batch_log=batch_log(col.log, col.origin, col.log_dropped),
+        rank=col.rank(),
+        next_cpu_ms=(
+            round(col.next_cpu_ns / col.next_cpu_calls / 1e6, 4) if col.next_cpu_calls else None
+        ),
+        worker_private_bytes=col.worker_private,
+        batch_bytes=col.batch_bytes,
+    )

@@ -13,41 +13,29 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
-import heapq
-import os
 import sys
 import time
-import weakref
 from array import array
-from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from typing import Protocol
 
-from ioprobe import capacity
-from ioprobe._version import __version__
-from ioprobe.collect import gpu_sampler
 from ioprobe.collect.distributed import group_rank, rank_info
-from ioprobe.collect.gpu_events import EventBackend, GpuTimeline
 from ioprobe.collect.procfs import host_busy_seconds
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
 from ioprobe.record import (
-    GpuAlone,
-    GpuStage,
     LoaderSettings,
     RankInfo,
-    ReadScaling,
     RunRecord,
     Stages,
-    Track,
-    WatchData,
     WatchEpoch,
     WorkerStats,
 )
 from ioprobe.watch import assemble
 from ioprobe.watch.assemble import LOG_COLUMNS
+from ioprobe.watch.gpu_side import GpuSide
 from ioprobe.watch.mapped import MappedFiles
 from ioprobe.watch.message import BatchStats
-from ioprobe.watch.reservoir import Reservoir
+from ioprobe.watch.reservoir import Heaviest, Reservoir
 from ioprobe.watch.stages import Measured
 
 MAX_KEPT = 100_000  # values kept exactly per series before switching to a reservoir
@@ -63,7 +51,6 @@ SPAN_SAMPLES = 20_000  # samples kept for the read-scaling evidence (about 0.5 s
 # one batch per iter() (RL, evaluation) makes an epoch per batch: unbounded, 2 kB each.
 EPOCHS_HEAD = 16
 EPOCHS_KEPT = 256
-GPU_SPANS_KEPT = 4_096  # epochs' spans the GPU's busy share is read over; merged past it
 # collectors whose epoch is running, innermost last: where ioprobe.to_device reports copies
 ACTIVE: list[WatchCollector] = []
 
@@ -143,19 +130,15 @@ class WatchCollector:
         # the same samples' wall and CPU times: one set of random draws keeps both
         self.sample = Reservoir(MAX_KEPT, 1e-6, linked=self.sample_cpu)
         self.sample_bytes = Reservoir(MAX_KEPT)
-        # the heaviest samples: a min-heap of (wall, cpu, bytes, index, worker, epoch) whose
-        # root is the bar a sample must pass, so most batches cost one max() and a compare
-        self._heavy: list[tuple[int, int, int, int, int, int]] = []
-        self._heavy_bar = -1
-        self._log = array("q")  # BATCH_LOG_ROWS rows of LOG_COLUMNS, laid flat
+        self.heaviest = Heaviest(HEAVIEST)
+        self.log = array("q")  # BATCH_LOG_ROWS rows of LOG_COLUMNS, laid flat
         # batches left to deliver before a trial of ``ioprobe tune`` stops the script (the
         # loader raises TrialDone at the next request); None outside a trial
         self.stop_after: int | None = None
-        self.next_cpu_ns = 0  # note_next_cpu
-        self.next_cpu_calls = 0
+        self.next_cpu_ns = self.next_cpu_calls = 0  # note_next_cpu
         self.worker_private: int | None = None  # note_memory
         self.batch_bytes: int | None = None
-        self._log_dropped = 0
+        self.log_dropped = 0
         self._iter_ns = 0  # when the epoch's iter() began
         self._startup_ns = 0  # the epoch's workers' start-up times, summed
         self.main = Series(MAIN_COLUMNS, MAIN_ROWS)
@@ -163,25 +146,16 @@ class WatchCollector:
         # batches as their workers sent them (worker, end of its samples, wall and CPU
         # arrays, run-queue ns), up to SPAN_SAMPLES samples: the read-scaling evidence,
         # unpacked only when the record is made
-        self._spans: list[tuple[int, int, bytes, bytes, int]] = []
+        self.spans: list[tuple[int, int, bytes, bytes, int]] = []
         self.mapped = MappedFiles()  # the data files the workers mapped
         self._span_samples = 0
-        self._scaling: ReadScaling | None = None
-        self._origin = 0
+        self.origin = 0  # the run's time zero (perf_counter_ns)
         self._cur: WatchEpoch | None = None
         self._prev_arrival = 0
         self._cpu_start = 0.0
         self._host_start: tuple[float | None, float] = (None, 0.0)
-        self._started = time.perf_counter()
-        # GPU utilisation, sampled on its own thread while epochs run; the spans the stall
-        # share is measured over, in the sampler's clock, pick the samples that count
-        self._gpu: gpu_sampler.GpuBusySampler | None = None
-        self._gpu_spans: list[tuple[float, float]] = []
-        self.alone: GpuAlone | None = None  # Watched.measure_gpu_alone
-        # the device's own timeline (CUDA events), once something runs on a device
-        self.timeline: GpuTimeline | None = None
-        self.gpu_step = Reservoir(MAX_KEPT, 1e-6)
-        self.timeline_error: str | None = None
+        self.started = time.perf_counter()
+        self.gpu = GpuSide(MAX_KEPT)  # the device timeline, NVML's sampler, the GPU alone
         self.created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         self.interrupted = False  # a KeyboardInterrupt broke out of the loader's own wait
         # when the consumer last called next() (the wrappers set it beside the clock read
@@ -207,7 +181,7 @@ class WatchCollector:
         self._cpu_start = time.process_time()
         self._host_start = (host_busy_seconds(), time.perf_counter())
         self.adapter.begin_epoch()
-        self._start_gpu_sampler()
+        self.gpu.epoch_began()
         # once per epoch, not per batch: a dictionary lookup without torch.distributed
         self.group_rank = group_rank() or self.group_rank
         ACTIVE.append(self)
@@ -258,12 +232,6 @@ class WatchCollector:
         """When the epoch's last batch arrived (0 before its first)."""
         return self._prev_arrival
 
-    def use_device(self, backend: EventBackend | None) -> GpuTimeline | None:
-        """Begin the device timeline with ``backend``'s events, unless one runs already."""
-        if self.timeline is None and backend is not None:
-            self.timeline = GpuTimeline(backend, self.gpu_step)
-        return self.timeline
-
     def on_batch(self, t_request: int, t_arrival: int, stats: BatchStats) -> None:
         """A batch that a worker made and measured (``stats``) reached the consumer."""
         # unpacked by position, one operation where reading the names would take twenty, into
@@ -280,17 +248,17 @@ class WatchCollector:
         cpu_s = cpu_ns / 1e9
         ep = self.on_delivery(t_request, t_arrival, n)
         slowest = max(walls) if n else 0
-        if len(self._log) < BATCH_LOG_ROWS * LOG_COLUMNS:
-            self._log.extend(
+        if len(self.log) < BATCH_LOG_ROWS * LOG_COLUMNS:
+            self.log.extend(
                 (t_request, t_arrival, done_ns, worker, wall_ns + collate_ns, slowest, n, ep.index,
                  cpu_ns + collate_cpu_ns, runqueue_ns, process_cpu_ns)
             )  # fmt: skip
         else:
-            self._log_dropped += 1
+            self.log_dropped += 1
         # the first round of each epoch carries the workers' start-up (imports, opening
         # files): their samples are slow for no fault of their own
-        if slowest > self._heavy_bar and ep.batches > self._startup_batches:
-            self._keep_heaviest(walls, cpus, indices, sample_bytes, worker, ep.index)
+        if slowest > self.heaviest.bar and ep.batches > self._startup_batches:
+            self.heaviest.keep(walls, cpus, indices, sample_bytes, worker, ep.index)
         if started_ns and self._iter_ns and worker >= 0:
             self._startup_ns += started_ns - self._iter_ns
             ep.workers_started += 1
@@ -307,7 +275,7 @@ class WatchCollector:
         # the worker's samples ran back to back before its collate: the span they took
         ws.add((done_ns - collate_ns - wall_ns, done_ns, 1, n, wall_ns, cpu_ns, metered_ns))
         if self._span_samples < SPAN_SAMPLES:
-            self._spans.append((worker, done_ns - collate_ns, wall, cpu, runqueue_ns))
+            self.spans.append((worker, done_ns - collate_ns, wall, cpu, runqueue_ns))
             self._span_samples += n
         ep.metered_bytes += metered_bytes
         ep.metered_read_seconds += metered_ns / 1e9
@@ -333,32 +301,6 @@ class WatchCollector:
         w.sample_cpu_seconds += cpu_s
         self.sample.extend(walls, wall_ns, cpus, cpu_ns)
 
-    def _keep_heaviest(
-        self, wall: array[int], cpu: array[int], index_b: bytes, bytes_b: bytes, worker: int,
-        epoch: int,
-    ) -> None:  # fmt: skip
-        """Keep this batch's samples that outweigh the lightest of the heaviest kept."""
-        index = array("q", index_b) if index_b else None
-        nbytes = array("q", bytes_b) if bytes_b else None
-        heap = self._heavy
-        for k, w in enumerate(wall):
-            if w <= self._heavy_bar:
-                continue
-            item = (
-                w,
-                cpu[k] if k < len(cpu) else 0,
-                nbytes[k] if nbytes is not None and k < len(nbytes) else -1,
-                index[k] if index is not None and k < len(index) else -1,
-                worker,
-                epoch,
-            )
-            if len(heap) < HEAVIEST:
-                heapq.heappush(heap, item)
-            else:
-                heapq.heapreplace(heap, item)
-            if len(heap) == HEAVIEST:
-                self._heavy_bar = heap[0][0]
-
     def on_unmeasured(self, t_request: int, t_arrival: int, n: int) -> None:
         """A batch of ``n`` samples from workers that measured nothing: a pass the loader
         began before it was watched. Only the consumer's side of it is known."""
@@ -368,10 +310,10 @@ class WatchCollector:
         """The consumer's side of one batch of ``n`` samples: what every framework has."""
         ep = self._cur
         assert ep is not None
-        if not self._origin:
+        if not self.origin:
             # the run's time zero: the first iter(), where there was one (the workers it
             # starts may begin their first samples before the first batch is asked for)
-            self._origin = min(t_request, self._iter_ns) if self._iter_ns else t_request
+            self.origin = min(t_request, self._iter_ns) if self._iter_ns else t_request
         self.main.add((t_request, t_arrival, t_arrival - t_request, 1, n, ep.index))
         if self._prev_arrival:
             stall_ns = t_arrival - t_request
@@ -407,121 +349,18 @@ class WatchCollector:
         if self in ACTIVE:
             ACTIVE.remove(self)
         self.adapter.end_epoch(ep)
-        if self.timeline is not None:
-            self._end_timeline(ep)
-        gpu = self._gpu
-        if ep.batches > 1 and gpu is not None and gpu.running:
-            # first to last arrival, as in the stall share, moved from perf_counter to the
-            # sampler's clock
-            last = self._prev_arrival / 1e9 + gpu.clock() - time.perf_counter_ns() / 1e9
-            self._gpu_spans.append((last - ep.seconds, last))
-            if len(self._gpu_spans) > GPU_SPANS_KEPT:
-                self._gpu_spans = _merged_spans(self._gpu_spans)
+        self.gpu.epoch_ended(ep, self._prev_arrival)
         self._cur = None
         self._epoch_stride = bound_epochs(self.epochs, self._epoch_stride)
         if self.live is not None:  # last: what ends the epoch is done whatever happens here
             self.live.epoch_ended()
 
-    def _end_timeline(self, ep: WatchEpoch) -> None:
-        tl = self.timeline
-        assert tl is not None
-        try:
-            wait, busy, copy, copies, nbytes, pinned, pinned_ns = tl.end_epoch()
-        except Exception as exc:  # a device error surfaces here: keep the host's figures
-            self.timeline_error = f"{type(exc).__name__}: {exc}"
-            self.timeline = None
-            return
-        if tl.backend.on_device_clock and wait + busy > 0:
-            ep.gpu_wait_seconds = wait / 1e9
-            ep.gpu_step_seconds = busy / 1e9
-        ep.h2d_copies = copies
-        ep.h2d_bytes = nbytes
-        ep.h2d_seconds = copy / 1e9
-        ep.h2d_pinned_bytes = pinned
-        ep.h2d_pinned_seconds = pinned_ns / 1e9
-
-    # -- once per epoch and after the run: GPU utilisation ---------------------------------
-    def _start_gpu_sampler(self) -> None:
-        # started here, not per batch: from now on its thread does all the work
-        if self._gpu is None:
-            self._gpu = gpu_sampler.new_sampler()
-            # stop polling once the collector is dropped even if .run is never read; the
-            # callback holds the sampler only, so it does not keep the collector alive
-            weakref.finalize(self, self._gpu.stop)
-        self._gpu.start()
-
-    def _gpu_busy(self, idle_fraction: float | None) -> tuple[float | None, str | None]:
-        """Stop the sampler; the GPU's busy share while computing, and how it was measured."""
-        gpu = self._gpu
-        if gpu is None:
-            return None, None
-        gpu.stop()
-        times, values = gpu.samples()
-        chosen: list[float] = []
-        for lo, hi in self._gpu_spans:
-            chosen.extend(values[bisect_left(times, lo) : bisect_right(times, hi)])
-        busy = gpu_sampler.busy_fraction(chosen, idle_fraction)
-        if busy is None:
-            return None, None
-        hz = 1.0 / (gpu.interval_s * gpu.stride)
-        of = f", mean of {gpu.gpus} GPUs" if gpu.gpus > 1 else ""
-        return busy, f"nvml utilization, {len(chosen)} samples at {hz:.3g} Hz{of}, stalls excluded"
-
-    def _gpu_use(self, gpu: GpuStage, idle: float | None) -> None:
-        """The GPU's busy share while it computed: SM activity with the data on the device
-        (``measure_gpu_alone``) where there is one, it beats utilisation under stalls; else
-        NVML utilisation sampled over the run; nothing without a GPU or NVML (normal, so not
-        a note)."""
-        gpu.busy_fraction, gpu.busy_method = self._gpu_busy(idle)
-        alone = self.alone
-        if alone is not None:
-            gpu.alone = alone
-            if alone.sm_active is not None:
-                gpu.busy_fraction = alone.sm_active
-                gpu.busy_method = f"{alone.sm_method}, data-free steps"
-
     # -- after the run ---------------------------------------------------------------------
     def stop(self) -> RunRecord:
         """The record of everything seen so far (an epoch still running ends here)."""
-        from ioprobe.collect.hostinfo import host_info
-
         if self._cur is not None:
             self.end_epoch(None)
-        host = host_info(None)
-        usable = host.usable_cores or os.cpu_count() or 1
-        turned_note = self.mapped.note()
-        mapped = self.mapped.total()
-        read_total, mean_bytes, seen = assemble.bytes_read(self.epochs, mapped[0], self.dataset_len)
-        self._scaling = capacity.read_scaling(assemble.sample_spans(self._spans))
-        stages, notes = self.adapter.stages(self.measured(usable, mean_bytes, seen))
-        idle, idle_method = self._idle()
-        if turned_note and seen == "mmap":
-            notes.append(turned_note)
-        if self.timeline_error:
-            notes.append(f"the device timeline stopped ({self.timeline_error}): host clock used")
-        notes += assemble.kept_notes(
-            self.epochs, self.epochs_begun, EPOCHS_HEAD, BATCH_LOG_ROWS, self._log_dropped
-        )
-        self._gpu_use(stages.gpu, idle)
-        rec = RunRecord(
-            kind="watch",
-            host=host,
-            dataset=assemble.dataset(
-                self.adapter.settings, self.dataset_len, self.epochs, read_total, mean_bytes
-            ),
-            stages=stages,
-            measured_samples_per_s=assemble.delivered(self.epochs),
-            gpu_idle_fraction=idle,
-            gpu_idle_method=idle_method,
-            watch=self._watch_data(mean_bytes, seen, mapped),
-            notes=notes,
-            created=self.created,
-            ioprobe_version=__version__,
-            duration_s=time.perf_counter() - self._started,
-        )
-        if self._gpu is not None and self._origin:
-            rec.gpu_series = gpu_sampler.series_record(self._gpu, self._origin / 1e9)
-        self.adapter.complete(rec)
+        rec = assemble.record(self)
         # Ctrl-C in the loop's body reaches the loader only as the end of its iteration, as
         # a ``break`` does; the record is read while the exception is handled (an except or
         # finally block, a with block's exit) or at exit (``ioprobe run``), where it shows
@@ -529,94 +368,16 @@ class WatchCollector:
             mark_interrupted(rec)
         return rec
 
-    def measured(self, usable: int, mean_bytes: float, bytes_seen: str = "read") -> Measured:
-        """The inputs of the stage rules, as they stand."""
-        tl = self.timeline
-        return Measured(
-            settings=self.adapter.settings,
-            epochs=self.epochs,
-            usable_cores=usable,
-            sample_bytes=mean_bytes,
-            bytes_seen=bytes_seen,
-            batch_size=self.batch_size,
-            step_ns=self.step.values,
-            device_step_ns=self.gpu_step.values,
-            timing=self._timing(),
-            on_device_clock=tl is not None and tl.backend.on_device_clock,
-            device=self.device,
-            read_scaling=self._scaling,
-        )
-
-    def _idle(self) -> tuple[float | None, str]:
-        """The GPU's idle share: on the device's own clock where batches went to a device,
-        else the consumer's time blocked in next() on the host clock."""
-        device = _device_idle(self.epochs)
-        if device is not None:
-            return device, (
-                f"{self._timing()}: device time waiting for the next batch / device time "
-                "from the first batch to the last"
-            )
-        wall = sum(e.seconds for e in self.epochs)
-        idle = sum(e.stall_seconds for e in self.epochs) / wall if wall > 0 else None
-        return idle, "wall clock: consumer time in next() / time between batch arrivals"
-
-    def _watch_data(self, mean_bytes: float, seen: str, mapped: tuple[int, int]) -> WatchData:
-        mapped_bytes, mapped_files = mapped
-        return WatchData(
-            loader=dict(self.adapter.description),
-            settings=self.adapter.settings,
-            epochs=list(self.epochs),
-            epochs_merged=assemble.epochs_merged(self.epochs),
-            workers=sorted(self.workers.values(), key=lambda w: w.worker),
-            stall_ms=self.stall.to_record(),
-            step_ms=self.step.to_record(),
-            sample_ms=self.sample.to_record(),
-            storage_metered=mean_bytes > 0,
-            bytes_seen=seen,
-            mapped_bytes=mapped_bytes,
-            mapped_files=mapped_files,
-            tracks=assemble.tracks(self.main, self.worker_series, self._origin),
-            device=self.device,
-            gpu_timing=self._timing(),
-            gpu_step_ms=self.gpu_step.to_record(),
-            gpu_track=self._gpu_track(),
-            read_scaling=self._scaling,
-            sample_costs=assemble.sample_costs(
-                self.sample,
-                self.sample_cpu,
-                self.sample_bytes,
-                self._heavy,
-                self.adapter.settings.iterable,
-            ),
-            batch_log=assemble.batch_log(self._log, self._origin, self._log_dropped),
-            rank=self.rank(),
-            next_cpu_ms=(
-                round(self.next_cpu_ns / self.next_cpu_calls / 1e6, 4)
-                if self.next_cpu_calls
-                else None
-            ),
-            worker_private_bytes=self.worker_private,
-            batch_bytes=self.batch_bytes,
+    def kept_notes(self) -> list[str]:
+        """What the record says of what was too long to keep one by one."""
+        return assemble.kept_notes(
+            self.epochs, self.epochs_begun, EPOCHS_HEAD, BATCH_LOG_ROWS, self.log_dropped
         )
 
     def rank(self) -> RankInfo | None:
         """This process's rank in its job: the process group's now, else the one it gave
         at the latest epoch's start, else the launcher's environment's."""
         return group_rank() or self.group_rank or rank_info()
-
-    def _timing(self) -> str | None:
-        tl = self.timeline
-        if tl is not None:
-            return tl.backend.name
-        return "stopped after a device error" if self.timeline_error else None
-
-    def _gpu_track(self) -> Track | None:
-        tl = self.timeline
-        if tl is None or not tl.backend.on_device_clock or not self._origin:
-            return None
-        return tl.series.to_record(
-            f"{self.device or 'GPU'} ({tl.backend.name})", None, self._origin
-        )
 
 
 # WatchEpoch's fields that add up when two consecutive entries merge (``merge_epochs``),
@@ -662,31 +423,6 @@ def bound_epochs(eps: list[WatchEpoch], stride: int) -> int:
         eps[EPOCHS_HEAD:-1] = pairs + middle[len(pairs) * 2 :]
         stride *= 2
     return stride
-
-
-def _merged_spans(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Neighbouring spans merged pairwise into the span from the first's start to the
-    second's end: the gap between two epochs (the consumer's step after the last batch,
-    iter()) then counts as computing, a sliver beside their batches'."""
-    out = [(a[0], b[1]) for a, b in zip(spans[0::2], spans[1::2], strict=False)]
-    if len(spans) % 2:
-        out.append(spans[-1])
-    return out
-
-
-def device_time(epochs: list[WatchEpoch]) -> tuple[float, float]:
-    """Over the ended epochs timed on the device's own clock: the seconds it waited for data,
-    and its time from first batch to last (waiting, the steps and the copies)."""
-    timed = [e for e in epochs if e.gpu_wait_seconds is not None]
-    wait = sum(e.gpu_wait_seconds or 0.0 for e in timed)
-    return wait, wait + sum((e.gpu_step_seconds or 0.0) + e.h2d_seconds for e in timed)
-
-
-def _device_idle(epochs: list[WatchEpoch]) -> float | None:
-    """The share of the device's time from first batch to last that it waited for data, over
-    the epochs timed on its own clock; None where none was."""
-    wait, span = device_time(epochs)
-    return wait / span if span > 0 else None
 
 
 def mark_interrupted(rec: RunRecord) -> None:

@@ -43,7 +43,8 @@ from ioprobe import capacity, units
 from ioprobe.collect.distributed import rank_now
 from ioprobe.record import LoaderSettings, WatchEpoch
 from ioprobe.redact import console, printable
-from ioprobe.watch.collector import WatchCollector, device_time
+from ioprobe.watch.collector import WatchCollector
+from ioprobe.watch.gpu_side import device_time
 from ioprobe.watch.stages import METERED_BASIS, Measured, worker_cpu, worker_storage
 
 INTERVAL_S = 1.0  # between frames
@@ -111,8 +112,8 @@ def read(c: WatchCollector, clock: Callable[[], int] = time.perf_counter_ns) -> 
         mopen += e.metered_open_seconds
     dwait, dspan = device_time(eps)  # the ended epochs on the device's clock
     steps, step_ns = c.step.count, c.step.total
-    dsteps, dstep_ns = c.gpu_step.count, c.gpu_step.total
-    tl = c.timeline
+    dsteps, dstep_ns = c.gpu.step.count, c.gpu.step.total
+    tl = c.gpu.timeline
     if tl is not None and tl.backend.on_device_clock:  # the running epoch's sums so far
         w = tl.wait_ns
         dwait += w / 1e9

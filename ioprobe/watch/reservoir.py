@@ -1,8 +1,10 @@
 """Exact values up to a limit, then a uniform random sample of everything seen: the
-collector's per-batch and per-sample distributions, bounded however long a run."""
+collector's per-batch and per-sample distributions, bounded however long a run; and the
+heaviest samples, kept by index."""
 
 from __future__ import annotations
 
+import heapq
 import math
 import random
 from array import array
@@ -99,4 +101,41 @@ class Reservoir:
         )
 
 
-__all__ = ["Reservoir"]
+class Heaviest:
+    """The ``limit`` heaviest samples by wall time: a min-heap of (wall, cpu, bytes, index,
+    worker, epoch) whose root is ``bar``, the weight a sample must pass, so most batches
+    cost one max() and a compare before ``keep`` is called at all."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.heap: list[tuple[int, int, int, int, int, int]] = []
+        self.bar = -1
+
+    def keep(
+        self, wall: array[int], cpu: array[int], index_b: bytes, bytes_b: bytes, worker: int,
+        epoch: int,
+    ) -> None:  # fmt: skip
+        """Keep this batch's samples that outweigh the lightest of the heaviest kept."""
+        index = array("q", index_b) if index_b else None
+        nbytes = array("q", bytes_b) if bytes_b else None
+        heap = self.heap
+        for k, w in enumerate(wall):
+            if w <= self.bar:
+                continue
+            item = (
+                w,
+                cpu[k] if k < len(cpu) else 0,
+                nbytes[k] if nbytes is not None and k < len(nbytes) else -1,
+                index[k] if index is not None and k < len(index) else -1,
+                worker,
+                epoch,
+            )
+            if len(heap) < self.limit:
+                heapq.heappush(heap, item)
+            else:
+                heapq.heapreplace(heap, item)
+            if len(heap) == self.limit:
+                self.bar = heap[0][0]
+
+
+__all__ = ["Heaviest", "Reservoir"]

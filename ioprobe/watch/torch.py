@@ -307,7 +307,7 @@ def iterate(
                     raise TrialDone
                 collector.stop_after -= 1
             # read per batch: to_device may begin a timeline mid-epoch
-            tl = collector.timeline
+            tl = collector.gpu.timeline
             if tl is not None:
                 tl.before_wait()
             # one next() in 16 is timed in the main thread's CPU too: what taking a batch
@@ -336,7 +336,7 @@ def iterate(
                 batch = item
                 collector.on_unmeasured(t0, t1, _first_dim(batch) or collector.batch_size or 1)
             if device is not None:
-                batch = move(batch, device, None, collector.timeline)
+                batch = move(batch, device, None, collector.gpu.timeline)
             yield batch
     except (GeneratorExit, TrialDone):
         raise  # the consumer stopped early (break), or a trial ended: not an error
@@ -724,7 +724,7 @@ class Watched:
         data-free step rate and the share of the GPU a step fills, which the advice on
         sharing the GPU (MPS, MIG) needs."""
         alone = gpu_alone(step, batch, self._device, seconds)
-        self._collector.alone = alone
+        self._collector.gpu.alone = alone
         self._run = None
         return alone
 
@@ -746,7 +746,7 @@ class Watched:
             self._run = None
 
         # CUDA events when batches go to a CUDA device or the model is on one already
-        self._collector.use_device(event_backend(self._device))
+        self._collector.gpu.use(event_backend(self._device))
         return end
 
     def __len__(self) -> int:

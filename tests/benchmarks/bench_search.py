@@ -18,7 +18,9 @@ import argparse
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -44,36 +46,37 @@ def costs(batches: int, cores: float) -> Costs:
     )
 
 
+REPLAYS = [0]  # replays run, counted by the wrapper main() installs
+
+
+def _counted(real: Callable[..., list[float]]) -> Callable[..., list[float]]:
+    def counted(*a: Any, **k: Any) -> list[float]:
+        REPLAYS[0] += 1
+        return real(*a, **k)
+
+    return counted
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--batches", type=int, default=800)
     args = ap.parse_args()
     base = Setting(2, 2, True)
+    loader_sim.simulate = _counted(loader_sim.simulate)  # type: ignore[assignment]
     print("| usable cores | settings tried | replays | search, median s |")
     print("|---:|---:|---:|---:|")
     for cores in (2.0, 4.0, 16.0, 64.0):
         c = costs(args.batches, cores)
         settings = loader_sim.candidates(base, c)
         times = []
-        replays = 0
         for _ in range(args.repeats):
-            calls = [0]
-            real = loader_sim.simulate
-
-            def counted(*a: object, _real: object = real, **k: object) -> list[float]:
-                calls[0] += 1
-                return _real(*a, **k)  # type: ignore[operator,no-any-return]
-
-            loader_sim.simulate = counted  # type: ignore[assignment]
-            try:
-                t0 = time.perf_counter()
-                for s in settings:
-                    loader_sim.simulated_rate(c, s)
-                times.append(time.perf_counter() - t0)
-            finally:
-                loader_sim.simulate = real  # type: ignore[assignment]
-            replays = calls[0]
+            t0 = time.perf_counter()
+            for s in settings:
+                loader_sim.simulated_rate(c, s)
+            times.append(time.perf_counter() - t0)
+        replays = REPLAYS[0] // args.repeats
+        REPLAYS[0] = 0
         print(f"| {cores:.0f} | {len(settings)} | {replays} | {statistics.median(times):.2f} |")
     return 0
 

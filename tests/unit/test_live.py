@@ -184,7 +184,7 @@ def test_read_sums_the_ended_epochs_device_time_and_the_running_epochs_so_far() 
     ended.gpu_wait_seconds, ended.gpu_step_seconds, ended.h2d_seconds = 3.0, 6.0, 0.5
     c.begin_epoch()
     try:
-        c.timeline = _Timeline()  # type: ignore[assignment]
+        c.gpu.timeline = _Timeline()  # type: ignore[assignment]
         now = read(c, clock=lambda: 10 * S)
         assert now.device_wait_ns == (3 + 2) * S
         assert now.device_span_ns == round((3 + 6 + 0.5 + 2 + 5 + 1) * S)
@@ -196,7 +196,7 @@ def test_read_sums_the_ended_epochs_device_time_and_the_running_epochs_so_far() 
             _Timeline.backend.on_device_clock = True
         assert (host.device_wait_ns, host.device_span_ns) == (3 * S, round(9.5 * S))
     finally:
-        c.timeline = None
+        c.gpu.timeline = None
         c.end_epoch(None)
 
 

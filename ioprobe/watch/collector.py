@@ -239,13 +239,9 @@ class WatchCollector:
         (worker, wall, cpu, collate_ns, read_chars, read_bytes, runqueue_ns, metered_bytes,
          metered_ns, metered_open_ns, done_ns, indices, sample_bytes, started_ns, mapped, turned,
          collate_cpu_ns, overhead_ns, process_cpu_ns, socket_bytes) = stats  # fmt: skip
-        walls = array("q", wall)
-        n = len(walls)
-        wall_ns = sum(walls)
-        wall_s = wall_ns / 1e9
-        cpus = array("q", cpu)
-        cpu_ns = sum(cpus)
-        cpu_s = cpu_ns / 1e9
+        walls, cpus = array("q", wall), array("q", cpu)
+        n, wall_ns, cpu_ns = len(walls), sum(walls), sum(cpus)
+        wall_s, cpu_s = wall_ns / 1e9, cpu_ns / 1e9
         ep = self.on_delivery(t_request, t_arrival, n)
         slowest = max(walls) if n else 0
         if len(self.log) < BATCH_LOG_ROWS * LOG_COLUMNS:
@@ -260,9 +256,7 @@ class WatchCollector:
         if slowest > self.heaviest.bar and ep.batches > self._startup_batches:
             self.heaviest.keep(walls, cpus, indices, sample_bytes, worker, ep.index)
         if started_ns and self._iter_ns and worker >= 0:
-            self._startup_ns += started_ns - self._iter_ns
-            ep.workers_started += 1
-            ep.worker_startup_seconds = self._startup_ns / ep.workers_started / 1e9
+            self._worker_started(ep, started_ns)
         if (metered_bytes or socket_bytes) and sample_bytes:
             self.sample_bytes.extend(array("q", sample_bytes))
         if mapped:
@@ -271,7 +265,7 @@ class WatchCollector:
             self.mapped.take_turned(turned)
         ws = self.worker_series.get(worker)
         if ws is None:
-            ws = self.worker_series[worker] = Series(WORKER_COLUMNS, WORKER_ROWS)
+            ws = self._new_worker(worker)
         # the worker's samples ran back to back before its collate: the span they took
         ws.add((done_ns - collate_ns - wall_ns, done_ns, 1, n, wall_ns, cpu_ns, metered_ns))
         if self._span_samples < SPAN_SAMPLES:
@@ -292,14 +286,25 @@ class WatchCollector:
         ep.worker_process_cpu_seconds += process_cpu_ns / 1e9
         if ep.batches == self._startup_batches:
             assemble.end_first_round(ep)
-        w = self.workers.get(worker)
-        if w is None:
-            w = self.workers[worker] = WorkerStats(worker=worker)
+        w = self.workers[worker]
         w.batches += 1
         w.samples += n
         w.sample_wall_seconds += wall_s
         w.sample_cpu_seconds += cpu_s
         self.sample.extend(walls, wall_ns, cpus, cpu_ns)
+
+    def _worker_started(self, ep: WatchEpoch, started_ns: int) -> None:
+        """A worker's first batch of the epoch: its start-up, from the epoch's iter() to
+        its first sample (once per worker and epoch)."""
+        self._startup_ns += started_ns - self._iter_ns
+        ep.workers_started += 1
+        ep.worker_startup_seconds = self._startup_ns / ep.workers_started / 1e9
+
+    def _new_worker(self, worker: int) -> Series:
+        """A worker's first batch of the run: its series and its totals begin."""
+        self.workers[worker] = WorkerStats(worker=worker)
+        ws = self.worker_series[worker] = Series(WORKER_COLUMNS, WORKER_ROWS)
+        return ws
 
     def on_unmeasured(self, t_request: int, t_arrival: int, n: int) -> None:
         """A batch of ``n`` samples from workers that measured nothing: a pass the loader

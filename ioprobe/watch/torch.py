@@ -280,6 +280,20 @@ def sample_path(dataset: Any, index: int) -> str | None:
     return None
 
 
+def _trial_batch(collector: WatchCollector) -> None:
+    """One more request in a trial of ``ioprobe tune``: TrialDone once its batches are in."""
+    assert collector.stop_after is not None
+    if collector.stop_after <= 0:
+        raise TrialDone
+    collector.stop_after -= 1
+
+
+def _unmeasured(collector: WatchCollector, t0: int, t1: int, batch: Any) -> Any:
+    """A batch of a pass begun before the watch: the consumer's side of it alone."""
+    collector.on_unmeasured(t0, t1, _first_dim(batch) or collector.batch_size or 1)
+    return batch
+
+
 def iterate(
     inner: DataLoader[Any],
     collector: WatchCollector,
@@ -291,9 +305,7 @@ def iterate(
     boundaries on its device timeline when it has one. The epoch begins (``begin``, which
     returns its end) at the first ``next()``: an iterator that is made and never advanced,
     as Lightning makes one to check that a loader is iterable, is no epoch."""
-    clock = time.perf_counter_ns
-    thread_ns = time.thread_time_ns
-    on_batch = collector.on_batch
+    clock, thread_ns, on_batch = time.perf_counter_ns, time.thread_time_ns, collector.on_batch
     error: BaseException | None = None
     on_end = begin()
     try:
@@ -303,9 +315,7 @@ def iterate(
         n, memory_at = 0, max(getattr(inner, "num_workers", 0), 0) + 1
         while True:
             if collector.stop_after is not None:  # a trial of ioprobe tune
-                if collector.stop_after <= 0:
-                    raise TrialDone
-                collector.stop_after -= 1
+                _trial_batch(collector)
             # read per batch: to_device may begin a timeline mid-epoch
             tl = collector.gpu.timeline
             if tl is not None:
@@ -333,8 +343,7 @@ def iterate(
                 if n == memory_at:  # once an epoch, the first round done: what memory holds
                     collector.note_memory(workers_private(it), tensor_bytes(batch))
             else:  # a pass begun before the watch (_adopt_pending_iterator): no stats
-                batch = item
-                collector.on_unmeasured(t0, t1, _first_dim(batch) or collector.batch_size or 1)
+                batch = _unmeasured(collector, t0, t1, item)
             if device is not None:
                 batch = move(batch, device, None, collector.gpu.timeline)
             yield batch

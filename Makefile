@@ -35,23 +35,23 @@ unit: $(STAMP)
 # and 2,000 records filled with hostile outside text through every view and the DLIO export
 # (IOPROBE_FUZZ_EXAMPLES=N for more); the default test run tries a few thousand.
 fuzz: $(STAMP)
-	$(BIN)/python -m pytest -q -m long tests/unit/test_fuzz_records.py tests/unit/test_outside_text.py
+	$(BIN)/python -m pytest -q -m long tests/unit/ground/test_fuzz_records.py tests/unit/ground/test_outside_text.py
 
 # The advice held to reruns that take minutes on a 2-core host and swing with any other load
 # (deselected from `make test`): each head-of-line cure against its rerun, the workers rule on
 # a slow server, persistent_workers' start-up saving, accelerate's --cpu launch, and the advice
 # matrix's share (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a quiet host.
 validate: $(STAMP)
-	$(BIN)/python -m pytest -q -m long tests/integration/test_head_of_line.py tests/integration/test_loader_sim.py \
-	  tests/integration/test_workers_prediction_remote.py tests/integration/test_epoch_starts.py \
-	  tests/integration/test_ranks_launchers.py
+	$(BIN)/python -m pytest -q -m long tests/integration/watch/test_head_of_line.py tests/integration/watch/test_loader_sim.py \
+	  tests/integration/whatif/test_workers_prediction_remote.py tests/integration/watch/test_epoch_starts.py \
+	  tests/integration/run/test_ranks_launchers.py
 
 # The hostile round (docs/guarantees.md): generated cases of the nine families of issue 29 through
 # the real CLI, each judged on hangs, tracebacks, secrets shown and outputs lost (about 3 minutes)
 hostile: $(STAMP)
 	$(BIN)/python tests/hostile_round.py
 
-# The browser tests (tests/browser.py) drive real headless Chromium; install it where it is missing.
+# The browser tests (tests/support/browser.py) drive real headless Chromium; install it where it is missing.
 # `env` carries DEBIAN_FRONTEND through sudo (which drops the caller's environment).
 chromium:
 	@command -v chromium >/dev/null 2>&1 || { \

@@ -87,7 +87,10 @@ DALI_DISTS = [
     "six",  # astunparse imports it; most torch images have it, and it is 11 kB
 ]
 DALI_REPACK = "nvidia-dali-cuda130"
-DALI_TEST_FILES = ("tests/integration/test_dali.py", "tests/integration/test_cli_probe_dali.py")
+DALI_TEST_FILES = (
+    "tests/integration/watch/test_dali.py",
+    "tests/integration/probe/test_cli_probe_dali.py",
+)
 PLATFORMS = [f"manylinux_2_{n}_x86_64" for n in (17, 24, 27, 28, 31, 34, 35)] + [
     "manylinux2014_x86_64"
 ]

@@ -243,7 +243,7 @@ def make_data(
 def base_records(folder: Path) -> dict[str, Path]:
     """A probe and a watched record, finalized, built from the unit tests' fixtures (no CLI)."""
     from ioprobe.analysis import finalize
-    from tests.unit.test_whatif import probe_record, watch_record
+    from tests.unit.analysis.test_whatif import probe_record, watch_record
 
     out = {}
     for name, rec in (("probe", probe_record()), ("watch", watch_record(workers=2))):

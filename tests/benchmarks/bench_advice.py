@@ -2,7 +2,7 @@
 
   python tests/benchmarks/bench_advice.py [--pairs 3] [--cases a,b] [--out FILE]
 
-For each case of ``tests/validation.py`` (a loader whose costs are built by construction):
+For each case of ``tests/support/validation.py`` (a loader whose costs are built by construction):
 watch one run, take the first recommendation if it changes a loader setting, rerun it
 ``--pairs`` times beside the setting as run (median of the paired gains), and sweep the
 settings around the recorded one to find the measured best. Prints one Markdown row per case
@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.validation import CASES, SWEEPS, Outcome, validate
+from tests.support.validation import CASES, SWEEPS, Outcome, validate
 
 
 def row(case: str, o: Outcome, seconds: float) -> str:

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.servers import ThrottledHTTPServer, make_files
+from tests.support.servers import ThrottledHTTPServer, make_files
 
 REPO = Path(__file__).resolve().parents[2]
 RATE = 4_000_000

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.accuracy import cpu_workers_pair, relative_error, storage_rate_pair
+from tests.support.accuracy import cpu_workers_pair, relative_error, storage_rate_pair
 
 
 def under_load(make: Callable[[], tuple[float, float]]) -> Callable[[], tuple[float, float]]:

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from ioprobe.analysis.loader_sim import Setting
 from ioprobe.record import RunRecord
-from tests.validation import CASES, rate
+from tests.support.validation import CASES, rate
 
 REPO = Path(__file__).resolve().parents[2]
 GRID = [Setting(w, p, o) for w in (4, 8, 16, 24, 32, 48) for p in (2, 4, 8) for o in (True, False)]

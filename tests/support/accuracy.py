@@ -1,6 +1,6 @@
 """Prediction-vs-rerun pairs: record a run, predict a change, make the change, measure.
 
-Shared by the accuracy tests (tests/integration/test_prediction_accuracy.py) and the
+Shared by the accuracy tests (tests/integration/whatif/test_prediction_accuracy.py) and the
 benchmark that reports the errors over many pairs (tests/benchmarks/bench_predictions.py).
 """
 
@@ -22,7 +22,7 @@ import ioprobe
 from ioprobe.analysis.scenario import evaluate
 from ioprobe.record import Change, RunRecord
 from tests.fixtures.datasets import BurnDataset, MeteredHttpDataset, MeteredHttpDecodeDataset
-from tests.servers import ThrottledHTTPServer, make_files
+from tests.support.servers import ThrottledHTTPServer, make_files
 
 CPU_MS = 8.0
 RATE, SIZE, FILES = 2_000_000, 50_000, 80

@@ -13,8 +13,8 @@ import pytest
 
 from ioprobe.collect.probe import ProbeOptions
 from ioprobe.errors import BadInputError
-from tests.integration.cli import assert_one_line_error, run_cli
-from tests.unit.test_whatif import probe_record
+from tests.support.cli import assert_one_line_error, run_cli
+from tests.unit.analysis.test_whatif import probe_record
 
 # the flags a size needs besides the one under test; a whatif's record need not exist, since
 # flags are checked before it is read

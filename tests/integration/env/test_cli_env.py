@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.integration.cli import assert_one_line_error
+from tests.support.cli import assert_one_line_error
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:

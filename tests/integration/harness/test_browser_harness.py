@@ -1,4 +1,4 @@
-"""The headless-Chromium helper itself (tests/browser.py), on pages written into tmp_path."""
+"""The headless-Chromium helper itself (tests/support/browser.py), on pages written into tmp_path."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import chromium_path, non_blank_fraction, open_page
+from tests.support.browser import chromium_path, non_blank_fraction, open_page
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import fsspec
 import pytest
 import requests
 
-from tests.servers import S3Server, ThrottledHTTPServer, make_files
+from tests.support.servers import S3Server, ThrottledHTTPServer, make_files
 
 pytestmark = pytest.mark.slow
 

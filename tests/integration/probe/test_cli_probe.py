@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from tests.contract import CONTRACT_KEYS
-from tests.integration.cli import assert_one_line_error, probe_json, run_cli
+from tests.support.cli import assert_one_line_error, probe_json, run_cli
+from tests.support.contract import CONTRACT_KEYS
 
 pytestmark = pytest.mark.slow
 

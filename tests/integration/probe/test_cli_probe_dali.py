@@ -19,7 +19,7 @@ from PIL import Image
 
 from ioprobe.collect.budget import margin_s
 from ioprobe.collect.decode import decode_image
-from tests.integration.cli import REPO, assert_one_line_error, run_cli
+from tests.support.cli import REPO, assert_one_line_error, run_cli
 
 pytestmark = pytest.mark.slow
 

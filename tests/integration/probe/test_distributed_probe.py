@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cli import REPO
-from tests.servers import ThrottledHTTPServer, make_files
+from tests.support.cli import REPO
+from tests.support.servers import ThrottledHTTPServer, make_files
 
 pytestmark = pytest.mark.slow
 

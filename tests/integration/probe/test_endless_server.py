@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from ioprobe.collect.budget import margin_s
-from tests.integration.cli import REPO
-from tests.servers import ThrottledHTTPServer, _Handler, make_files
+from tests.support.cli import REPO
+from tests.support.servers import ThrottledHTTPServer, _Handler, make_files
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.cli import REPO
+from tests.support.cli import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -13,10 +13,10 @@ from torch.utils.data import DataLoader
 import ioprobe
 from ioprobe.collect import gpu_sampler
 from ioprobe.collect.gpu_sampler import GpuBusySampler
-from tests.browser import chromium_path, non_blank_fraction, open_page
 from tests.fixtures.datasets import SleepDataset
 from tests.fixtures.scripted_nvml import ScriptedNvml
-from tests.integration.cli import probe_json, run_cli
+from tests.support.browser import chromium_path, non_blank_fraction, open_page
+from tests.support.cli import probe_json, run_cli
 
 pytestmark = pytest.mark.slow
 

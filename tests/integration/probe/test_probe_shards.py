@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from tests.fixtures.shards import write_litdata, write_tar_shards, write_tfrecords
-from tests.integration.cli import probe_json
-from tests.servers import ThrottledHTTPServer
+from tests.support.cli import probe_json
+from tests.support.servers import ThrottledHTTPServer
 
 SHARDS, PER_SHARD = 4, 50
 

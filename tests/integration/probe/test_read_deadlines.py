@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ioprobe.collect.budget import margin_s
-from tests.integration.cli import run_cli
-from tests.servers import ThrottledHTTPServer, _Handler, make_files
+from tests.support.cli import run_cli
+from tests.support.servers import ThrottledHTTPServer, _Handler, make_files
 
 pytestmark = pytest.mark.slow
 

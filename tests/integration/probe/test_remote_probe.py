@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cli import assert_one_line_error, probe_json, run_cli
-from tests.servers import S3Server, ThrottledHTTPServer, make_files
+from tests.support.cli import assert_one_line_error, probe_json, run_cli
+from tests.support.servers import S3Server, ThrottledHTTPServer, make_files
 
 pytestmark = pytest.mark.slow
 

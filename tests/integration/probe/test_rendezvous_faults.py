@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from ioprobe.collect.group import INIT_GRACE_S
-from tests.integration.cli import REPO
+from tests.support.cli import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from ioprobe.collect.budget import margin_s
-from tests.integration.cli import assert_one_line_error, run_cli
-from tests.servers import ThrottledHTTPServer, _Handler, make_files
+from tests.support.cli import assert_one_line_error, run_cli
+from tests.support.servers import ThrottledHTTPServer, _Handler, make_files
 
 pytestmark = pytest.mark.slow
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cli import assert_one_line_error, run_cli
-from tests.servers import ThrottledHTTPServer, _Handler, make_files, self_signed_cert
+from tests.support.cli import assert_one_line_error, run_cli
+from tests.support.servers import ThrottledHTTPServer, _Handler, make_files, self_signed_cert
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from tests.fixtures.burn import _burn as burn_cpu
-from tests.integration.cli import probe_json, run_cli
+from tests.support.cli import probe_json, run_cli
 
 pytestmark = pytest.mark.slow
 

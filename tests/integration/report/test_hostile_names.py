@@ -15,8 +15,8 @@ import pytest
 
 from ioprobe.record import RunRecord
 from tests.fixtures.hostile_train import NAME
-from tests.integration.cli import REPO, run_cli
-from tests.servers import make_files
+from tests.support.cli import REPO, run_cli
+from tests.support.servers import make_files
 
 # bytes of raw control that no output may hold: ESC, BEL, an 8-bit CSI (C1 0x9b as a byte of
 # a file name, and U+009B encoded), a bidi override
@@ -143,7 +143,7 @@ def test_a_catalog_and_prices_with_markup_and_credentials_render_and_leak_nothin
     tmp_path: Path,
 ) -> None:
     from ioprobe.analysis import finalize
-    from tests.unit.test_whatif import probe_record
+    from tests.unit.analysis.test_whatif import probe_record
 
     run = tmp_path / "run.json"
     finalize(probe_record()).save(run)
@@ -208,7 +208,7 @@ def test_the_dlio_export_keeps_outside_text_in_its_comments(tmp_path: Path) -> N
     import yaml
 
     from ioprobe.analysis import finalize
-    from tests.unit.test_whatif import probe_record
+    from tests.unit.analysis.test_whatif import probe_record
 
     rec = finalize(probe_record())
     rec.created = "2026-01-01\nlive_key: injected"

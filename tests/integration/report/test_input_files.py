@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from ioprobe.analysis import finalize
-from tests.integration.cli import REPO, assert_one_line_error, run_cli
-from tests.unit.test_whatif import probe_record
+from tests.support.cli import REPO, assert_one_line_error, run_cli
+from tests.unit.analysis.test_whatif import probe_record
 
 
 @pytest.fixture

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cli import REPO, assert_one_line_error, run_cli
-from tests.unit.test_record import make_record
+from tests.support.cli import REPO, assert_one_line_error, run_cli
+from tests.unit.ground.test_record import make_record
 
 pytestmark = pytest.mark.slow
 

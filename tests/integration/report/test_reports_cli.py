@@ -11,8 +11,8 @@ import pytest
 from ioprobe.analysis.report import findings
 from ioprobe.record import RunRecord
 from ioprobe.render.facts import verdict
-from tests.browser import chromium_path, non_blank_fraction, open_page
-from tests.integration.cli import assert_one_line_error, run_cli
+from tests.support.browser import chromium_path, non_blank_fraction, open_page
+from tests.support.cli import assert_one_line_error, run_cli
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from ioprobe.record import RunRecord
-from tests.integration.cli import assert_one_line_error, run_cli
-from tests.servers import S3Server, ThrottledHTTPServer, make_files
+from tests.support.cli import assert_one_line_error, run_cli
+from tests.support.servers import S3Server, ThrottledHTTPServer, make_files
 
 pytestmark = pytest.mark.slow
 

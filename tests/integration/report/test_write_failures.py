@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ioprobe.analysis import finalize
-from tests.integration.cli import REPO
-from tests.unit.test_whatif import probe_record
+from tests.support.cli import REPO
+from tests.unit.analysis.test_whatif import probe_record
 
 COMMANDS = {
     "env": ["env"],

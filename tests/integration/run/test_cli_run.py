@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ioprobe.record import RunRecord
-from tests.integration.cli import assert_one_line_error, run_cli, watched_and_plain
+from tests.support.cli import assert_one_line_error, run_cli, watched_and_plain
 
 pytestmark = pytest.mark.slow
 

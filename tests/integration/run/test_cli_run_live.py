@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cli import run_cli, run_cli_on_terminal
+from tests.support.cli import run_cli, run_cli_on_terminal
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ pytest.importorskip("nvidia.dali")
 
 from ioprobe.collect import nvtx
 from tests.fixtures.dali_pipes import make_jpegs
-from tests.integration.cli import REPO, run_cli
+from tests.support.cli import REPO, run_cli
 
 pytestmark = pytest.mark.slow
 

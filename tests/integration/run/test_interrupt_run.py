@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.cli import REPO
+from tests.support.cli import REPO
 
 pytestmark = pytest.mark.slow
 

@@ -19,7 +19,7 @@ import pytest
 
 from ioprobe.analysis.ranks import rank_spread
 from ioprobe.record import RunRecord
-from tests.integration.cli import REPO, run_cli, watched_and_plain
+from tests.support.cli import REPO, run_cli, watched_and_plain
 
 pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")

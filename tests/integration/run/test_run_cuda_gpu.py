@@ -4,7 +4,7 @@ script, its live panel on a terminal, and data-parallel jobs whose ranks share t
 Each truth is built on the device: kernels that spin the GPU for a known time
 (``torch.cuda._sleep``), loader workers that burn a known CPU time per sample, and the batch
 period the script itself measures on the host's clock after draining the GPU. These run only
-where torch sees a CUDA device (``make gpu-check``); tests/integration/test_watch_device.py
+where torch sees a CUDA device (``make gpu-check``); tests/integration/watch/test_watch_device.py
 and test_ddp_watch.py run the same paths on the CPU.
 """
 
@@ -21,7 +21,7 @@ import pytest
 
 from ioprobe.analysis.ranks import rank_spread
 from ioprobe.record import RunRecord
-from tests.integration.cli import REPO, run_cli, run_cli_on_terminal
+from tests.support.cli import REPO, run_cli, run_cli_on_terminal
 
 torch = pytest.importorskip("torch")
 
@@ -177,7 +177,7 @@ def test_the_ranks_group_opens_over_a_users_nccl_group_without_a_collective_in_t
     assert got["timing"].startswith("cuda events on cuda:0")
 
 
-# as tests/integration/test_ddp_watch.py builds it, with the batches and the step on the GPU:
+# as tests/integration/watch/test_ddp_watch.py builds it, with the batches and the step on the GPU:
 # rank 1 delivers a batch every BATCH * BURN_MS / WORKERS ms, each step spins the GPU for
 # COMPUTE_MS, and every rank waits for rank 1 at the gradients' all_reduce
 STEPS, BATCH, WORKERS, DDP_BURN_MS, COMPUTE_MS = 20, 4, 1, 50.0, 40.0

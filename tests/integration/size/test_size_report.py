@@ -10,9 +10,9 @@ import pytest
 
 from ioprobe.analysis.catalog import load_catalog
 from ioprobe.record import RunRecord
-from tests.browser import chromium_path, non_blank_fraction, open_page
-from tests.integration.cli import assert_one_line_error, run_cli
-from tests.unit.test_whatif import watch_record
+from tests.support.browser import chromium_path, non_blank_fraction, open_page
+from tests.support.cli import assert_one_line_error, run_cli
+from tests.unit.analysis.test_whatif import watch_record
 
 pytestmark = pytest.mark.slow
 

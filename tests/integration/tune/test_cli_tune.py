@@ -10,7 +10,7 @@ import pytest
 
 from ioprobe.errors import BadInputError
 from ioprobe.record import RunRecord
-from tests.integration.cli import REPO, run_cli
+from tests.support.cli import REPO, run_cli
 
 SCRIPT = str(REPO / "tests" / "fixtures" / "tune_train.py")
 

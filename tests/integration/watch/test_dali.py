@@ -227,7 +227,7 @@ def test_without_the_injection_library_thread_cpu_still_names_the_cpu_stage(
         textwrap.dedent(
             f"""
             import ioprobe
-            from tests.integration.test_dali import consume, iterator
+            from tests.integration.watch.test_dali import consume, iterator
             from pathlib import Path
             it = ioprobe.watch(iterator(Path({str(jpegs)!r})))
             consume(it, 3)
@@ -235,7 +235,7 @@ def test_without_the_injection_library_thread_cpu_still_names_the_cpu_stage(
             """
         )
     )
-    root = Path(__file__).parents[2]
+    root = Path(__file__).parents[3]
     env = {"IOPROBE_NVTX": "0", "PATH": "/usr/bin:/bin", "PYTHONPATH": str(root)}
     subprocess.run([sys.executable, str(script)], check=True, env=env, cwd=root)
     rec = RunRecord.load(tmp_path / "r.json")

@@ -15,7 +15,7 @@ import pytest
 from ioprobe.analysis.ranks import rank_spread
 from ioprobe.analysis.scenario import evaluate, recorded_cores
 from ioprobe.record import Change, RunRecord
-from tests.integration.cli import REPO, run_cli, watched_and_plain
+from tests.support.cli import REPO, run_cli, watched_and_plain
 
 pytestmark = pytest.mark.slow
 torch = pytest.importorskip("torch")

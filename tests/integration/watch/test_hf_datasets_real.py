@@ -3,7 +3,7 @@ states the bytes the workers read. The truth is built here: rows of 4,096 float3
 bytes) and an int64 label that is the row's id, saved as Arrow (``save_to_disk``, memory-mapped
 back by ``load_from_disk``) or written as uncompressed Parquet files streamed by
 ``load_dataset(..., streaming=True)``. Run as a module (``python -m
-tests.integration.test_hf_datasets_real ARROW_DIR``), this file is the training script that
+tests.integration.watch.test_hf_datasets_real ARROW_DIR``), this file is the training script that
 ``ioprobe run`` wraps: it prints each batch's sums."""
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from torch.utils.data import DataLoader
 
 import ioprobe
 from ioprobe.record import RunRecord
-from tests.integration.cli import watched_and_plain
+from tests.support.cli import watched_and_plain
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # local files only: never the Hub
 # the dev extras install datasets; an image without it collects this module and skips it
@@ -195,7 +195,7 @@ def test_ioprobe_run_around_an_arrow_training_script_prints_as_unwatched(
     path = save_arrow(tmp_path)
     out = tmp_path / "run.json"
     watched, plain = watched_and_plain(
-        out, sys.executable, "-m", "tests.integration.test_hf_datasets_real", str(path)
+        out, sys.executable, "-m", "tests.integration.watch.test_hf_datasets_real", str(path)
     )
     assert watched.stdout == plain.stdout
     sums = [json.loads(line) for line in plain.stdout.splitlines()]

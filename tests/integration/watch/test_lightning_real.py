@@ -1,7 +1,7 @@
 """A real Lightning Trainer fed by a watched DataLoader (``ioprobe.watch`` in the script, and
 ``ioprobe run`` around an unchanged one) trains as unwatched: the same batches in
 ``training_step``, the same checkpoint, exit code 0, and one recorded epoch per training
-epoch. Run as a module (``python -m tests.integration.test_lightning_real OUT [--watch]``),
+epoch. Run as a module (``python -m tests.integration.watch.test_lightning_real OUT [--watch]``),
 this file is the training script."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import ioprobe
 from ioprobe.record import RunRecord
-from tests.integration.cli import REPO, run_cli
+from tests.support.cli import REPO, run_cli
 
 # the dev extras install lightning; an image without it collects this module and skips it
 L = pytest.importorskip("lightning")
@@ -119,7 +119,7 @@ def test_ioprobe_run_around_a_trainer_trains_as_unwatched_and_records_each_epoch
     tmp_path: Path,
 ) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    script = (sys.executable, "-m", "tests.integration.test_lightning_real")
+    script = (sys.executable, "-m", "tests.integration.watch.test_lightning_real")
     plain = subprocess.run(
         [*script, str(tmp_path / "plain.ckpt")],
         capture_output=True,

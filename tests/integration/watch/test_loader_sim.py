@@ -13,8 +13,8 @@ import pytest
 from ioprobe.analysis import loader_sim
 from ioprobe.record import RunRecord
 from tests.fixtures.datasets import SleepDataset
-from tests.integration.cli import run_cli
-from tests.validation import CASES, SWEEPS, Case, run, validate
+from tests.support.cli import run_cli
+from tests.support.validation import CASES, SWEEPS, Case, run, validate
 
 # the matrix's cases cut short for CI: the same construction, fewer samples
 SMALL = {
@@ -66,7 +66,7 @@ def test_whatif_on_the_command_line_gives_the_replays_prediction(tmp_path: Path)
 
 
 # a minute or two each, and the rates of 16-24 workers on a 2-core host swing with any other
-# load: run with `pytest -m long tests/integration/test_loader_sim.py` on a quiet host, as
+# load: run with `pytest -m long tests/integration/watch/test_loader_sim.py` on a quiet host, as
 # bench_advice.py runs the whole matrix; the default run holds the replay's own figures
 @pytest.mark.long
 @pytest.mark.parametrize("name", ["skewed-remote", "latency-bound"])

@@ -14,7 +14,7 @@ import ioprobe
 from ioprobe.analysis.stall_series import stall_over_time
 from ioprobe.record import RunRecord
 from tests.fixtures.datasets import MeteredHttpDataset
-from tests.servers import ThrottledHTTPServer, make_files
+from tests.support.servers import ThrottledHTTPServer, make_files
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ import torch
 
 import ioprobe
 from ioprobe.record import RunRecord
-from tests.integration.cli import watched_and_plain
+from tests.support.cli import watched_and_plain
 
 # the test extras install torchdata; a GPU image without it collects this module and skips it
 pytest.importorskip("torchdata")

@@ -25,7 +25,7 @@ from tests.fixtures.datasets import (
     SleepDataset,
     UpfrontDataset,
 )
-from tests.servers import ThrottledHTTPServer, make_files
+from tests.support.servers import ThrottledHTTPServer, make_files
 
 pytestmark = pytest.mark.slow
 

@@ -1,6 +1,6 @@
 """The device paths on a real CUDA device: CUDA events, pinned and pageable copies.
 
-These run only where torch sees a CUDA device; tests/integration/test_watch_device.py runs
+These run only where torch sees a CUDA device; tests/integration/watch/test_watch_device.py runs
 the same code everywhere with a simulated device standing in for the driver calls. The
 truths here are taken with the host clock around synchronised work, never with events.
 """
@@ -133,7 +133,7 @@ def test_the_live_panel_shows_the_gpu_waiting_by_the_device_clock(
     assert loader.run.gpu_idle_fraction == pytest.approx(truth, abs=0.06)
 
 
-# head-of-line blocking as tests/integration/test_head_of_line.py builds it (one sample in
+# head-of-line blocking as tests/integration/watch/test_head_of_line.py builds it (one sample in
 # 50 waits 20 times as long), with each batch copied to the GPU and a kernel per step
 N, BASE_S, EVERY, FACTOR, BATCH, STEP_S = 1500, 0.001, 50, 20.0, 2, 0.0015
 

@@ -3,7 +3,7 @@
 The device is simulated (tests/fixtures/sim_device.py) for the driver calls alone: events,
 the copy and the pinned check. The DataLoader, its workers, ioprobe.to_device, the timeline
 and the model run for real, against kernels and link rates the test sets.
-tests/integration/test_watch_cuda.py runs the same paths on a real CUDA device.
+tests/integration/watch/test_watch_cuda.py runs the same paths on a real CUDA device.
 """
 
 from __future__ import annotations
@@ -307,7 +307,7 @@ def test_the_live_panel_shows_the_gpu_waiting_by_the_device_clock(sim: SimStream
     assert "device clock" in gpu.detail
     # the history keeps the device's wait too, and the drawing says which clock it shows
     assert last.stall_history[-1] == pytest.approx(truth, abs=0.15)
-    from tests.unit.test_render_golden import text
+    from tests.unit.render.test_render_golden import text
 
     shown = text(panel(last, 80), width=80)
     assert f"GPU waiting {last.gpu_waiting:.0%}" in shown and "device clock" in shown

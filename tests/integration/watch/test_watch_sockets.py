@@ -17,7 +17,7 @@ import ioprobe
 from ioprobe.analysis.recommend import reads_through_page_cache
 from ioprobe.record import RunRecord
 from tests.fixtures.datasets import Boto3Dataset, FsspecDataset, HttpDataset
-from tests.servers import S3Server, ThrottledHTTPServer, make_files
+from tests.support.servers import S3Server, ThrottledHTTPServer, make_files
 
 pytestmark = pytest.mark.slow
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.accuracy import RATE, SIZE, cpu_workers_pair, median_error, storage_rate_pair
+from tests.support.accuracy import RATE, SIZE, cpu_workers_pair, median_error, storage_rate_pair
 
 pytestmark = pytest.mark.slow
 

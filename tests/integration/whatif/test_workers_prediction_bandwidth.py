@@ -14,11 +14,11 @@ from torch.utils.data import DataLoader
 
 from ioprobe.analysis.scenario import LINEAR_STORAGE
 from ioprobe.record import RunRecord
-from tests.accuracy import relative_error, watch_run
 from tests.fixtures.datasets import MeteredHttpDecodeDataset
-from tests.integration.cli import assert_one_line_error, run_cli
-from tests.servers import ThrottledHTTPServer, make_files
-from tests.unit.test_whatif import CAPPED, storage_probe, watched_remote
+from tests.support.accuracy import relative_error, watch_run
+from tests.support.cli import assert_one_line_error, run_cli
+from tests.support.servers import ThrottledHTTPServer, make_files
+from tests.unit.analysis.test_whatif import CAPPED, storage_probe, watched_remote
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.accuracy import median_error, remote_workers_pair
+from tests.support.accuracy import median_error, remote_workers_pair
 
 pytestmark = pytest.mark.slow
 

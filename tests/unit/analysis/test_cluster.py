@@ -231,7 +231,7 @@ def watch_cluster_record() -> RunRecord:
     the others' and it stalls 41% of its time where they stall 4-6%; the slowest rank's data
     cost the job 11.5 s, 38% of its time."""
     from ioprobe.analysis import finalize
-    from tests.unit.test_whatif import watch_record
+    from tests.unit.analysis.test_whatif import watch_record
 
     rec = finalize(watch_record(cpu_s=0.01, workers=2, storage=900.0, gpu=350.0, cores=8))
     rec.dataset.target = "train/"
@@ -280,7 +280,7 @@ def probe_cluster_record() -> RunRecord:
 
 
 def test_probe_cluster_summary_golden() -> None:
-    from tests.unit.test_render_golden import check, shown, text
+    from tests.unit.render.test_render_golden import check, shown, text
 
     got = text(shown(probe_cluster_record()))
     check("cluster_probe.txt", got)
@@ -288,7 +288,7 @@ def test_probe_cluster_summary_golden() -> None:
 
 
 def test_watch_cluster_summary_golden() -> None:
-    from tests.unit.test_render_golden import check, shown, text
+    from tests.unit.render.test_render_golden import check, shown, text
 
     got = text(shown(watch_cluster_record()))
     check("cluster_watch.txt", got)
@@ -298,7 +298,7 @@ def test_watch_cluster_summary_golden() -> None:
 def test_a_large_world_lists_sixteen_ranks_and_summarises_the_rest_in_every_short_view() -> None:
     from ioprobe.analysis.report import findings
     from ioprobe.render.markdown import render as render_markdown
-    from tests.unit.test_render_golden import shown, text
+    from tests.unit.render.test_render_golden import shown, text
 
     rec = probe_record(SATURATING, hosts=8, ranks_per_host=8)
     assert rec.distributed is not None

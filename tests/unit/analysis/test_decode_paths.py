@@ -44,8 +44,8 @@ from ioprobe.record import (
     Stages,
 )
 from ioprobe.render.facts import decode_facts as facts
-from tests.unit.test_recommend import kinds, rec_of
-from tests.unit.test_whatif import probe_record, watch_record
+from tests.unit.analysis.test_recommend import kinds, rec_of
+from tests.unit.analysis.test_whatif import probe_record, watch_record
 
 # probe_record's CPU stage: 340 images/s at 4 workers, the best level of its sweep
 PILLOW = DecodePath(

@@ -65,6 +65,6 @@ def test_a_series_summary_skips_readings_the_device_never_gave() -> None:
 
 
 def test_a_record_without_a_whatif_has_no_gain() -> None:
-    from tests.unit.test_whatif import watch_record
+    from tests.unit.analysis.test_whatif import watch_record
 
     assert whatif_gain(watch_record()) is None

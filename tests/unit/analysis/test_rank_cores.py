@@ -8,7 +8,7 @@ from ioprobe import capacity
 from ioprobe.analysis import finalize
 from ioprobe.analysis.scenario import evaluate, ranks_on_host, recorded_cores
 from ioprobe.record import Change, Distributed, RankFigures, RankInfo, RunRecord
-from tests.unit.test_whatif import probe_record, watch_record
+from tests.unit.analysis.test_whatif import probe_record, watch_record
 
 
 def _rank(rec: RunRecord, local_world: int | None = 2, host: str = "h") -> RunRecord:

@@ -12,7 +12,7 @@ from ioprobe.analysis.catalog import load_catalog
 from ioprobe.analysis.recommend import needs_hardware
 from ioprobe.analysis.scenario import dataset_bytes, evaluate
 from ioprobe.record import Change, Distribution, FilesystemInfo, PcieStage, RunRecord
-from tests.unit.test_whatif import probe_record, watch_record
+from tests.unit.analysis.test_whatif import probe_record, watch_record
 
 
 def kinds(rec: RunRecord) -> list[str]:

@@ -122,7 +122,7 @@ def _util(cls: StorageClassInfo, gpus: int, inp: SizeInputs) -> float:
 
 
 def test_size_record_round_trips_and_has_the_contract_keys() -> None:
-    from tests.contract import CONTRACT_KEYS
+    from tests.support.contract import CONTRACT_KEYS
 
     inp = SizeInputs(sample_bytes=110e3, gpu_samples_per_s=2500.0)
     rec = size(inp, list(load_catalog().values()), [1, 8])

@@ -20,8 +20,8 @@ from ioprobe.analysis.cluster import cluster_figures
 from ioprobe.analysis.model import pipeline_model
 from ioprobe.analysis.size import MEASURED, nodes_fed, ordinal, size, stages_for
 from ioprobe.record import RunRecord, SizeInputs, StorageClassInfo
-from tests.integration.cli import run_cli
-from tests.unit.test_cluster import GB, SATURATING, SCALING, probe_record
+from tests.support.cli import run_cli
+from tests.unit.analysis.test_cluster import GB, SATURATING, SCALING, probe_record
 
 R = 500.0  # samples/s one GPU trains on
 

@@ -11,7 +11,7 @@ from ioprobe.analysis.scenario import LINEAR_STORAGE, evaluate
 from ioprobe.analysis.whatif import whatif
 from ioprobe.record import Change, RunRecord
 from ioprobe.render import html, markdown, terminal
-from tests.unit.test_whatif import watched_remote
+from tests.unit.analysis.test_whatif import watched_remote
 
 
 def _storage_bound(exponent: float | None = None) -> RunRecord:

@@ -13,7 +13,7 @@ from ioprobe.analysis import finalize
 from ioprobe.cli import _common
 from ioprobe.errors import BadInputError
 from ioprobe.record import RunRecord
-from tests.unit.test_whatif import probe_record
+from tests.unit.analysis.test_whatif import probe_record
 
 
 def _plan(tmp: Path) -> dict[str, list[str]]:

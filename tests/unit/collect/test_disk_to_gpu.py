@@ -1,6 +1,6 @@
 """The disk-to-GPU path through the CUDA seam's stand-in: every byte arrives once and in
 order, reads overlap copies, the deadline holds, the user's files are untouched, and the
-record says what cuFile did (tests/integration/test_disk_to_gpu_gpu.py runs it on a GPU)."""
+record says what cuFile did (tests/integration/probe/test_disk_to_gpu_gpu.py runs it on a GPU)."""
 
 from __future__ import annotations
 

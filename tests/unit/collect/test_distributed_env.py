@@ -28,7 +28,7 @@ from ioprobe.errors import BadInputError
 from ioprobe.record import RunRecord
 from ioprobe.render.facts import measurements
 from tests.fixtures.datasets import SleepDataset
-from tests.integration.cli import REPO
+from tests.support.cli import REPO
 
 TORCHRUN = {
     "RANK": "5",

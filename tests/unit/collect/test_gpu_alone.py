@@ -2,7 +2,7 @@
 stand-in NVML, and what the record and the advice make of it.
 
 The real path differs only behind the seams: CUDA events instead of the host clock, the
-real pynvml instead of the stand-in (tests/integration/test_gpu_alone_gpu.py runs it).
+real pynvml instead of the stand-in (tests/integration/watch/test_gpu_alone_gpu.py runs it).
 """
 
 from __future__ import annotations

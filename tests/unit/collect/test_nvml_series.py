@@ -1,5 +1,5 @@
 """The NVML series: readings and units through a stand-in NVML, bounded memory, and the
-record a probe or a watched run gets (the real NVML: tests/integration/test_nvml_series_gpu.py)."""
+record a probe or a watched run gets (the real NVML: tests/integration/probe/test_nvml_series_gpu.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 The stand-in copier (tests/fixtures/sim_copier.py) times each copy as latency + bytes/rate,
 so every rate the probe reports has an exact truth; the real CUDA path is the same code with
-``TorchCopier`` behind the seam (tests/integration/test_pcie_gpu.py runs it on a GPU).
+``TorchCopier`` behind the seam (tests/integration/probe/test_pcie_gpu.py runs it on a GPU).
 """
 
 from __future__ import annotations
@@ -376,7 +376,7 @@ def test_copy_rows_pair_each_size_with_its_four_rates() -> None:
 
 
 def test_json_of_a_probe_with_copies_has_the_contract_keys(jpegs: Path, tmp_path: Path) -> None:
-    from tests.contract import CONTRACT_KEYS
+    from tests.support.contract import CONTRACT_KEYS
 
     rec = _probe(jpegs, SimCopier(store=False), pcie.make_link(5, 5, 16, 16))
     data = json.loads(rec.dumps())

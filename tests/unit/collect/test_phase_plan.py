@@ -204,7 +204,7 @@ def test_with_dali_the_pipelines_are_built_before_the_first_phase_and_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("nvidia.dali")
-    from tests.unit.test_decode_paths import jpegs
+    from tests.unit.analysis.test_decode_paths import jpegs
 
     root = tmp_path / "jpegs"
     root.mkdir()

@@ -20,7 +20,7 @@ from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import SilentReporter
 from ioprobe.record import RunRecord
 from ioprobe.render import html, markdown, terminal
-from tests.unit.test_record import make_record
+from tests.unit.ground.test_record import make_record
 
 
 class CtrlCAt(SilentReporter):

@@ -23,7 +23,7 @@ from ioprobe.collect.progress import SilentReporter
 from ioprobe.errors import TargetError
 from ioprobe.record import DatasetProfile, PipelineRun, RunRecord
 from ioprobe.render.summary import read_errors_line
-from tests.unit.test_record import make_record
+from tests.unit.ground.test_record import make_record
 
 
 def _files(root: Path, count: int, size: int = 2000) -> list[Path]:

@@ -19,7 +19,7 @@ from tests.fixtures.shards import (
     write_tar_shards,
     write_tfrecords,
 )
-from tests.servers import ThrottledHTTPServer
+from tests.support.servers import ThrottledHTTPServer
 
 
 def detect(root: Path, **kw: object) -> shards.Layout:

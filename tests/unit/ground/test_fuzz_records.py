@@ -53,8 +53,8 @@ from ioprobe.record import (
 )
 from ioprobe.render import html, markdown, terminal, trace
 from ioprobe.render.compare import compare_markdown, render_compare
-from tests.unit.test_reports import synthetic_watch
-from tests.unit.test_whatif import probe_record, watch_record
+from tests.unit.analysis.test_whatif import probe_record, watch_record
+from tests.unit.render.test_reports import synthetic_watch
 
 WIDTH = 100  # the terminal view's width, pinned so a case renders the same everywhere
 

@@ -16,7 +16,7 @@ import pytest
 from ioprobe.errors import BadInputError
 from ioprobe.outputs import check_output, destination, fd_of, write_output
 from ioprobe.record import RunRecord
-from tests.unit.test_record import make_record
+from tests.unit.ground.test_record import make_record
 
 
 def test_a_new_file_gets_the_text_the_umask_mode_and_no_leftovers(tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from ioprobe.redact import redact_url, shown
 from ioprobe.render import html, markdown, terminal, trace
 from ioprobe.render.compare import compare_markdown, render_compare
 from ioprobe.render.dlio import to_yaml
-from tests.unit.test_fuzz_records import seeds
+from tests.unit.ground.test_fuzz_records import seeds
 
 SECRET = "SEKRITv4lue"
 # pieces of hostile text; a URL carrying the secret is always a whole word, as a user's is

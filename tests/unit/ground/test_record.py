@@ -20,7 +20,7 @@ from ioprobe.record import (
     StorageStage,
     SweepPoint,
 )
-from tests.contract import CONTRACT_KEYS
+from tests.support.contract import CONTRACT_KEYS
 
 
 def make_record() -> RunRecord:

@@ -31,7 +31,7 @@ from ioprobe.render.host import render_host
 from ioprobe.render.html import render as render_html
 from ioprobe.render.markdown import render as render_markdown
 from ioprobe.render.terminal import to_text
-from tests.unit.test_whatif import probe_record
+from tests.unit.analysis.test_whatif import probe_record
 
 SECRET_URL = "https://alice:hunter2@data.example.com/train/?X-Amz-Signature=abc123&part=7"
 EVIL = "evil\x1b]0;pwned\x07dir\x1b[2J\n\t\x7f\x9b"
@@ -290,7 +290,7 @@ def test_shown_masks_then_escapes() -> None:
 def test_every_rich_console_and_text_column_takes_strings_as_text() -> None:
     """The escaping boundary holds by construction: no module makes a rich Console but
     ``redact.console`` (no markup, no emoji), and every progress column is markup-free."""
-    root = Path(__file__).resolve().parents[2] / "ioprobe"
+    root = Path(__file__).resolve().parents[3] / "ioprobe"
     for path in root.rglob("*.py"):
         source = path.read_text()
         if path.name != "redact.py":

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ioprobe.loaders import sockets
-from tests.servers import self_signed_cert
+from tests.support.servers import self_signed_cert
 
 PAYLOAD = 1_000_000
 

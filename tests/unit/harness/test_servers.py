@@ -1,4 +1,4 @@
-"""Fast checks of the loopback test servers in tests/servers.py."""
+"""Fast checks of the loopback test servers in tests/support/servers.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.servers import S3Server, ThrottledHTTPServer, make_files
+from tests.support.servers import S3Server, ThrottledHTTPServer, make_files
 
 SIZE = 10_000
 

@@ -1,7 +1,7 @@
 """Terminal output pinned byte for byte at a fixed width.
 
 A change to a renderer shows up here as a diff a reviewer can read. To accept an intended
-change: ``IOPROBE_UPDATE_GOLDEN=1 pytest tests/unit/test_render_golden.py`` and review the diff.
+change: ``IOPROBE_UPDATE_GOLDEN=1 pytest tests/unit/render/test_render_golden.py`` and review the diff.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from ioprobe.analysis.whatif import whatif
 from ioprobe.record import Change, RunRecord, SizeInputs
 from ioprobe.render.markdown import render as render_markdown
 from ioprobe.render.terminal import view
-from tests.unit.test_whatif import watch_record
+from tests.unit.analysis.test_whatif import watch_record
 
 GOLDEN = Path(__file__).parent / "golden"
 

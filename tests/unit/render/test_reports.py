@@ -173,7 +173,7 @@ def test_trace_has_a_track_per_worker_and_the_main_process_waits_and_steps() -> 
 
 
 def test_trace_of_a_probe_without_a_pipeline_lays_its_phases_end_to_end() -> None:
-    from tests.unit.test_whatif import probe_record
+    from tests.unit.analysis.test_whatif import probe_record
 
     rec = finalize(probe_record())
     events = _trace_events(render_trace(rec, findings(rec)))

@@ -25,7 +25,7 @@ from ioprobe.watch.collector import WatchCollector
 from ioprobe.watch.live import Counters, Display, Feed, frame_of, panel, rates, read, sparkline
 from ioprobe.watch.stages import Measured
 from tests.fixtures.datasets import SleepDataset
-from tests.unit.test_render_golden import check, text
+from tests.unit.render.test_render_golden import check, text
 
 S = 1_000_000_000  # ns per second
 

@@ -57,14 +57,14 @@ def pipeline_model(stages: Stages) -> PipelineFindings:
 MIN_GAIN = 1.05
 
 
-def gains(pred: float | None, f: PipelineFindings) -> bool:
+def gains(pred: float | None, pf: PipelineFindings) -> bool:
     """Whether a predicted rate gains at least ``MIN_GAIN`` over the pipeline's."""
-    return pred is not None and pred >= f.predicted_samples_per_s * MIN_GAIN
+    return pred is not None and pred >= pf.predicted_samples_per_s * MIN_GAIN
 
 
-def other_stages(f: PipelineFindings, stage: StageName) -> list[float]:
+def other_stages(pf: PipelineFindings, stage: StageName) -> list[float]:
     """The measured capacities of every stage but ``stage``: what caps a gain on it."""
-    return [v for k, v in f.capacities.items() if k != stage and v]
+    return [v for k, v in pf.capacities.items() if k != stage and v]
 
 
 __all__ = ["MIN_GAIN", "PipelineFindings", "gains", "other_stages", "pipeline_model"]

@@ -73,7 +73,7 @@ def link_label(link: PcieLink) -> str:
     return text
 
 
-def degraded_link_rule(rec: RunRecord, f: PipelineFindings | None) -> list[Recommendation]:
+def degraded_link_rule(rec: RunRecord, pf: PipelineFindings | None) -> list[Recommendation]:
     """The link trained below the generation or width this GPU and slot support.
 
     A GPU in a x16 slot that trained to x8, or a gen 5 GPU running gen 3, has half or less of
@@ -90,7 +90,7 @@ def degraded_link_rule(rec: RunRecord, f: PipelineFindings | None) -> list[Recom
         if link.max_bytes_per_s and link.theoretical_bytes_per_s
         else None
     )
-    ending, pred = _restored_link(f, pc.capacity_samples_per_s, ratio)
+    ending, pred = _restored_link(pf, pc.capacity_samples_per_s, ratio)
     text = (
         f"The GPU's PCIe link runs at {link_label(link)} under load: check the card is seated in "
         "a full-width slot, the riser, and the BIOS's link speed setting" + ending
@@ -102,22 +102,22 @@ def degraded_link_rule(rec: RunRecord, f: PipelineFindings | None) -> list[Recom
 
 
 def _restored_link(
-    f: PipelineFindings | None, cap: float | None, ratio: float | None
+    pf: PipelineFindings | None, cap: float | None, ratio: float | None
 ) -> tuple[str, float | None]:
     """What restoring the link's full rate (``ratio`` times today's) does to this run: the end
     of the advice's sentence, and the predicted rate, which is None unless the link limits."""
-    if f is None or not cap or not ratio:
+    if pf is None or not cap or not ratio:
         return ".", None
-    if f.bottleneck != "pcie":
+    if pf.bottleneck != "pcie":
         return (
-            f"; it does not limit this run ({f.bottleneck} does), but caps the copies at 1/{ratio:.1f} of their rate.",
+            f"; it does not limit this run ({pf.bottleneck} does), but caps the copies at 1/{ratio:.1f} of their rate.",
             None,
         )
-    others = [v for k, v in f.capacities.items() if k != "pcie" and v]
+    others = [v for k, v in pf.capacities.items() if k != "pcie" and v]
     return f"; restoring it lifts the pcie stage {ratio:.1f}x.", min([cap * ratio, *others])
 
 
-def probe_pageable_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def probe_pageable_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """A probe's pcie capacity assumes pinned copies: say what pageable ones would cost.
 
     The probe measured both kinds at the batch's size. When copying from pageable memory
@@ -132,7 +132,7 @@ def probe_pageable_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendat
     if not pinned or not pageable or pageable >= pinned:
         return []
     capped = pageable / pc.bytes_per_sample
-    if capped >= f.predicted_samples_per_s:
+    if capped >= pf.predicted_samples_per_s:
         return []
     return [
         Recommendation(
@@ -144,13 +144,13 @@ def probe_pageable_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendat
                 f"({pinned / pageable:.1f}x); from pageable memory the link would cap the "
                 f"pipeline at {capped:,.0f} samples/s."
             ),
-            predicted_samples_per_s=f.predicted_samples_per_s,
+            predicted_samples_per_s=pf.predicted_samples_per_s,
             evidence=f"host-to-device probe ({pc.method})",
         )
     ]
 
 
-def low_efficiency_rule(rec: RunRecord, f: PipelineFindings | None) -> list[Recommendation]:
+def low_efficiency_rule(rec: RunRecord, pf: PipelineFindings | None) -> list[Recommendation]:
     """Pinned copies reach well under the link's rate although the link trained fully.
 
     A healthy link carries 80-90% of its theoretical rate in large pinned copies. Far less
@@ -174,7 +174,7 @@ def low_efficiency_rule(rec: RunRecord, f: PipelineFindings | None) -> list[Reco
     ]
 
 
-def pin_memory_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def pin_memory_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """Host-to-device copies limit the pipeline, or pageable copies were seen on a GPU host.
 
     Pinned (page-locked) buffers let the copy engine DMA directly instead of staging through
@@ -183,7 +183,7 @@ def pin_memory_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]
     measured as all pinned (or a loader with pin_memory=True and no measured copies) leave
     nothing to gain.
     """
-    pcie = _unpinned_pcie(rec, f)
+    pcie = _unpinned_pcie(rec, pf)
     if pcie is None:
         return []
     pc = rec.stages.pcie
@@ -191,8 +191,8 @@ def pin_memory_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]
     # only the pageable share speeds up
     pageable = 1.0 - (pc.pinned_fraction or 0.0)
     gain = 1.0 / (1.0 - pageable + pageable / factor) if factor > 0 else 1.0
-    pred = min([gain * pcie, *other_stages(f, "pcie")])
-    if not gains(pred, f):
+    pred = min([gain * pcie, *other_stages(pf, "pcie")])
+    if not gains(pred, pf):
         return []
     return [
         Recommendation(
@@ -208,7 +208,7 @@ def _pin_memory_set(rec: RunRecord) -> bool:
     return rec.watch.settings.pin_memory if rec.watch else False
 
 
-def _unpinned_pcie(rec: RunRecord, f: PipelineFindings) -> float | None:
+def _unpinned_pcie(rec: RunRecord, pf: PipelineFindings) -> float | None:
     """The pcie stage's capacity when pinning could raise it: copies not all pinned (as
     measured, else as the loader's flag says), the link limiting or a watched run on a GPU
     host; None otherwise."""
@@ -218,7 +218,7 @@ def _unpinned_pcie(rec: RunRecord, f: PipelineFindings) -> float | None:
     # a probe's capacity already assumes pinned copies: probe_pageable_rule speaks for it
     if pc.capacity_samples_per_s is None or pinned or pc.copies:
         return None
-    if f.bottleneck != "pcie" and not (rec.watch and rec.host.gpus):
+    if pf.bottleneck != "pcie" and not (rec.watch and rec.host.gpus):
         return None
     return pc.capacity_samples_per_s
 

@@ -79,12 +79,12 @@ def _predict(rec: RunRecord, change: Change) -> float | None:
 
 
 def _if_gain(
-    rec: RunRecord, f: PipelineFindings, change: Change, kind: str, text: str, evidence: str
+    rec: RunRecord, pf: PipelineFindings, change: Change, kind: str, text: str, evidence: str
 ) -> list[Recommendation]:
     """The recommendation to make ``change``, with its predicted rate, when the model
     predicts it gains at least MIN_GAIN; otherwise none."""
     pred = _predict(rec, change)
-    if pred is None or not gains(pred, f):
+    if pred is None or not gains(pred, pf):
         return []
     return [
         Recommendation(
@@ -93,18 +93,18 @@ def _if_gain(
     ]
 
 
-def workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def workers_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """Raise ``num_workers`` to the smallest count that reaches the best predicted rate.
 
     Tries every count up to twice the usable cores (I/O-bound workers spend most of their
     time blocked, so more of them than cores can still help) and keeps the smallest that
     comes within 2% of the best, so the advice never asks for workers that buy nothing.
     """
-    if rec.watch is None or f.bottleneck not in ("cpu", "storage"):
+    if rec.watch is None or pf.bottleneck not in ("cpu", "storage"):
         return []
     if loader_sim.costs(rec) is not None:  # the replay of its batches judges it instead
         return []
-    found = _fewest_workers(rec, f)
+    found = _fewest_workers(rec, pf)
     if found is None:
         return []
     w, p = found
@@ -117,17 +117,17 @@ def workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
         Recommendation(
             kind="num_workers",
             text=(
-                f"Raise {setting} from {w0} to {w}: {_workers_why(rec, f, who, w)}; more {who} "
+                f"Raise {setting} from {w0} to {w}: {_workers_why(rec, pf, who, w)}; more {who} "
                 "than that add nothing."
             ),
             predicted_samples_per_s=p,
-            evidence=f"{f.bottleneck} delivers {f.predicted_samples_per_s:,.0f} samples/s with {w0}",
+            evidence=f"{pf.bottleneck} delivers {pf.predicted_samples_per_s:,.0f} samples/s with {w0}",
             change=Change(workers=w),
         )
     ]
 
 
-def _fewest_workers(rec: RunRecord, f: PipelineFindings) -> tuple[int, float] | None:
+def _fewest_workers(rec: RunRecord, pf: PipelineFindings) -> tuple[int, float] | None:
     """The smallest worker count within 2% of the best predicted rate, and its rate; None
     when no count gains enough."""
     w0 = recorded_workers(rec)
@@ -138,13 +138,13 @@ def _fewest_workers(rec: RunRecord, f: PipelineFindings) -> tuple[int, float] | 
         if (p := _predict(rec, Change(workers=w))) is not None
     }
     best = max(preds.values(), default=None)
-    if best is None or not gains(best, f):
+    if best is None or not gains(best, pf):
         return None
     w = min(k for k, p in preds.items() if p >= best * 0.98)
     return w, preds[w]
 
 
-def _workers_why(rec: RunRecord, f: PipelineFindings, who: str, w: int) -> str:
+def _workers_why(rec: RunRecord, pf: PipelineFindings, who: str, w: int) -> str:
     """Why more workers help, by what the record shows: the CPU cost per sample when the CPU
     limits and the count fits the cores; blocked reads only where the workers were blocked
     on reads (a storage stage was measured), which is also why a count beyond the cores
@@ -153,7 +153,7 @@ def _workers_why(rec: RunRecord, f: PipelineFindings, who: str, w: int) -> str:
     cpu_s = rec.stages.cpu.cpu_seconds_per_sample
     cores = recorded_cores(rec)
     blocked = rec.stages.storage.capacity_samples_per_s is not None
-    if f.bottleneck == "cpu" and w <= cores:
+    if pf.bottleneck == "cpu" and w <= cores:
         cost = f"each sample costs {cpu_s * 1e3:.1f} ms of CPU and " if cpu_s else ""
         return f"{cost}{_cores_usable(rec)}"
     if blocked and w > cores:
@@ -214,12 +214,12 @@ def _gives(rec: RunRecord) -> str:
     return f"each of the host's {n} ranks gets {cores:.3g} of its {cores * n:.0f}"
 
 
-def cores_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def cores_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """CPU-bound with workers already on every core: how many cores the next stage could use."""
     cpu = rec.stages.cpu
-    if f.bottleneck != "cpu" or not cpu.cpu_seconds_per_sample:
+    if pf.bottleneck != "cpu" or not cpu.cpu_seconds_per_sample:
         return []
-    others = other_stages(f, "cpu")
+    others = other_stages(pf, "cpu")
     if not others:
         return []
     target = min(others)
@@ -231,17 +231,17 @@ def cores_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     workers = max(need, recorded_workers(rec)) if rec.watch is not None else None
     return _if_gain(
         rec,
-        f,
+        pf,
         Change(cores=need, workers=workers),
         "more_cpu",
         f"Each sample costs {cpu.cpu_seconds_per_sample * 1e3:.2f} ms of CPU; feeding "
         f"the next stage ({target:,.0f} samples/s) takes about {need} cores of loader "
         f"workers, {_gives(rec)}.",
-        f"CPU delivers {f.predicted_samples_per_s:,.0f} samples/s",
+        f"CPU delivers {pf.predicted_samples_per_s:,.0f} samples/s",
     )
 
 
-def decode_path_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def decode_path_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """The probe measured a CPU decode path faster than the one in use: switch to it.
 
     Paths are compared as ``probe --loader dali`` measured them, on the same images and the
@@ -257,7 +257,7 @@ def decode_path_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation
         return []
     return _if_gain(
         rec,
-        f,
+        pf,
         Change(decode=best.path),
         "decode_path",
         f"Decode with {label(best.path)}: {best.samples_per_s:,.0f} images/s vs "
@@ -279,13 +279,13 @@ def _faster_cpu_path(rec: RunRecord, current: str, rate: float) -> DecodePath | 
     return max(faster, key=lambda p: p.samples_per_s or 0.0, default=None)
 
 
-def gpu_decode_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def gpu_decode_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """CPU-bound on image decode: DALI's mixed decoder moves JPEG decode to the GPU.
 
     The gain uses the probe's measured ``dali-gpu`` path when the record has one, assumed
     figures otherwise; a pipeline that already decodes on the GPU gets no such advice.
     """
-    if f.bottleneck != "cpu" or not _is_images(rec) or decodes_on_gpu(rec):
+    if pf.bottleneck != "cpu" or not _is_images(rec) or decodes_on_gpu(rec):
         return []
     if rec.dali is not None:
         how = (
@@ -299,7 +299,7 @@ def gpu_decode_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]
         )
     return _if_gain(
         rec,
-        f,
+        pf,
         Change(gpu_decode=True),
         "gpu_decode",
         how + _gpu_decode_basis(rec),
@@ -336,14 +336,14 @@ def _is_images(rec: RunRecord) -> bool:
     return bool(fmts) and images >= 0.5 * sum(fmts.values())
 
 
-def cache_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def cache_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """Storage-bound and the dataset fits in RAM (or local NVMe): cache it, and say which kind.
 
     The page cache is an LRU: under a shuffled order it serves only about ``c**2 / 2`` of
     reads when a fraction ``c`` of the dataset fits, so the advice differs between "fits" (the page cache
     does it for free after one epoch) and "part fits" (pin a fixed subset: hit rate ``c``).
     """
-    if f.bottleneck != "storage":
+    if pf.bottleneck != "storage":
         return []
     through = reads_through_page_cache(rec)
     if through is None:
@@ -354,7 +354,7 @@ def cache_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
         return []
     budget = 0.8 * avail
     if not through:
-        return _local_cache(rec, f, total, avail) if total <= budget else []
+        return _local_cache(rec, pf, total, avail) if total <= budget else []
     if total <= budget:
         change = Change(cache_bytes=total)
         text = (
@@ -370,11 +370,11 @@ def cache_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
         )
     return _if_gain(
         rec,
-        f,
+        pf,
         change,
         "cache_in_ram",
         text,
-        f"storage delivers {f.predicted_samples_per_s:,.0f} samples/s",
+        f"storage delivers {pf.predicted_samples_per_s:,.0f} samples/s",
     )
 
 
@@ -398,7 +398,7 @@ def reads_through_page_cache(rec: RunRecord) -> bool | None:
 
 
 def _local_cache(
-    rec: RunRecord, f: PipelineFindings, total: float, avail: float
+    rec: RunRecord, pf: PipelineFindings, total: float, avail: float
 ) -> list[Recommendation]:
     """Remote data that fits in RAM: the page cache never sees it, a local copy would. A
     streaming format that names its remote source keeps such a copy itself, in a cache of
@@ -412,17 +412,17 @@ def _local_cache(
     )
     return _if_gain(
         rec,
-        f,
+        pf,
         Change(cache_bytes=total),
         "local_cache",
         f"Reads go over the network, where the page cache never sees them; the dataset "
         f"({units.size(total)}) fits in free RAM ({units.size(avail)}): {how}, and from the "
         "second epoch local reads serve it.",
-        f"storage delivers {f.predicted_samples_per_s:,.0f} samples/s",
+        f"storage delivers {pf.predicted_samples_per_s:,.0f} samples/s",
     )
 
 
-def shard_rule(rec: RunRecord, f: PipelineFindings, catalog: Catalog) -> list[Recommendation]:
+def shard_rule(rec: RunRecord, pf: PipelineFindings, catalog: Catalog) -> list[Recommendation]:
     """Storage-bound on small files: pack them into shards so reads stream.
 
     With shards of 100 MB or more each request is large, so per-file latency and IOPS stop
@@ -431,13 +431,13 @@ def shard_rule(rec: RunRecord, f: PipelineFindings, catalog: Catalog) -> list[Re
     """
     mean = rec.dataset.sample_bytes_mean
     # unknown sizes (unmetered reads) read as 0: no claim about them
-    if f.bottleneck != "storage" or rec.dataset.density != "low" or mean <= 0:
+    if pf.bottleneck != "storage" or rec.dataset.density != "low" or mean <= 0:
         return []
     if _already_streamed(rec):
         return []
     cls = _current_class(rec, catalog) if catalog else None
     pred = _sharded_rate(rec, cls) if cls is not None else None
-    if pred is not None and not gains(pred, f):
+    if pred is not None and not gains(pred, pf):
         return []
     basis = (
         f"The gain assumes {cls.name}'s sequential rate."
@@ -498,13 +498,13 @@ def _current_class(rec: RunRecord, catalog: Catalog) -> StorageClassInfo | None:
 
 
 def faster_storage_rule(
-    rec: RunRecord, f: PipelineFindings, catalog: Catalog
+    rec: RunRecord, pf: PipelineFindings, catalog: Catalog
 ) -> list[Recommendation]:
     """Storage-bound: the cheapest catalog class that lifts storage off the critical path,
     and how many GPUs it would carry at 90%."""
-    if f.bottleneck != "storage" or rec.dataset.sample_bytes_mean <= 0 or not catalog:
+    if pf.bottleneck != "storage" or rec.dataset.sample_bytes_mean <= 0 or not catalog:
         return []
-    found = _cheapest_faster_class(rec, f, catalog)
+    found = _cheapest_faster_class(rec, pf, catalog)
     if found is None:
         return []
     cls, sc = found
@@ -513,24 +513,24 @@ def faster_storage_rule(
             kind="faster_storage",
             text=f"Move the dataset to {cls.name} ({cls.label}).{_gpus_fed(rec, sc)}",
             predicted_samples_per_s=sc.predicted_samples_per_s,
-            evidence=f"storage delivers {f.predicted_samples_per_s:,.0f} samples/s",
+            evidence=f"storage delivers {pf.predicted_samples_per_s:,.0f} samples/s",
             change=Change(storage=cls),
         )
     ]
 
 
 def _cheapest_faster_class(
-    rec: RunRecord, f: PipelineFindings, catalog: Catalog
+    rec: RunRecord, pf: PipelineFindings, catalog: Catalog
 ) -> tuple[StorageClassInfo, Scenario] | None:
     """The first class, in catalog order (cheapest first), that lifts the pipeline to the
     next stage's rate; when none does, the best of those that gain, a class beating an
     earlier one only by more than 2%."""
-    others = other_stages(f, "storage")
+    others = other_stages(pf, "storage")
     goal = min(others) if others else None
     best: tuple[StorageClassInfo, Scenario] | None = None
     for cls in catalog.values():
         sc = _scenario(rec, Change(storage=cls))
-        if sc is None or not gains(sc.predicted_samples_per_s, f):
+        if sc is None or not gains(sc.predicted_samples_per_s, pf):
             continue
         pred = sc.predicted_samples_per_s
         if goal is not None and pred >= goal * 0.98:
@@ -555,7 +555,7 @@ def _gpus_fed(rec: RunRecord, sc: Scenario) -> str:
     return f" It would feed {fed} GPU{'s' if fed > 1 else ''} like this one at 90%."
 
 
-def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def prefetch_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """Batches arrive in bursts: a deeper prefetch queue absorbs stragglers.
 
     The model assumes the prefetch queue hides batch-to-batch jitter; when the measured rate
@@ -570,7 +570,7 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
         return []
     if loader_sim.costs(rec) is not None:  # the replay of its batches judges it instead
         return []
-    if rec.measured_samples_per_s >= 0.9 * f.predicted_samples_per_s:
+    if rec.measured_samples_per_s >= 0.9 * pf.predicted_samples_per_s:
         return []
     spikes = _stall_spikes(w)
     if spikes is None:
@@ -584,7 +584,7 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     # could absorb (an epoch's start, a stop in the data), and it would hold the epoch
     if factor * workers >= max((e.batches / e.merged for e in w.epochs), default=0):
         return []
-    pred = f.predicted_samples_per_s
+    pred = pf.predicted_samples_per_s
     return [
         Recommendation(
             kind="prefetch_factor",
@@ -600,7 +600,7 @@ def prefetch_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     ]
 
 
-def loader_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def loader_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """The DataLoader setting that pays most, found by replaying this run's batches.
 
     ``loader_sim.search`` replays the logged batches under every nearby ``num_workers``,
@@ -724,7 +724,7 @@ def _loader_why(rec: RunRecord, base: loader_sim.Setting, s: loader_sim.Setting)
     return out
 
 
-def persistent_workers_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def persistent_workers_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """Workers restarted at every epoch: keep them with ``persistent_workers=True``.
 
     The premise is measured: the epochs after the first started workers again, each taking
@@ -794,7 +794,7 @@ def _stall_spikes(w: WatchData) -> tuple[float, float, float] | None:
     return p50, p95, step
 
 
-def share_gpu_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def share_gpu_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """The GPU is mostly idle even when data is ready: run several jobs on it (MPS or MIG).
 
     ``busy_fraction`` is the share of compute time the GPU ran kernels (NVML, stalls
@@ -818,7 +818,7 @@ def share_gpu_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     )
     return _if_gain(
         rec,
-        f,
+        pf,
         Change(gpus=g * k),
         "share_gpu",
         f"{what}: run {k} jobs per GPU (MPS, or MIG slices; small models have been reported "
@@ -828,14 +828,14 @@ def share_gpu_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
     )
 
 
-def balanced_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
+def balanced_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """GPU-bound: the input pipeline keeps up; say by how much, so nobody buys storage.
 
     Not where a loader setting pays (``loader_rule`` advises it): every stage's capacity
     may keep up on average while the queue of batches still holds the GPU back."""
-    if f.bottleneck != "gpu" or loader_sim.advice(rec) is not None:
+    if pf.bottleneck != "gpu" or loader_sim.advice(rec) is not None:
         return []
-    slack = min((v for k, v in f.headroom.items() if k != "gpu"), default=None)
+    slack = min((v for k, v in pf.headroom.items() if k != "gpu"), default=None)
     text = "Balanced: the GPU is the bottleneck and the input pipeline keeps up; nothing to gain on the data side."
     if slack is not None:
         text += f" The next slowest stage has {slack:.0%} headroom."
@@ -843,8 +843,8 @@ def balanced_rule(rec: RunRecord, f: PipelineFindings) -> list[Recommendation]:
         Recommendation(
             kind="balanced",
             text=text,
-            predicted_samples_per_s=f.predicted_samples_per_s,
-            evidence=f"GPU capacity {f.predicted_samples_per_s:,.0f} samples/s",
+            predicted_samples_per_s=pf.predicted_samples_per_s,
+            evidence=f"GPU capacity {pf.predicted_samples_per_s:,.0f} samples/s",
         )
     ]
 
@@ -873,7 +873,7 @@ def rules(catalog: Catalog) -> tuple[Rule, ...]:
 
 
 def recommend(
-    rec: RunRecord, f: PipelineFindings, catalog: Catalog | None = None
+    rec: RunRecord, pf: PipelineFindings, catalog: Catalog | None = None
 ) -> list[Recommendation]:
     """Every rule's advice, best predicted rate first; advice without a prediction goes last.
 
@@ -882,16 +882,16 @@ def recommend(
     storage classes to suggest (the shipped ones unless the caller loaded a user's file).
     """
     cat = shipped_catalog() if catalog is None else catalog
-    out = [r for rule in rules(cat) for r in rule(rec, f)]
+    out = [r for rule in rules(cat) for r in rule(rec, pf)]
     if not out:
         out = [
             Recommendation(
                 kind="balanced",
                 text=(
-                    f"Nothing predicts a gain of {MIN_GAIN - 1:.0%} or more: {f.bottleneck} "
+                    f"Nothing predicts a gain of {MIN_GAIN - 1:.0%} or more: {pf.bottleneck} "
                     "limits the pipeline and the recorded numbers offer no cheaper lever."
                 ),
-                predicted_samples_per_s=f.predicted_samples_per_s,
+                predicted_samples_per_s=pf.predicted_samples_per_s,
             )
         ]
     replayed = loader_sim.costs(rec) is not None

@@ -103,8 +103,8 @@ def stages_for(cls: StorageClassInfo, gpus: int, inp: SizeInputs) -> Stages:
 
 def _row(cls: StorageClassInfo, gpus: int, inp: SizeInputs) -> tuple[SizeRow, PipelineFindings]:
     stages = stages_for(cls, gpus, inp)
-    f = pipeline_model(stages)
-    caps = f.capacities
+    pf = pipeline_model(stages)
+    caps = pf.capacities
     demand = gpus * inp.nodes * inp.gpu_samples_per_s
     storage = caps["storage"] or math.inf
     cores_needed = (
@@ -122,9 +122,9 @@ def _row(cls: StorageClassInfo, gpus: int, inp: SizeInputs) -> tuple[SizeRow, Pi
         storage=cls.name,
         gpus=gpus,
         nodes=inp.nodes,
-        predicted_samples_per_s=f.predicted_samples_per_s,
-        gpu_utilization=f.gpu_utilization or 0.0,
-        bottleneck=f.bottleneck,
+        predicted_samples_per_s=pf.predicted_samples_per_s,
+        gpu_utilization=pf.gpu_utilization or 0.0,
+        bottleneck=pf.bottleneck,
         storage_samples_per_s=storage,
         cpu_samples_per_s=caps["cpu"],
         gpu_samples_per_s=demand,
@@ -132,7 +132,7 @@ def _row(cls: StorageClassInfo, gpus: int, inp: SizeInputs) -> tuple[SizeRow, Pi
         cache_bytes_static=static,
         cache_bytes_lru=lru,
     )
-    return row, f
+    return row, pf
 
 
 def gpus_supported(cls: StorageClassInfo, inp: SizeInputs) -> int:
@@ -313,13 +313,13 @@ def class_units(cls: StorageClassInfo, inp: SizeInputs, per_node: int | None = N
         binds = "nic"
     else:
         binds = "storage"
-    f = pipeline_model(stages_for(cls, n, inp)) if n else None
-    delivered = f.predicted_samples_per_s if f is not None else 0.0
+    pf = pipeline_model(stages_for(cls, n, inp)) if n else None
+    delivered = pf.predicted_samples_per_s if pf is not None else 0.0
     return ClassUnits(
         storage=cls.name,
         accelerators=n * inp.nodes,
         accelerators_per_node=n,
-        au=f.gpu_utilization if f is not None else None,
+        au=pf.gpu_utilization if pf is not None else None,
         samples_per_s=delivered,
         mib_per_s=delivered * inp.sample_bytes / MIB,
         storage_accelerators=alone * inp.nodes,

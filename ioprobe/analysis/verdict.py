@@ -22,11 +22,11 @@ def finalize(rec: RunRecord, catalog: Catalog | None = None) -> RunRecord:
         done = dataclasses.replace(rec, bottleneck="pcie", predicted_samples_per_s=0.0)
         done.recommendations = degraded_link_rule(done, None) + low_efficiency_rule(done, None)
         return done
-    f = pipeline_model(rec.stages)
+    pf = pipeline_model(rec.stages)
     done = dataclasses.replace(
-        rec, bottleneck=f.bottleneck, predicted_samples_per_s=f.predicted_samples_per_s
+        rec, bottleneck=pf.bottleneck, predicted_samples_per_s=pf.predicted_samples_per_s
     )
-    done.recommendations = recommend(done, f, catalog)
+    done.recommendations = recommend(done, pf, catalog)
     return done
 
 

@@ -2,9 +2,9 @@
 
 Libraries built with NVTX v3 (NVIDIA DALI among them) load the library named by
 ``NVTX_INJECTION64_PATH`` on their first NVTX call. ``arm()`` points that variable at ours, so a
-pipeline built afterwards reports every range it opens: per name, the calls, wall time, CPU
-time of the opening thread, and for DALI operators the pool threads' CPU time while the
-operator ran. ``snapshot()`` reads the running totals; a collector diffs two. Arming is asked
+pipeline built afterwards reports DALI's own ranges (``[DALI]...``: its operators, its readers'
+fetches; other ranges are passed over, untimed): per name, the calls, wall time, CPU time of
+the opening thread, and for DALI operators the pool threads' CPU time while the operator ran. ``snapshot()`` reads the running totals; a collector diffs two. Arming is asked
 for, never done on import: ``ioprobe.time_dali_operators()`` in a user's process, ``ioprobe
 run`` in its child's environment, ``probe --loader dali`` before it builds its pipelines.
 

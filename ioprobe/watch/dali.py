@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 import re
 import time
+from array import array
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -199,6 +200,21 @@ def _walk_classes(root: str) -> list[str]:
     return out
 
 
+def _added(sums: array[int], after: array[int], before: array[int]) -> array[int]:
+    """``sums`` plus what ran between two ``nvtx.totals()`` (slots are only ever added, so a
+    shorter one's missing slots are zeros)."""
+    n = max(len(sums), len(after))
+    return array(
+        "q",
+        (
+            (sums[i] if i < len(sums) else 0) + after[i] - (before[i] if i < len(before) else 0)
+            if i < len(after)
+            else sums[i]
+            for i in range(n)
+        ),
+    )
+
+
 def _count(batch: Any) -> int:
     """Samples in one delivered batch: the first output of each pipeline's part."""
     parts = batch if isinstance(batch, list) else [batch]
@@ -267,7 +283,8 @@ class DaliAdapter:
             batch_size=self.iter_batch * len(pipes),
         )
         self.schemas = _schemas(pipes)
-        self.ranges: dict[str, nvtx.RangeTotals] = {}
+        # the ranges' totals over the epochs, laid flat as nvtx.totals() gives them
+        self._ranges = array("q")
         self.thread_ns: dict[str, int] = {}
         self.consumer_cpu_ns = 0
         self.worker_cpu = 0.0
@@ -276,18 +293,16 @@ class DaliAdapter:
         self._files_read = False
 
     def begin_epoch(self) -> None:
-        self._mark = (nvtx.snapshot(), _threads(), read_io(), _children_cpu(self.pipes))
+        self._mark = (nvtx.totals(), _threads(), read_io(), _children_cpu(self.pipes))
 
     def end_epoch(self, epoch: WatchEpoch) -> None:
         if self._mark is None:
             return
         ranges0, threads0, io0, kids0 = self._mark
         self._mark = None
-        ranges1 = nvtx.snapshot()
+        ranges1 = nvtx.totals()
         if ranges0 is not None and ranges1 is not None:
-            for k, d in nvtx.diff(ranges1, ranges0).items():
-                old = self.ranges.get(k)
-                self.ranges[k] = d if old is None else old + d
+            self._ranges = _added(self._ranges, ranges1, ranges0)
         for k, ns in _threads().items():
             self.thread_ns[k] = self.thread_ns.get(k, 0) + ns - threads0.get(k, 0)
         rchar, rbytes = read_io()
@@ -295,10 +310,16 @@ class DaliAdapter:
         epoch.read_bytes += rbytes - io0[1]
         self.worker_cpu += max(_children_cpu(self.pipes) - kids0, 0.0)
 
+    @property
+    def ranges(self) -> dict[str, nvtx.RangeTotals]:
+        """The ranges that ran over the epochs so far, by name."""
+        return nvtx.named(self._ranges)
+
     def data(self) -> DaliData:
         """What the pipelines did besides delivering batches, over the epochs so far."""
-        ops = operators(self.ranges, self.schemas)
-        reads = self.ranges.get(READ_RANGE)
+        ranges = self.ranges
+        ops = operators(ranges, self.schemas)
+        reads = ranges.get(READ_RANGE)
         return DaliData(
             pipeline={
                 k: v for k, v in self.description.items() if k not in ("framework", "dataset")

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from array import array
+
 import pytest
 
 from ioprobe.analysis.report import dali_operators, findings
 from ioprobe.collect.nvtx import RangeTotals, diff
 from ioprobe.record import DaliData, DaliOperator, DatasetProfile, HostInfo, RunRecord
 from ioprobe.render.markdown import render as render_markdown
-from ioprobe.watch.dali import operators
+from ioprobe.watch.dali import _added, operators
 
 MS = 1_000_000
 
@@ -48,6 +50,18 @@ def test_legacy_executor_instance_names_map_to_their_operator_types() -> None:
     assert set(ops) == {"Resize", "readers.file", "MakeContiguous"}
     assert ops["readers.file"].stage == "storage"
     assert ops["Resize"].cpu_seconds == pytest.approx(0.071)
+
+
+def test_epochs_add_the_flat_totals_slot_by_slot_as_names_appear() -> None:
+    # two slots at the epoch's start, a third name seen during it; the sum so far had one
+    before = array("q", [1, 10, 5, 0, 2, 20, 10, 0])
+    after = array("q", [1, 10, 5, 0, 5, 50, 25, 3, 1, 1, 1, 0])
+    sums = array("q", [4, 40, 20, 1])
+    assert _added(sums, after, before) == array("q", [4, 40, 20, 1, 3, 30, 15, 3, 1, 1, 1, 0])
+    # a later epoch's totals never shrink, but a sum longer than them keeps its tail
+    assert _added(array("q", [0] * 12), after[:8], before) == array(
+        "q", [0, 0, 0, 0, 3, 30, 15, 3, 0, 0, 0, 0]
+    )
 
 
 def test_snapshot_diff_keeps_only_ranges_that_ran_between_the_two() -> None:

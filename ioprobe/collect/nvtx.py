@@ -4,9 +4,10 @@ Libraries built with NVTX v3 (NVIDIA DALI among them) load the library named by
 ``NVTX_INJECTION64_PATH`` on their first NVTX call. ``arm()`` points that variable at ours, so a
 pipeline built afterwards reports DALI's own ranges (``[DALI]...``: its operators, its readers'
 fetches; other ranges are passed over, untimed): per name, the calls, wall time, CPU time of
-the opening thread, and for DALI operators the pool threads' CPU time while the operator ran. ``snapshot()`` reads the running totals; a collector diffs two. Arming is asked
-for, never done on import: ``ioprobe.time_dali_operators()`` in a user's process, ``ioprobe
-run`` in its child's environment, ``probe --loader dali`` before it builds its pipelines.
+the opening thread, and for DALI operators the pool threads' CPU time while the operator ran.
+``totals()`` reads the running totals; a collector diffs two. Arming is asked for, never done
+on import: ``ioprobe.time_dali_operators()`` in a user's process, ``ioprobe run`` in its
+child's environment, ``probe --loader dali`` before it builds its pipelines.
 
 Nothing here imports DALI. When the library was not built (no C compiler or NVTX headers at
 install), or another tool (Nsight Systems) owns the variable, or DALI made its first NVTX call
@@ -162,8 +163,9 @@ def totals() -> array[int] | None:
         return None
     lib.ioprobe_nvtx_settle()  # operators still running get their pool share so far
     out = (ctypes.c_uint64 * 4)()
-    flat = array("q", bytes(8 * 4 * lib.ioprobe_nvtx_slots()))
-    for i in range(lib.ioprobe_nvtx_slots()):
+    slots = lib.ioprobe_nvtx_slots()
+    flat = array("q", bytes(8 * 4 * slots))
+    for i in range(slots):
         if lib.ioprobe_nvtx_name(i) is None:
             continue
         lib.ioprobe_nvtx_read(i, out)

@@ -201,18 +201,11 @@ def _walk_classes(root: str) -> list[str]:
 
 
 def _added(sums: array[int], after: array[int], before: array[int]) -> array[int]:
-    """``sums`` plus what ran between two ``nvtx.totals()`` (slots are only ever added, so a
-    shorter one's missing slots are zeros)."""
-    n = max(len(sums), len(after))
-    return array(
-        "q",
-        (
-            (sums[i] if i < len(sums) else 0) + after[i] - (before[i] if i < len(before) else 0)
-            if i < len(after)
-            else sums[i]
-            for i in range(n)
-        ),
-    )
+    """``sums`` plus what ran between two ``nvtx.totals()``, slot by slot; an array shorter
+    than the others (the sum before the first epoch is empty) reads as zeros."""
+    n = max(len(sums), len(after), len(before))
+    s, a, b = (x + array("q", bytes(8 * (n - len(x)))) for x in (sums, after, before))
+    return array("q", (p + q - r for p, q, r in zip(s, a, b, strict=True)))
 
 
 def _count(batch: Any) -> int:

@@ -14,10 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-# The subpackage ioprobe.watch is bound here first so that the function below keeps the
-# name: importing a submodule later (ioprobe.watch.torch) would otherwise rebind
-# ioprobe.watch to the subpackage, and ioprobe.watch(loader) would stop working.
-from ioprobe import watch as _watch_package  # noqa: F401
 from ioprobe._version import __version__
 
 if TYPE_CHECKING:
@@ -37,9 +33,14 @@ def watch(loader: Any, device: Any = None, live: bool = False) -> Any:
     samples/s delivered and the stall over the last few seconds, each stage's capacity now
     and the lowest, and the stall over the last minute; cleared when the loop ends. Only on a
     terminal: with stderr a file or a pipe nothing is drawn (see docs/watch.md)."""
-    from ioprobe.watch.api import watch as _watch
+    from ioprobe.loaders.api import watch as _watch
 
     return _watch(loader, device, _judge, live)
+
+
+# the function under a second name, for the deprecated package ioprobe.watch, which takes
+# this name's place once imported and calls the function through it
+_watch = watch
 
 
 def tune(loader: Any, step: Any = None, batches: int = 200, trials: int = 4) -> RunRecord:
@@ -57,7 +58,7 @@ def tune(loader: Any, step: Any = None, batches: int = 200, trials: int = 4) -> 
     from ioprobe.analysis.queueing import MIN_BATCHES
     from ioprobe.analysis.tune import outcome, plan, trial_of
     from ioprobe.errors import BadInputError, TrialDone
-    from ioprobe.watch.torch import Watched
+    from ioprobe.loaders.torch import Watched
 
     if getattr(loader, "num_workers", 0) < 1:
         raise BadInputError(
@@ -114,15 +115,15 @@ def to_device(batch: Any, device: Any, non_blocking: bool | None = None) -> Any:
     ``batch.to(device)``. Inside a watched loader's loop the copy is timed with CUDA events on
     the current stream, its bytes counted as pinned or pageable, and the record gets a PCIe
     stage. ``non_blocking`` defaults to True for tensors in pinned memory, False otherwise."""
-    from ioprobe.watch.api import to_device as _to_device
+    from ioprobe.loaders.api import to_device as _to_device
 
     return _to_device(batch, device, non_blocking)
 
 
 def gpu_alone(step: Any, batch: Any, device: Any = None, seconds: float = 1.0) -> GpuAlone:
     """The training step's rate with its batch already on the device, and the share of the
-    GPU it fills (see ``ioprobe.watch.torch.gpu_alone``)."""
-    from ioprobe.watch.api import gpu_alone as _gpu_alone
+    GPU it fills (see ``ioprobe.loaders.torch.gpu_alone``)."""
+    from ioprobe.loaders.api import gpu_alone as _gpu_alone
 
     return _gpu_alone(step, batch, device, seconds)
 

@@ -73,7 +73,7 @@ def steady(epochs: Sequence[WatchEpoch]) -> list[WatchEpoch]:
 
 
 # What a worker's first round reads besides the dataset and the module files it imports
-# (those are not counted: watch.worker): files C code opens as a library loads, a CA bundle or
+# (those are not counted: loaders.torch_worker): files C code opens as a library loads, a CA bundle or
 # locale tables, a few hundred kB. A first round that read more per worker read data.
 FIRST_ROUND_DATA_MIN = 1 << 20
 # A first round that read this many times the steady bytes per sample read ahead in lumps

@@ -753,7 +753,7 @@ def generate(tmp: Path, recs: dict[str, Path], servers: dict[str, str]) -> list[
         )
     for key in ("world 23 digits", "slurm x huge", "slurm nodelist huge", "silent listener rank 1"):
         gather = (
-            "from ioprobe.watch import gather as g\n"
+            "from ioprobe.loaders import gather as g\n"
             "g.gather(None, merge=lambda rs: rs[0], timeout_s=1.0)\nprint('returned')\n"
         )
         cases.append(

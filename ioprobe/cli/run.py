@@ -46,11 +46,11 @@ from ioprobe.cli._common import (
 )
 from ioprobe.collect import nvtx
 from ioprobe.errors import BadInputError, IoprobeError
+from ioprobe.loaders.run_hook import LIVE_ENV, TRIAL_ENV
 from ioprobe.outputs import destination, writes_stdout
 from ioprobe.record import RunRecord
 from ioprobe.redact import console as text_console
 from ioprobe.redact import printable, shown
-from ioprobe.watch.run_hook import LIVE_ENV, TRIAL_ENV
 
 SITECUSTOMIZE = """\
 # Written by `ioprobe run`; removed when the run ends.
@@ -58,7 +58,7 @@ import os as _os
 import sys as _sys
 
 try:
-    from ioprobe.watch import run_hook as _run_hook
+    from ioprobe.loaders import run_hook as _run_hook
 
     _run_hook.install()
 except Exception as _exc:  # ioprobe missing from this interpreter: run unwatched
@@ -160,7 +160,7 @@ def _run_watched(
     return code, runs, made
 
 
-# the names the hook saves records under (watch/run_hook.py): loader-{pid}-{i}.json
+# the names the hook saves records under (loaders/run_hook.py): loader-{pid}-{i}.json
 _SAVED = re.compile(r"loader-\d+-\d+\.json")
 
 

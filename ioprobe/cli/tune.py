@@ -34,12 +34,12 @@ from ioprobe.analysis.tune import outcome, plan, trial_of
 from ioprobe.cli._common import check_outputs, count, write_record, write_text
 from ioprobe.cli.run import _check_command, _run_watched
 from ioprobe.errors import BadInputError
+from ioprobe.loaders.run_hook import TRIAL_ENV
 from ioprobe.outputs import writes_stdout
 from ioprobe.record import RunRecord, TuneTrial
 from ioprobe.redact import console
 from ioprobe.render import markdown
 from ioprobe.render.tune_text import tune_lines
-from ioprobe.watch.run_hook import TRIAL_ENV
 
 MAX_TRIALS = 12
 

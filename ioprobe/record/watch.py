@@ -37,7 +37,7 @@ class PipelineRun:
 class WatchEpoch:
     """One pass over a watched loader; times in seconds, summed over batches unless noted.
 
-    Past ``WatchData``'s first epochs (``ioprobe.watch.collector.EPOCHS_HEAD``), an entry may
+    Past ``WatchData``'s first epochs (``ioprobe.monitor.collector.EPOCHS_HEAD``), an entry may
     stand for ``merged`` consecutive epochs (``index`` to ``index + merged - 1``), so that a
     loop taking one batch per ``iter()`` keeps a bounded list: every field is then the sum
     over those epochs (a per-epoch figure such as ``iter_seconds`` too: divide by ``merged``

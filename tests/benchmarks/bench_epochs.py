@@ -41,9 +41,9 @@ def rss() -> int:
 
 
 def collector_costs() -> None:
+    from ioprobe.loaders.torch import DataLoaderAdapter
+    from ioprobe.monitor.collector import WatchCollector
     from ioprobe.record import LoaderSettings
-    from ioprobe.watch.collector import WatchCollector
-    from ioprobe.watch.torch import DataLoaderAdapter
     from tests.benchmarks.bench_watch import main_process_cost_us
 
     early, late = main_process_cost_us()

@@ -33,10 +33,10 @@ from torch.utils.data import DataLoader
 
 import ioprobe
 from ioprobe.collect.gpu_events import GpuTimeline
+from ioprobe.loaders.torch import CudaEvents, DataLoaderAdapter, HostClock
+from ioprobe.monitor.collector import MAX_KEPT, BatchStats, WatchCollector
+from ioprobe.monitor.reservoir import Reservoir
 from ioprobe.record import LoaderSettings
-from ioprobe.watch.collector import MAX_KEPT, BatchStats, WatchCollector
-from ioprobe.watch.reservoir import Reservoir
-from ioprobe.watch.torch import CudaEvents, DataLoaderAdapter, HostClock
 from tests.fixtures.datasets import BurnDataset, JpegFolder
 
 
@@ -74,7 +74,7 @@ def _panel_to_devnull() -> int:
     drawn so far."""
     from rich.console import Console
 
-    from ioprobe.watch import live
+    from ioprobe.monitor import live
 
     sink = open(os.devnull, "w")  # noqa: SIM115 (open for the process's life)
     live.DISPLAY.console = lambda: Console(file=sink, force_terminal=True, width=80)
@@ -240,7 +240,7 @@ def live_frame_cost_ms(frames: int = 300) -> float:
     from rich.console import Console
     from rich.live import Live
 
-    from ioprobe.watch import live
+    from ioprobe.monitor import live
 
     c = WatchCollector(DataLoaderAdapter(LoaderSettings(workers=2), {"num_workers": "2"}), 32, None)
     c.begin_epoch()
@@ -326,7 +326,7 @@ def main() -> None:
                 f"{', '.join(f'{x:,.0f}' for x in runs)} | "
                 f"{med:+.1%} | <= {goal:.0%} {'met' if med <= goal else 'MISSED'} |"
             )
-    from ioprobe.watch import live as live_view
+    from ioprobe.monitor import live as live_view
 
     if not args.jpeg_only:
         print(

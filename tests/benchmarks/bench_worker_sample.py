@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ioprobe.watch import worker as wt
+from ioprobe.loaders import torch_worker as wt
 
 
 class _Nothing:

@@ -239,7 +239,7 @@ def idle_section(quick: bool) -> list[str]:
 
 def event_cost_section(quick: bool) -> list[str]:
     """The device timeline's per-batch cost with real CUDA events vs the host clock."""
-    from ioprobe.watch.torch import CudaEvents, HostClock
+    from ioprobe.loaders.torch import CudaEvents, HostClock
     from tests.benchmarks.bench_watch import device_timeline_cost_us
 
     dev = torch.device("cuda", torch.cuda.current_device())

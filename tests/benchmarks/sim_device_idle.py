@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from torch.utils.data import DataLoader
 
 import ioprobe
-from ioprobe.watch import torch as adapter
+from ioprobe.loaders import torch as adapter
 from tests.fixtures.datasets import SleepDataset
 from tests.fixtures.sim_device import SimStream
 

@@ -22,28 +22,40 @@ ROOT = Path(__file__).parents[2] / "ioprobe"
 LAYERS: dict[str, tuple[str, ...]] = {
     "errors": (),
     "version": (),
-    "loaders": (),
+    "helpers": (),
     "outputs": ("errors",),
     "redact": (),
     "units": (),
     "codec": ("errors", "redact"),
     "record": ("codec", "errors", "outputs", "redact"),
     "capacity": ("units", "codec", "record", "errors"),
-    "collect": ("units", "codec", "capacity", "record", "errors", "redact", "version", "loaders"),
-    "watch": ("units", "codec", "collect", "capacity", "record", "errors", "redact", "version", "loaders"),
+    "collect": ("units", "codec", "capacity", "record", "errors", "redact", "version", "helpers"),
+    "monitor": ("units", "codec", "collect", "capacity", "record", "errors", "redact", "version",
+                "helpers"),
+    "loaders": ("monitor", "units", "codec", "collect", "capacity", "record", "errors", "redact",
+                "version", "helpers"),
     "analysis": ("units", "codec", "capacity", "record", "errors", "redact", "outputs"),
     "render": ("units", "codec", "analysis", "capacity", "record", "errors", "redact"),
-    "edge": ("cli", "render", "analysis", "watch", "collect", "capacity", "record", "errors",
-             "redact", "version", "loaders", "outputs", "units", "codec"),
-    "cli": ("edge", "render", "analysis", "watch", "collect", "capacity", "record", "errors",
-            "redact", "version", "loaders", "outputs", "units", "codec"),
+    "edge": ("cli", "render", "analysis", "loaders", "monitor", "collect", "capacity", "record",
+             "errors", "redact", "version", "helpers", "outputs", "units", "codec"),
+    "cli": ("edge", "render", "analysis", "loaders", "monitor", "collect", "capacity", "record",
+            "errors", "redact", "version", "helpers", "outputs", "units", "codec"),
 }  # fmt: skip
+
+
+# loaders/ holds the wrappers of each framework's loaders, above monitor/, and on the ground
+# floor the helpers users import into their datasets (their workers import them too)
+HELPERS = ("ioprobe.loaders", "ioprobe.loaders.files", "ioprobe.loaders.sockets")
 
 
 def layer(module: str) -> str:
     """The layer of a module of ours, by its dotted name."""
-    if module in ("ioprobe", "ioprobe.__main__"):
-        return "edge"  # the Python entry point: it wires watching to the analysis
+    if module in ("ioprobe", "ioprobe.__main__") or module.split(".")[:2] == ["ioprobe", "watch"]:
+        # the Python entry point, which wires watching to the analysis, and the deprecated
+        # package that keeps its old import paths
+        return "edge"
+    if module in HELPERS:
+        return "helpers"
     part = module.split(".")[1]
     return {"_version": "version", "_nvtx_inject": "collect"}.get(part, part)
 
@@ -116,11 +128,13 @@ def test_the_ground_floor_imports_nothing_above_it() -> None:
     assert imports(ROOT / "units.py") == frozenset()
     assert imports(ROOT / "capacity.py") <= {"ioprobe.record", "ioprobe.errors"}
     assert imports(ROOT / "loaders" / "files.py") == frozenset()
+    assert imports(ROOT / "loaders" / "sockets.py") == frozenset()
+    assert imports(ROOT / "loaders" / "__init__.py") == frozenset()
 
 
 def test_no_two_modules_import_each_other_even_lazily() -> None:
     graph = {name: {t for t in imports(path) if t in modules()} for name, path in modules().items()}
-    # a package imports its own submodules by design (``from ioprobe import watch``); the
+    # a package imports its own submodules by design (``from ioprobe import record``); the
     # question is whether module code loops back on itself
     graph = {n: {t for t in ts if not n.startswith(t + ".")} for n, ts in graph.items()}
     cycles: list[list[str]] = []
@@ -171,7 +185,10 @@ def test_help_and_env_load_neither_the_watch_code_nor_the_analysis(argv: list[st
     heavy = sorted(
         m
         for m in loaded
-        if m.startswith(("ioprobe.watch.", "ioprobe.analysis", "ioprobe.collect.probe", "torch"))
+        if m.startswith(
+            ("ioprobe.loaders.", "ioprobe.monitor", "ioprobe.analysis", "ioprobe.collect.probe")
+        )
+        or m.startswith("torch")
         or m.startswith("nvidia")
     )
     assert heavy == []
@@ -184,23 +201,53 @@ def test_importing_ioprobe_changes_nothing_and_loads_no_framework() -> None:
         "import ioprobe\n"
         "assert dict(os.environ) == before, set(os.environ.items()) ^ set(before.items())\n"
     )
-    assert loaded == {"ioprobe", "ioprobe._version", "ioprobe.watch"}
+    assert loaded == {"ioprobe", "ioprobe._version"}
 
 
-def test_the_function_keeps_the_name_of_its_package() -> None:
+def test_no_package_takes_the_name_of_the_function_watch() -> None:
     import ioprobe
-    import ioprobe.watch.api
-    import ioprobe.watch.collector
-    import ioprobe.watch.run_hook
-    import ioprobe.watch.stages
+    import ioprobe.loaders.api
+    import ioprobe.loaders.run_hook
+    import ioprobe.loaders.torch
+    import ioprobe.monitor.collector
+    import ioprobe.monitor.stages
 
     assert callable(ioprobe.watch)
     assert ioprobe.watch.__module__ == "ioprobe"
 
 
+def test_the_old_import_path_of_gather_warns_and_leaves_watch_callable() -> None:
+    # ioprobe.watch was a package until 0.1; its documented import of gather keeps working
+    # for a release, and once the old package is imported (which rebinds ioprobe.watch to it)
+    # calling ioprobe.watch still calls the function
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-W",
+            "always::FutureWarning",
+            "-c",
+            "import ioprobe\n"
+            "from ioprobe.watch.gather import gather\n"
+            "from ioprobe.loaders import gather as new\n"
+            "assert gather is new.gather\n"
+            "try:\n"
+            "    ioprobe.watch(object())\n"
+            "except Exception as exc:\n"
+            "    print(type(exc).__name__, exc)\n",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert "FutureWarning: ioprobe.watch.gather moved to ioprobe.loaders.gather" in out.stderr
+    # the call reached the function, which names what it cannot watch
+    assert out.stdout.startswith("BadInputError ioprobe.watch: cannot watch a object")
+
+
 def test_a_module_imported_by_name_is_seen() -> None:
-    # watch/api.py finds its framework adapters by name, cli/_common.py its renderers
-    assert "ioprobe.watch.torch" in imports(ROOT / "watch" / "api.py")
+    # loaders/api.py finds its framework adapters by name, cli/_common.py its renderers
+    assert "ioprobe.loaders.torch" in imports(ROOT / "loaders" / "api.py")
     assert "ioprobe.render.html" in imports(ROOT / "cli" / "_common.py")
 
 
@@ -265,3 +312,17 @@ def test_no_module_or_function_grows_past_its_bar() -> None:
                 elif key in LONG_FUNCTIONS and length <= 60:
                     stale.append(key)
     assert over == [] and stale == []
+
+
+def test_every_package_is_in_the_list_that_installs() -> None:
+    # setuptools installs the packages pyproject.toml lists and no others: one left out
+    # imports from a checkout (an editable install) and fails from a wheel
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"][
+            "setuptools"
+        ]["packages"]
+    )
+    ours = {".".join(p.parent.relative_to(ROOT.parent).parts) for p in ROOT.rglob("__init__.py")}
+    assert ours == listed

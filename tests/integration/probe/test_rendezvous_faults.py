@@ -1,4 +1,4 @@
-"""A distributed probe, and ``ioprobe.watch.gather``, whose rendezvous (MASTER_ADDR and
+"""A distributed probe, and ``ioprobe.loaders.gather``, whose rendezvous (MASTER_ADDR and
 MASTER_PORT) is no rank's store: a plain TCP listener that accepts and never speaks (it hung
 for ever), a port another program holds for rank 0, a port nothing listens on. Each ends
 within its timeout and a bounded margin, in one line, with a non-zero exit."""
@@ -147,7 +147,7 @@ def test_gather_under_a_silent_listener_returns_the_record_alone_in_bounded_time
     """A training script's ``gather`` after its loop: it must not hang the script, which
     goes on with this rank's record and one line on stderr."""
     script = (
-        "from ioprobe.watch import gather as g\n"
+        "from ioprobe.loaders import gather as g\n"
         "out = g.gather(None, merge=lambda rs: rs[0], timeout_s=1.0)\n"
         "print('returned', out)\n"
     )

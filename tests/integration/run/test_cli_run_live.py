@@ -52,7 +52,7 @@ def test_with_stderr_not_a_terminal_live_changes_nothing(tmp_path: Path) -> None
 
 SHOW_ENV = (
     "import os\n"
-    "from ioprobe.watch import run_hook\n"
+    "from ioprobe.loaders import run_hook\n"
     "print(os.environ.get('IOPROBE_LIVE'), run_hook.live_requested())\n"
 )
 

@@ -113,7 +113,7 @@ import ioprobe
 from ioprobe.analysis.ranks import merge_ranks
 from ioprobe.collect.group import TorchGroup
 from ioprobe.record import RankInfo, RunRecord
-from ioprobe.watch.gather import gather
+from ioprobe.loaders.gather import gather
 from tests.fixtures.datasets import BurnDataset
 
 torch.cuda.set_device(0)

@@ -182,7 +182,7 @@ import torch.distributed as dist
 from torch.utils.data import DataLoader
 import ioprobe
 from ioprobe.analysis.ranks import merge_ranks
-from ioprobe.watch.gather import gather
+from ioprobe.loaders.gather import gather
 from tests.fixtures.ddp_train import RankData
 
 rank = int(os.environ["RANK"])

@@ -13,8 +13,8 @@ from torch.utils.data import DataLoader
 
 import ioprobe
 from ioprobe.errors import BadInputError
+from ioprobe.monitor import collector as watch_mod
 from ioprobe.record import RunRecord
-from ioprobe.watch import collector as watch_mod
 from tests.fixtures.datasets import (
     BurnDataset,
     FailingDataset,

@@ -23,14 +23,14 @@ from torch.utils.data import DataLoader
 
 import ioprobe
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS
-from ioprobe.record import RunRecord
-from ioprobe.watch.assemble import LOG_COLUMNS
-from ioprobe.watch.collector import (
+from ioprobe.monitor.assemble import LOG_COLUMNS
+from ioprobe.monitor.collector import (
     BATCH_LOG_ROWS,
     EPOCHS_KEPT,
     MAX_KEPT,
     SPAN_SAMPLES,
 )
+from ioprobe.record import RunRecord
 
 # What the bounded buffers hold when full, in bytes: the per-batch reservoirs (stall, step,
 # sample wall and CPU, sample bytes, device step), the main and one worker track, the batch

@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 
 import ioprobe
 from ioprobe.errors import BadInputError
-from ioprobe.watch import torch as adapter
+from ioprobe.loaders import torch as adapter
 from tests.fixtures.datasets import BurnDataset, SleepDataset
 from tests.fixtures.sim_device import SimStream
 
@@ -285,7 +285,7 @@ def test_the_live_panel_shows_the_gpu_waiting_by_the_device_clock(sim: SimStream
     # each batch takes about 8 x 3 ms to load and queues a 12 ms kernel: the GPU waits about
     # half the time while the host, which returns from each step at once, waits nearly all
     # of it; the panel must show the GPU's half, not the host's whole
-    from ioprobe.watch.live import panel
+    from ioprobe.monitor.live import panel
     from tests.fixtures.live_frames import frames_while
 
     kernel = 0.012

@@ -15,6 +15,7 @@ from ioprobe.analysis.recommend import loader_rule
 from ioprobe.analysis.scenario import LINEAR_STORAGE
 from ioprobe.analysis.whatif import whatif
 from ioprobe.collect.procfs import parse_host_busy, parse_private_bytes
+from ioprobe.loaders.torch import tensor_bytes
 from ioprobe.record import (
     BatchLog,
     Change,
@@ -30,7 +31,6 @@ from ioprobe.record import (
     WatchEpoch,
 )
 from ioprobe.render.tune_text import tune_lines
-from ioprobe.watch.torch import tensor_bytes
 
 MB = 1 << 20
 

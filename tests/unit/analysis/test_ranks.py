@@ -383,7 +383,7 @@ def test_a_merged_record_from_before_the_verdict_rank_loads(tmp_path: Path) -> N
 def test_gather_outside_a_job_or_in_a_world_of_one_returns_the_record(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
 ) -> None:
-    from ioprobe.watch.gather import gather
+    from ioprobe.loaders.gather import gather
 
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_STEP_ID"):
         monkeypatch.delenv(name, raising=False)

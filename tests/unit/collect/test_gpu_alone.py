@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader
 import ioprobe
 from ioprobe.collect import gpu_alone as ga
 from ioprobe.errors import BadInputError
-from ioprobe.watch import torch as adapter
+from ioprobe.loaders import torch as adapter
 from tests.fixtures.datasets import SleepDataset
 
 

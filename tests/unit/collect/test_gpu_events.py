@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ioprobe.collect.gpu_events import GpuTimeline
-from ioprobe.watch.reservoir import Reservoir
+from ioprobe.monitor.reservoir import Reservoir
 
 MS = 1_000_000
 

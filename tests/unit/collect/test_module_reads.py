@@ -15,7 +15,7 @@ SCRIPT = """
 import importlib, sys
 sys.path.insert(0, {repo!r})
 sys.path.insert(0, {mods!r})
-from ioprobe.watch import worker as wt
+from ioprobe.loaders import torch_worker as wt
 wt._count_module_reads()
 wt._count_module_reads()  # a second call changes nothing
 before = wt._S.own

@@ -1,7 +1,7 @@
 """One set of capacity rules: what a collector measured and what the what-if predicts come
 from the same functions in ``ioprobe.capacity``.
 
-Records here are built by the collectors' own stage rules (``ioprobe.watch.stages``, the
+Records here are built by the collectors' own stage rules (``ioprobe.monitor.stages``, the
 probe's) from generated measurements, so the what-if is checked against the rule that made
 the record, for DataLoader, DALI and probe records alike.
 """
@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from ioprobe import capacity
 from ioprobe.analysis.scenario import evaluate
+from ioprobe.monitor.stages import Measured, dali_stages, loader_stages
 from ioprobe.record import (
     Change,
     CpuLevel,
@@ -34,7 +35,6 @@ from ioprobe.record import (
     WatchData,
     WatchEpoch,
 )
-from ioprobe.watch.stages import Measured, dali_stages, loader_stages
 
 SIZE = 100_000.0
 

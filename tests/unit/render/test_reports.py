@@ -14,14 +14,14 @@ import pytest
 from ioprobe.analysis import finalize
 from ioprobe.analysis.report import coarsen, consumer_points, findings, worker_throughput
 from ioprobe.collect.timeline import MAIN_COLUMNS, Series
+from ioprobe.loaders.torch import DataLoaderAdapter
+from ioprobe.monitor.collector import BatchStats, WatchCollector
 from ioprobe.record import LoaderSettings, RunRecord, Track
 from ioprobe.render.facts import verdict
 from ioprobe.render.html import render as render_html
 from ioprobe.render.markdown import md
 from ioprobe.render.markdown import render as render_markdown
 from ioprobe.render.trace import render as render_trace
-from ioprobe.watch.collector import BatchStats, WatchCollector
-from ioprobe.watch.torch import DataLoaderAdapter
 
 MS = 1_000_000  # ns
 XSS = "<img src=x onerror=alert(1)>"

@@ -28,6 +28,8 @@ from ioprobe import capacity
 from ioprobe.collect import nvtx
 from ioprobe.collect.procfs import read_io
 from ioprobe.errors import BadInputError
+from ioprobe.monitor.collector import Finish, WatchCollector
+from ioprobe.monitor.stages import Measured, dali_stages
 from ioprobe.record import (
     DaliData,
     DaliOperator,
@@ -38,8 +40,6 @@ from ioprobe.record import (
     WatchEpoch,
 )
 from ioprobe.redact import redact_url
-from ioprobe.watch.collector import Finish, WatchCollector
-from ioprobe.watch.stages import Measured, dali_stages
 
 # DALI names its threads "[DALI][TP0]<pipeline>", "[DALI][WT]CPU executor", "[DALI] Executor"
 # and its readers' "PrefetchWorker"; the kernel keeps the first 15 bytes
@@ -262,7 +262,7 @@ def _describe(pipes: list[Any], wrapper: str, extra: dict[str, str]) -> dict[str
 class DaliAdapter:
     """The collector's view of DALI pipelines: per epoch it diffs the NVTX ranges, DALI's
     threads' CPU time, the I/O counters and the external_source workers' CPU; its stages
-    come from ``ioprobe.watch.stages.dali_stages``."""
+    come from ``ioprobe.monitor.stages.dali_stages``."""
 
     def __init__(self, pipes: list[Any], description: dict[str, str]) -> None:
         self.pipes = pipes

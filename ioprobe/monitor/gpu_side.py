@@ -14,8 +14,8 @@ from bisect import bisect_left, bisect_right
 
 from ioprobe.collect import gpu_sampler
 from ioprobe.collect.gpu_events import EventBackend, GpuTimeline
+from ioprobe.monitor.reservoir import Reservoir
 from ioprobe.record import GpuAlone, GpuSeries, GpuStage, Track, WatchEpoch
-from ioprobe.watch.reservoir import Reservoir
 
 GPU_SPANS_KEPT = 4_096  # epochs' spans the GPU's busy share is read over; merged past it
 

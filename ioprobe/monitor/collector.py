@@ -22,6 +22,13 @@ from typing import Protocol
 from ioprobe.collect.distributed import group_rank, rank_info
 from ioprobe.collect.procfs import host_busy_seconds
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
+from ioprobe.monitor import assemble
+from ioprobe.monitor.assemble import LOG_COLUMNS
+from ioprobe.monitor.gpu_side import GpuSide
+from ioprobe.monitor.mapped import MappedFiles
+from ioprobe.monitor.message import BatchStats
+from ioprobe.monitor.reservoir import Heaviest, Reservoir
+from ioprobe.monitor.stages import Measured
 from ioprobe.record import (
     LoaderSettings,
     RankInfo,
@@ -30,13 +37,6 @@ from ioprobe.record import (
     WatchEpoch,
     WorkerStats,
 )
-from ioprobe.watch import assemble
-from ioprobe.watch.assemble import LOG_COLUMNS
-from ioprobe.watch.gpu_side import GpuSide
-from ioprobe.watch.mapped import MappedFiles
-from ioprobe.watch.message import BatchStats
-from ioprobe.watch.reservoir import Heaviest, Reservoir
-from ioprobe.watch.stages import Measured
 
 MAX_KEPT = 100_000  # values kept exactly per series before switching to a reservoir
 HEAVIEST = 20  # the heaviest samples kept by index
@@ -66,7 +66,7 @@ def unjudged(rec: RunRecord) -> RunRecord:
 
 class EpochHook(Protocol):
     """Told when an epoch begins and ends (once per epoch, never per batch): the live panel
-    (``ioprobe.watch.live``) starts and stops with it."""
+    (``ioprobe.monitor.live``) starts and stops with it."""
 
     def epoch_began(self) -> None: ...
 
@@ -76,11 +76,11 @@ class EpochHook(Protocol):
 class Adapter(Protocol):
     """One framework's side of watching a loader: what the shared collector cannot know.
 
-    A new framework implements this (see ``ioprobe.watch.torch.DataLoaderAdapter`` and
-    ``ioprobe.watch.dali.DaliAdapter``), a wrapper that behaves like its loader and reports
+    A new framework implements this (see ``ioprobe.loaders.torch.DataLoaderAdapter`` and
+    ``ioprobe.loaders.dali.DaliAdapter``), a wrapper that behaves like its loader and reports
     each batch to the collector (``on_batch`` with a worker's measurements, or
     ``on_delivery`` with the consumer's side only), and, in its module, ``accepts(obj)`` and
-    ``wrap(obj, device, finish)``; ``ioprobe.watch.api.FRAMEWORKS`` lists the module.
+    ``wrap(obj, device, finish)``; ``ioprobe.loaders.api.FRAMEWORKS`` lists the module.
     """
 
     settings: LoaderSettings  # the loader's settings, typed
@@ -95,7 +95,7 @@ class Adapter(Protocol):
         ...
 
     def stages(self, m: Measured) -> tuple[Stages, list[str]]:
-        """The stage capacities from the collector's measurements (``ioprobe.watch.stages``),
+        """The stage capacities from the collector's measurements (``ioprobe.monitor.stages``),
         and notes on how they were measured."""
         ...
 
@@ -162,7 +162,7 @@ class WatchCollector:
         # they make there): with no arrival since, it is blocked now, a wait the live panel
         # counts before the batch arrives
         self.request_ns = 0
-        self.live: EpochHook | None = None  # ioprobe.watch.live.attach sets it
+        self.live: EpochHook | None = None  # ioprobe.monitor.live.attach sets it
         # the rank the process group gave at the latest epoch's start: a launcher such as
         # Lightning's initialises the group after the loader is wrapped and destroys it in an
         # exit handler, before ``ioprobe run``'s hook makes the record

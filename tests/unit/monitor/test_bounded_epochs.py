@@ -18,6 +18,13 @@ from ioprobe.analysis.measures import delivery
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.verdict import finalize
 from ioprobe.errors import RecordError
+from ioprobe.monitor.collector import (
+    EPOCHS_HEAD,
+    EPOCHS_KEPT,
+    WatchCollector,
+    bound_epochs,
+    merge_epochs,
+)
 from ioprobe.record import (
     DatasetProfile,
     Distribution,
@@ -29,13 +36,6 @@ from ioprobe.record import (
 )
 from ioprobe.render import markdown
 from ioprobe.render.facts import epoch_facts
-from ioprobe.watch.collector import (
-    EPOCHS_HEAD,
-    EPOCHS_KEPT,
-    WatchCollector,
-    bound_epochs,
-    merge_epochs,
-)
 
 
 def _epoch(i: int) -> WatchEpoch:

@@ -9,7 +9,7 @@ with the host's time blocked in next() beside it: a loop whose GPU queue runs ah
 host blocks in next() nearly always while the GPU is busy. The training loop
 does nothing for it: the sums it reads are the ones the collector keeps for the record, read
 without a lock (a value read mid-update only shifts a little time from one second to the
-next). The capacities come from the collector's own stage rules (``ioprobe.watch.stages``)
+next). The capacities come from the collector's own stage rules (``ioprobe.monitor.stages``)
 applied to the last few seconds' sums; "limiting now" is the lowest of them, a measurement,
 not the record's verdict (that is the analysis's, at the end, with the storage catalog).
 
@@ -41,11 +41,11 @@ from rich.text import Text
 
 from ioprobe import capacity, units
 from ioprobe.collect.distributed import rank_now
+from ioprobe.monitor.collector import WatchCollector
+from ioprobe.monitor.gpu_side import device_time
+from ioprobe.monitor.stages import METERED_BASIS, Measured, worker_cpu, worker_storage
 from ioprobe.record import LoaderSettings, WatchEpoch
 from ioprobe.redact import console, printable
-from ioprobe.watch.collector import WatchCollector
-from ioprobe.watch.gpu_side import device_time
-from ioprobe.watch.stages import METERED_BASIS, Measured, worker_cpu, worker_storage
 
 INTERVAL_S = 1.0  # between frames
 WINDOW_S = 5.0  # the rates are over the last this many seconds

@@ -3,10 +3,10 @@
 Patches ``DataLoader.__iter__`` as soon as torch's dataloader module is imported (never
 importing torch itself), so every loader the unchanged script iterates is watched; and DALI's
 PyTorch iterators and ``Pipeline.run`` as soon as their modules are imported
-(``watch.dali.watch_in_place``), so an unchanged DALI script is watched too. At exit,
+(``loaders.dali.watch_in_place``), so an unchanged DALI script is watched too. At exit,
 each process that iterated a loader writes one record per loader into ``IOPROBE_RUN_DIR``,
 as measured: ``ioprobe run`` judges them in its own process. With ``IOPROBE_LIVE=1``
-(``ioprobe run --live``) each watched loader also draws the live panel (``watch.live``): the
+(``ioprobe run --live``) each watched loader also draws the live panel (``monitor.live``): the
 script owns the terminal's stderr, so its process draws it.
 """
 
@@ -22,7 +22,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from ioprobe.watch.stateful import is_stateful, patch_class, watch_every_loader
+from ioprobe.loaders.torch_stateful import is_stateful, patch_class, watch_every_loader
 
 TARGET = "torch.utils.data.dataloader"
 DALI_ITERATORS = "nvidia.dali.plugin.pytorch"
@@ -57,7 +57,7 @@ def _patch(module: ModuleType) -> None:
     subclass calls ``super().__iter__()``) reach with their own logic around it intact, and
     the stateful loaders', which do not reach it (they are defined after this module is
     imported: ``__init_subclass__`` patches them as they are created). The routing is
-    ``watch.stateful``'s, which ``ioprobe.watch`` shares."""
+    ``loaders.torch_stateful``'s, which ``ioprobe.watch`` shares."""
     dl_cls = module.DataLoader
     watch_every_loader(_watcher)
     patch_class(dl_cls)
@@ -77,8 +77,8 @@ def _patch(module: ModuleType) -> None:
 def _patch_dali_iterators(module: ModuleType) -> None:
     """Watch DALI's PyTorch iterators (DALIGenericIterator and its subclasses such as
     DALIClassificationIterator, DALIRaggedIterator) where the script makes them."""
-    from ioprobe.watch.collector import unjudged
-    from ioprobe.watch.dali import watch_in_place
+    from ioprobe.loaders.dali import watch_in_place
+    from ioprobe.monitor.collector import unjudged
 
     classes = [
         cls
@@ -92,8 +92,8 @@ def _patch_dali_iterators(module: ModuleType) -> None:
 
 def _patch_dali_pipeline(module: ModuleType) -> None:
     """Watch every DALI pipeline the script drives with ``run()``."""
-    from ioprobe.watch.collector import unjudged
-    from ioprobe.watch.dali import watch_in_place
+    from ioprobe.loaders.dali import watch_in_place
+    from ioprobe.monitor.collector import unjudged
 
     pipeline = getattr(module, "Pipeline", None)
     if isinstance(pipeline, type):
@@ -105,7 +105,7 @@ def _patch_dali_pipeline(module: ModuleType) -> None:
 
 def _end_dali_epochs() -> None:
     """End the epoch each DALI watcher has running while its pipelines are still up."""
-    from ioprobe.watch.dali import WatchedIterator, WatchedPipeline
+    from ioprobe.loaders.dali import WatchedIterator, WatchedPipeline
 
     for w in _watchers:
         if isinstance(w, WatchedIterator | WatchedPipeline):
@@ -119,7 +119,7 @@ def _made(watched: Any) -> None:
         _mark_made()
     _watchers.append(watched)
     if live_requested():
-        from ioprobe.watch.live import attach
+        from ioprobe.monitor.live import attach
 
         attach(watched._collector)
 
@@ -149,7 +149,7 @@ def _watcher(loader: Any) -> Any:
     """A new watcher for ``loader``, saved at exit (and drawing the live panel if asked).
     In a trial of ``ioprobe tune``, a loader with workers runs under the trial's settings
     and stops the script once it has delivered the trial's batches."""
-    from ioprobe.watch.torch import Watched
+    from ioprobe.loaders.torch import Watched
 
     plan = trial()
     if plan and getattr(loader, "num_workers", 0) > 0:
@@ -188,7 +188,7 @@ def _write_records() -> None:
             if rec.watch is None or not any(e.batches for e in rec.watch.epochs):
                 continue
             if interrupted and rec.complete:
-                from ioprobe.watch.collector import mark_interrupted
+                from ioprobe.monitor.collector import mark_interrupted
 
                 mark_interrupted(rec)
             rec.save(os.path.join(out, f"loader-{os.getpid()}-{i}.json"))

@@ -1,7 +1,7 @@
 """What a DataLoader worker sends back with each batch (``BatchStats``), in a module of its
 own that imports nothing but the standard library: the collector (every framework's, DALI's
 too, where torch may be missing) reads it, and a spawned worker imports it with the worker
-side (``watch.worker``) at every epoch's start, where each import is paid again.
+side (``loaders.torch_worker``) at every epoch's start, where each import is paid again.
 """
 
 from __future__ import annotations

@@ -19,11 +19,11 @@ from rich.file_proxy import FileProxy
 from torch.utils.data import DataLoader
 
 import ioprobe
+from ioprobe.monitor import live
+from ioprobe.monitor.collector import WatchCollector
+from ioprobe.monitor.live import Counters, Display, Feed, frame_of, panel, rates, read, sparkline
+from ioprobe.monitor.stages import Measured
 from ioprobe.record import LoaderSettings, RunRecord, Stages, WatchEpoch
-from ioprobe.watch import live
-from ioprobe.watch.collector import WatchCollector
-from ioprobe.watch.live import Counters, Display, Feed, frame_of, panel, rates, read, sparkline
-from ioprobe.watch.stages import Measured
 from tests.fixtures.datasets import SleepDataset
 from tests.unit.render.test_render_golden import check, text
 

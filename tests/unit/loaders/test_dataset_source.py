@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from ioprobe.watch.torch import dataset_source, format_cache
+from ioprobe.loaders.torch import dataset_source, format_cache
 
 
 def test_litdata_input_dir_gives_its_url_else_its_local_path() -> None:

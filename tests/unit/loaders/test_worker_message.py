@@ -6,8 +6,8 @@ import pickle
 
 import torch
 
-from ioprobe.watch.collector import BatchStats
-from ioprobe.watch.worker import Stamped
+from ioprobe.loaders.torch_worker import Stamped
+from ioprobe.monitor.collector import BatchStats
 
 
 def test_a_stamped_batch_crosses_a_pickle_with_its_named_stats() -> None:
@@ -27,7 +27,7 @@ def test_the_collector_unpacks_each_field_into_a_local_of_its_name() -> None:
     import inspect
     import textwrap
 
-    from ioprobe.watch.collector import WatchCollector
+    from ioprobe.monitor.collector import WatchCollector
 
     tree = ast.parse(textwrap.dedent(inspect.getsource(WatchCollector.on_batch)))
     (unpack,) = [

@@ -1,9 +1,9 @@
 """The worker side of watching a DataLoader: what runs in each worker process.
 
-``watch.torch.rebuild`` wraps the user's dataset and collate in the classes here; a worker
+``loaders.torch.rebuild`` wraps the user's dataset and collate in the classes here; a worker
 process gets them pickled (under spawn and forkserver, at every epoch's start without
 persistent workers), so this module imports only what a worker needs: torch's data
-classes, ``/proc`` parsing, the metered opener and the message it sends (``watch.message``),
+classes, ``/proc`` parsing, the metered opener and the message it sends (``monitor.message``),
 not the collector, the record or the stage rules.
 
 - the dataset wrapper times each sample: wall time and the thread's CPU time, appended to
@@ -30,7 +30,7 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin
 from ioprobe.collect.procfs import IO, parse_io, parse_runqueue_ns
 from ioprobe.loaders import files as _files
 from ioprobe.loaders import sockets as _sockets
-from ioprobe.watch.message import MAPPED_FIELDS, BatchStats, folder_tag
+from ioprobe.monitor.message import MAPPED_FIELDS, BatchStats, folder_tag
 
 # Each worker process's own buffers. A forked worker inherits the parent's: the fork hook
 # empties them (and reopens /proc descriptors, which still name the parent) in the child.

@@ -2,7 +2,7 @@
 
 ``watch(loader)`` builds a sibling DataLoader that shares the user's sampler or batch sampler
 (so shuffling order and ``set_epoch`` are untouched) around two thin wrappers, the dataset's
-and the collate's, which run in the workers (``watch.worker``): they time every sample and
+and the collate's, which run in the workers (``loaders.torch_worker``): they time every sample and
 collate and send the batch's measurements back *with the batch*, so measuring costs no
 extra IPC.
 
@@ -26,16 +26,8 @@ from torch.utils.data._utils.collate import default_collate, default_convert
 
 from ioprobe.collect.procfs import private_bytes
 from ioprobe.errors import BadInputError, TrialDone
-from ioprobe.record import GpuAlone, LoaderSettings, RunRecord, Stages, WatchEpoch
-from ioprobe.redact import printable, redact_url
-from ioprobe.watch.collector import (
-    Finish,
-    WatchCollector,
-    unjudged,
-)
-from ioprobe.watch.stages import Measured, loader_stages
-from ioprobe.watch.stateful import ROUTED, is_stateful, patch_class, route
-from ioprobe.watch.worker import (
+from ioprobe.loaders.torch_stateful import ROUTED, is_stateful, patch_class, route
+from ioprobe.loaders.torch_worker import (
     Stamped,
     TimedBatchedDataset,
     TimedCollate,
@@ -43,6 +35,14 @@ from ioprobe.watch.worker import (
     TimedIterable,
     main_process_epoch,
 )
+from ioprobe.monitor.collector import (
+    Finish,
+    WatchCollector,
+    unjudged,
+)
+from ioprobe.monitor.stages import Measured, loader_stages
+from ioprobe.record import GpuAlone, LoaderSettings, RunRecord, Stages, WatchEpoch
+from ioprobe.redact import printable, redact_url
 
 # ----------------------------------------------------------------------------- main side
 
@@ -105,7 +105,7 @@ def rebuild(loader: DataLoader[Any], overrides: dict[str, Any] | None = None) ->
 
 def _sibling_class(loader: DataLoader[Any]) -> tuple[type[Any], dict[str, Any]]:
     """The class to build the sibling from, and the arguments only it takes: a stateful
-    loader's own base class (``watch.stateful``, with how often it snapshots),
+    loader's own base class (``loaders.torch_stateful``, with how often it snapshots),
     else a plain DataLoader."""
     for klass in type(loader).__mro__:
         if is_stateful(klass):
@@ -223,7 +223,7 @@ def settings(loader: DataLoader[Any]) -> LoaderSettings:
 
 class DataLoaderAdapter:
     """The collector's view of a DataLoader: its workers report each sample's times with the
-    batch, so every stage comes from ``ioprobe.watch.stages.loader_stages`` and nothing is
+    batch, so every stage comes from ``ioprobe.monitor.stages.loader_stages`` and nothing is
     measured per epoch."""
 
     def __init__(
@@ -787,7 +787,7 @@ class WatchedInPlace:
     """What ``ioprobe.watch`` returns for a loader whose own ``__iter__`` wraps a DataLoader's
     (Accelerate's prepared loader, a subclass calling ``super().__iter__()``): iterating it
     runs that ``__iter__`` unchanged, and only the DataLoader inside is watched (``watcher``,
-    routed by ``watch.stateful``). Everything else is the loader's own, plus ``.run``."""
+    routed by ``loaders.torch_stateful``). Everything else is the loader's own, plus ``.run``."""
 
     def __init__(self, loader: Any, watcher: Watched) -> None:
         self._loader = loader

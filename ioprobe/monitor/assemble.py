@@ -14,6 +14,10 @@ from ioprobe._version import __version__
 from ioprobe.capacity import steady, worker_epochs
 from ioprobe.collect.dataset import is_remote
 from ioprobe.collect.timeline import Series
+from ioprobe.monitor.gpu_side import GpuSide
+from ioprobe.monitor.mapped import MappedFiles
+from ioprobe.monitor.reservoir import Heaviest, Reservoir
+from ioprobe.monitor.stages import Measured
 from ioprobe.record import (
     BatchLog,
     DatasetProfile,
@@ -31,10 +35,6 @@ from ioprobe.record import (
     WorkerStats,
 )
 from ioprobe.redact import redact_url
-from ioprobe.watch.gpu_side import GpuSide
-from ioprobe.watch.mapped import MappedFiles
-from ioprobe.watch.reservoir import Heaviest, Reservoir
-from ioprobe.watch.stages import Measured
 
 # the batch log's columns, one row per batch laid flat in an array("q"): request, arrival,
 # ready, worker, work ns, slowest sample ns, samples, epoch, CPU ns, run-queue ns, process CPU ns
@@ -42,7 +42,7 @@ LOG_COLUMNS = 11
 
 
 class Collected(Protocol):
-    """What ``record`` reads of a collector (``ioprobe.watch.collector.WatchCollector``)."""
+    """What ``record`` reads of a collector (``ioprobe.monitor.collector.WatchCollector``)."""
 
     @property
     def adapter(self) -> Adapter: ...
@@ -79,7 +79,7 @@ class Collected(Protocol):
 
 
 class Adapter(Protocol):
-    """The framework's side ``record`` asks for (``ioprobe.watch.collector.Adapter``)."""
+    """The framework's side ``record`` asks for (``ioprobe.monitor.collector.Adapter``)."""
 
     settings: LoaderSettings
     description: dict[str, str]

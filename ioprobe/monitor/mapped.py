@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from array import array
 
-from ioprobe.watch.message import MAPPED_FIELDS, folder_tag
+from ioprobe.monitor.message import MAPPED_FIELDS, folder_tag
 
 TURNED_FILES_MAX = 100_000  # files counted per directory of files mapped in turn
 

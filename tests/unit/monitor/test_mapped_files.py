@@ -13,13 +13,13 @@ import pytest
 import torch
 
 from ioprobe import capacity
+from ioprobe.loaders import torch_worker as wt
+from ioprobe.loaders.torch import DataLoaderAdapter
+from ioprobe.loaders.torch_worker import Stamped, mapped_data_files, resident_files
+from ioprobe.monitor.collector import WatchCollector
+from ioprobe.monitor.message import MAPPED_FIELDS, BatchStats, folder_tag
 from ioprobe.record import LoaderSettings
 from ioprobe.render.facts import size_line
-from ioprobe.watch import worker as wt
-from ioprobe.watch.collector import WatchCollector
-from ioprobe.watch.message import MAPPED_FIELDS, BatchStats, folder_tag
-from ioprobe.watch.torch import DataLoaderAdapter
-from ioprobe.watch.worker import Stamped, mapped_data_files, resident_files
 
 DEV = (0xFD << 32) | 0x01  # "fd:01"
 
@@ -245,7 +245,7 @@ def test_a_stamped_batch_carries_its_listing_across_a_pickle() -> None:
 _LISTING_COST = """
 import os, sys, tempfile, time
 import numpy as np, torch  # a worker's imports: torch's libraries are most of its mappings
-from ioprobe.watch import worker as wt
+from ioprobe.loaders import torch_worker as wt
 timings = []
 with tempfile.TemporaryDirectory() as d:
     rows = None

@@ -5,7 +5,7 @@ Stateful loaders keep their iteration state (position, RNG, worker snapshots) in
 iterator, and are known by module and class name so that nothing here imports them. Their
 ``__iter__`` does not go through DataLoader's, and a watcher must iterate one of them:
 otherwise ``state_dict()`` would describe an iterator that never ran, and a resumed job would
-replay other samples. ``watch.torch`` builds its sibling from one.
+replay other samples. ``loaders.torch`` builds its sibling from one.
 
 The routing patches a loader class's own ``__iter__`` (and a stateful one's ``state_dict``
 and ``load_state_dict``) once, at class level, and decides per instance: a loader with a
@@ -13,8 +13,8 @@ watcher (registered by ``route``, or made on demand where ``watch_every_loader``
 is iterated by it, every other one by the original method. Code that wraps a DataLoader keeps
 its own logic around the iteration: Accelerate's prepared loader iterates the DataLoader it
 holds, a subclass calls ``super().__iter__()``. ``ioprobe run`` watches every loader this way
-(``watch.run_hook``); ``ioprobe.watch`` of such a wrapping loader registers only the
-DataLoader inside it (``watch.torch``). One registry for both, so a loader is never watched
+(``loaders.run_hook``); ``ioprobe.watch`` of such a wrapping loader registers only the
+DataLoader inside it (``loaders.torch``). One registry for both, so a loader is never watched
 twice.
 """
 

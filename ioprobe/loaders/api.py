@@ -15,16 +15,16 @@ import sys
 from typing import Any
 
 from ioprobe.errors import BadInputError
+from ioprobe.monitor.collector import ACTIVE, Finish, unjudged
 from ioprobe.record import GpuAlone
-from ioprobe.watch.collector import ACTIVE, Finish, unjudged
 
 # (the framework's top-level module, the adapter module that watches its loaders). A
 # framework is recognised without importing it: only one already imported can have made the
 # loader. Each adapter module has ``accepts(obj) -> bool`` and ``wrap(obj, device, finish)``
-# and implements ``ioprobe.watch.collector.Adapter`` for the collector.
+# and implements ``ioprobe.monitor.collector.Adapter`` for the collector.
 FRAMEWORKS = (
-    ("torch", "ioprobe.watch.torch"),
-    ("nvidia.dali", "ioprobe.watch.dali"),
+    ("torch", "ioprobe.loaders.torch"),
+    ("nvidia.dali", "ioprobe.loaders.dali"),
 )
 
 
@@ -38,14 +38,14 @@ def watch(loader: Any, device: Any = None, finish: Finish = unjudged, live: bool
     host-to-device copy timed with CUDA events, as ``to_device`` does.
 
     ``live``: while its epochs run, a panel on stderr (a terminal only) shows the rates of the
-    last seconds (``ioprobe.watch.live``)."""
+    last seconds (``ioprobe.monitor.live``)."""
     for framework, module in FRAMEWORKS:
         if framework in sys.modules:
             adapter = importlib.import_module(module)
             if adapter.accepts(loader):
                 wrapped = adapter.wrap(loader, device, finish)
                 if live:
-                    from ioprobe.watch.live import attach
+                    from ioprobe.monitor.live import attach
 
                     attach(wrapped._collector)
                 return wrapped
@@ -60,7 +60,7 @@ def to_device(batch: Any, device: Any, non_blocking: bool | None = None) -> Any:
     ``batch.to(device)``. Inside a watched loader's loop the copy is timed with CUDA events on
     the current stream, its bytes counted as pinned or pageable, and the record gets a PCIe
     stage. ``non_blocking`` defaults to True for tensors in pinned memory, False otherwise."""
-    from ioprobe.watch import torch as adapter
+    from ioprobe.loaders import torch as adapter
 
     dev = adapter.resolve_device(device)
     timeline = None
@@ -75,8 +75,8 @@ def to_device(batch: Any, device: Any, non_blocking: bool | None = None) -> Any:
 
 def gpu_alone(step: Any, batch: Any, device: Any = None, seconds: float = 1.0) -> GpuAlone:
     """The training step's rate with its batch already on the device, and the share of the
-    GPU it fills (see ``ioprobe.watch.torch.gpu_alone``)."""
-    from ioprobe.watch import torch as adapter
+    GPU it fills (see ``ioprobe.loaders.torch.gpu_alone``)."""
+    from ioprobe.loaders import torch as adapter
 
     alone: GpuAlone = adapter.gpu_alone(step, batch, device, seconds)
     return alone

@@ -3,7 +3,7 @@ from __future__ import annotations
 import statistics
 from array import array
 
-from ioprobe.watch.reservoir import Reservoir
+from ioprobe.monitor.reservoir import Reservoir
 
 
 def test_exact_until_the_limit() -> None:

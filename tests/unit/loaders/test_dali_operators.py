@@ -8,9 +8,9 @@ import pytest
 
 from ioprobe.analysis.report import dali_operators, findings
 from ioprobe.collect.nvtx import RangeTotals, diff
+from ioprobe.loaders.dali import _added, operators
 from ioprobe.record import DaliData, DaliOperator, DatasetProfile, HostInfo, RunRecord
 from ioprobe.render.markdown import render as render_markdown
-from ioprobe.watch.dali import _added, operators
 
 MS = 1_000_000
 

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -60,7 +61,12 @@ import sys as _sys
 try:
     from ioprobe.loaders import run_hook as _run_hook
 
-    _run_hook.install()
+    def _plan(record, trials):  # ioprobe tune --in-run: judged here, at the edge
+        from ioprobe.cli.tune import plan_in_run
+
+        return plan_in_run(record, trials)
+
+    _run_hook.install(_plan)
 except Exception as _exc:  # ioprobe missing from this interpreter: run unwatched
     print(f"ioprobe: not watching this process: {_exc}", file=_sys.stderr)
 
@@ -133,12 +139,17 @@ def _check_command(program: str) -> None:
 
 
 def _run_watched(
-    cmd: tuple[str, ...], live: bool = False, extra_env: dict[str, str] | None = None
+    cmd: tuple[str, ...],
+    live: bool = False,
+    extra_env: dict[str, str] | None = None,
+    also: Callable[[Path], None] | None = None,
 ) -> tuple[int, list[RunRecord], bool]:
     """Run ``cmd`` with the hook on its path: its return code, the judged record of each
     loader it iterated, the one that delivered the most samples first, and whether it made a
     loader at all. ``live``: the script's process draws the live panel (it owns stderr while
-    it runs). ``extra_env``: more of the script's environment (a trial of ``ioprobe tune``)."""
+    it runs). ``extra_env``: more of the script's environment (a trial of ``ioprobe tune``).
+    ``also``: called with the records folder before it is removed (``tune --in-run`` reads
+    its trials there)."""
     tmp = Path(tempfile.mkdtemp(prefix="ioprobe-run-"))
     try:
         hook = tmp / "hook"
@@ -154,6 +165,8 @@ def _run_watched(
                 text_console(stderr=True, force_terminal=True).show_cursor(True)
         runs = _judged(_saved(records), try_load_catalog())
         made = any(p.name.startswith("made-") for p in records.iterdir())
+        if also is not None:
+            also(records)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     runs.sort(key=lambda r: -sum(e.samples for e in (r.watch.epochs if r.watch else [])))

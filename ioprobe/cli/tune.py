@@ -17,22 +17,32 @@ memory), the measured best and the change to make, and how far the predictions w
 Each trial runs the script's own code up to that point: what it writes (logs, checkpoints,
 a first evaluation) it writes in every trial. Point it at a scratch output directory, or
 have it read IOPROBE_TRIAL (set only in a trial) and skip its side effects there.
+
+--in-run: the trials run inside one run of the script, which trains to its end as it would
+unwatched. The first epoch of the first DataLoader long enough for them is cut into windows
+of batches, one per setting, each given the next part of the epoch's own order: the script
+sees every sample of the epoch once, in its order (but within a window with
+in_order=False), and the settings return to the script's own after the trials.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
 import sys
+from pathlib import Path
 
 import click
 
-from ioprobe.analysis import loader_sim
+from ioprobe.analysis import finalize_watch, loader_sim
+from ioprobe.analysis.catalog import try_load_catalog
 from ioprobe.analysis.loader_sim import Prediction, Setting
 from ioprobe.analysis.queueing import MIN_BATCHES
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.tune import outcome, plan, trial_of
 from ioprobe.cli._common import check_outputs, count, write_record, write_text
-from ioprobe.cli.run import _check_command, _run_watched
+from ioprobe.cli.run import _check_command, _load_saved, _run_watched
 from ioprobe.errors import BadInputError
 from ioprobe.loaders.run_hook import TRIAL_ENV
 from ioprobe.outputs import writes_stdout
@@ -68,18 +78,44 @@ MAX_TRIALS = 12
 @click.option(
     "--md", "md_path", metavar="FILE", help="Write the report and the trials as Markdown."
 )
+@click.option(
+    "--in-run",
+    is_flag=True,
+    help="Try the settings in windows of one run's first epoch; the script then trains to its end.",
+)
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
 def command(
     trial_batches: int,
     trials: int,
     json_path: str | None,
     md_path: str | None,
+    in_run: bool,
     cmd: tuple[str, ...],
 ) -> None:
     check_outputs([("--json", json_path), ("--md", md_path)])
     if any(writes_stdout(p) for p in (json_path, md_path) if p):
         raise BadInputError("ioprobe tune: stdout is the script's; give the outputs file names")
     _check_command(cmd[0])
+    if in_run:
+        first = _tune_in_run(cmd, trial_batches, trials)
+    else:
+        first = _tune_by_runs(cmd, trial_batches, trials)
+    assert first.tune is not None
+    err = console(stderr=True)
+    err.print("")
+    for line in tune_lines(first.tune):
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
+    if json_path:
+        write_record(first, json_path)
+    if md_path:
+        write_text(md_path, markdown.render(first, findings(first)), "--md")
+    if first.tune.best is None:
+        sys.exit(1)
+
+
+def _tune_by_runs(cmd: tuple[str, ...], trial_batches: int, trials: int) -> RunRecord:
+    """Each setting a run of its own, stopped once measured: the first trial's record, with
+    the trials."""
     err = console(stderr=True)
     err.print(f"ioprobe tune: trial 1 of up to {trials + 1}: the script as it is")
     code, first = _trial(cmd, None, trial_batches)
@@ -107,15 +143,73 @@ def command(
         err.print(f"ioprobe tune: trial {k} of {len(chosen) + 1}: {_label(p.setting)}")
         rows.append(_measure(cmd, p, trial_batches))
     first.tune = outcome(rows, trial_batches)
-    err.print("")
-    for line in tune_lines(first.tune):
-        err.print(line, markup=False, highlight=False, soft_wrap=True)
-    if json_path:
-        write_record(first, json_path)
-    if md_path:
-        write_text(md_path, markdown.render(first, findings(first)), "--md")
-    if first.tune.best is None:
-        sys.exit(1)
+    return first
+
+
+def _tune_in_run(cmd: tuple[str, ...], trial_batches: int, trials: int) -> RunRecord:
+    """Every setting a window of one run's first epoch: the first window's record, with the
+    trials."""
+    console(stderr=True).print(
+        f"ioprobe tune: up to {trials + 1} trials in the first epoch of one run; the script "
+        "then runs to its end"
+    )
+    found: list[RunRecord] = []
+    notes: list[str] = []
+
+    def read(folder: Path) -> None:
+        windows: dict[int, list[tuple[int, Path]]] = {}
+        for path in folder.iterdir():
+            m = _TRIAL.fullmatch(path.name)
+            if m:
+                windows.setdefault(int(m[1]), []).append((int(m[2]), path))
+            elif _NOTES.fullmatch(path.name):
+                with contextlib.suppress(OSError, ValueError, TypeError):
+                    notes.extend(str(n) for n in json.loads(path.read_text())["notes"])
+        if len(windows) > 1:
+            notes.append(f"{len(windows)} processes ran trials (ranks): the first one's are shown")
+        for _pid, paths in sorted(windows.items())[:1]:
+            for _k, path in sorted(paths):
+                rec = _load_saved(path)
+                if rec is not None:
+                    found.append(rec)
+
+    plan_env = {"in_run": True, "batches": trial_batches, "trials": trials}
+    code, _runs, _made = _run_watched(cmd, extra_env={TRIAL_ENV: json.dumps(plan_env)}, also=read)
+    if not found:
+        why = "; ".join(notes) or "it iterated no DataLoader with workers"
+        raise BadInputError(
+            f"ioprobe tune --in-run: no trial ran (the script exited {code}): {why}. Lower "
+            "--trial-batches or --trials, or run the trials as runs of their own (without "
+            "--in-run)"
+        )
+    catalog = try_load_catalog()
+    judged = [finalize_watch(r, catalog) for r in found]
+    first = judged[0]
+    base = loader_sim.recorded_setting(first)
+    if base is None:
+        raise BadInputError("ioprobe tune --in-run: the first window delivered no batches")
+    predicted = {p.setting: p for p in plan(first, trials)}
+    rows = [trial_of(base, first, None)]
+    rows[0].exit_code = code
+    for rec in judged[1:]:
+        setting = loader_sim.recorded_setting(rec) or base
+        rows.append(trial_of(setting, rec, predicted.get(setting)))
+    first.tune = outcome(rows, trial_batches)
+    first.tune.in_run = True
+    first.tune.notes = notes
+    return first
+
+
+def plan_in_run(record: RunRecord, trials: int) -> list[dict[str, int | bool]]:
+    """The settings ``--in-run`` tries after the first window, as DataLoader arguments: the
+    same plan as for trials by runs, judged in the script's process from the window's record
+    (the hook there calls it)."""
+    return [p.setting.overrides() for p in plan(finalize_watch(record, try_load_catalog()), trials)]
+
+
+# the names the hook saves --in-run's windows under (loaders/run_hook.py)
+_TRIAL = re.compile(r"trial-(\d+)-(\d+)\.json")
+_NOTES = re.compile(r"trials-\d+\.json")
 
 
 def _trial(

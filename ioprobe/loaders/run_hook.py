@@ -19,6 +19,7 @@ import importlib.machinery
 import json
 import os
 import sys
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
@@ -30,6 +31,10 @@ DALI_PIPELINE = "nvidia.dali.pipeline"
 LIVE_ENV = "IOPROBE_LIVE"  # "1": ioprobe run --live
 TRIAL_ENV = "IOPROBE_TRIAL"  # a trial of ioprobe tune: its settings and batches, as JSON
 _watchers: list[Any] = []
+# ioprobe tune --in-run: the settings to try after the first window's record, given by the
+# edge that wrote the hook (it judges; nothing here does), and the loaders passed over
+_planner: list[Callable[[Any, int], list[dict[str, Any]]]] = []
+_passed_over: list[str] = []
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):
@@ -152,6 +157,8 @@ def _watcher(loader: Any) -> Any:
     from ioprobe.loaders.torch import Watched
 
     plan = trial()
+    if plan.get("in_run"):
+        return _in_run(loader, plan)
     if plan and getattr(loader, "num_workers", 0) > 0:
         overrides = plan.get("overrides") or {}
         # the trial's batches count from the end of its workers' first round
@@ -161,6 +168,30 @@ def _watcher(loader: Any) -> Any:
         watched = Watched(loader, overrides=overrides, stop_after=stop)
     else:
         watched = Watched(loader)
+    _made(watched)
+    return watched
+
+
+def _in_run(loader: Any, plan: dict[str, Any]) -> Any:
+    """Under ``ioprobe tune --in-run``: the first loader whose first epoch can hold the trials
+    runs them there (``torch_trials``); every other loader is watched as under ``ioprobe
+    run``, and the script runs to its end."""
+    from ioprobe.loaders.torch import Watched
+    from ioprobe.loaders.torch_trials import InRunTrials, unfit
+
+    batches, trials = plan.get("batches"), plan.get("trials")
+    taken = any(isinstance(w, InRunTrials) for w in _watchers)
+    if _planner and isinstance(batches, int) and isinstance(trials, int) and not taken:
+        why = unfit(loader, batches, trials)
+        if why is None:
+            plan_for = _planner[0]
+            tuned = InRunTrials(loader, batches, lambda rec: plan_for(rec, trials))
+            _made(tuned.rest)
+            _watchers[-1] = tuned  # saved at exit as its trials and the rest
+            return tuned
+        if getattr(loader, "num_workers", 0) > 0:
+            _passed_over.append(f"A {type(loader).__name__} held no trials: {why}")
+    watched = Watched(loader)
     _made(watched)
     return watched
 
@@ -182,6 +213,7 @@ def _write_records() -> None:
         return
     # the script ended on Ctrl-C: Python sets this before the exit hooks run
     interrupted = isinstance(getattr(sys, "last_value", None), KeyboardInterrupt)
+    _write_trials(out)
     for i, w in enumerate(_watchers):
         try:
             rec = w.record  # DALI's watched pipeline has a run(): DALI's own
@@ -196,6 +228,29 @@ def _write_records() -> None:
             print(f"ioprobe: could not save the record of loader {i}: {exc}", file=sys.stderr)
     if interrupted:
         _keep_sigint_exit()
+
+
+def _write_trials(out: str) -> None:
+    """The windows of ``ioprobe tune --in-run``, each as ``trial-{pid}-{k}.json`` (the first
+    is the loader as the script has it), and ``trials-{pid}.json``: why trials ended early
+    or were never begun."""
+    from ioprobe.loaders.torch_trials import InRunTrials
+
+    if not trial().get("in_run"):
+        return
+    notes = list(_passed_over)
+    for w in _watchers:
+        if isinstance(w, InRunTrials):
+            for k, (_overrides, window) in enumerate(w.trials):
+                try:
+                    window.run.save(os.path.join(out, f"trial-{os.getpid()}-{k}.json"))
+                except Exception as exc:  # the other trials are still reported
+                    notes.append(f"trial {k + 1}'s record could not be saved: {exc}")
+            if w.note:
+                notes.append(w.note)
+    path = os.path.join(out, f"trials-{os.getpid()}.json")
+    with contextlib.suppress(OSError), open(path, "w") as f:
+        json.dump({"notes": notes}, f)
 
 
 def _keep_sigint_exit() -> None:
@@ -213,6 +268,11 @@ def live_requested() -> bool:
     return os.environ.get(LIVE_ENV) == "1"
 
 
-def install() -> None:
+def install(planner: Callable[[Any, int], list[dict[str, Any]]] | None = None) -> None:
+    """Patch the frameworks as the script imports them, and save the records at its exit.
+    ``planner(record, trials)``: under ``ioprobe tune --in-run``, the settings to try after
+    the first window (the caller's: it judges the record)."""
+    if planner is not None:
+        _planner[:] = [planner]
     sys.meta_path.insert(0, _PatchOnImport())
     atexit.register(_write_records)

@@ -52,10 +52,18 @@ from ioprobe.redact import printable, redact_url
 TRIAL_SETTINGS = ("num_workers", "prefetch_factor", "in_order")
 
 
-def rebuild(loader: DataLoader[Any], overrides: dict[str, Any] | None = None) -> DataLoader[Any]:
+def rebuild(
+    loader: DataLoader[Any],
+    overrides: dict[str, Any] | None = None,
+    batches: list[list[int]] | None = None,
+    generator: torch.Generator | None = None,
+) -> DataLoader[Any]:
     """A sibling of ``loader`` over the timed dataset and collate, with every setting the
     user gave it (the same sampler object, so the same order), but ``overrides`` (of
-    TRIAL_SETTINGS: a trial of ``ioprobe tune``)."""
+    TRIAL_SETTINGS: a trial of ``ioprobe tune``). A trial inside the script's run
+    (``torch_trials``) gives the part of the epoch it loads, ``batches`` (each a batch's
+    indices, drawn from the user's sampler), and a ``generator`` of its own for the workers'
+    seeds, so that making its iterator draws nothing from the user's."""
     ds = loader.dataset
     if isinstance(ds, IterableDataset):
         wrapped: Any = TimedIterable(ds)
@@ -74,7 +82,7 @@ def rebuild(loader: DataLoader[Any], overrides: dict[str, Any] | None = None) ->
         "timeout": loader.timeout,
         "worker_init_fn": loader.worker_init_fn,
         "multiprocessing_context": loader.multiprocessing_context,
-        "generator": loader.generator,
+        "generator": loader.generator if generator is None else generator,
         "persistent_workers": loader.persistent_workers,
         "pin_memory_device": loader.pin_memory_device,
         "in_order": loader.in_order,
@@ -91,6 +99,8 @@ def rebuild(loader: DataLoader[Any], overrides: dict[str, Any] | None = None) ->
     inner: DataLoader[Any]
     if isinstance(ds, IterableDataset):
         inner = cls(wrapped, batch_size=loader.batch_size, drop_last=loader.drop_last, **kw)
+    elif batches is not None:
+        inner = cls(wrapped, batch_sampler=batches, **kw)
     elif loader.batch_sampler is not None:
         # the user's own batch sampler object: same order, and set_epoch on it still works
         inner = cls(wrapped, batch_sampler=loader.batch_sampler, **kw)
@@ -683,11 +693,13 @@ class Watched:
         finish: Finish = unjudged,
         overrides: dict[str, Any] | None = None,
         stop_after: int | None = None,
+        batches: list[list[int]] | None = None,
+        generator: torch.Generator | None = None,
     ) -> None:
         self._loader = loader
         self._finish = finish
         self._device = resolve_device(device) if device is not None else None
-        self._inner = rebuild(loader, overrides)
+        self._inner = rebuild(loader, overrides, batches, generator)
         _adopt_pending_iterator(loader, self._inner)
         try:
             n: int | None = len(loader.dataset)
@@ -723,6 +735,14 @@ class Watched:
             self._run = self._finish(self._collector.stop())
         return self._run
 
+    @property
+    def sibling(self) -> DataLoader[Any]:
+        """The DataLoader that iterates: the loader's settings (a trial's) over the timed
+        dataset and collate."""
+        return self._inner
+
+    # the name every wrapper has, a DALI Pipeline's too (whose run() is DALI's): code that
+    # watches loaders of either framework reads .record
     record = run
 
     def measure_gpu_alone(
@@ -799,6 +819,8 @@ class WatchedInPlace:
         """The record of the DataLoader inside; complete once iteration has ended."""
         return self._watcher.run
 
+    # the name every wrapper has, a DALI Pipeline's too (whose run() is DALI's): code that
+    # watches loaders of either framework reads .record
     record = run
 
     def measure_gpu_alone(

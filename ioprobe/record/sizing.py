@@ -275,6 +275,8 @@ class TuneData:
     trials: list[TuneTrial] = field(default_factory=list)
     trial_batches: int = 0  # batches each trial measured after its workers' first round
     best: int | None = None  # index of the measured best trial
+    in_run: bool = False  # the trials were windows of one run's first epoch (--in-run)
+    notes: list[str] = field(default_factory=list)  # why settings planned were not tried
 
 
 @dataclass

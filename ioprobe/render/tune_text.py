@@ -74,9 +74,17 @@ def tune_summary(tune: TuneData) -> list[str]:
             f"The replay's predictions: median error {units.percent(med)} over {len(errors)} "
             f"trial{'s' * (len(errors) != 1)}, worst {worst:+.0%}."
         )
-    out.append(
-        f"Each trial measured {tune.trial_batches:,} batches after its workers' first round."
-    )
+    if tune.in_run:
+        out.append(
+            f"The trials were windows of the first epoch of one run, one after another, each "
+            f"{tune.trial_batches:,} batches after its workers' first round; the script then "
+            "trained to its end with its own setting, every sample of the epoch seen once."
+        )
+    else:
+        out.append(
+            f"Each trial measured {tune.trial_batches:,} batches after its workers' first round."
+        )
+    out.extend(n if n.endswith(".") else f"{n}." for n in tune.notes)
     return out
 
 

@@ -79,3 +79,68 @@ def test_tune_in_process_tries_settings_and_leaves_the_loader_as_it_was() -> Non
     with pytest.raises(BadInputError, match="batches must be at least 50"):
         ioprobe.tune(loader, batches=10)
     assert loader.num_workers == 4 and loader.prefetch_factor == 2
+
+
+IN_RUN = str(REPO / "tests" / "fixtures" / "in_run_train.py")
+
+
+def test_tune_in_run_tries_settings_in_the_first_epoch_and_the_script_trains_as_unwatched(
+    tmp_path: Path,
+) -> None:
+    import json
+    import subprocess
+
+    plain, tuned, record = tmp_path / "plain.json", tmp_path / "tuned.json", tmp_path / "t.json"
+    # 400 batches an epoch, 2 workers, 2 epochs: room for three windows of up to 64 workers
+    args = ["6400", "2", "2"]
+    subprocess.run(
+        [sys.executable, IN_RUN, args[0], str(plain), *args[1:]], check=True, timeout=300
+    )
+    result = run_cli(
+        "tune", "--in-run", "--trial-batches", "50", "--trials", "2", "--json", str(record),
+        "--", sys.executable, IN_RUN, args[0], str(tuned), *args[1:],
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rec = RunRecord.load(record)
+    assert rec.tune is not None and rec.tune.in_run
+    trials = rec.tune.trials
+    assert len(trials) == 3, rec.tune.notes
+    assert (trials[0].workers, trials[0].prefetch_factor, trials[0].in_order) == (2, 2, True)
+    assert all(t.measured_samples_per_s for t in trials)
+    assert all(t.predicted_samples_per_s for t in trials[1:])
+    assert len({(t.workers, t.prefetch_factor, t.in_order) for t in trials}) == 3
+    # each window: its workers' first round and 50 batches, one after another from the start
+    assert [t.batches for t in trials] == [t.workers + 50 for t in trials]
+    ran, want = json.loads(tuned.read_text()), json.loads(plain.read_text())
+    # the script ran to its end, every epoch whole: the first epoch's batches are its own
+    # (each window's in its order, or in the order its workers finished them with
+    # in_order=False), and everything after the trials is as unwatched: the second epoch's
+    # shuffle and the generator's last draw show that no draw of the script's was taken
+    assert sorted(ran["epochs"][0]) == sorted(want["epochs"][0])
+    at = 0
+    for t in trials:
+        window = slice(at, at + t.batches)
+        if t.in_order:
+            assert ran["epochs"][0][window] == want["epochs"][0][window]
+        at += t.batches
+    assert ran["epochs"][0][at:] == want["epochs"][0][at:]
+    assert ran["epochs"][1] == want["epochs"][1]
+    assert ran["after"] == want["after"]
+    if all(t.in_order for t in trials):  # the same batches in the same order: the same model
+        assert ran["weights"] == want["weights"]
+    else:
+        assert any("order" in t.note for t in trials if not t.in_order)
+
+
+def test_tune_in_run_says_why_no_loader_held_the_trials(tmp_path: Path) -> None:
+    out = tmp_path / "out.json"
+    result = run_cli(
+        "tune", "--in-run", "--trial-batches", "50", "--",
+        sys.executable, IN_RUN, "320", str(out), "2", "1",
+        timeout=120,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "no trial ran (the script exited 0)" in result.stderr
+    assert "its epoch has 20 batches; the trials need about 270" in result.stderr
+    assert out.exists()  # the script itself ran to its end

@@ -180,10 +180,16 @@ def _in_run(loader: Any, plan: dict[str, Any]) -> Any:
     from ioprobe.loaders.torch_trials import InRunTrials, unfit
 
     batches, trials = plan.get("batches"), plan.get("trials")
-    taken = any(isinstance(w, InRunTrials) for w in _watchers)
+    holder = next((w for w in _watchers if isinstance(w, InRunTrials) and not w.released), None)
+    # a loader begun after the holder's, before the holder measured its first window, takes
+    # the trials over: Lightning's sanity check iterates two batches of the validation loader
+    # and keeps that iterator while training begins
+    taken = holder is not None and bool(holder.trials)
     if _planner and isinstance(batches, int) and isinstance(trials, int) and not taken:
         why = unfit(loader, batches, trials)
         if why is None:
+            if holder is not None:
+                holder.released = True
             plan_for = _planner[0]
             tuned = InRunTrials(loader, batches, lambda rec: plan_for(rec, trials))
             _made(tuned.rest)

@@ -65,6 +65,7 @@ class InRunTrials:
         self._own = torch.Generator()
         self.rest = Watched(loader, generator=self._own if loader.persistent_workers else None)
         self._first = True
+        self.released = False  # its first epoch stopped before a window was measured
 
     @property
     def record(self) -> RunRecord:
@@ -74,18 +75,29 @@ class InRunTrials:
     run = record
 
     def __iter__(self) -> Iterator[Any]:
-        if not self._first:
+        if not self._first or self.released:
             return iter(self.rest)
-        self._first = False
-        return self._first_epoch()
-
-    def _first_epoch(self) -> Iterator[Any]:
+        # the draws a plain pass makes as its iterator is made, in its order: the workers'
+        # seed, then the sampler's (its first batches go to the workers as they start)
         loader = self._loader
-        # the draws a plain epoch makes, in its order: the workers' seed, then the sampler's
         seed = int(torch.empty((), dtype=torch.int64).random_(generator=loader.generator).item())
         order = [list(b) for b in loader.batch_sampler]
-        own = self._own
-        own.manual_seed(seed)
+        self._own.manual_seed(seed)
+        return self._first_epoch(order)
+
+    def _first_epoch(self, order: list[list[int]]) -> Iterator[Any]:
+        self._first = False
+        try:
+            yield from self._windows(order)
+        finally:
+            if not self.trials:
+                # stopped inside the first window (Lightning's sanity check takes two
+                # batches of a validation loader): not this loader's trials, the next
+                # loader may hold them; this one is watched as the script has it
+                self.released = True
+
+    def _windows(self, order: list[list[int]]) -> Iterator[Any]:
+        loader, own = self._loader, self._own
         pending: list[dict[str, Any]] = [{}]
         at = 0
         skipped: list[int] = []  # the windows that did not fit in what was left
@@ -98,9 +110,13 @@ class InRunTrials:
             window = Watched(
                 loader, overrides=overrides, batches=order[at : at + size], generator=own
             )
-            yield from window
-            _close(window)
+            try:
+                yield from window
+            finally:  # the loop's break too: the window's workers go with it
+                _close(window)
             at += size
+            if self.released:  # another loader took the trials over
+                break
             self.trials.append((overrides, window))
             if len(self.trials) == 1:
                 pending = list(self._planner(window.run))
@@ -113,8 +129,10 @@ class InRunTrials:
             )
         if at < len(order):
             tail = Watched(loader, batches=order[at:], generator=own)
-            yield from tail
-            _close(tail)
+            try:
+                yield from tail
+            finally:
+                _close(tail)
 
     def __len__(self) -> int:
         return len(self._loader)

@@ -98,3 +98,23 @@ def test_a_loader_that_cannot_hold_the_trials_is_named_with_why(made: Any, why: 
 
 def test_a_loader_that_can_hold_them_passes() -> None:
     assert unfit(loader(samples=16 * 42), 10, 2) is None
+
+
+def test_a_first_epoch_stopped_inside_the_first_window_gives_the_trials_up() -> None:
+    # Lightning's sanity check takes two batches of the validation loader and drops it
+    torch.manual_seed(3)
+    tuned = InRunTrials(loader(), 10, lambda rec: [{"num_workers": 1}])
+    for i, _ in enumerate(tuned):
+        if i == 1:
+            break
+    assert tuned.released and tuned.trials == []
+    second = [indices(b) for b in tuned]  # watched as the script has it, from now on
+    after = torch.rand(1)
+    torch.manual_seed(3)
+    plain = loader()
+    for i, _ in enumerate(plain):
+        if i == 1:
+            break
+    assert second == [indices(b) for b in plain]
+    assert torch.equal(torch.rand(1), after)
+    assert tuned.record.watch is not None and tuned.record.watch.epochs[-1].batches == 60

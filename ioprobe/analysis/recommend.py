@@ -33,6 +33,7 @@ from ioprobe.analysis.scenario import (
     Scenario,
     dataset_bytes,
     evaluate,
+    node_cores,
     ranks_on_host,
     recorded_cores,
     recorded_gpus,
@@ -206,12 +207,27 @@ def _the_cores(rec: RunRecord) -> str:
 
 
 def _gives(rec: RunRecord) -> str:
-    """What the loader has of the machine: "this machine gives 8", or for one of several
-    ranks on a host "each of the host's 2 ranks gets 1 of its 2"."""
+    """What the loader has of the machine: "this machine gives 8", for one of several ranks
+    on a host "each of the host's 2 ranks gets 1 of its 2", for a probe across nodes "each
+    of the 2 nodes gives 16"."""
     cores, n = recorded_cores(rec), ranks_on_host(rec)
+    nodes = node_cores(rec)
+    if nodes:
+        if len(set(nodes)) == 1:
+            return f"each of the {len(nodes)} nodes gives {nodes[0]:.0f}"
+        return f"the {len(nodes)} nodes give {', '.join(f'{c:.0f}' for c in nodes)}"
     if n == 1:
         return f"this machine gives {cores:.0f}"
     return f"each of the host's {n} ranks gets {cores:.3g} of its {cores * n:.0f}"
+
+
+def _need(rec: RunRecord, need: int) -> str:
+    """The cores a change needs, as the user buys them: "54 cores", or across nodes "54 cores
+    (27 per node)"."""
+    nodes = node_cores(rec)
+    if not nodes:
+        return f"{need} cores"
+    return f"{need} cores ({math.ceil(need / len(nodes))} per node)"
 
 
 def cores_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
@@ -235,8 +251,8 @@ def cores_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
         Change(cores=need, workers=workers),
         "more_cpu",
         f"Each sample costs {cpu.cpu_seconds_per_sample * 1e3:.2f} ms of CPU; feeding "
-        f"the next stage ({target:,.0f} samples/s) takes about {need} cores of loader "
-        f"workers, {_gives(rec)}.",
+        f"the next stage ({target:,.0f} samples/s) takes about {_need(rec, need)} of loader "
+        f"workers; {_gives(rec)}.",
         f"CPU delivers {pf.predicted_samples_per_s:,.0f} samples/s",
     )
 

@@ -186,6 +186,20 @@ def ranks_on_host(rec: RunRecord) -> int:
     return max(sum(1 for f in d.ranks if f.host == rec.host.hostname), 1)
 
 
+def node_cores(rec: RunRecord) -> list[float]:
+    """A distributed probe's cores node by node (each node's ranks' shares summed), where it
+    ran on more than one node: its CPU stage sums every rank's cores, which no one machine
+    has, so what a rule says of cores it says per node. Empty for any other record."""
+    d = rec.distributed
+    if rec.watch is not None or d is None:
+        return []
+    by_node: dict[int, float] = {}
+    for r in d.ranks:
+        if r.usable_cores is not None:
+            by_node[r.node] = by_node.get(r.node, 0.0) + r.usable_cores
+    return [by_node[k] for k in sorted(by_node)] if len(by_node) > 1 else []
+
+
 def recorded_cores(rec: RunRecord) -> float:
     """The cores the recorded loader's CPU work could have: the process's usable cores, and
     for one rank of a distributed job its share of them, the host's cores over the job's

@@ -22,7 +22,7 @@ from ioprobe.analysis.measures import (
 from ioprobe.analysis.pcie import link_label
 from ioprobe.analysis.ranks import RankSpread
 from ioprobe.analysis.report import Findings
-from ioprobe.analysis.scenario import ranks_on_host, recorded_cores
+from ioprobe.analysis.scenario import node_cores, ranks_on_host, recorded_cores
 from ioprobe.record import GpuSeries, PipelineRun, RankFigures, RunRecord, WatchData
 from ioprobe.render.format import change_flags
 
@@ -138,6 +138,14 @@ def _cpu_detail(rec: RunRecord) -> str:
     n = ranks_on_host(rec)
     # one rank of several on a host: its loader was modelled on its share of the cores
     share = f", {recorded_cores(rec):.3g} per rank ({n} ranks on the host)" if n > 1 else ""
+    nodes = node_cores(rec)
+    if nodes:  # a probe across nodes sums them: no one machine has them all
+        each = (
+            f"{nodes[0]:.0f} per node"
+            if len(set(nodes)) == 1
+            else "per node " + ", ".join(f"{c:.0f}" for c in nodes)
+        )
+        share = f" ({each})"
     return (
         f"{cpu.cpu_seconds_per_sample * 1e3:.2f} ms CPU/sample{loader}, "
         f"{cpu.usable_cores} usable cores{share}"

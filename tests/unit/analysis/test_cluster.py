@@ -372,3 +372,28 @@ def test_trace_has_a_process_per_rank_with_its_figures() -> None:
     assert any(ev["name"] == "rank 3: straggler (cpu)" for ev in slow)
     stall = [ev["args"]["stall %"] for ev in slow if ev["ph"] == "C"]
     assert stall == [41.0, 41.0]
+
+
+def test_a_probe_across_nodes_speaks_of_cores_per_node_not_one_machine() -> None:
+    from ioprobe.analysis import finalize
+    from ioprobe.analysis.scenario import node_cores
+    from ioprobe.render.facts import stage_detail
+
+    rec = probe_record(SATURATING)
+    # node1 loses two of its ranks: 4 ranks of 4 cores on node0, 2 on node1
+    assert rec.distributed is not None
+    rec.distributed.ranks = [r for r in rec.distributed.ranks if r.rank not in (5, 7)]
+    rec.stages.cpu.usable_cores = 24
+    assert node_cores(rec) == [16.0, 8.0]
+    judged = finalize(rec)
+    more = next(r for r in judged.recommendations if r.kind == "more_cpu")
+    assert "cores (" in more.text and " per node) of loader workers" in more.text
+    assert "the 2 nodes give 16, 8" in more.text and "this machine" not in more.text
+    assert stage_detail(judged, "cpu").endswith("24 usable cores (per node 16, 8)")
+    # one machine's probe keeps its own words
+    alone = probe_record(SATURATING)
+    alone.distributed = None
+    assert node_cores(alone) == []
+    assert "this machine gives 32" in next(
+        r.text for r in finalize(alone).recommendations if r.kind == "more_cpu"
+    )

@@ -656,15 +656,52 @@ def closed_loop_scale(
     return math.sqrt(lo * hi)
 
 
-def all_lanes_reading(cap: float, lanes: int, scaling: ReadScaling | None) -> float:
-    """A watched run's storage capacity ``cap`` (lanes / time per sample) holds the read
-    time at the reads in flight the run had, on average fewer than its lanes; storage limits
-    a loader when every lane reads. Where the run measured how read time grows with reads in
-    flight, the capacity is read there: (mean / lanes) ** (1 - exponent) of ``cap`` (a
-    shared bandwidth gives its bandwidth, not lanes / mean times it)."""
+def all_lanes_reading(
+    lanes: int, read_s: float, compute_s: float, scaling: ReadScaling | None
+) -> float:
+    """Samples/s from ``lanes`` workers that each, per sample, wait ``read_s`` on storage and
+    then compute ``compute_s``, with every worker busy: what storage lets the loader deliver.
+
+    Without the run's read scaling, each worker's time per sample is the sum of the two
+    (``worker_lanes``). With it, a read takes longer or shorter with the reads in flight
+    beside it: ``read_s`` at the run's own (``reads_in_flight_mean``, as its reads saw them),
+    ``read_s * (k / mean) ** (1 - exponent)`` at k. The workers are then a closed loop
+    (``closed_loop``'s mean value analysis): with n of them a read sees 1 + Q(n - 1) reads in
+    flight, X(n) = n / (R(n) + compute_s) and Q(n) = X(n) * R(n). A run whose workers waited
+    for the consumer had fewer reads in flight than with every worker busy, which a shared
+    bandwidth makes slower; workers that compute between reads keep fewer reads in flight
+    than there are workers, which it does not. With no compute every lane reads and this is
+    lanes / read time at ``lanes`` reads in flight."""
     if scaling is None or scaling.exponent is None or scaling.reads_in_flight_mean <= 0:
-        return cap
-    return cap * float(min(scaling.reads_in_flight_mean / lanes, 1.0) ** (1.0 - scaling.exponent))
+        return worker_lanes(lanes, read_s, compute_s)
+    mean, power = scaling.reads_in_flight_mean, 1.0 - scaling.exponent
+    q = x = 0.0
+    for n in range(1, max(lanes, 1) + 1):
+        read = read_s * ((1.0 + q) / mean) ** power
+        x = n / (read + compute_s) if read + compute_s > 0 else 0.0
+        q = x * read
+    return x
+
+
+def read_seconds_of(
+    cap: float, lanes: int, compute_s: float, scaling: ReadScaling | None
+) -> float:
+    """The read time per sample at which ``all_lanes_reading`` gives ``cap`` (the inverse:
+    the delivery falls as the read time grows, so a bisection finds it)."""
+    if cap <= 0:
+        return 0.0
+    if scaling is None or scaling.exponent is None or scaling.reads_in_flight_mean <= 0:
+        return max(lanes / cap - compute_s, 0.0)
+    lo, hi = 0.0, lanes / cap
+    while all_lanes_reading(lanes, hi, compute_s, scaling) > cap:
+        hi *= 2.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if all_lanes_reading(lanes, mid, compute_s, scaling) > cap:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 def storage_scale(scaling: ReadScaling | None, lanes_ratio: float) -> float | None:
@@ -702,6 +739,7 @@ __all__ = [
     "pcie_from_rate",
     "peak_copy_rate",
     "read_scaling",
+    "read_seconds_of",
     "request_bytes",
     "shared_gpu",
     "single_thread_rate",

@@ -566,24 +566,23 @@ def run_on_curve(
 ) -> RunOnCurve:
     """A watched run placed on a probe's curve ``points`` (reads in flight, bytes/s).
 
-    Its ``lanes`` workers each read and then compute: the run's capacity ``cap`` is lanes /
-    (read + compute) at the reads in flight it had (``capacity.all_lanes_reading`` undone),
+    Its ``lanes`` workers each read and then compute: the run's capacity ``cap`` is what they
+    deliver busy, reading at the reads in flight the run had (``capacity.all_lanes_reading``),
     and the compute is the workers' steady CPU and run-queue time per sample, so the read
-    time is the rest. Its reads in flight are the run's own measure where it has one; else
+    time is what gives ``cap`` with it (``capacity.read_seconds_of``). Its reads in flight are the run's own measure where it has one; else
     where the curve's time per read (``capacity.curve_read_seconds``) is the run's, between
     one read and the lanes; else (a run faster than the probe's one reader, or slower than
     all its lanes reading) each worker is taken to have been busy, and the curve is scaled
     to the run's time per read (``capacity.closed_loop_scale``)."""
     assert rec.watch is not None
     scaling = rec.watch.read_scaling
-    raw = cap / capacity.all_lanes_reading(1.0, lanes, scaling)
     # a capacity from workers' per-sample times holds their compute; other loaders' do not
     eps = [e for e in capacity.worker_epochs(rec.watch.epochs) if e.samples]
     cpu = rec.stages.cpu.cpu_seconds_per_sample or 0.0
     compute = capacity.computing_per_sample(eps, cpu) if eps else 0.0
-    read = lanes / raw - compute
+    read = capacity.read_seconds_of(cap, lanes, compute, scaling)
     if read <= 0:  # nothing left for the reads: take the whole cycle as read time
-        read, compute = lanes / raw, 0.0
+        read, compute = capacity.read_seconds_of(cap, lanes, 0.0, scaling), 0.0
     size = rec.dataset.sample_bytes_mean or 0.0
     measured = scaling.reads_in_flight_mean if scaling is not None else 0.0
     if size > 0 and measured > 0:

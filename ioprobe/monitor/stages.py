@@ -170,9 +170,7 @@ def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
     computing = capacity.computing_per_sample(eps, cpu_per_sample)
     storage = StorageStage()
     if metered_s > 0:
-        cap = capacity.all_lanes_reading(
-            capacity.worker_lanes(lanes, metered_s, computing), lanes, m.read_scaling
-        )
+        cap = capacity.all_lanes_reading(lanes, metered_s, computing, m.read_scaling)
         storage.capacity_samples_per_s = cap
         storage.read_bytes_per_s = cap * mean_bytes if mean_bytes else None
         storage.basis = METERED_BASIS
@@ -181,9 +179,7 @@ def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
     wall_per_sample = sum(capacity.worker_wall_seconds(e) for e in eps) / samples
     blocked = max(wall_per_sample - cpu_per_sample - runq, 0.0)
     if blocked > 0 and blocked > BLOCKED_MIN_SHARE * wall_per_sample:
-        cap = capacity.all_lanes_reading(
-            capacity.worker_lanes(lanes, blocked, computing), lanes, m.read_scaling
-        )
+        cap = capacity.all_lanes_reading(lanes, blocked, computing, m.read_scaling)
         storage.capacity_samples_per_s = cap
         storage.read_bytes_per_s = cap * mean_bytes if mean_bytes else None
         storage.unmetered_seconds = blocked * samples if mean_bytes == 0 else 0.0

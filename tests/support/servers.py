@@ -180,7 +180,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class ThrottledHTTPServer(ThreadingHTTPServer):
-    """HTTP/1.1 file server on 127.0.0.1 with one bandwidth limit shared by all connections.
+    """HTTP/1.1 file server on 127.0.0.1 (or ``host``) with one bandwidth limit shared by all
+    connections.
 
     ``bytes_sent`` counts file payload bytes actually written (directory listings excluded),
     ``requests`` counts every GET and HEAD, ``connections`` counts accepted TCP connections.
@@ -209,6 +210,7 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
         slow_window: tuple[float, float] | None = None,
         slow_latency_s: float = 0.0,
         ranges: bool = True,
+        host: str = "127.0.0.1",
     ) -> None:
         if rate_bytes_per_s is not None and rate_bytes_per_s <= 0:
             raise ValueError(f"rate_bytes_per_s must be positive, got {rate_bytes_per_s}")
@@ -240,7 +242,8 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
         self._conn_lock = threading.Lock()
         self._connections: set[socket.socket] = set()
         self._thread: threading.Thread | None = None
-        super().__init__(("127.0.0.1", 0), _Handler)
+        self.host = host
+        super().__init__((host, 0), _Handler)
 
     @property
     def port(self) -> int:
@@ -248,7 +251,7 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
+        return f"http://{self.host}:{self.port}/"
 
     @property
     def bytes_sent(self) -> int:

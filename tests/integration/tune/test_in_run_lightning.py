@@ -26,21 +26,22 @@ def test_in_run_trials_land_in_the_training_loader_and_the_trainer_trains_whole(
     tmp_path: Path,
 ) -> None:
     plain, tuned, record = tmp_path / "plain.json", tmp_path / "tuned.json", tmp_path / "t.json"
-    subprocess.run([sys.executable, SCRIPT, "6400", str(plain)], check=True, timeout=300)
+    # 200 batches an epoch: the first window (52) and one planned, of up to 64 workers (114)
+    subprocess.run([sys.executable, SCRIPT, "3200", str(plain)], check=True, timeout=300)
     result = run_cli(
-        "tune", "--in-run", "--trial-batches", "50", "--trials", "2", "--json", str(record),
-        "--", sys.executable, SCRIPT, "6400", str(tuned),
+        "tune", "--in-run", "--trial-batches", "50", "--trials", "1", "--json", str(record),
+        "--", sys.executable, SCRIPT, "3200", str(tuned),
         timeout=300,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     rec = RunRecord.load(record)
-    assert rec.tune is not None and rec.tune.in_run and len(rec.tune.trials) == 3
-    # the training loader's: its 2 workers, shuffled 6,400 samples (the validation loader
-    # has 1 worker and 3,200)
+    assert rec.tune is not None and rec.tune.in_run and len(rec.tune.trials) == 2
+    # the training loader's: its 2 workers, shuffled 3,200 samples (the validation loader
+    # has 1 worker and 3,200 in order)
     assert rec.tune.trials[0].workers == 2
-    assert rec.dataset.files == 6400
+    assert rec.watch is not None and rec.watch.settings.sampler == "RandomSampler"
     ran, want = json.loads(tuned.read_text()), json.loads(plain.read_text())
-    assert [len(e) for e in ran["epochs"]] == [400, 400]
+    assert [len(e) for e in ran["epochs"]] == [200, 200]
     assert sorted(ran["epochs"][0]) == sorted(want["epochs"][0])
     assert ran["epochs"][1] == want["epochs"][1]
     if all(t.in_order for t in rec.tune.trials):

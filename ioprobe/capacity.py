@@ -683,9 +683,7 @@ def all_lanes_reading(
     return x
 
 
-def read_seconds_of(
-    cap: float, lanes: int, compute_s: float, scaling: ReadScaling | None
-) -> float:
+def read_seconds_of(cap: float, lanes: int, compute_s: float, scaling: ReadScaling | None) -> float:
     """The read time per sample at which ``all_lanes_reading`` gives ``cap`` (the inverse:
     the delivery falls as the read time grows, so a bisection finds it)."""
     if cap <= 0:

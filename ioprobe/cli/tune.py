@@ -109,6 +109,11 @@ def command(
         write_record(first, json_path)
     if md_path:
         write_text(md_path, markdown.render(first, findings(first)), "--md")
+    script_code = first.tune.trials[0].exit_code if first.tune.trials else None
+    if in_run and script_code:
+        # the one run is the script's: its exit status passes on, as under ioprobe run (a
+        # script a signal ended gives 128 + the signal, as a shell reports it)
+        sys.exit(128 - script_code if script_code < 0 else script_code)
     if first.tune.best is None:
         sys.exit(1)
 

@@ -75,10 +75,17 @@ def tune_summary(tune: TuneData) -> list[str]:
             f"trial{'s' * (len(errors) != 1)}, worst {worst:+.0%}."
         )
     if tune.in_run:
+        code = tune.trials[0].exit_code if tune.trials else None
+        then = (
+            "the script then trained to its end with its own setting, every sample of the "
+            "epoch seen once"
+            if not code
+            else "the script then ran with its own setting and "
+            + (f"was ended by signal {-code}" if code < 0 else f"exited {code}")
+        )
         out.append(
             f"The trials were windows of the first epoch of one run, one after another, each "
-            f"{tune.trial_batches:,} batches after its workers' first round; the script then "
-            "trained to its end with its own setting, every sample of the epoch seen once."
+            f"{tune.trial_batches:,} batches after its workers' first round; {then}."
         )
     else:
         out.append(

@@ -144,3 +144,18 @@ def test_tune_in_run_says_why_no_loader_held_the_trials(tmp_path: Path) -> None:
     assert "no trial ran (the script exited 0)" in result.stderr
     assert "its epoch has 20 batches; the trials need about 270" in result.stderr
     assert out.exists()  # the script itself ran to its end
+
+
+def test_tune_in_run_passes_the_scripts_exit_code_on_and_says_so(
+    tmp_path: Path,
+) -> None:
+    result = run_cli(
+        "tune", "--in-run", "--trial-batches", "50", "--trials", "1", "--",
+        sys.executable, IN_RUN, "3200", str(tmp_path / "out.json"), "2", "1", "0.5", "3",
+        timeout=300,
+    )  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    assert "Measured best: trial" in result.stderr or "measured best" in result.stderr
+    assert "the script then ran with its own setting and exited 3." in " ".join(
+        result.stderr.split()
+    )

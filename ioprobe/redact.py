@@ -212,12 +212,17 @@ def secrets_of(urls: Iterable[str]) -> list[str]:
     for url in urls:
         if "://" not in url:
             continue
-        rest = url.split("://", 1)[1]
+        scheme, rest = url.split("://", 1)
         at, _ = _userinfo(url, len(url) - len(rest))
         info = url[len(url) - len(rest) : at] if at > len(url) - len(rest) else ""
         if info:
             user, colon, password = info.partition(":")
             found.update([password] if colon else [user])
+            if colon and (scheme.lower() in KEY_PAIR_SCHEMES or _KEY_ID.match(user)):
+                found.add(user)  # an access key id, masked in the URL too
+            # a secret key holds "/", where a library that parses the URL its own way ends
+            # the host and quotes the part before it ("Invalid bucket name KEY:SECRET-PART")
+            found.update(password.split("/") if colon else [])
         for part in re.split(r"[?#&;]", rest)[1:]:
             name, eq, value = part.partition("=")
             if eq and sensitive_param(name):

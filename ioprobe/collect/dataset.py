@@ -315,6 +315,8 @@ def _open_remote(
         fs, path = fsspec.core.url_to_fs(url, **opts)
     except (ImportError, ValueError) as exc:
         raise TargetError(f"{target}: {_one_line(exc, url)}") from None
+    except Exception as exc:  # a backend that connects as it is made (ftp, hdfs, sftp)
+        raise TargetError(f"{target}: cannot reach it: {_one_line(exc, url)}") from None
     return fs, path
 
 

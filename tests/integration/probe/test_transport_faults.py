@@ -81,3 +81,19 @@ def test_bodies_shorter_than_announced_are_counted_as_such(tmp_path: Path) -> No
         assert set(errors) == {"short_response"}, errors
     else:  # every read failed: one line naming why
         assert_one_line_error(proc, "response shorter than announced")
+
+
+@pytest.mark.parametrize("scheme", ["ftp", "sftp"])
+def test_a_backend_that_connects_as_it_is_made_fails_in_one_line_with_no_secret(
+    scheme: str,
+) -> None:
+    # fsspec's FTP and SFTP filesystems connect in their constructor: a refused connection
+    # was a traceback there, with the URL's password in it
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed once the block ends: nothing listens on it
+    result = run_cli("probe", f"{scheme}://u:PaSsWoRd99@127.0.0.1:{port}/x", "--time-budget", "2")
+    assert "PaSsWoRd99" not in result.stdout + result.stderr
+    assert_one_line_error(result)

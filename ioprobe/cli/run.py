@@ -143,10 +143,10 @@ def _run_watched(
     live: bool = False,
     extra_env: dict[str, str] | None = None,
     also: Callable[[Path], None] | None = None,
-) -> tuple[int, list[RunRecord], bool]:
+) -> tuple[int, list[RunRecord], bool | None]:
     """Run ``cmd`` with the hook on its path: its return code, the judged record of each
     loader it iterated, the one that delivered the most samples first, and whether it made a
-    loader at all. ``live``: the script's process draws the live panel (it owns stderr while
+    loader at all (None where the script took the records' folder away, said then). ``live``: the script's process draws the live panel (it owns stderr while
     it runs). ``extra_env``: more of the script's environment (a trial of ``ioprobe tune``).
     ``also``: called with the records folder before it is removed (``tune --in-run`` reads
     its trials there)."""
@@ -163,9 +163,19 @@ def _run_watched(
             if live and _isatty(sys.stderr):
                 # a script killed while its panel was up leaves the cursor hidden
                 text_console(stderr=True, force_terminal=True).show_cursor(True)
-        runs = _judged(_saved(records), try_load_catalog())
-        made = any(p.name.startswith("made-") for p in records.iterdir())
-        if also is not None:
+        made: bool | None
+        try:
+            saved = _saved(records)
+            made = any(p.name.startswith("made-") for p in records.iterdir())
+        except OSError:  # the script removed the folder, or put a file in its place
+            text_console(stderr=True).print(
+                "ioprobe: the script removed or replaced the folder its records were saved "
+                "in ($IOPROBE_RUN_DIR): no record to report",
+                soft_wrap=True,
+            )
+            saved, made = [], None
+        runs = _judged(saved, try_load_catalog())
+        if also is not None and made is not None:
             also(records)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -356,7 +366,10 @@ class _Relay:
 
 
 def _report_all(
-    runs: list[RunRecord], plan: dict[str, list[str]], killed_by: int | None, made: bool = False
+    runs: list[RunRecord],
+    plan: dict[str, list[str]],
+    killed_by: int | None,
+    made: bool | None = False,
 ) -> None:
     """Each loader's summary on stderr (the script's stdout is its own), then its planned
     outputs: the first loader's at the paths given, each other one's beside them (``_nth``)."""
@@ -372,7 +385,7 @@ def _report_all(
             "or it ended without Python's exit handlers (os._exit, a crash)",
             soft_wrap=True,
         )
-    elif not runs:
+    elif not runs and made is not None:  # None: the lost folder was said already
         err.print("ioprobe: no DataLoader was iterated: nothing to report")
     # the records first, then the pages, then the summaries: each step tried whatever became
     # of the others, so a renderer's failure costs that output alone and the exit code stays

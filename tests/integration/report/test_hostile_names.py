@@ -196,6 +196,20 @@ def test_files_a_script_leaves_beside_the_records_lose_nothing(tmp_path: Path) -
     assert "notes.json" not in proc.stderr
 
 
+@pytest.mark.parametrize("how", ["remove", "replace"])
+def test_a_script_that_takes_the_records_folder_away_keeps_its_exit_code(
+    tmp_path: Path, how: str
+) -> None:
+    proc = run_cli(
+        "run", "--json", str(tmp_path / "run.json"), "--",
+        sys.executable, "-m", "tests.fixtures.litter_train", "0", how,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr  # the script's, not a crash of ioprobe's
+    assert "Traceback" not in proc.stderr
+    assert "removed or replaced the folder its records were saved in" in proc.stderr
+    assert "no DataLoader was iterated" not in proc.stderr
+
+
 def test_a_script_ending_by_os_exit_is_not_said_to_have_iterated_nothing() -> None:
     proc = run_cli("run", "--", sys.executable, "-m", "tests.fixtures.os_exit_train")
     assert proc.returncode == 0, proc.stderr

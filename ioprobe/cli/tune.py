@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -42,7 +43,7 @@ from ioprobe.analysis.queueing import MIN_BATCHES
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.tune import outcome, plan, trial_of
 from ioprobe.cli._common import check_outputs, count, write_record, write_text
-from ioprobe.cli.run import _check_command, _load_saved, _run_watched
+from ioprobe.cli.run import _check_command, _load_saved, _run_watched, _signal_name
 from ioprobe.errors import BadInputError
 from ioprobe.loaders.run_hook import TRIAL_ENV
 from ioprobe.outputs import writes_stdout
@@ -52,6 +53,9 @@ from ioprobe.render import markdown
 from ioprobe.render.tune_text import tune_lines
 
 MAX_TRIALS = 12
+# a trial whose script died of a signal ioprobe passes on to it (run._Relay): the user
+# interrupted the tuning, not the script its trial
+_INTERRUPTS = {-signal.SIGINT, -signal.SIGTERM, -signal.SIGHUP}
 
 
 @click.command(help=__doc__, context_settings={"ignore_unknown_options": True})
@@ -109,6 +113,8 @@ def command(
         write_record(first, json_path)
     if md_path:
         write_text(md_path, markdown.render(first, findings(first)), "--md")
+    if first.tune.interrupted_by:  # ended by a signal ioprobe passed on: as the script would
+        sys.exit(128 + first.tune.interrupted_by)
     script_code = first.tune.trials[0].exit_code if first.tune.trials else None
     if in_run and script_code:
         # the one run is the script's: its exit status passes on, as under ioprobe run (a
@@ -124,6 +130,11 @@ def _tune_by_runs(cmd: tuple[str, ...], trial_batches: int, trials: int) -> RunR
     err = console(stderr=True)
     err.print(f"ioprobe tune: trial 1 of up to {trials + 1}: the script as it is")
     code, first = _trial(cmd, None, trial_batches)
+    if code in _INTERRUPTS:
+        err.print(
+            f"ioprobe tune: interrupted ({_signal_name(-code)}) in trial 1: nothing to compare"
+        )
+        sys.exit(128 - code)
     if first is None:
         raise BadInputError(
             f"ioprobe tune: the script iterated no DataLoader with workers (exit code {code}): "
@@ -147,6 +158,17 @@ def _tune_by_runs(cmd: tuple[str, ...], trial_batches: int, trials: int) -> RunR
     for k, p in enumerate(chosen, 2):
         err.print(f"ioprobe tune: trial {k} of {len(chosen) + 1}: {_label(p.setting)}")
         rows.append(_measure(cmd, p, trial_batches))
+        code = rows[-1].exit_code or 0
+        if code in _INTERRUPTS:  # Ctrl-C, a kill: stop here, with what was measured
+            rows[-1].measured_samples_per_s = None
+            rows[-1].note = f"interrupted ({_signal_name(-code)})"
+            first.tune = outcome(rows, trial_batches)
+            first.tune.notes = [
+                f"Interrupted ({_signal_name(-code)}) in trial {k}: the trials after it were "
+                "not run"
+            ]
+            first.tune.interrupted_by = -code
+            return first
     first.tune = outcome(rows, trial_batches)
     return first
 

@@ -277,6 +277,7 @@ class TuneData:
     best: int | None = None  # index of the measured best trial
     in_run: bool = False  # the trials were windows of one run's first epoch (--in-run)
     notes: list[str] = field(default_factory=list)  # why settings planned were not tried
+    interrupted_by: int | None = None  # the signal that stopped the trials (Ctrl-C: 2)
 
 
 @dataclass

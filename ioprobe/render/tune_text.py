@@ -54,7 +54,12 @@ def tune_summary(tune: TuneData) -> list[str]:
         return ["No trial delivered a record: nothing measured to compare."]
     best = tune.trials[tune.best]
     change = change_text(tune)
-    if change is None:
+    if change is None and tune.interrupted_by:
+        out.append(
+            "Of the trials measured before the interruption, the script's own setting is the "
+            f"fastest ({units.samples_per_s(best.measured_samples_per_s)} samples/s)."
+        )
+    elif change is None:
         out.append(
             f"The script's own setting is the measured best ({units.samples_per_s(best.measured_samples_per_s)} "
             "samples/s): nothing to change."

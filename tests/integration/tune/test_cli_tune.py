@@ -159,3 +159,39 @@ def test_tune_in_run_passes_the_scripts_exit_code_on_and_says_so(
     assert "the script then ran with its own setting and exited 3." in " ".join(
         result.stderr.split()
     )
+
+
+def test_ctrl_c_during_a_trial_stops_the_tuning_with_what_was_measured(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    record = tmp_path / "t.json"
+    argv = [
+        sys.executable, "-m", "ioprobe", "tune", "--trial-batches", "100", "--trials", "3",
+        "--json", str(record), "--",
+        sys.executable, IN_RUN, "40000", str(tmp_path / "out.json"), "2", "1",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "120", "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.stderr is not None
+    seen = ""
+    deadline = time.monotonic() + 120
+    while "trial 2 of" not in seen and time.monotonic() < deadline:
+        seen += proc.stderr.readline()
+    time.sleep(1.0)  # inside trial 2's script
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 130, seen + rest
+    assert "Interrupted (SIGINT) in trial 2: the trials after it were not run." in rest
+    assert "Traceback" not in rest.split("Interrupted")[-1]
+    rec = RunRecord.load(record)
+    assert rec.tune is not None and rec.tune.interrupted_by == signal.SIGINT
+    assert len(rec.tune.trials) == 2 and rec.tune.trials[1].note == "interrupted (SIGINT)"

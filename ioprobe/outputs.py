@@ -14,12 +14,14 @@ it). Anything else (a directory, a socket, a block device) is refused.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import re
 import stat
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -86,9 +88,10 @@ def destination(path: str | os.PathLike[str]) -> Destination:
     if not stat.S_ISREG(st.st_mode):
         kind = next((k for test, k in _REFUSED_KINDS if test(st.st_mode)), "not a regular file")
         raise BadInputError(f"{name}: is {kind}; give a file name")
-    if not os.access(name, os.W_OK):
+    if not os.access(name, os.W_OK) or not st.st_mode & 0o222:
         # replacing it would succeed (the rename needs only its directory), but the user
-        # made it read-only to keep it
+        # made it read-only to keep it; root may write it anyway, and is stopped by its
+        # mode as rm asks before removing a write-protected file
         raise BadInputError(f"{name}: the file is read-only; ioprobe will not replace it")
     return Destination("file", os.path.realpath(name))
 
@@ -165,18 +168,50 @@ def write_output(path: str | os.PathLike[str], text: str) -> None:
         _write_all(dest.fd, data)
 
 
-def _write_stream(path: str, data: bytes) -> None:
+def _write_stream(path: str, data: bytes, idle_s: float | None = None) -> None:
+    """``data`` into a FIFO or a device, never blocked for ever: a FIFO no one opens for
+    reading, or a reader that stops reading, fails after ``idle_s`` seconds (STREAM_IDLE_S)."""
+    idle = STREAM_IDLE_S if idle_s is None else idle_s
     # no O_CREAT: a node removed since it was looked at is not recreated as a file
-    fd = os.open(path, os.O_WRONLY | os.O_NOCTTY)
+    flags = os.O_WRONLY | os.O_NOCTTY | os.O_NONBLOCK
+    deadline = time.monotonic() + idle
+    while True:
+        try:
+            fd = os.open(path, flags)
+            break
+        except OSError as exc:
+            # ENXIO: a FIFO with no reader yet; wait for one, not for ever
+            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
+                if exc.errno == errno.ENXIO:
+                    raise BadInputError(
+                        f"{path}: a FIFO no one read for {idle:g} s; not written"
+                    ) from None
+                raise
+            time.sleep(0.05)
     try:
         mode = os.fstat(fd).st_mode
         if not (stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)):
             # replaced by something else since it was looked at: writing in place would
             # overwrite the start of a file and leave its old tail
             raise BadInputError(f"{path}: changed while ioprobe was writing it; not written")
-        _write_all(fd, data)
+        _write_waiting(fd, data, path, idle)
     finally:
         os.close(fd)
+
+
+def _write_waiting(fd: int, data: bytes, path: str, idle_s: float) -> None:
+    import select  # only here: a stream is the rare case
+
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:  # the reader's side is full: wait for room, not for ever
+            _, ready, _ = select.select([], [fd], [], idle_s)
+            if not ready:
+                raise BadInputError(
+                    f"{path}: its reader took nothing for {idle_s:g} s; not all written"
+                ) from None
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -209,6 +244,9 @@ def atomic_write(path: str | os.PathLike[str], text: str) -> None:
 
 # how long a stream (a FIFO, a pipe, /dev/stdin) may stay silent before the read gives up
 STREAM_IDLE_S = 10.0
+# and how slowly it may deliver once past that long: a writer that drips a byte now and then
+# is never silent for long, and would hold the read for ever
+STREAM_MIN_BYTES_PER_S = 64_000
 
 
 def read_input(
@@ -220,7 +258,8 @@ def read_input(
     A regular file larger than ``limit`` bytes is refused before it is read. A FIFO, a pipe
     or a character device (``<(cat run.json)``, /dev/stdin) is read as it comes, opened without
     blocking (a FIFO nobody writes to reads as empty instead of waiting for a writer), until
-    its end, ``limit`` bytes (/dev/zero), or ``idle_s`` seconds without a byte. A directory,
+    its end, ``limit`` bytes (/dev/zero), ``idle_s`` seconds without a byte, or, past
+    ``idle_s`` seconds, fewer than STREAM_MIN_BYTES_PER_S on average (a drip). A directory,
     a socket or a block device is refused. Every refusal is a ``BadInputError`` starting
     ``what``; text that is not UTF-8 is one too.
     """
@@ -256,10 +295,16 @@ def _read_fd(fd: int, what: str, limit: int, idle_s: float) -> bytes:
 
     chunks: list[bytes] = []
     got = 0
+    started = time.monotonic()
     while True:
         try:
             chunk = os.read(fd, min(1 << 20, limit + 1 - got))
         except BlockingIOError:  # a stream with nothing yet: wait for a byte, not for ever
+            took = time.monotonic() - started
+            if took > idle_s and got < STREAM_MIN_BYTES_PER_S * took:
+                raise BadInputError(
+                    f"{what}: {got:,} bytes in {took:.0f} s (a stream that drips, not a file)"
+                ) from None
             ready, _, _ = select.select([fd], [], [], idle_s)
             if not ready:
                 raise BadInputError(

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import import_module
 from typing import Any, TypeVar
 
@@ -112,9 +113,11 @@ def plan_outputs(
     md_path: str | None,
     trace_path: str | None,
     outputs: tuple[str, ...],
+    inputs: Sequence[str | None] = (),
 ) -> dict[str, list[str]]:
     """format -> paths, from the explicit flags and each -o's ending; checked before any
-    measuring starts, so a typo or an unwritable path costs nothing."""
+    measuring starts, so a typo or an unwritable path costs nothing (``inputs``: the files
+    the command reads, which no output may replace)."""
     named = [
         (f"--{fmt}", fmt, path)
         for fmt, path in (
@@ -123,14 +126,14 @@ def plan_outputs(
             ("md", md_path),
             ("trace", trace_path),
         )
-        if path
+        if path is not None  # "" too: refused below, not taken for no output
     ]
     named += [("-o", _format_of(path), path) for path in outputs]
     plan: dict[str, list[str]] = {"json": [], "html": [], "md": [], "trace": []}
     for _, fmt, path in named:
         plan[fmt].append(path)
     _check_stdout(plan)
-    check_outputs([(flag, path) for flag, _, path in named])
+    check_outputs([(flag, path) for flag, _, path in named], inputs)
     return plan
 
 
@@ -156,12 +159,23 @@ def _check_stdout(plan: dict[str, list[str]]) -> None:
             raise BadInputError(f"--{fmt} needs a file name, not '-'")
 
 
-def check_outputs(named: list[tuple[str, str | None]]) -> None:
+def check_outputs(named: list[tuple[str, str | None]], inputs: Sequence[str | None] = ()) -> None:
     """Each (flag, path) output can be written (its directory exists and accepts a file, it
-    is a kind ioprobe may write), and no two replace the same file: the second would destroy
-    the first. Called before any work, so a bad path costs nothing."""
+    is a kind ioprobe may write), no two replace the same file (the second would destroy the
+    first), and none replaces one of ``inputs``, the files the command reads (``report
+    run.json --html run.json`` would put a page where the record was). Called before any
+    work, so a bad path costs nothing."""
+    read = {_same_file_key(i): i for i in inputs if i and i != "-"}
+    read.pop(None, None)
     seen: dict[str, str] = {}
     for flag, path in named:
+        if path == "":
+            raise BadInputError(f"{flag}: an empty file name")
+        if path is not None and path != "-" and _same_file_key(path) in read:
+            raise BadInputError(
+                f"{flag} {path}: is the file this command reads ({read[_same_file_key(path)]}); "
+                "writing it would replace it"
+            )
         if path is None or path == "-":
             continue
         try:
@@ -172,6 +186,19 @@ def check_outputs(named: list[tuple[str, str | None]]) -> None:
             if dest.path in seen:
                 raise BadInputError(f"{flag} {path}: names the same file as {seen[dest.path]}")
             seen[dest.path] = f"{flag} {path}"
+
+
+def _same_file_key(path: str) -> tuple[int, int] | str | None:
+    """What tells two names of one file apart from two files: its device and inode where it
+    exists, else its resolved path; None where neither can be had."""
+    try:
+        st = os.stat(path)
+        return (st.st_dev, st.st_ino)
+    except OSError:
+        try:
+            return os.path.realpath(path)
+        except (OSError, ValueError):
+            return None
 
 
 def write_text(path: str, text: str, flag: str) -> None:

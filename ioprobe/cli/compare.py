@@ -35,7 +35,7 @@ def command(
 ) -> None:
     if writes_stdout(json_path) and writes_stdout(md_path):
         raise BadInputError("only one output can go to stdout")
-    check_outputs([("--json", json_path), ("--md", md_path)])
+    check_outputs([("--json", json_path), ("--md", md_path)], [before, after])
     a, b = RunRecord.load(before), RunRecord.load(after)
     c = compare(a, b, names=(before, after), applied=applied)
     if json_path:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import click
 
 from ioprobe.analysis.dlio import dlio_workload
-from ioprobe.cli._common import count
+from ioprobe.cli._common import check_outputs, count
 from ioprobe.errors import BadInputError
 from ioprobe.outputs import write_output
 from ioprobe.record import RunRecord
@@ -29,6 +29,7 @@ from ioprobe.render.dlio import to_yaml
 def command(
     format: str, run: str, output: str | None, epochs: int | None, data_folder: str | None
 ) -> None:
+    check_outputs([("-o", output)], [run])  # before anything: one line, nothing replaced
     rec = RunRecord.load(run)
     try:
         workload = dlio_workload(rec, epochs=epochs, data_folder=data_folder)

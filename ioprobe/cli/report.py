@@ -21,6 +21,6 @@ def command(
     trace_path: str | None,
     outputs: tuple[str, ...],
 ) -> None:
-    plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
+    plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs, [run_file])
     record = RunRecord.load(run_file)
     deliver(record, plan)

@@ -104,7 +104,7 @@ def command(
     catalog_path: str | None,
     json_path: str | None,
 ) -> None:
-    check_outputs([("--json", json_path)])
+    check_outputs([("--json", json_path)], [run_file, probe_file, catalog_path])
     if pcie is not None:
         parse_pcie(pcie)  # a typo fails before the record is read
     # a class asked for must come from a catalog that loads; otherwise the catalog only

@@ -198,8 +198,7 @@ def test_a_directory_a_socket_and_a_block_device_are_refused_untouched(
     assert still(target)
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write a file whatever its mode")
-def test_a_read_only_file_is_not_replaced(tmp_path: Path) -> None:
+def test_a_read_only_file_is_not_replaced_even_by_root(tmp_path: Path) -> None:
     out = tmp_path / "kept.json"
     out.write_text("kept\n")
     out.chmod(0o444)
@@ -241,3 +240,62 @@ def test_a_file_through_a_link_is_named_by_its_real_path(tmp_path: Path) -> None
     (tmp_path / "a.json").write_text("")
     (tmp_path / "b.json").symlink_to(tmp_path / "a.json")
     assert destination(tmp_path / "b.json").path == destination(tmp_path / "a.json").path
+
+
+def test_a_fifo_no_one_reads_is_given_up_after_its_deadline(tmp_path: Path) -> None:
+    import time
+
+    from ioprobe.outputs import _write_stream
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    t0 = time.monotonic()
+    with pytest.raises(BadInputError, match=r"a FIFO no one read for 0\.3 s; not written"):
+        _write_stream(str(fifo), b"x" * 10, idle_s=0.3)
+    assert time.monotonic() - t0 < 2.0
+
+
+def test_a_reader_that_stops_reading_is_given_up_after_its_deadline(tmp_path: Path) -> None:
+    from ioprobe.outputs import _write_stream
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    # a reader that opens the FIFO and never reads: the pipe fills at 64 KiB
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with pytest.raises(BadInputError, match=r"its reader took nothing for 0\.3 s"):
+            _write_stream(str(fifo), b"x" * (1 << 20), idle_s=0.3)
+    finally:
+        os.close(reader)
+
+
+def test_a_stream_that_drips_is_given_up_though_never_silent_for_long(tmp_path: Path) -> None:
+    import time
+
+    from ioprobe.outputs import read_input
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    stop = threading.Event()
+
+    def drip() -> None:
+        fd = os.open(fifo, os.O_WRONLY)
+        try:
+            while not stop.is_set():
+                os.write(fd, b"{")
+                time.sleep(0.1)
+        except BrokenPipeError:
+            pass
+        finally:
+            os.close(fd)
+
+    writer = threading.Thread(target=drip, daemon=True)
+    writer.start()
+    time.sleep(0.2)  # the writer has the FIFO open
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(BadInputError, match="a stream that drips"):
+            read_input(fifo, "run.json", 1 << 20, idle_s=0.5)
+    finally:
+        stop.set()
+    assert time.monotonic() - t0 < 3.0

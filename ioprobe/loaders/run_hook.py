@@ -240,10 +240,11 @@ def _write_trials(out: str) -> None:
     """The windows of ``ioprobe tune --in-run``, each as ``trial-{pid}-{k}.json`` (the first
     is the loader as the script has it), and ``trials-{pid}.json``: why trials ended early
     or were never begun."""
-    from ioprobe.loaders.torch_trials import InRunTrials
-
     if not trial().get("in_run"):
         return
+    # only here: it imports torch, which a script that never did (DALI's) must not pay at exit
+    from ioprobe.loaders.torch_trials import InRunTrials
+
     notes = list(_passed_over)
     for w in _watchers:
         if isinstance(w, InRunTrials):

@@ -41,7 +41,7 @@ def probe_two_nodes(tmp_path: Path, caps: dict[int, float]) -> tuple[dict[str, A
                 "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", f"{two.address(0)}:{port}", "--rdzv-id", "two",
                 "--local-addr", two.address(i), "-m", "ioprobe", "probe", server.url,
-                "--loader", "raw", "--time-budget", "12", "--json", str(out),
+                "--loader", "raw", "--time-budget", "8", "--json", str(out),
             ]  # fmt: skip
             agents.append(
                 subprocess.Popen(

@@ -91,8 +91,9 @@ def test_tune_in_run_tries_settings_in_the_first_epoch_and_the_script_trains_as_
     import subprocess
 
     plain, tuned, record = tmp_path / "plain.json", tmp_path / "tuned.json", tmp_path / "t.json"
-    # 400 batches an epoch, 2 workers, 2 epochs: room for three windows of up to 64 workers
-    args = ["6400", "2", "2"]
+    # 300 batches an epoch, 2 workers, 2 epochs: room for the first window (52) and two of up
+    # to 64 workers (114 each)
+    args = ["4800", "2", "2"]
     subprocess.run(
         [sys.executable, IN_RUN, args[0], str(plain), *args[1:]], check=True, timeout=300
     )

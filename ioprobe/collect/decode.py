@@ -102,10 +102,16 @@ def resolve(name: str) -> Decoder:
         return decode_numpy
     if ":" in name:
         module, _, attr = name.partition(":")
+        if not module or not attr:
+            raise BadInputError(f"--loader {name!r}: give it as module:function")
         try:
             fn = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as exc:
             raise BadInputError(f"--loader {name}: cannot import it ({exc})") from None
+        except Exception as exc:  # the user's module fails as it is imported
+            raise BadInputError(
+                f"--loader {name}: importing it failed: {type(exc).__name__}: {exc}"
+            ) from None
         if not callable(fn):
             raise BadInputError(f"--loader {name}: is not callable")
         return fn  # type: ignore[no-any-return]

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import tempfile
 from pathlib import Path
 
@@ -56,3 +57,28 @@ def test_an_unknown_loader_name_is_a_clear_error() -> None:
         cpu.measure_cpu("bogus", [b"x"], 1, budget_s=1.0)
     with pytest.raises(BadInputError, match="cannot import"):
         cpu.measure_cpu("no_such_module_xyz:f", [b"x"], 1, budget_s=1.0)
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        (":", "give it as module:function"),
+        ("json:", "give it as module:function"),
+        (":loads", "give it as module:function"),
+        ("no_such_module_here:f", "cannot import it"),
+        ("json:no_such_function", "cannot import it"),
+        ("hostile_decoder_mod:f", "importing it failed: RuntimeError: boom"),
+    ],
+)
+def test_a_loader_spec_that_cannot_be_imported_is_one_line(
+    spec: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the user's own module may fail in any way as it is imported: ValueError for an empty
+    # name, its own RuntimeError or SyntaxError; each is a BadInputError, never a traceback
+    from ioprobe.collect.decode import resolve
+    from ioprobe.errors import BadInputError
+
+    (tmp_path / "hostile_decoder_mod.py").write_text("raise RuntimeError('boom')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(BadInputError, match=re.escape(says)):
+        resolve(spec)

@@ -76,7 +76,6 @@ def test_a_loader_spec_that_cannot_be_imported_is_one_line(
     # the user's own module may fail in any way as it is imported: ValueError for an empty
     # name, its own RuntimeError or SyntaxError; each is a BadInputError, never a traceback
     from ioprobe.collect.decode import resolve
-    from ioprobe.errors import BadInputError
 
     (tmp_path / "hostile_decoder_mod.py").write_text("raise RuntimeError('boom')\n")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -161,9 +161,8 @@ def command(
     trace_path: str | None,
     outputs: tuple[str, ...],
 ) -> None:
-    plan = plan_outputs(
-        json_path, html_path, md_path, trace_path, outputs, [run_file, cost_path, catalog_path]
-    )
+    inputs = [run_file, cost_path, catalog_path]
+    plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs, inputs)
     if plan["trace"]:
         raise BadInputError(
             f"{plan['trace'][0]}: a sizing has no timeline to trace; write .html, .md or .json"

@@ -320,14 +320,14 @@ def _parse_index(raw: bytes) -> tuple[str, list[tuple[list[tuple[str, int]], int
     shards = doc.get("shards")
     if isinstance(shards, list):
         for s in shards:
-            n = s.get("samples") if isinstance(s, dict) else None
+            n = _count(s.get("samples") if isinstance(s, dict) else None)
             names = [
                 (d["basename"], _size_field(d.get("bytes")))
                 for key in ("raw_data", "zip_data")
                 if isinstance(d := s.get(key) if isinstance(s, dict) else None, dict)
                 and isinstance(d.get("basename"), str)
             ]
-            if isinstance(n, int) and n >= 0 and names:
+            if n is not None and names:
                 out.append((names, n))
         return ("MDS shards", out) if out else None
     chunks = doc.get("chunks")
@@ -335,10 +335,23 @@ def _parse_index(raw: bytes) -> tuple[str, list[tuple[list[tuple[str, int]], int
         for c in chunks:
             if not isinstance(c, dict):
                 continue
-            n, name = c.get("chunk_size"), c.get("filename")
-            if isinstance(n, int) and n >= 0 and isinstance(name, str):
+            n, name = _count(c.get("chunk_size")), c.get("filename")
+            if n is not None and isinstance(name, str):
                 out.append(([(name, _size_field(c.get("chunk_bytes")))], n))
         return ("litdata chunks", out) if out else None
+    return None
+
+
+# Samples one shard or chunk may claim: far past any real one (a trillion), below the
+# figures a record holds (1e30), so a damaged or hostile index cannot make a record that
+# does not load back.
+MAX_SHARD_SAMPLES = 10**12
+
+
+def _count(value: object) -> int | None:
+    """An index's sample count, where it is one a shard can hold; None otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_SHARD_SAMPLES:
+        return value
     return None
 
 

@@ -554,3 +554,21 @@ def test_extensionless_files_that_are_not_tfrecord_stay_one_sample_each(tmp_path
 
 def test_crc32c_matches_the_standard_check_value() -> None:
     assert shards.crc32c(b"123456789") == 0xE3069283
+
+
+def test_an_index_claiming_more_samples_than_a_shard_can_hold_is_not_believed(
+    tmp_path: Path,
+) -> None:
+    # a damaged or hostile index.json: 10**40 samples in a shard made a record whose count no
+    # record can hold, which the probe wrote and could not load back
+    import json
+
+    write_litdata(tmp_path, chunks=2, per_chunk=40, size=2000)
+    index = tmp_path / "index.json"
+    doc = json.loads(index.read_text())
+    doc["chunks"][0]["chunk_size"] = 10**40
+    doc["chunks"][1]["chunk_size"] = True  # a bool is no count either
+    index.write_text(json.dumps(doc))
+    assert shards._parse_index(index.read_bytes()) is None
+    layout = detect(tmp_path)
+    assert (layout.samples or 0) < shards.MAX_SHARD_SAMPLES

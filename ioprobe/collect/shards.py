@@ -312,7 +312,7 @@ def _parse_index(raw: bytes) -> tuple[str, list[tuple[list[tuple[str, int]], int
     ``zip_data`` name."""
     try:
         doc = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):  # nested past the parser's depth
         return None
     if not isinstance(doc, dict):
         return None

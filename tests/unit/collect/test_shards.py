@@ -572,3 +572,7 @@ def test_an_index_claiming_more_samples_than_a_shard_can_hold_is_not_believed(
     assert shards._parse_index(index.read_bytes()) is None
     layout = detect(tmp_path)
     assert (layout.samples or 0) < shards.MAX_SHARD_SAMPLES
+    # nested past the JSON parser's depth: no index, not a RecursionError
+    index.write_text("[" * 100_000 + "]" * 100_000)
+    assert shards._parse_index(index.read_bytes()) is None
+    assert (detect(tmp_path).samples or 0) < shards.MAX_SHARD_SAMPLES

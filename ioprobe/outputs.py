@@ -225,7 +225,9 @@ def atomic_write(path: str | os.PathLike[str], text: str) -> None:
     crash or Ctrl-C mid-write leaves the old file (or none), never half a new one. ``path``
     must be a regular file or a new one: ``write_output`` decides that."""
     target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or ".")
+    # the temporary name is a hidden prefix of the target's, cut short: a name near the file
+    # system's 255-byte limit would otherwise fail only after the measurement
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name[:100]}.", dir=target.parent or ".")
     try:
         # mkstemp makes the file private (0600); a report is as readable as any file the
         # user creates

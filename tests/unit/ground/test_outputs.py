@@ -299,3 +299,11 @@ def test_a_stream_that_drips_is_given_up_though_never_silent_for_long(tmp_path: 
     finally:
         stop.set()
     assert time.monotonic() - t0 < 3.0
+
+
+def test_a_name_near_the_file_systems_limit_is_written(tmp_path: Path) -> None:
+    # 250 bytes is a legal name; the temporary file beside it must not be longer than 255
+    out = tmp_path / ("r" * 245 + ".json")
+    write_output(out, "{}\n")
+    assert out.read_text() == "{}\n"
+    assert [p.name for p in tmp_path.iterdir()] == [out.name]

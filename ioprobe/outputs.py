@@ -180,13 +180,13 @@ def _write_stream(path: str, data: bytes, idle_s: float | None = None) -> None:
             fd = os.open(path, flags)
             break
         except OSError as exc:
-            # ENXIO: a FIFO with no reader yet; wait for one, not for ever
-            if exc.errno != errno.ENXIO or time.monotonic() > deadline:
-                if exc.errno == errno.ENXIO:
-                    raise BadInputError(
-                        f"{path}: a FIFO no one read for {idle:g} s; not written"
-                    ) from None
+            if exc.errno != errno.ENXIO:
                 raise
+            # ENXIO: a FIFO with no reader yet; wait for one, not for ever
+            if time.monotonic() > deadline:
+                raise BadInputError(
+                    f"{path}: a FIFO no one read for {idle:g} s; not written"
+                ) from None
             time.sleep(0.05)
     try:
         mode = os.fstat(fd).st_mode

@@ -118,11 +118,12 @@ def _end_dali_epochs() -> None:
                 w._end(None)
 
 
-def _made(watched: Any) -> None:
-    """A DALI watcher made in place: saved at exit, drawing the live panel if asked."""
+def _made(watched: Any, saved: Any = None) -> None:
+    """A watcher made: saved at exit (``saved`` in its place, where another object holds
+    it), drawing the live panel if asked."""
     if not _watchers:
         _mark_made()
-    _watchers.append(watched)
+    _watchers.append(watched if saved is None else saved)
     if live_requested():
         from ioprobe.monitor.live import attach
 
@@ -192,8 +193,7 @@ def _in_run(loader: Any, plan: dict[str, Any]) -> Any:
                 holder.released = True
             plan_for = _planner[0]
             tuned = InRunTrials(loader, batches, lambda rec: plan_for(rec, trials))
-            _made(tuned.rest)
-            _watchers[-1] = tuned  # saved at exit as its trials and the rest
+            _made(tuned.rest, saved=tuned)  # saved at exit as its trials and the rest
             return tuned
         if getattr(loader, "num_workers", 0) > 0:
             _passed_over.append(f"A {type(loader).__name__} held no trials: {why}")

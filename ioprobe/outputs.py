@@ -74,6 +74,9 @@ def destination(path: str | os.PathLike[str]) -> Destination:
     ioprobe must not write (a directory, a socket, a block device, a read-only file, a link
     into a missing directory)."""
     name = os.fspath(path)
+    if not name:
+        # '' resolves to the working directory: the atomic write would rename over it
+        raise BadInputError("an empty file name; give a file name")
     fd = fd_of(name)
     if fd is not None:
         return Destination("fd", name, fd)

@@ -7,6 +7,9 @@ and printed as one line on stderr with exit code 2; nothing the user did produce
 from __future__ import annotations
 
 import ast
+import codecs
+import contextlib
+import io
 import os
 import signal
 import sys
@@ -98,6 +101,7 @@ def main(argv: list[str] | None = None) -> None:
     # files stay, pool workers are orphaned): make it raise in the main thread, as SIGINT does.
     # SIGHUP (a closed terminal, a supervisor's reload) takes the same path, unless it is
     # ignored (nohup), which stays so
+    _encodable_stdout()
     here = threading.current_thread() is threading.main_thread()
     previous: dict[int, Any] = {}
     if here:
@@ -109,6 +113,32 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+
+
+# what ioprobe's own marks become on a stdout that cannot encode them; anything else is '?'
+_PLAIN_MARKS = {"◀": "<", "▶": ">", "→": "->", "←": "<-", "×": "x", "—": "-", "–": "-"}
+_PLAIN_MARKS |= {"…": "...", "≥": ">=", "≤": "<=", "±": "+/-", "µ": "u", "·": "."}
+_PLAIN_MARKS |= dict.fromkeys("█▉▊▋▌▍▎▏▇▆▅▄▃▂▁", "#")
+
+
+def _plain_marks(exc: UnicodeError) -> tuple[str, int]:
+    if not isinstance(exc, UnicodeEncodeError):
+        raise exc
+    text = exc.object[exc.start : exc.end]
+    return "".join(_PLAIN_MARKS.get(c, "?") for c in text), exc.end
+
+
+codecs.register_error("ioprobe-plain", _plain_marks)
+
+
+def _encodable_stdout() -> None:
+    """Under an encoding that lacks ioprobe's marks (PYTHONIOENCODING=ascii, a C locale) the
+    bars, arrows and signs print as ASCII and any other character as '?', where the summary
+    would fail with UnicodeEncodeError; stderr already escapes them (Python's own default)."""
+    stream = sys.stdout
+    if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+        with contextlib.suppress(ValueError, OSError):  # closed, or detached by a host program
+            stream.reconfigure(errors="ioprobe-plain")
 
 
 # the command line being run: the secrets of its URLs are masked in every error line

@@ -30,6 +30,12 @@ def command(
     format: str, run: str, output: str | None, epochs: int | None, data_folder: str | None
 ) -> None:
     check_outputs([("-o", output)], [run])  # before anything: one line, nothing replaced
+    if data_folder is not None and not data_folder.isprintable():
+        # YAML would keep it, escaped ("x\\npwned"), and DLIO would read a folder of that
+        # name, not the one given
+        raise BadInputError(
+            f"--data-folder: {data_folder!r} holds a control character; give a folder name"
+        )
     rec = RunRecord.load(run)
     try:
         workload = dlio_workload(rec, epochs=epochs, data_folder=data_folder)

@@ -92,21 +92,36 @@ def wait_started(pool: Pool, processes: int, ready: Callable[[int], Any]) -> Non
     result = pool.map_async(ready, range(processes), chunksize=1)
     limit = max(30.0, 10 * pool_start_s(processes))
     deadline = time.monotonic() + limit
-    seen: set[int] = set()
+    seen: dict[int, Any] = {}
     while not result.ready():
         result.wait(0.05)
-        # the pool's own list of its workers: the pids it has started so far
-        seen.update(p.pid for p in getattr(pool, "_pool", []) if p.pid is not None)
+        # the pool's own list of its workers: the ones it has started so far
+        seen.update((p.pid, p) for p in getattr(pool, "_pool", []) if p.pid is not None)
         if len(seen) > 2 * processes + 1:
+            codes = sorted({p.exitcode for p in seen.values() if p.exitcode is not None})
             raise WorkersFailed(
                 f"the CPU phase's worker processes die as they start ({len(seen)} started for "
-                f"{processes}): check that {sys.executable} can run and import ioprobe"
+                f"{processes}{', exit status ' if codes else ''}"
+                f"{', '.join(map(str, codes))}){why_workers_die(codes)}"
             )
         if time.monotonic() > deadline:
             raise WorkersFailed(
                 f"the CPU phase's worker processes did not start within {limit:.0f} s"
             )
     result.get()
+
+
+def why_workers_die(codes: list[int]) -> str:
+    """What a worker's exit status says of why it died as it started: 1 is an uncaught
+    exception (an import that failed: Python prints it on stderr), anything else an exit the
+    worker's own code asked for (the decoder called ``sys.exit`` or ``os._exit``), a signal
+    (negative) or the interpreter not starting."""
+    if codes and all(c not in (1, 120) and c > 0 for c in codes):
+        return (
+            ": what each runs as it starts ended it with sys.exit or os._exit (the --loader"
+            " function runs once there, on the first sample)"
+        )
+    return f": check that {sys.executable} can run and import ioprobe"
 
 
 class _KilledProcess(mp_context.SpawnProcess):

@@ -234,3 +234,50 @@ def test_the_dlio_export_keeps_outside_text_in_its_comments(tmp_path: Path) -> N
     doc = yaml.safe_load((tmp_path / "w.yaml").read_text())
     assert not {"live_key", "version_key", "file_key"} & set(doc)
     assert "live_key: injected" in (tmp_path / "w.yaml").read_text()  # shown, as a comment
+
+
+def test_an_ascii_terminal_gets_the_summary_with_ascii_marks(tmp_path: Path) -> None:
+    from ioprobe.analysis import finalize
+    from tests.unit.analysis.test_whatif import probe_record
+
+    finalize(probe_record()).save(tmp_path / "run.json")
+    proc = _cli_bytes("report", str(tmp_path / "run.json"), env={"PYTHONIOENCODING": "ascii"})
+    assert proc.returncode == 0, proc.stderr.decode(errors="replace")
+    assert b"UnicodeEncodeError" not in proc.stderr
+    proc.stdout.decode("ascii")  # every byte ASCII
+    assert b"What to change" in proc.stdout
+    # the bars and arrows come out as ASCII marks, not as '?'
+    assert b"####" in proc.stdout and b"-> " in proc.stdout, proc.stdout.decode()
+
+
+@pytest.mark.parametrize("folder", ["x\npwned", "x\x1b[2Jy"])
+def test_a_dlio_data_folder_with_a_control_character_is_refused(
+    tmp_path: Path, folder: str
+) -> None:
+    from ioprobe.analysis import finalize
+    from tests.unit.analysis.test_whatif import probe_record
+
+    finalize(probe_record()).save(tmp_path / "run.json")
+    out = tmp_path / "w.yaml"
+    proc = run_cli(
+        "export", "dlio", str(tmp_path / "run.json"), "-o", str(out), "--data-folder", folder
+    )
+    assert proc.returncode == 2 and "--data-folder" in proc.stderr, proc.stderr
+    assert "\x1b" not in proc.stderr and "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_a_record_saved_to_an_empty_name_is_refused_in_ioprobes_words(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ioprobe.analysis import finalize
+    from ioprobe.errors import IoprobeError
+    from tests.unit.analysis.test_whatif import probe_record
+
+    # '' is the working directory to os.path: the write must not rename a file over it
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    with pytest.raises(IoprobeError, match="an empty file name"):
+        finalize(probe_record()).save("")
+    assert work.is_dir() and os.listdir(tmp_path) == ["work"] and not os.listdir(work)

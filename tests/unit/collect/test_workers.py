@@ -56,9 +56,27 @@ def test_workers_that_die_as_they_start_end_the_phase_in_one_line(
 
     monkeypatch.setattr(cpu_mod, "_payload_file", missing)
     t0 = time.monotonic()
-    with pytest.raises(WorkersFailed, match="die as they start"):
+    with pytest.raises(WorkersFailed, match="die as they start") as failed:
         cpu_mod.measure_cpu("raw", [b"x" * 100], 2, 2.0, levels=[1, 2])
     assert time.monotonic() - t0 < 30  # the pool started new workers for ever
+    # an exception in the start (status 1) points at the interpreter, not at a decoder
+    assert "exit status 1" in str(failed.value) and "import ioprobe" in str(failed.value)
+
+
+def _exits_on_first_sample(payload: bytes) -> int:
+    os._exit(3)
+
+
+def test_a_decoder_that_exits_is_named_as_what_ended_the_workers(tmp_path: Path) -> None:
+    from ioprobe.collect import cpu as cpu_mod
+    from ioprobe.collect.workers import WorkersFailed
+
+    decoder = f"{__name__}:_exits_on_first_sample"
+    with pytest.raises(WorkersFailed) as failed:
+        cpu_mod.measure_cpu(decoder, [b"x" * 100], 2, 2.0, levels=[1, 2])
+    message = str(failed.value)
+    assert "exit status 3" in message and "sys.exit or os._exit" in message, message
+    assert "import ioprobe" not in message  # the interpreter was fine
 
 
 def test_payload_files_of_killed_probes_are_removed_by_the_next_one(

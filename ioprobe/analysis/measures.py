@@ -70,6 +70,32 @@ class CopyPeak:
 
 
 @dataclass
+class BlockBest:
+    """A block size's best point of the device-limit sweep."""
+
+    block_bytes: int
+    read_bytes_per_s: float
+    reads_per_s: float
+    depth: int
+
+
+@dataclass
+class Headroom:
+    """The device's direct reads beside the loader-like cold pass: how much more the device
+    gives, and which of the levers the sweep shows would buy it."""
+
+    small: BlockBest | None
+    large: BlockBest | None
+    loader_bytes_per_s: float | None  # the cold pass's best (None: no cold pass)
+    loader_depth: int | None  # the threads it took
+    ratio: float | None  # large block's best over the loader's
+    # the device at the loader's own depth, large blocks: what reads past the page cache
+    # (direct I/O, GPUDirect Storage) give with nothing else changed
+    at_loader_depth: float | None
+    levers: list[str] = field(default_factory=list)
+
+
+@dataclass
 class KeyNumbers:
     delivery: Delivery | None = None
     copies: CopyTotals | None = None
@@ -82,6 +108,7 @@ class KeyNumbers:
     # that pass's cache; the cache is None where the stage's best rate stands in
     storage_beside_path: tuple[float, str | None] | None = None
     whatif_gain: float | None = None  # predicted over the run it started from
+    headroom: Headroom | None = None  # the device limit beside the loader's reads
 
 
 def key_numbers(rec: RunRecord) -> KeyNumbers:
@@ -96,7 +123,53 @@ def key_numbers(rec: RunRecord) -> KeyNumbers:
         copy_peaks=copy_peaks(rec),
         storage_beside_path=storage_beside_path(rec),
         whatif_gain=whatif_gain(rec),
+        headroom=device_headroom(rec),
     )
+
+
+# a lever is named where it buys at least this much over what the loader's reads got
+LEVER_GAIN = 1.1
+
+
+def device_headroom(rec: RunRecord) -> Headroom | None:
+    """The device-limit sweep against the cold pass (the reads a loader makes on a first
+    epoch): each block size's best, the large block's best over the loader's rate, and the
+    levers the sweep itself shows: more reads in flight (the device's rate at the loader's
+    depth is below its best at a deeper one), reads past the page cache (direct reads at the
+    loader's depth beat its buffered ones). Each lever is named only where it buys 10% or
+    more; None where the sweep did not run or read nothing."""
+    dev = rec.stages.storage.device
+    if dev is None or not dev.sweep:
+        return None
+    blocks = sorted({p.block_bytes for p in dev.sweep})
+    best = {
+        b: max((p for p in dev.sweep if p.block_bytes == b), key=lambda p: p.read_bytes_per_s)
+        for b in blocks
+    }
+
+    def summary(b: int) -> BlockBest:
+        p = best[b]
+        return BlockBest(b, p.read_bytes_per_s, p.reads_per_s, p.queue_depth)
+
+    large = summary(blocks[-1]) if len(blocks) > 1 or blocks[0] > 4096 else None
+    small = summary(blocks[0]) if blocks[0] == 4096 else None
+    cold = rec.stages.storage.cold
+    rate = cold.read_bytes_per_s if cold is not None else None
+    depth = cold.best_concurrency if cold is not None else None
+    out = Headroom(small, large, rate, depth, None, None)
+    if large is None or not rate:
+        return out
+    out.ratio = large.read_bytes_per_s / rate
+    same = [p for p in dev.sweep if p.block_bytes == large.block_bytes and p.queue_depth == depth]
+    if same:
+        out.at_loader_depth = same[0].read_bytes_per_s
+        if out.at_loader_depth >= LEVER_GAIN * rate:
+            out.levers.append("direct")
+        if large.read_bytes_per_s >= LEVER_GAIN * out.at_loader_depth and large.depth > (
+            depth or 0
+        ):
+            out.levers.append("depth")
+    return out
 
 
 def share_text(x: float) -> str:
@@ -212,11 +285,13 @@ def whatif_gain(rec: RunRecord) -> float | None:
 
 
 __all__ = [
+    "BlockBest",
     "CopyPeak",
     "CopyTotals",
     "DaliTotals",
     "DecodeRow",
     "Delivery",
+    "Headroom",
     "KeyNumbers",
     "SeriesSummary",
     "key_numbers",

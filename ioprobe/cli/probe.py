@@ -117,6 +117,13 @@ from ioprobe.record import RankInfo, RunRecord
     help="Under torchrun or srun: seconds a rank waits past a phase's planned end for the "
     "others before it reports them lost.",
 )
+@click.option(
+    "--device-limit",
+    is_flag=True,
+    help="Also read the files directly (O_DIRECT, past the page cache) at queue depths 1-64 "
+    "in small and large blocks: what the device can do beside what the loader's reads get "
+    "(local files).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress display.")
 def command(
     target: str | None,
@@ -132,6 +139,7 @@ def command(
     samples_per_file: int | None,
     pcie_only: bool,
     rank_timeout: float,
+    device_limit: bool,
     quiet: bool,
     html_path: str | None,
     md_path: str | None,
@@ -155,6 +163,7 @@ def command(
         gpus=gpus,
         samples_per_file=samples_per_file,
         pcie_only=pcie_only,
+        device_limit=device_limit,
     )
     if info is not None:
         _distributed(opts, info, reporter, plan, rank_timeout)

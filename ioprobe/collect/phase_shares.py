@@ -6,12 +6,22 @@ from __future__ import annotations
 
 from ioprobe.collect import cpu as cpu_mod
 from ioprobe.collect import decode_paths as paths_mod
+from ioprobe.collect import device_limit as dl_mod
 from ioprobe.collect import storage as st_mod
 from ioprobe.collect import workers as workers_mod
 
 COLD_MAX_BYTES = 4 << 30
 WARM_MAX_BYTES = 1 << 30
-PHASES = ("cold", "warm", "disk_to_gpu", "cpu", "pcie", "decode", "pipeline")  # as they run
+PHASES = (
+    "cold",
+    "warm",
+    "direct",
+    "disk_to_gpu",
+    "cpu",
+    "pcie",
+    "decode",
+    "pipeline",
+)  # as they run
 MIN_PHASE_S = 0.2
 # least times of the GPU phases, whatever their share: the disk-to-GPU path's pinned buffers
 # and its eviction; the host-to-device probe's set-up (its 256 MiB buffers, 0.14-0.2 s to pin
@@ -20,6 +30,8 @@ MIN_PHASE_S = 0.2
 D2G_LEAST_S = 0.75
 PCIE_SETUP_S = 0.5
 PCIE_LEAST_S = 1.0
+# the device limit's least: both block sizes over their first depths
+DIRECT_LEAST_S = 4 * dl_mod.MIN_POINT_S
 # what a phase spends around its measuring: reading the decode inputs, a pool's shutdown,
 # reads in flight at the end, a storage pass's evictions
 PHASE_SLACK_S = 0.25
@@ -35,9 +47,12 @@ def shares(
     emulated: bool,
     dali: bool = False,
     device: bool = False,
+    direct: bool = False,
 ) -> dict[str, float]:
     """Each phase's share of the time the budget leaves them (not yet adding up to 1)."""
     share = {"cold": 0.35, "warm": 0.2, "cpu": 0.2, "pipeline": 0.25}
+    if direct and not remote:
+        share["direct"] = 0.2  # the device limit: two block sizes of up to 7 depths
     if dali:
         share["decode"] = 0.2  # DALI's paths, beside Pillow's in the cpu share
     if device:
@@ -74,6 +89,7 @@ def floors(
     return {
         "cold": read_once(COLD_MAX_BYTES),
         "warm": read_once(WARM_MAX_BYTES),
+        "direct": DIRECT_LEAST_S,
         "disk_to_gpu": D2G_LEAST_S,
         "cpu": cpu_mod.least_seconds(usable) + PHASE_SLACK_S,
         "pcie": PCIE_LEAST_S,
@@ -87,6 +103,7 @@ def floors(
 __all__ = [
     "COLD_MAX_BYTES",
     "D2G_LEAST_S",
+    "DIRECT_LEAST_S",
     "EVICT_S",
     "FAST_READ_BYTES_PER_S",
     "MIN_PHASE_S",

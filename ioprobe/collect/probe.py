@@ -37,6 +37,7 @@ from ioprobe._version import __version__
 from ioprobe.collect import cpu as cpu_mod
 from ioprobe.collect import dataset as ds_mod
 from ioprobe.collect import decode_paths as paths_mod
+from ioprobe.collect import device_limit as dl_mod
 from ioprobe.collect import disk_to_gpu as d2g_mod
 from ioprobe.collect import gpu_sampler, phase_shares
 from ioprobe.collect import pcie as pcie_mod
@@ -286,6 +287,8 @@ class Probe:
         loader = "image" if plan.dali else choose(self.options.loader, _decode_formats(plan))
         self._so_far = (plan, stages, loader)
         self._storage(plan, stages.storage)
+        if "direct" in plan.budget:
+            self._device_limit(plan, stages.storage)
         path = self._disk_to_gpu(plan, stages.storage) if plan.device else None
         stages.cpu, payloads = self._cpu_phase(plan, loader, stages.storage)
         stages.gpu = self._gpu_stage()
@@ -379,7 +382,7 @@ class Probe:
         timing = plan_phases(
             o.time_budget_s,
             {k: v for k, v in fixed.items() if v > 0},
-            phase_shares.shares(ds.remote, o.passes, o.emulated, dali, device),
+            phase_shares.shares(ds.remote, o.passes, o.emulated, dali, device, o.device_limit),
             phase_shares.floors(usable, o.workers or usable, gpu_decode, prof.bytes, ds.remote),
         )
         if self._plans_phases and not timing.holds:
@@ -457,6 +460,18 @@ class Probe:
                 raise TargetError(redact_url(f"{plan.ds.target}: {exc}")) from None
             setattr(st, p, result)
         self._storage_capacity(st, plan.profile.sample_bytes_mean)
+
+    def _device_limit(self, plan: _Plan, st: StorageStage) -> None:
+        """Direct reads of the pass's files at a queue-depth sweep: the device's ceiling
+        beside what the loader-like passes got (``collect/device_limit.py``)."""
+        self.reporter.phase("device limit (direct reads)")
+        selection = st_mod.select_entries(plan.ds.entries, COLD_MAX_BYTES, self.options.seed)
+        st.device = dl_mod.measure_device(
+            selection,
+            self._seconds(plan, "direct"),
+            reporter=self.reporter,
+            seed=self.options.seed,
+        )
 
     def _cpu_phase(
         self, plan: _Plan, loader: str, st: StorageStage

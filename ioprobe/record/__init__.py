@@ -62,6 +62,8 @@ from ioprobe.record.stages import (
     CpuStage,
     DatasetProfile,
     DecodePath,
+    DeviceLimit,
+    DirectPoint,
     DiskToGpu,
     FilesystemInfo,
     GpuAlone,
@@ -129,6 +131,7 @@ class ProbeSettings:
     gpu_samples_per_s: float | None = None
     gpus: int = 1
     samples_per_file: int | None = None  # --samples-per-file: what each data file holds
+    device_limit: bool = False  # --device-limit: direct reads at a queue-depth sweep
 
 
 @dataclass
@@ -285,6 +288,8 @@ __all__ = [
     "DecodePath",
     "DensityGuide",
     "DensityRow",
+    "DeviceLimit",
+    "DirectPoint",
     "DiskToGpu",
     "Distributed",
     "Distribution",

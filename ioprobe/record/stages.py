@@ -124,6 +124,33 @@ class StoragePass:
 
 
 @dataclass
+class DirectPoint:
+    """Direct reads of one block size at one queue depth (the device-limit pass)."""
+
+    block_bytes: int
+    queue_depth: int
+    reads: int
+    seconds: float
+    read_bytes_per_s: float
+    reads_per_s: float
+    latency_p50_ms: float | None = None
+    latency_p99_ms: float | None = None
+
+
+@dataclass
+class DeviceLimit:
+    """What the device gives direct reads (O_DIRECT, random block-aligned offsets over the
+    dataset's files) at a queue-depth sweep, small and large blocks: the ceiling beside what
+    the loader-like passes got."""
+
+    engine: Literal["io_uring", "threads"] = "io_uring"
+    files: int = 0
+    bytes_spanned: int = 0
+    sweep: list[DirectPoint] = field(default_factory=list)
+    note: str | None = None  # why a part or all of it was not measured
+
+
+@dataclass
 class StorageStage:
     capacity_samples_per_s: float | None = None
     read_bytes_per_s: float | None = None
@@ -134,6 +161,8 @@ class StorageStage:
     # per sample, time before any byte moves (open, metadata, HTTP HEAD): what does not
     # shrink with more bandwidth
     request_latency_s: float | None = None
+    # direct reads at a queue-depth sweep (probe --device-limit): the device's own ceiling
+    device: DeviceLimit | None = None
 
 
 @dataclass

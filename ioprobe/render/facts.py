@@ -12,6 +12,7 @@ from ioprobe.analysis.cluster import RankTable
 from ioprobe.analysis.decode_paths import label
 from ioprobe.analysis.epochs import epoch_count, per_epoch_saving
 from ioprobe.analysis.measures import (
+    LEVER_GAIN,
     CopyPeak,
     CopyTotals,
     DaliTotals,
@@ -208,6 +209,7 @@ def measurements(rec: RunRecord, f: Findings) -> Facts:
         out += sample_facts(f) + queue_facts(f) + epoch_facts(f) + worker_facts(f)
         out += watch_cost_facts(f)
     out += cluster_facts(rec, f)
+    out += device_facts(rec, f)
     out += decode_facts(rec, f) + link_facts(rec, f) + disk_to_gpu_facts(rec, f)
     out += series_facts(rec, f)
     if rec.pipeline is not None:
@@ -543,6 +545,55 @@ def _copy_peak(c: CopyPeak) -> str:
     if c.pageable:
         line += f", pageable {units.bandwidth(c.pageable)}"
     return line
+
+
+def device_facts(rec: RunRecord, f: Findings) -> Facts:
+    """The device limit (``probe --device-limit``): the best direct reads of each block size
+    beside the loader's cold reads, and the levers the sweep shows would close the gap."""
+    dev = rec.stages.storage.device
+    if dev is None:
+        return []
+    h = f.numbers.headroom
+    if h is None:
+        return [("device limit", f"not measured: {dev.note or 'no direct read completed'}")]
+    parts = []
+    if h.large is not None:
+        b = h.large
+        line = (
+            f"{units.bandwidth(b.read_bytes_per_s)} in direct {units.memory(b.block_bytes)} "
+            f"reads, {b.depth} in flight"
+        )
+        if h.ratio is not None and h.loader_bytes_per_s:
+            line += (
+                f": {units.ratio(h.ratio)} the loader's cold reads "
+                f"({units.bandwidth(h.loader_bytes_per_s)} at {h.loader_depth} threads)"
+            )
+        parts.append(line)
+    if h.small is not None:
+        parts.append(
+            f"4 KiB reads: {h.small.reads_per_s:,.0f}/s at {h.small.depth} in flight "
+            f"({units.bandwidth(h.small.read_bytes_per_s)})"
+        )
+    levers = []
+    if "direct" in h.levers and h.at_loader_depth and h.loader_bytes_per_s:
+        levers.append(
+            "reads past the page cache (direct I/O, GPUDirect Storage: "
+            f"{units.ratio(h.at_loader_depth / h.loader_bytes_per_s)} at the same "
+            f"{h.loader_depth} in flight)"
+        )
+    if "depth" in h.levers and h.large is not None and h.at_loader_depth:
+        levers.append(
+            f"more reads in flight ({h.large.depth}: "
+            f"{units.ratio(h.large.read_bytes_per_s / h.at_loader_depth)} over "
+            f"{h.loader_depth} direct)"
+        )
+    if levers:
+        parts.append("what would buy it: " + "; ".join(levers))
+    elif h.ratio is not None and h.ratio < LEVER_GAIN:
+        parts.append("the loader's reads already get what the device gives")
+    if dev.engine == "threads":
+        parts.append("one thread per read in flight (no io_uring here)")
+    return [("device limit", "; ".join(parts))]
 
 
 def disk_to_gpu_facts(rec: RunRecord, f: Findings) -> Facts:

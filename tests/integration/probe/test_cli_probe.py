@@ -224,3 +224,26 @@ def test_raw_decoding_of_files_over_the_cap_is_scaled_to_their_whole_size(
         if r["predicted_samples_per_s"]
     ]
     assert all(g < 1000 for g in gains), gains
+
+
+def test_the_device_limit_is_measured_beside_the_loaders_reads(tmp_path: Path) -> None:
+    from tests.support.direct import direct_folder
+
+    with direct_folder(tmp_path) as data:
+        for k in range(64):
+            (data / f"{k:02d}.bin").write_bytes(os.urandom(256 * 1024))
+        out, md = tmp_path / "run.json", tmp_path / "run.md"
+        proc = run_cli(
+            "probe", str(data), "--time-budget", "10", "--device-limit", "--loader", "raw",
+            "--json", str(out), "--md", str(md),
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    device = json.loads(out.read_text())["stages"]["storage"]["device"]
+    # 4 KiB reads and the whole 256 KiB file's block, each from one read in flight up
+    blocks = {(p["block_bytes"], p["queue_depth"]) for p in device["sweep"]}
+    assert {(4096, 1), (256 * 1024, 1)} <= blocks, blocks
+    assert all(p["reads"] > 0 and p["read_bytes_per_s"] > 0 for p in device["sweep"])
+    assert device["files"] == 64 and device["bytes_spanned"] == 64 * 256 * 1024
+    assert "device limit (direct reads)" in proc.stderr  # the phase's progress
+    for text in (proc.stdout, md.read_text()):
+        assert "device limit" in text and "in direct 256 KiB reads" in " ".join(text.split())

@@ -6,6 +6,13 @@ device files are never opened (opening a FIFO blocks forever), broken symlinks, 
 unreadable files are skipped and counted. A tree with more than ``STAT_SAMPLE`` files is not
 stat-ed in full: sizes come from a random sample and totals are extrapolated, because on a
 network file system a stat per file of a 10M-file tree takes longer than the whole probe.
+
+The walk keeps no list of the names it passes: a reservoir keeps a uniform random sample of
+``STAT_SAMPLE`` of them (memory flat at any size of tree) and a count. It stops at its share
+of the budget (``WALK_SHARE``); the folders it had not reached are then estimated by random
+descents (Knuth's estimate of a tree's size: one folder's files plus its subfolders' count
+times a random subfolder's estimate, down to a leaf), and the record states the estimate and
+its standard error.
 """
 
 from __future__ import annotations
@@ -17,8 +24,9 @@ import random
 import re
 import stat
 import statistics
+import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +38,11 @@ from ioprobe.record import DatasetProfile
 from ioprobe.redact import redact_message, redact_url
 
 STAT_SAMPLE = 20_000  # files stat-ed at most; beyond, sizes are a random sample
-MAX_LISTED = 2_000_000  # names walked at most, so listing alone can't eat the time budget
+WALK_SHARE = 0.3  # of the budget: the walk's time; the folders left are estimated
+DESCENTS = 400  # random descents that estimate the folders a stopped walk left, at most
+DESCENT_SHARE = 0.05  # of the budget, at least DESCENT_MIN_S: the descents' time
+DESCENT_MIN_S = 0.5
+CHECK_EVERY = 4096  # names between two looks at the clock
 
 _MAGIC: list[tuple[int, bytes, str]] = [
     (0, b"\xff\xd8\xff", "jpeg"),
@@ -99,6 +111,9 @@ class Dataset:
     total_files: int = 0  # including files whose size was not stat-ed
     sizes_estimated: bool = False
     listing_truncated: bool = False
+    listed_files: int = 0  # names the walk passed (local targets)
+    files_error: int | None = None  # the standard error of total_files, where estimated
+    files_at_least: bool = False  # the estimate is a lower bound (a folder left uncounted)
     skipped: Counter[str] = field(default_factory=Counter)
     # files stat-ed that are mostly holes (allocated blocks under half their size): holes
     # read as zeros without touching the disk, so they read faster than real data
@@ -133,24 +148,35 @@ def resolve(
     if is_remote(target):
         return _resolve_remote(target, storage_options or {}, budget_s)
     path = target[len("file://") :] if target.startswith("file://") else target
-    return _resolve_local(redact_url(target), os.path.expanduser(path), seed)
+    return _resolve_local(redact_url(target), os.path.expanduser(path), seed, budget_s)
 
 
-def _resolve_local(target: str, path: str, seed: int) -> Dataset:
+def _resolve_local(target: str, path: str, seed: int, budget_s: float = 60.0) -> Dataset:
     skipped: Counter[str] = Counter()
-    names, truncated = _take_listing(_local_candidates(target, path, skipped))
-    sizes_estimated = len(names) > STAT_SAMPLE
-    to_stat = random.Random(seed).sample(names, STAT_SAMPLE) if sizes_estimated else names
-    entries, statted, sparse = _stat_entries(to_stat, skipped)
+    rng = random.Random(seed)
+    walk = _local_candidates(target, path, skipped)
+    listing = take_listing(walk, rng, time.monotonic() + WALK_SHARE * budget_s)
+    names, truncated = listing.names, listing.stopped
+    sizes_estimated = listing.count > STAT_SAMPLE or truncated
+    entries, statted, sparse = _stat_entries(names, skipped)
     if not entries:
         detail = _skip_summary(skipped)
         raise TargetError(
             f"{target}: no readable non-empty files" + (f" ({detail})" if detail else "")
         )
+    listed, error, bound = float(listing.count), None, False
+    if truncated and isinstance(walk, _Walk):
+        deadline = time.monotonic() + max(DESCENT_SHARE * budget_s, DESCENT_MIN_S)
+        left, whole = walk.finish_folder(deadline)
+        rest, error = estimate_rest(walk.pending, rng, deadline)
+        listed += left + rest
+        bound = not whole  # a folder too large to count: at least this many
     total = len(entries)
     if sizes_estimated:
         # scale the usable fraction of the sample up to the whole listing
-        total = round(len(names) * len(entries) / max(statted, 1))
+        total = round(listed * len(entries) / max(statted, 1))
+        if error is not None:
+            error = error * len(entries) / max(statted, 1)
     return Dataset(
         target=target,
         entries=entries,
@@ -159,10 +185,13 @@ def _resolve_local(target: str, path: str, seed: int) -> Dataset:
         listing_truncated=truncated,
         skipped=skipped,
         sparse=sparse,
+        listed_files=listing.count,
+        files_error=round(error) if error is not None else None,
+        files_at_least=bound,
     )
 
 
-def _local_candidates(target: str, path: str, skipped: Counter[str]) -> Iterator[str]:
+def _local_candidates(target: str, path: str, skipped: Counter[str]) -> Iterable[str]:
     """The names a local target stands for (a glob's matches, a tree's files, or the one
     file), lazily for a tree; a target that cannot be used raises TargetError here. A path
     that exists as written is that path, even with ``[``, ``*`` or ``?`` in its name
@@ -181,20 +210,99 @@ def _local_candidates(target: str, path: str, skipped: Counter[str]) -> Iterator
     if stat.S_ISDIR(st.st_mode):
         if not os.access(path, os.R_OK | os.X_OK):
             raise TargetError(f"{target}: permission denied (directory not readable)")
-        return _walk(path, skipped)
+        return _Walk(path, skipped)
     if stat.S_ISREG(st.st_mode):
         return iter([path])
     raise TargetError(f"{target}: is not a regular file or directory ({_kind(st.st_mode)})")
 
 
-def _take_listing(candidates: Iterator[str]) -> tuple[list[str], bool]:
-    """At most ``MAX_LISTED`` names, and whether there were more."""
-    names: list[str] = []
-    for name in candidates:
-        if len(names) >= MAX_LISTED:
-            return names, True
-        names.append(name)
-    return names, False
+@dataclass
+class Listing:
+    names: list[str]  # a uniform random sample of the names walked, in walk order
+    count: int  # the names walked
+    stopped: bool  # the walk reached its deadline before its end
+
+
+def take_listing(
+    candidates: Iterable[str], rng: random.Random, deadline: float, k: int | None = None
+) -> Listing:
+    """Walk ``candidates`` until they end or ``deadline`` (``time.monotonic``) passes,
+    keeping a uniform random sample of ``k`` names (Li's reservoir algorithm L: it draws
+    random numbers only for the names it keeps, about k log(n/k) of n) and the count;
+    ``k`` is ``STAT_SAMPLE`` by default."""
+    k = STAT_SAMPLE if k is None else k
+    kept: list[tuple[int, str]] = []
+    count = 0
+    clock = time.monotonic
+    it = iter(candidates)
+    for name in it:
+        kept.append((count, name))
+        count += 1
+        if count >= k:
+            break
+        if count % CHECK_EVERY == 0 and clock() > deadline:
+            return Listing([n for _, n in kept], count, True)
+    else:
+        return Listing([n for _, n in kept], count, False)
+    # names k+1 on: skip ahead by geometric gaps, replacing a random kept name at each stop
+    w = math.exp(math.log(rng.random()) / k)
+    take = count + _gap(rng, w)
+    stopped = False
+    for name in it:
+        if count == take:
+            kept[rng.randrange(k)] = (count, name)
+            w *= math.exp(math.log(rng.random()) / k)
+            take += 1 + _gap(rng, w)
+        count += 1
+        if count % CHECK_EVERY == 0 and clock() > deadline:
+            stopped = True
+            break
+    kept.sort()
+    return Listing([n for _, n in kept], count, stopped)
+
+
+def _gap(rng: random.Random, w: float) -> int:
+    u = rng.random() or 1e-300  # random() may return 0.0; log(0) is undefined
+    return int(math.log(u) / math.log1p(-w)) if w < 1.0 else 0
+
+
+def estimate_rest(
+    pending: list[str], rng: random.Random, deadline: float, descents: int | None = None
+) -> tuple[float, float | None]:
+    """The files below the folders a stopped walk had not reached, and the estimate's
+    standard error: ``descents`` random descents, each from a folder drawn from ``pending``
+    (Knuth: a folder's files plus its subfolders' count times a random subfolder's
+    estimate, down to a leaf), until ``deadline``. Each descent's value times the folders
+    left is an unbiased estimate of their files; the error is that of the mean."""
+    if not pending:
+        return 0.0, 0.0
+    descents = DESCENTS if descents is None else descents
+    values: list[float] = []
+    while len(values) < descents and (len(values) < 2 or time.monotonic() < deadline):
+        values.append(_descend(rng.choice(pending), rng))
+    mean = statistics.fmean(values)
+    error = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else None
+    n = len(pending)
+    return n * mean, (n * error if error is not None else None)
+
+
+def _descend(top: str, rng: random.Random, depth: int = 0) -> float:
+    files, dirs = 0, []
+    try:
+        with os.scandir(top) as it:
+            for entry in it:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        dirs.append(entry.path)
+                    elif entry.is_file(follow_symlinks=True):
+                        files += 1
+                except OSError:
+                    continue
+    except OSError:
+        return 0.0
+    if not dirs or depth > 64:
+        return float(files)
+    return files + len(dirs) * _descend(rng.choice(dirs), rng, depth + 1)
 
 
 def _stat_entries(names: list[str], skipped: Counter[str]) -> tuple[list[FileEntry], int, int]:
@@ -232,35 +340,75 @@ def _not_a_sample(name: str, st: os.stat_result) -> str | None:
     return None
 
 
-def _walk(root: str, skipped: Counter[str]) -> Iterator[str]:
-    """Yield regular-file paths below root; never follows directory symlinks (no cycles)."""
-    stack = [root]
-    while stack:
-        top = stack.pop()
-        try:
-            it = os.scandir(top)
-        except OSError:
-            skipped["unreadable_dir"] += 1
-            continue
-        with it:
-            dirs: list[str] = []
-            for entry in it:
-                try:
-                    if entry.is_dir(follow_symlinks=False):
-                        dirs.append(entry.path)
-                    elif entry.is_file(follow_symlinks=True):
+class _Walk:
+    """Regular-file paths below ``root``, depth first; never follows directory symlinks (no
+    cycles). ``pending`` holds the folders not yet reached; where the walk is stopped,
+    ``finish_folder`` counts what is left of the folder it was in, and what is below the
+    pending folders is estimated."""
+
+    def __init__(self, root: str, skipped: Counter[str]) -> None:
+        self.pending = [root]
+        self.skipped = skipped
+        self._entries: Iterator[os.DirEntry[str]] | None = None  # the folder being listed
+        self._dirs: list[str] = []  # its subfolders found so far
+
+    def __iter__(self) -> Iterator[str]:
+        # held here: a generator dropped by its caller closes, and its folder's listing with it
+        self._walking = self._names()
+        return self._walking
+
+    def _names(self) -> Iterator[str]:
+        stack, skipped = self.pending, self.skipped
+        while stack:
+            top = stack.pop()
+            try:
+                it = os.scandir(top)
+            except OSError:
+                skipped["unreadable_dir"] += 1
+                continue
+            with it:
+                self._entries, self._dirs = it, []
+                for entry in it:
+                    if _is_sample(entry, self._dirs, skipped):
                         yield entry.path
-                    elif entry.is_symlink():
-                        if os.path.exists(entry.path):
-                            # a link to a directory or a special file: neither is a sample
-                            skipped["symlink_not_file"] += 1
-                        else:
-                            skipped["broken_symlink"] += 1
-                    else:
-                        skipped["special_file"] += 1
-                except OSError:
-                    skipped["unreadable"] += 1
-            stack.extend(sorted(dirs, reverse=True))
+                stack.extend(sorted(self._dirs, reverse=True))
+                self._entries = None
+
+    def finish_folder(self, deadline: float) -> tuple[int, bool]:
+        """The files left in the folder a stopped walk was listing, counted (not kept), its
+        subfolders put with the pending ones; and whether it was counted to its end before
+        ``deadline``."""
+        it, count = self._entries, 0
+        if it is None:
+            return 0, True
+        for k, entry in enumerate(it):
+            count += _is_sample(entry, self._dirs, Counter())
+            if k % CHECK_EVERY == 0 and time.monotonic() > deadline:
+                return count, False
+        self.pending.extend(self._dirs)
+        self._entries = None
+        return count, True
+
+
+def _is_sample(entry: os.DirEntry[str], dirs: list[str], skipped: Counter[str]) -> bool:
+    """Whether a folder's entry is a file to list; a subfolder goes on ``dirs``, anything
+    else is counted in ``skipped`` by why."""
+    try:
+        if entry.is_dir(follow_symlinks=False):
+            dirs.append(entry.path)
+        elif entry.is_file(follow_symlinks=True):
+            return True
+        elif entry.is_symlink():
+            if os.path.exists(entry.path):
+                # a link to a directory or a special file: neither is a sample
+                skipped["symlink_not_file"] += 1
+            else:
+                skipped["broken_symlink"] += 1
+        else:
+            skipped["special_file"] += 1
+    except OSError:
+        skipped["unreadable"] += 1
+    return False
 
 
 def _kind(mode: int) -> str:
@@ -502,5 +650,8 @@ def profile(
         remote=ds.remote,
         sizes_estimated=ds.sizes_estimated,
         listing_truncated=ds.listing_truncated,
+        files_listed=ds.listed_files if ds.listing_truncated else None,
+        files_error=ds.files_error,
+        files_at_least=ds.files_at_least,
         skipped=dict(ds.skipped),
     )

@@ -74,6 +74,12 @@ class DatasetProfile:
     remote: bool = False
     sizes_estimated: bool = False  # a huge tree: sizes from a random sample of stat() calls
     listing_truncated: bool = False
+    # where the walk stopped at its share of the budget: the names it passed, the standard
+    # error of ``files`` (the folders left, estimated) and whether ``files`` is only a lower
+    # bound (a folder too large to count in time)
+    files_listed: int | None = None
+    files_error: int | None = None
+    files_at_least: bool = False
     skipped: dict[str, int] = field(default_factory=dict)  # reason -> count
     # files that were listed but failed to read when the probe read them (vanished, refused,
     # timed out), each counted once by cause (collect/failures.py names the causes)

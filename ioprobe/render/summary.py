@@ -11,7 +11,7 @@ from rich.text import Text
 
 from ioprobe import units
 from ioprobe.analysis.report import Findings
-from ioprobe.record import STAGE_NAMES, RunRecord
+from ioprobe.record import STAGE_NAMES, DatasetProfile, RunRecord
 from ioprobe.render.facts import (
     cluster_sentence,
     cluster_title,
@@ -158,7 +158,22 @@ def _notes(rec: RunRecord) -> list[str]:
         notes.append(failed)
     if ds.sizes_estimated:
         notes.append("sizes estimated from a random sample of the listing")
+    if ds.listing_truncated and ds.files_listed is not None:
+        notes.append(listing_note(ds))
     return notes
+
+
+def listing_note(ds: DatasetProfile) -> str:
+    """What a walk stopped at its share of the budget listed, and how the rest was counted."""
+    line = f"the listing stopped at its share of the budget after {ds.files_listed:,} files; "
+    if ds.files_at_least:
+        return line + f"at least {ds.files:,} files (a folder too large to count in time)"
+    if ds.files_error is not None and ds.files:
+        return line + (
+            f"about {ds.files:,} in all (± {ds.files_error / ds.files:.1%}, one standard "
+            "error: the folders left were estimated by random descents)"
+        )
+    return line + f"about {ds.files:,} in all"
 
 
 def read_errors_line(rec: RunRecord) -> str | None:

@@ -4,7 +4,8 @@
 For each data set, (a) one 1 GiB file and (b) 1,500 files of 128 KiB, and each block size the
 pass reads there (4 KiB, and 1 MiB or 128 KiB: ``device_limit.blocks_for``), a pair is one fio
 sweep (``--rw=randread`` at iodepth 1, 2, 4, ... 64, ``--runtime`` per depth) and one
-``device_limit.measure_device`` of the same files with the same time per depth, alternating.
+``device_limit.measure_device`` sweep of the same files with the same time per depth,
+interleaved depth by depth, the side that goes first alternating by pair.
 The ranked figure is ioprobe's best over fio's best, per pair; the median over the pairs.
 Goal: within 5% (0.95-1.05).
 
@@ -32,42 +33,53 @@ from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.device_limit import DEPTHS, blocks_for, measure_device
 
 
-def _fio_best(files: list[Path], block: int, seconds: float) -> tuple[float, int]:
-    """fio's best bytes/s over the depths, and the depth that gave it."""
-    best = (0.0, 0)
-    names = ":".join(str(f).replace(":", "\\:") for f in files)
-    for depth in DEPTHS:
-        out = subprocess.run(
-            [
-                "fio",
-                "--name=dl",
-                f"--filename={names}",
-                "--rw=randread",
-                f"--bs={block}",
-                "--ioengine=io_uring",
-                "--direct=1",
-                f"--iodepth={depth}",
-                "--file_service_type=random",
-                f"--runtime={seconds}",
-                "--time_based",
-                "--output-format=json",
-            ],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
-        job = json.loads(out[out.index("{") :])["jobs"][0]["read"]
-        best = max(best, (float(job["bw_bytes"]), depth))
-    return best
+def _fio(where: str, block: int, depth: int, seconds: float) -> float:
+    """fio's bytes/s at one depth: one file by name, a folder of them with --opendir."""
+    out = subprocess.run(
+        [
+            "fio",
+            "--name=dl",
+            where,
+            "--rw=randread",
+            f"--bs={block}",
+            "--ioengine=io_uring",
+            "--direct=1",
+            f"--iodepth={depth}",
+            "--file_service_type=random",
+            f"--runtime={seconds:g}",
+            "--time_based",
+            "--output-format=json",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return float(json.loads(out[out.index("{") :])["jobs"][0]["read"]["bw_bytes"])
 
 
-def _ioprobe_best(files: list[Path], block: int, seconds: float) -> tuple[float, int, str]:
+def _ioprobe(files: list[Path], block: int, depth: int, seconds: float) -> tuple[float, str]:
     entries = [FileEntry(str(f), f.stat().st_size) for f in files]
-    n = len(DEPTHS)
-    # fio's runtime per depth, and every depth read (no plateau rule), as fio's sweep
-    dev = measure_device(entries, seconds * n, blocks=[block], depths=DEPTHS, plateau=False)
-    best = max(dev.sweep, key=lambda p: p.read_bytes_per_s)
-    return best.read_bytes_per_s, best.queue_depth, dev.engine
+    dev = measure_device(entries, seconds, blocks=[block], depths=[depth], plateau=False)
+    return dev.sweep[0].read_bytes_per_s, dev.engine
+
+
+def _pair(
+    files: list[Path], block: int, seconds: float, flip: bool
+) -> tuple[tuple[float, int], tuple[float, int], str]:
+    """One sweep of each side, interleaved depth by depth (the first to run alternating by
+    pair): this virtio disk's rate drifts by tens of percent within seconds, and two sweeps
+    run one after the other would compare two moments, not two readers."""
+    where = f"--filename={files[0]}" if len(files) == 1 else f"--opendir={files[0].parent}"
+    fio_best, io_best, engine = (0.0, 0), (0.0, 0), ""
+    for depth in DEPTHS:
+        sides = ["fio", "io"] if flip else ["io", "fio"]
+        for side in sides:
+            if side == "fio":
+                fio_best = max(fio_best, (_fio(where, block, depth, seconds), depth))
+            else:
+                rate, engine = _ioprobe(files, block, depth, seconds)
+                io_best = max(io_best, (rate, depth))
+    return fio_best, io_best, engine
 
 
 def _write(work: Path) -> dict[str, list[Path]]:
@@ -105,9 +117,10 @@ def main() -> int:
         for name, files in sets.items():
             for block in blocks_for([f.stat().st_size for f in files]):
                 ratios, fio_runs, io_runs = [], [], []
-                for _ in range(args.pairs):
-                    fio_rate, fio_depth = _fio_best(files, block, args.seconds)
-                    io_rate, io_depth, engine = _ioprobe_best(files, block, args.seconds)
+                for k in range(args.pairs):
+                    (fio_rate, fio_depth), (io_rate, io_depth), engine = _pair(
+                        files, block, args.seconds, flip=k % 2 == 1
+                    )
                     ratios.append(io_rate / fio_rate)
                     fio_runs.append(f"{fio_rate / 1e6:,.0f} MB/s ({fio_depth})")
                     io_runs.append(f"{io_rate / 1e6:,.0f} MB/s ({io_depth}, {engine})")

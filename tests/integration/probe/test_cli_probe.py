@@ -234,7 +234,7 @@ def test_the_device_limit_is_measured_beside_the_loaders_reads(tmp_path: Path) -
             (data / f"{k:02d}.bin").write_bytes(os.urandom(256 * 1024))
         out, md = tmp_path / "run.json", tmp_path / "run.md"
         proc = run_cli(
-            "probe", str(data), "--time-budget", "10", "--device-limit", "--loader", "raw",
+            "probe", str(data), "--time-budget", "6", "--device-limit", "--loader", "raw",
             "--json", str(out), "--md", str(md),
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr

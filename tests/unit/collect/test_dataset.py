@@ -135,3 +135,63 @@ def test_profile_reports_size_percentiles_and_formats(tmp_path: Path) -> None:
     assert prof.size_p50 in (503, 603)
     assert prof.formats == {"jpeg": 10}
     assert prof.density == "low"
+
+
+def test_the_listing_keeps_a_uniform_sample_and_the_count_not_every_name() -> None:
+    import random
+
+    names = (f"n{i}" for i in range(200_000))
+    listing = ds.take_listing(names, random.Random(1), float("inf"), k=1000)
+    assert listing.count == 200_000 and not listing.stopped
+    assert len(listing.names) == 1000 == len(set(listing.names))
+    index = [int(n[1:]) for n in listing.names]
+    assert index == sorted(index)  # in walk order
+    # uniform over the walk: each tenth of it holds about a tenth of the sample
+    tenths = [sum(1 for i in index if t * 20_000 <= i < (t + 1) * 20_000) for t in range(10)]
+    assert all(60 <= n <= 140 for n in tenths), tenths
+
+
+def test_a_walk_stopped_at_its_deadline_estimates_the_folders_it_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import random
+
+    # the truth, by construction: 240 folders of 0-60 files in two levels, 7,000-odd files
+    rng = random.Random(7)
+    truth = 0
+    for a in range(12):
+        for b in range(20):
+            n = rng.randrange(61)
+            folder = tmp_path / f"a{a:02d}" / f"b{b:02d}"
+            folder.mkdir(parents=True)
+            for i in range(n):
+                (folder / f"f{i}").write_bytes(b"x")
+            truth += n
+    monkeypatch.setattr(ds, "WALK_SHARE", 0.0)  # the walk's deadline passes at once
+    monkeypatch.setattr(ds, "CHECK_EVERY", 512)  # and is seen at the 512th name
+    monkeypatch.setattr(ds, "STAT_SAMPLE", 200)
+    d = ds.resolve(str(tmp_path), budget_s=10)
+    assert d.listing_truncated and d.listed_files == 512
+    assert d.files_error is not None and not d.files_at_least
+    # the estimate within three of its standard errors of the truth, the error under 15%
+    assert abs(d.total_files - truth) <= 3 * d.files_error, (d.total_files, truth, d.files_error)
+    assert d.files_error < 0.15 * truth
+    prof = ds.profile(d, lambda e: b"")
+    assert prof.files == d.total_files and prof.files_listed == 512
+    from ioprobe.render.summary import listing_note
+
+    assert "after 512 files" in listing_note(prof) and "±" in listing_note(prof)
+
+
+def test_a_folder_too_large_to_count_in_time_gives_a_lower_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for i in range(3000):
+        (tmp_path / f"f{i}").write_bytes(b"x")
+    monkeypatch.setattr(ds, "WALK_SHARE", 0.0)
+    monkeypatch.setattr(ds, "DESCENT_MIN_S", 0.0)
+    monkeypatch.setattr(ds, "DESCENT_SHARE", 0.0)
+    monkeypatch.setattr(ds, "CHECK_EVERY", 256)
+    d = ds.resolve(str(tmp_path), budget_s=10)
+    assert d.listing_truncated and d.files_at_least
+    assert 256 <= d.total_files <= 3000

@@ -35,6 +35,7 @@ from typing import Literal
 from ioprobe import units
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.progress import Reporter, SilentReporter
+from ioprobe.collect.storage import latency_ms
 from ioprobe.collect.uring import Ring, UringUnavailable
 from ioprobe.record import DeviceLimit, DirectPoint
 
@@ -189,15 +190,9 @@ def _point(
         seconds=wall,
         read_bytes_per_s=got / wall if wall > 0 else 0.0,
         reads_per_s=reads / wall if wall > 0 else 0.0,
-        latency_p50_ms=_quantile_ms(lat, 0.5),
-        latency_p99_ms=_quantile_ms(lat, 0.99),
+        latency_p50_ms=latency_ms(lat, 0.5),
+        latency_p99_ms=latency_ms(lat, 0.99),
     )
-
-
-def _quantile_ms(sorted_ns: list[int], q: float) -> float | None:
-    if not sorted_ns:
-        return None
-    return sorted_ns[min(len(sorted_ns) - 1, int(q * len(sorted_ns)))] / 1e6
 
 
 def _ring_reads(

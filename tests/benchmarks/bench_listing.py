@@ -1,11 +1,11 @@
 """Listing a huge tree: the probe's listing time, peak memory and file count on trees of N
 files (1-byte files, 1,000 to a folder, folders 100 to a parent), against the truth built.
 
-    python tests/benchmarks/bench_listing.py --files 5000000 [--workdir DIR] [--budget 60]
+    python tests/benchmarks/bench_listing.py --files 5000000 [--workdir DIR] [--budget S ...]
         [--src DIR ...]
 
-Each ``--src`` is a checkout of ioprobe run on the same tree (default: this one), one after
-the other, each ``ioprobe probe TREE --time-budget B --cold --loader raw --json F`` in a
+Each ``--src`` (a checkout of ioprobe; default this one) at each ``--budget`` runs on the
+same tree, one after the other, each ``ioprobe probe TREE --time-budget B --cold --loader raw --json F`` in a
 process of its own whose peak RSS is read from ``wait4``. The tree is written under
 --workdir and removed at the end (on Ctrl-C too); writing 5 million files takes minutes.
 """
@@ -56,7 +56,11 @@ def _probe(src: Path, tree: Path, budget: float, out: Path) -> dict[str, object]
     cmd = [sys.executable, "-m", "ioprobe", "probe", str(tree), "--time-budget", f"{budget:g}"]
     cmd += ["--cold", "--loader", "raw", "-q", "--json", str(out)]
     t0 = time.monotonic()
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # run from the tree's parent: ``python -m`` puts the working directory first on the path,
+    # which would import the checkout the benchmark runs from instead of ``src``
+    proc = subprocess.Popen(
+        cmd, env=env, cwd=tree.parent, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     took = time.monotonic() - t0
     err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
@@ -69,6 +73,7 @@ def _probe(src: Path, tree: Path, budget: float, out: Path) -> dict[str, object]
     ds = rec["dataset"]
     result |= {k: ds.get(k) for k in ("files", "files_listed", "files_error", "files_at_least")}
     result["listing_truncated"] = ds.get("listing_truncated")
+    result["sizes_estimated"] = ds.get("sizes_estimated")
     return result
 
 
@@ -76,20 +81,28 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--files", type=int, default=5_000_000)
     ap.add_argument("--workdir", default=str(REPO.parent))
-    ap.add_argument("--budget", type=float, default=60.0)
+    ap.add_argument("--budget", type=float, action="append", help="seconds (default 60)")
     ap.add_argument("--src", action="append", help="an ioprobe checkout (default: this one)")
+    ap.add_argument(
+        "--tree", help="a tree this benchmark wrote before (kept), of --files files: reused"
+    )
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ioprobe-bench-listing-", dir=args.workdir))
     try:
-        t0 = time.monotonic()
-        _write(work / "tree", args.files)
-        print(f"{args.files:,} files written in {time.monotonic() - t0:.0f} s", file=sys.stderr)
-        print(f"| checkout | files (truth {args.files:,}) | listed | error | took | peak RSS |")
-        print("|---|---:|---:|---:|---:|---:|")
-        for src in args.src or [str(REPO)]:
-            r = _probe(Path(src), work / "tree", args.budget, work / "run.json")
+        tree = Path(args.tree) if args.tree else work / "tree"
+        if not args.tree:
+            t0 = time.monotonic()
+            _write(tree, args.files)
+            print(f"{args.files:,} files written in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+        print(
+            f"| checkout | budget | files (truth {args.files:,}) | listed | error | took | peak RSS |"
+        )
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        runs = [(src, b) for src in args.src or [str(REPO)] for b in args.budget or [60.0]]
+        for src, budget in runs:
+            r = _probe(Path(src), tree, budget, work / "run.json")
             if r["rc"] != 0:
-                print(f"| {src} | rc {r['rc']}: {r['error']} | | | {r['took_s']:.1f} s | "
+                print(f"| {src} | {budget:g} s | rc {r['rc']}: {r['error']} | | | {r['took_s']:.1f} s | "
                       f"{r['rss_mb']:.0f} MB |", flush=True)  # fmt: skip
                 continue
             files = int(str(r["files"]))
@@ -97,7 +110,7 @@ def main() -> int:
             rel = f"± {int(str(err)) / files:.1%}" if err is not None else "-"
             listed = f"{r['files_listed']:,}" if r["files_listed"] is not None else "all"
             print(
-                f"| {src} | {files:,} ({files / args.files - 1:+.1%}) | {listed} | {rel} | "
+                f"| {src} | {budget:g} s | {files:,} ({files / args.files - 1:+.1%}) | {listed} | {rel} | "
                 f"{r['took_s']:.1f} s | {r['rss_mb']:.0f} MB |",
                 flush=True,
             )

@@ -245,13 +245,13 @@ def take_listing(
     else:
         return Listing([n for _, n in kept], count, False)
     # names k+1 on: skip ahead by geometric gaps, replacing a random kept name at each stop
-    w = math.exp(math.log(rng.random()) / k)
+    w = math.exp(math.log(_unit(rng)) / k)
     take = count + _gap(rng, w)
     stopped = False
     for name in it:
         if count == take:
             kept[rng.randrange(k)] = (count, name)
-            w *= math.exp(math.log(rng.random()) / k)
+            w *= math.exp(math.log(_unit(rng)) / k)
             take += 1 + _gap(rng, w)
         count += 1
         if count % CHECK_EVERY == 0 and clock() > deadline:
@@ -261,9 +261,12 @@ def take_listing(
     return Listing([n for _, n in kept], count, stopped)
 
 
+def _unit(rng: random.Random) -> float:
+    return rng.random() or 1e-300  # random() may return 0.0, whose log is undefined
+
+
 def _gap(rng: random.Random, w: float) -> int:
-    u = rng.random() or 1e-300  # random() may return 0.0; log(0) is undefined
-    return int(math.log(u) / math.log1p(-w)) if w < 1.0 else 0
+    return int(math.log(_unit(rng)) / math.log1p(-w)) if w < 1.0 else 0
 
 
 def estimate_rest(

@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import IO, Any, Literal
 
 from ioprobe.errors import BadInputError
 
@@ -73,10 +73,13 @@ def destination(path: str | os.PathLike[str]) -> Destination:
     """What writing ``path`` would write to; BadInputError naming the path if it is a kind
     ioprobe must not write (a directory, a socket, a block device, a read-only file, a link
     into a missing directory)."""
-    name = os.fspath(path)
+    name = os.fsdecode(path)  # bytes too, as open() takes them
     if not name:
         # '' resolves to the working directory: the atomic write would rename over it
         raise BadInputError("an empty file name; give a file name")
+    if name.endswith(os.sep):
+        # "out.json/" names a directory: writing the file "out.json" is not what was asked
+        raise BadInputError(f"{name}: names a directory (it ends in {os.sep}); give a file name")
     fd = fd_of(name)
     if fd is not None:
         return Destination("fd", name, fd)
@@ -324,3 +327,36 @@ def _read_fd(fd: int, what: str, limit: int, idle_s: float) -> bytes:
         got += len(chunk)
         if got > limit:
             raise BadInputError(f"{what}: more than the {limit:,} bytes allowed (a device?)")
+
+
+class HungUpTolerant:
+    """A text stream whose writes that fail for a gone reader (a terminal that hung up: EIO,
+    a closed pipe: EPIPE) are dropped, with every write after them: progress is a courtesy,
+    and a closed terminal must not end a measurement (its SIGHUP does, in order, with the
+    record written). Anything else is the stream's own."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except OSError as exc:
+                if exc.errno not in (errno.EIO, errno.EPIPE):
+                    raise
+                self.gone = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except OSError as exc:
+                if exc.errno not in (errno.EIO, errno.EPIPE):
+                    raise
+                self.gone = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)

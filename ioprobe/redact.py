@@ -22,12 +22,18 @@ text on every path by construction.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
+import errno
+import os
 import re
+import sys
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
+
+from ioprobe.errors import BadInputError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -285,7 +291,22 @@ def console(**options: Any) -> Console:
     made here; ``options`` are the Console's own (``stderr``, ``file``, ``width``, ...)."""
     from rich.console import Console  # rich is for the edges: importing redact stays cheap
 
-    return Console(markup=False, emoji=False, highlight=False, **options)
+    out = Console(markup=False, emoji=False, highlight=False, **options)
+    # rich's own answer to a reader that went away (`ioprobe env | head -0`) is a silent
+    # SystemExit(1), and click's to a BrokenPipeError the same; ioprobe's is one line and
+    # exit 2, as for any failed write
+    out.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]
+    return out
+
+
+def _broken_pipe() -> None:
+    # what is still buffered for stdout has no reader: dropped, not flushed into an
+    # "Exception ignored" at exit
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    raise BadInputError(f"cannot write to stdout: {os.strerror(errno.EPIPE)}")
 
 
 def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:

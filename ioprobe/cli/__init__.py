@@ -9,6 +9,7 @@ from __future__ import annotations
 import ast
 import codecs
 import contextlib
+import errno
 import io
 import os
 import signal
@@ -24,7 +25,15 @@ import click
 
 from ioprobe._version import __version__
 from ioprobe.collect.procfs import process_age_s
-from ioprobe.errors import WRITE_ERRNOS, Interrupted, IoprobeError, Terminated, TermSignal
+from ioprobe.errors import (
+    WRITE_ERRNOS,
+    BadInputError,
+    Interrupted,
+    IoprobeError,
+    Terminated,
+    TermSignal,
+)
+from ioprobe.outputs import HungUpTolerant
 from ioprobe.redact import printable, redact_message
 
 # a process older than this when its command starts is not one started for the command (an
@@ -74,6 +83,15 @@ class _LazyGroup(click.Group):
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            # click answers a closed stdout (`ioprobe whatif RUN | head -0`) with a silent
+            # exit 1; ioprobe's answer to any failed write is one line and exit 2
+            _drop_stdout()
+            raise BadInputError(f"cannot write to stdout: {os.strerror(errno.EPIPE)}") from None
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         module = SUBCOMMANDS.get(cmd_name)
         if module is None:
@@ -102,6 +120,12 @@ def main(argv: list[str] | None = None) -> None:
     # SIGHUP (a closed terminal, a supervisor's reload) takes the same path, unless it is
     # ignored (nohup), which stays so
     _encodable_stdout()
+    # a terminal that hangs up (an ssh session dropped) fails every later write to stderr
+    # with EIO: progress and error lines are dropped from then on, and what ends the command
+    # is its SIGHUP, in order, with its outputs written and its exit code
+    stderr = sys.stderr
+    if stderr is not None and not isinstance(stderr, HungUpTolerant):
+        sys.stderr = HungUpTolerant(stderr)
     here = threading.current_thread() is threading.main_thread()
     previous: dict[int, Any] = {}
     if here:
@@ -111,6 +135,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         _main(argv, started)
     finally:
+        sys.stderr = stderr
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
 
@@ -121,10 +146,12 @@ _PLAIN_MARKS |= {"…": "...", "≥": ">=", "≤": "<=", "±": "+/-", "µ": "u",
 _PLAIN_MARKS |= dict.fromkeys("█▉▊▋▌▍▎▏▇▆▅▄▃▂▁", "#")
 
 
-def _plain_marks(exc: UnicodeError) -> tuple[str, int]:
+def _plain_marks(exc: UnicodeError) -> tuple[str | bytes, int]:
     if not isinstance(exc, UnicodeEncodeError):
         raise exc
     text = exc.object[exc.start : exc.end]
+    if all("\udc80" <= c <= "\udcff" for c in text):
+        return bytes(ord(c) - 0xDC00 for c in text), exc.end  # surrogateescape's own bytes
     return "".join(_PLAIN_MARKS.get(c, "?") for c in text), exc.end
 
 
@@ -136,7 +163,9 @@ def _encodable_stdout() -> None:
     bars, arrows and signs print as ASCII and any other character as '?', where the summary
     would fail with UnicodeEncodeError; stderr already escapes them (Python's own default)."""
     stream = sys.stdout
-    if isinstance(stream, io.TextIOWrapper) and stream.errors == "strict":
+    # "surrogateescape" is the C locale's (LC_ALL=C): it passes a file name's raw bytes on
+    # but fails on any other character outside ASCII, and keeps doing the first here
+    if isinstance(stream, io.TextIOWrapper) and stream.errors in ("strict", "surrogateescape"):
         with contextlib.suppress(ValueError, OSError):  # closed, or detached by a host program
             stream.reconfigure(errors="ioprobe-plain")
 
@@ -215,5 +244,11 @@ def _fail(message: str, code: int) -> None:
     # quotes "KEY:SECRET@bucket" as a bucket name); an escape sequence from a path or a URL
     # shows as text instead of acting
     line = printable(redact_message(" ".join(message.split()), _ARGV or sys.argv))
-    click.echo(f"ioprobe: error: {line}", err=True)
+    try:
+        click.echo(f"ioprobe: error: {line}", err=True)
+    except OSError:
+        # stderr is a terminal that hung up (EIO) or a closed pipe: the line has nowhere to
+        # go, and the exit code is all that is left to say it
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
     sys.exit(code)

@@ -287,8 +287,14 @@ def _stopped(
     word = "terminated" if error is Terminated else "interrupted"
     if partial is None:
         return error(word)  # nothing measured yet: nothing written
-    deliver(finalize(partial, try_load_catalog()), plan)
-    return error(f"{word} during {partial.interrupted}; what was measured before is reported")
+    said = f"{word} during {partial.interrupted}; what was measured before is reported"
+    try:
+        deliver(finalize(partial, try_load_catalog()), plan)
+    except BadInputError as exc:
+        # an output that failed (the summary on a terminal that hung up and sent the
+        # SIGHUP) is said, and the exit stays the signal's: 130 or 143, not 2
+        return error(f"{said}, but: {exc}")
+    return error(said)
 
 
 def _target(target: str | None, pcie_only: bool, reporter: Reporter) -> str:

@@ -176,7 +176,8 @@ def _tune_by_runs(cmd: tuple[str, ...], trial_batches: int, trials: int) -> RunR
 def _tune_in_run(cmd: tuple[str, ...], trial_batches: int, trials: int) -> RunRecord:
     """Every setting a window of one run's first epoch: the first window's record, with the
     trials."""
-    console(stderr=True).print(
+    err = console(stderr=True)
+    err.print(
         f"ioprobe tune: up to {trials + 1} trials in the first epoch of one run; the script "
         "then runs to its end"
     )
@@ -202,6 +203,12 @@ def _tune_in_run(cmd: tuple[str, ...], trial_batches: int, trials: int) -> RunRe
 
     plan_env = {"in_run": True, "batches": trial_batches, "trials": trials}
     code, _runs, _made = _run_watched(cmd, extra_env={TRIAL_ENV: json.dumps(plan_env)}, also=read)
+    if not found and code in _INTERRUPTS:  # a signal ioprobe passed on ended the one run
+        err.print(
+            f"ioprobe tune --in-run: interrupted ({_signal_name(-code)}) before a trial ended: "
+            "nothing to compare"
+        )
+        sys.exit(128 - code)
     if not found:
         why = "; ".join(notes) or "it iterated no DataLoader with workers"
         raise BadInputError(

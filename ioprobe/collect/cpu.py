@@ -214,11 +214,16 @@ def _payload_file(payloads: list[bytes]) -> Iterator[str]:
     remove_stale_payloads(tempfile.gettempdir())
     fd, path = tempfile.mkstemp(prefix=f"{PAYLOAD_PREFIX}{os.getpid()}-")
     try:
-        with os.fdopen(fd, "wb") as fh:
+        with os.fdopen(os.dup(fd), "wb") as fh:
             pickle.dump(payloads, fh, protocol=pickle.HIGHEST_PROTOCOL)
-        yield path
+        # the workers open it through this process's descriptor: a temporary-file cleaner
+        # that removes the name mid-probe (tmpreaper, systemd-tmpfiles) leaves it readable
+        held = f"/proc/{os.getpid()}/fd/{fd}"
+        yield held if os.path.exists(held) else path
     finally:
-        os.unlink(path)
+        os.close(fd)
+        with suppress(FileNotFoundError):  # removed by such a cleaner: nothing left to do
+            os.unlink(path)
 
 
 def remove_stale_payloads(folder: str) -> list[str]:

@@ -242,12 +242,13 @@ def _write_trials(out: str) -> None:
     or were never begun."""
     if not trial().get("in_run"):
         return
-    # only here: it imports torch, which a script that never did (DALI's) must not pay at exit
-    from ioprobe.loaders.torch_trials import InRunTrials
-
+    # never imported here: it imports torch, which a script that never did must not pay at
+    # exit (torch's finalizers then run in a dying interpreter and print "Exception
+    # ignored"); where the script made no trials the module was never loaded
+    trials_mod = sys.modules.get("ioprobe.loaders.torch_trials")
     notes = list(_passed_over)
     for w in _watchers:
-        if isinstance(w, InRunTrials):
+        if trials_mod is not None and isinstance(w, trials_mod.InRunTrials):
             for k, (_overrides, window) in enumerate(w.trials):
                 try:
                     window.run.save(os.path.join(out, f"trial-{os.getpid()}-{k}.json"))

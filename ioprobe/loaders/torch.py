@@ -727,12 +727,16 @@ class Watched:
         )
         self._collector.stop_after = stop_after
         self._run: RunRecord | None = None
+        self._run_at = (0, 0)  # the collector's progress when _run was read
 
     @property
     def run(self) -> RunRecord:
-        """The record so far; complete once iteration has ended."""
-        if self._run is None:
+        """The record so far; complete once iteration has ended. Read mid-pass, the loop
+        may go on: the rest of the pass is recorded as an epoch entry of its own."""
+        at = self._collector.progress()
+        if self._run is None or self._run_at != at:
             self._run = self._finish(self._collector.stop())
+            self._run_at = self._collector.progress()
         return self._run
 
     @property
@@ -770,7 +774,7 @@ class Watched:
 
         def end(error: BaseException | None) -> None:
             # an iterator closed after a newer one began must not end the newer one's epoch
-            if self._collector.current is epoch:
+            if self._collector.in_pass(epoch):
                 self._collector.end_epoch(error)
             self._run = None
 

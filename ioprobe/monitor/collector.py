@@ -151,6 +151,7 @@ class WatchCollector:
         self._span_samples = 0
         self.origin = 0  # the run's time zero (perf_counter_ns)
         self._cur: WatchEpoch | None = None
+        self.pass_head: WatchEpoch | None = None  # see begin_epoch
         self._prev_arrival = 0
         self._cpu_start = 0.0
         self._host_start: tuple[float | None, float] = (None, 0.0)
@@ -175,6 +176,8 @@ class WatchCollector:
             # epoch's iterator after taking len(loader) batches, and drops the old one later
             self.end_epoch(None)
         self._cur = WatchEpoch(index=self.epochs_begun)
+        # the epoch the iterator's pass began with: its end ends an entry that continues it
+        self.pass_head = self._cur
         self.epochs_begun += 1
         self.epochs.append(self._cur)
         self._prev_arrival = 0
@@ -226,6 +229,10 @@ class WatchCollector:
     def current(self) -> WatchEpoch | None:
         """The epoch being iterated, None between passes."""
         return self._cur
+
+    def in_pass(self, head: WatchEpoch | None) -> bool:
+        """Whether an epoch is running in the pass that began with ``head``."""
+        return self._cur is not None and self.pass_head is head
 
     @property
     def last_arrival_ns(self) -> int:
@@ -314,7 +321,14 @@ class WatchCollector:
     def on_delivery(self, t_request: int, t_arrival: int, n: int) -> WatchEpoch:
         """The consumer's side of one batch of ``n`` samples: what every framework has."""
         ep = self._cur
-        assert ep is not None
+        if ep is None:
+            # the record was read mid-pass (``stop()`` ends the epoch it is in) and the loop
+            # goes on: the rest of the pass is an epoch entry of its own, of the same pass
+            head = self.pass_head
+            self.begin_epoch()
+            self.pass_head = head
+            ep = self._cur
+            assert ep is not None
         if not self.origin:
             # the run's time zero: the first iter(), where there was one (the workers it
             # starts may begin their first samples before the first batch is asked for)
@@ -372,6 +386,11 @@ class WatchCollector:
         if self.interrupted or isinstance(sys.exc_info()[1], KeyboardInterrupt):
             mark_interrupted(rec)
         return rec
+
+    def progress(self) -> tuple[int, int]:
+        """Epochs begun and the latest one's batches: what a record read earlier was read at
+        (a wrapper keeps its record until this moves)."""
+        return self.epochs_begun, self.epochs[-1].batches if self.epochs else 0
 
     def kept_notes(self) -> list[str]:
         """What the record says of what was too long to keep one by one."""

@@ -181,6 +181,13 @@ class RunRecord:
             rec: RunRecord = _CODEC.load(cls, data)
         except RecordError as exc:
             raise RecordError(f"{source}: {exc}") from None
+        tune = rec.tune
+        if tune is not None and tune.best is not None and not 0 <= tune.best < len(tune.trials):
+            # an index into the trials: one past them would fail every view that shows it
+            raise RecordError(
+                f"{source}: tune.best: {tune.best} names no trial (the record has "
+                f"{len(tune.trials)})"
+            )
         return rec
 
     def dumps(self) -> str:

@@ -236,12 +236,19 @@ def test_the_dlio_export_keeps_outside_text_in_its_comments(tmp_path: Path) -> N
     assert "live_key: injected" in (tmp_path / "w.yaml").read_text()  # shown, as a comment
 
 
-def test_an_ascii_terminal_gets_the_summary_with_ascii_marks(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "env",
+    [{"PYTHONIOENCODING": "ascii"}, {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}],
+    ids=["ascii", "C locale"],
+)
+def test_an_ascii_terminal_gets_the_summary_with_ascii_marks(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
     from ioprobe.analysis import finalize
     from tests.unit.analysis.test_whatif import probe_record
 
     finalize(probe_record()).save(tmp_path / "run.json")
-    proc = _cli_bytes("report", str(tmp_path / "run.json"), env={"PYTHONIOENCODING": "ascii"})
+    proc = _cli_bytes("report", str(tmp_path / "run.json"), env=env)
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     assert b"UnicodeEncodeError" not in proc.stderr
     proc.stdout.decode("ascii")  # every byte ASCII
@@ -281,3 +288,18 @@ def test_a_record_saved_to_an_empty_name_is_refused_in_ioprobes_words(
     with pytest.raises(IoprobeError, match="an empty file name"):
         finalize(probe_record()).save("")
     assert work.is_dir() and os.listdir(tmp_path) == ["work"] and not os.listdir(work)
+
+
+def test_an_output_name_ending_in_a_slash_is_refused_and_bytes_paths_are_taken(
+    tmp_path: Path,
+) -> None:
+    from ioprobe.analysis import finalize
+    from tests.unit.analysis.test_whatif import probe_record
+
+    rec = finalize(probe_record())
+    rec.save(tmp_path / "run.json")
+    proc = run_cli("report", str(tmp_path / "run.json"), "--json", str(tmp_path / "x.json") + "/")
+    assert proc.returncode == 2 and "names a directory" in proc.stderr, proc.stderr
+    assert not (tmp_path / "x.json").exists()  # "x.json/" asked for a folder, not this file
+    rec.save(os.fsencode(tmp_path / "b.json"))  # as open() takes a bytes path
+    assert RunRecord.load(os.fsencode(tmp_path / "b.json")).kind == rec.kind

@@ -52,3 +52,27 @@ def test_a_full_stdout_is_one_line_and_exit_2(name: str, run_json: str) -> None:
     assert len(lines) == 1, proc.stderr
     assert lines[0].startswith("ioprobe: error: ") and "No space left on device" in lines[0]
     assert Path(run_json).exists()  # the input is untouched
+
+
+@pytest.mark.parametrize("name", sorted(COMMANDS))
+def test_a_stdout_whose_reader_left_is_one_line_and_exit_2(name: str, run_json: str) -> None:
+    # rich and click each answer a broken pipe with a silent exit 1: ioprobe's own answer is
+    # the one for every failed write
+    args = [run_json if a == "RUN" else a for a in COMMANDS[name]]
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte: `ioprobe ... | head -0`
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "ioprobe", *args],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(lines) == 1 and "Broken pipe" in lines[0], proc.stderr

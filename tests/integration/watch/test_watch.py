@@ -356,3 +356,26 @@ def test_a_loader_in_the_main_process_counts_nothing_the_process_did_before_its_
     assert sum(len(b) for b in second) == 32
     assert second.run.watch is not None
     assert sum(e.read_chars for e in second.run.watch.epochs) < 1 << 20
+
+
+def test_the_record_read_mid_loop_is_what_was_seen_and_the_loop_goes_on() -> None:
+    def make() -> DataLoader[torch.Tensor]:
+        return DataLoader(BurnDataset(160, 0.0), batch_size=8, num_workers=2)
+
+    plain = consume(make())
+    watched = ioprobe.watch(make())
+    got, mid = [], None
+    for k, batch in enumerate(watched):
+        got.append(batch)
+        if k == 5:
+            mid = watched.run  # a training loop logging its loader's record as it goes
+            assert mid.watch is not None and sum(e.samples for e in mid.watch.epochs) == 48
+    # the loop was not ended or changed by the read: every batch, in order
+    assert [b.tolist() for b in got] == [b.tolist() for b in plain]
+    end = watched.run
+    assert end is not mid and end.watch is not None  # re-read: the loop moved on since
+    assert sum(e.samples for e in end.watch.epochs) == 160
+    assert len(end.watch.epochs) == 2  # the pass as read mid-way, and its rest
+    consume(watched)  # the next pass is an epoch of its own
+    again = watched.run.watch
+    assert again is not None and sum(e.samples for e in again.epochs) == 320

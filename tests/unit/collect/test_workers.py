@@ -3,6 +3,7 @@ SIGTERM handler would never run."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -97,3 +98,33 @@ def test_payload_files_of_killed_probes_are_removed_by_the_next_one(
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     cpu_mod.measure_cpu("raw", [b"x" * 100], 1, 0.3, levels=[1])
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name])
+
+
+def test_the_payload_file_stays_readable_when_a_cleaner_removes_its_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pickle
+    import tempfile
+
+    from ioprobe.collect import cpu as cpu_mod
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with cpu_mod._payload_file([b"abc", b"de"]) as held:
+        for name in tmp_path.iterdir():  # tmpreaper, systemd-tmpfiles: the name goes
+            name.unlink()
+        with open(held, "rb") as fh:  # what a worker starting now opens
+            assert pickle.load(fh) == [b"abc", b"de"]
+    assert not list(tmp_path.iterdir())  # and the exit raised nothing over the gone name
+    # a whole CPU phase with the name removed as soon as it is made
+    real = cpu_mod._payload_file
+
+    @contextlib.contextmanager
+    def cleaned(payloads: list[bytes]) -> Iterator[str]:
+        with real(payloads) as path:
+            for name in tmp_path.iterdir():
+                name.unlink()
+            yield path
+
+    monkeypatch.setattr(cpu_mod, "_payload_file", cleaned)
+    stage = cpu_mod.measure_cpu("raw", [b"x" * 100] * 8, 1, 0.5, levels=[1])
+    assert stage.sweep and stage.sweep[0].samples > 0

@@ -216,3 +216,15 @@ def test_an_integer_of_thousands_of_digits_or_deep_nesting_is_one_error(tmp_path
         _load_text(tmp_path, '{"schema": "ioprobe.run/1", "n": ' + "9" * 5000 + "}")
     with pytest.raises(RecordError, match="not a usable JSON document"):
         _load_text(tmp_path, "[" * 100_000 + "]" * 100_000)
+
+
+def test_a_tune_record_whose_best_names_no_trial_is_refused(tmp_path: Path) -> None:
+    from ioprobe.record import TuneData, TuneTrial
+
+    rec = make_record()
+    trial = TuneTrial(2, 2, True, None, 100.0)
+    rec.tune = TuneData(trials=[trial], best=7)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(rec.to_json()))
+    with pytest.raises(RecordError, match=r"tune\.best: 7 names no trial"):
+        RunRecord.load(path)

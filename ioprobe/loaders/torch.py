@@ -309,6 +309,9 @@ def iterate(
     collector: WatchCollector,
     begin: Callable[[], Callable[[BaseException | None], None]],
     device: torch.device | None = None,
+    # bound with the function, not looked up in the module: an iterator left open is closed
+    # at the interpreter's exit, after the module's names were cleared to None
+    _not_errors: tuple[type[BaseException], ...] = (GeneratorExit, TrialDone),
 ) -> Iterator[Any]:
     """Yield the user's batches (moved to ``device`` when given); report each batch's request
     and arrival times and its worker's measurements to ``collector``, and mark the step
@@ -357,7 +360,7 @@ def iterate(
             if device is not None:
                 batch = move(batch, device, None, collector.gpu.timeline)
             yield batch
-    except (GeneratorExit, TrialDone):
+    except _not_errors:
         raise  # the consumer stopped early (break), or a trial ended: not an error
     except BaseException as exc:
         error = exc

@@ -379,3 +379,30 @@ def test_the_record_read_mid_loop_is_what_was_seen_and_the_loop_goes_on() -> Non
     consume(watched)  # the next pass is an epoch of its own
     again = watched.run.watch
     assert again is not None and sum(e.samples for e in again.epochs) == 320
+
+
+def test_an_iterator_left_open_at_exit_ends_without_a_word(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "left_open.py"
+    script.write_text(
+        "import torch, ioprobe\n"
+        "from torch.utils.data import DataLoader\n"
+        "w = ioprobe.watch(DataLoader(torch.arange(64.0), batch_size=8, num_workers=1))\n"
+        "i1, i2 = iter(w), iter(w)\n"
+        "next(i1); next(i2); next(i1)\n"  # two passes open, neither finished
+        "print(w.run.kind)\n"
+    )
+    repo = Path(__file__).resolve().parents[3]
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        timeout=120,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "watch", proc.stderr
+    # the open iterators are closed as the interpreter ends, after the module's names were
+    # cleared: "Exception ignored ... catching classes that do not inherit from BaseException"
+    assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr

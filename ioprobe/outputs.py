@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Literal
 
 from ioprobe.errors import BadInputError
 
@@ -327,36 +327,3 @@ def _read_fd(fd: int, what: str, limit: int, idle_s: float) -> bytes:
         got += len(chunk)
         if got > limit:
             raise BadInputError(f"{what}: more than the {limit:,} bytes allowed (a device?)")
-
-
-class HungUpTolerant:
-    """A text stream whose writes that fail for a gone reader (a terminal that hung up: EIO,
-    a closed pipe: EPIPE) are dropped, with every write after them: progress is a courtesy,
-    and a closed terminal must not end a measurement (its SIGHUP does, in order, with the
-    record written). Anything else is the stream's own."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self._stream = stream
-        self.gone = False
-
-    def write(self, text: str) -> int:
-        if not self.gone:
-            try:
-                return self._stream.write(text)
-            except OSError as exc:
-                if exc.errno not in (errno.EIO, errno.EPIPE):
-                    raise
-                self.gone = True
-        return len(text)
-
-    def flush(self) -> None:
-        if not self.gone:
-            try:
-                self._stream.flush()
-            except OSError as exc:
-                if exc.errno not in (errno.EIO, errno.EPIPE):
-                    raise
-                self.gone = True
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._stream, name)

@@ -30,10 +30,8 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 from urllib.parse import unquote
-
-from ioprobe.errors import BadInputError
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -301,12 +299,45 @@ def console(**options: Any) -> Console:
 
 def _broken_pipe() -> None:
     # what is still buffered for stdout has no reader: dropped, not flushed into an
-    # "Exception ignored" at exit
+    # "Exception ignored" at exit; the error is made one line by the command line's group
     with contextlib.suppress(OSError, ValueError):
         null = os.open(os.devnull, os.O_WRONLY)
         os.dup2(null, sys.stdout.fileno())
         os.close(null)
-    raise BadInputError(f"cannot write to stdout: {os.strerror(errno.EPIPE)}")
+    raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+class HungUpTolerant:
+    """A text stream whose writes that fail for a gone reader (a terminal that hung up: EIO,
+    a closed pipe: EPIPE) are dropped, with every write after them: progress is a courtesy,
+    and a closed terminal must not end a measurement (its SIGHUP does, in order, with the
+    record written). Anything else is the stream's own."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+        self.gone = False
+
+    def write(self, text: str) -> int:
+        if not self.gone:
+            try:
+                return self._stream.write(text)
+            except OSError as exc:
+                if exc.errno not in (errno.EIO, errno.EPIPE):
+                    raise
+                self.gone = True
+        return len(text)
+
+    def flush(self) -> None:
+        if not self.gone:
+            try:
+                self._stream.flush()
+            except OSError as exc:
+                if exc.errno not in (errno.EIO, errno.EPIPE):
+                    raise
+                self.gone = True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:

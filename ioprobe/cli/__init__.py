@@ -33,8 +33,7 @@ from ioprobe.errors import (
     Terminated,
     TermSignal,
 )
-from ioprobe.outputs import HungUpTolerant
-from ioprobe.redact import printable, redact_message
+from ioprobe.redact import HungUpTolerant, printable, redact_message
 
 # a process older than this when its command starts is not one started for the command (an
 # embedding program calling main()): its age is not the command's start-up

@@ -14,9 +14,8 @@ from typing import IO, Any, Protocol
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from ioprobe.outputs import HungUpTolerant
+from ioprobe.redact import HungUpTolerant, printable
 from ioprobe.redact import console as text_console
-from ioprobe.redact import printable
 
 
 class Reporter(Protocol):

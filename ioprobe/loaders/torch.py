@@ -304,20 +304,23 @@ def _unmeasured(collector: WatchCollector, t0: int, t1: int, batch: Any) -> Any:
     return batch
 
 
+# what ends a pass without an error: bound as a default of ``iterate``, not looked up in the
+# module, because an iterator left open is closed at the interpreter's exit, after the
+# module's names were cleared to None
+_NOT_ERRORS: tuple[type[BaseException], ...] = (GeneratorExit, TrialDone)
+
+
 def iterate(
     inner: DataLoader[Any],
     collector: WatchCollector,
     begin: Callable[[], Callable[[BaseException | None], None]],
     device: torch.device | None = None,
-    # bound with the function, not looked up in the module: an iterator left open is closed
-    # at the interpreter's exit, after the module's names were cleared to None
-    _not_errors: tuple[type[BaseException], ...] = (GeneratorExit, TrialDone),
+    _not_errors: tuple[type[BaseException], ...] = _NOT_ERRORS,
 ) -> Iterator[Any]:
     """Yield the user's batches (moved to ``device`` when given); report each batch's request
     and arrival times and its worker's measurements to ``collector``, and mark the step
-    boundaries on its device timeline when it has one. The epoch begins (``begin``, which
-    returns its end) at the first ``next()``: an iterator that is made and never advanced,
-    as Lightning makes one to check that a loader is iterable, is no epoch."""
+    boundaries on its device timeline when it has one. The epoch begins (``begin``) at the
+    first ``next()``: an iterator never advanced (Lightning's check) is no epoch."""
     clock, thread_ns, on_batch = time.perf_counter_ns, time.thread_time_ns, collector.on_batch
     error: BaseException | None = None
     on_end = begin()

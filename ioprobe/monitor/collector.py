@@ -107,6 +107,9 @@ class Adapter(Protocol):
 class WatchCollector:
     """Fills mutable buffers batch by batch; ``stop()`` returns the finished RunRecord."""
 
+    _cur: WatchEpoch | None
+    pass_head: WatchEpoch | None
+
     def __init__(
         self,
         adapter: Adapter,
@@ -150,8 +153,7 @@ class WatchCollector:
         self.mapped = MappedFiles()  # the data files the workers mapped
         self._span_samples = 0
         self.origin = 0  # the run's time zero (perf_counter_ns)
-        self._cur: WatchEpoch | None = None
-        self.pass_head: WatchEpoch | None = None  # see begin_epoch
+        self._cur = self.pass_head = None  # the epoch running, and its pass's first (begin_epoch)
         self._prev_arrival = 0
         self._cpu_start = 0.0
         self._host_start: tuple[float | None, float] = (None, 0.0)

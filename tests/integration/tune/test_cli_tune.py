@@ -3,6 +3,7 @@ each stopped once measured, the table and the change to make, the record with ev
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -163,9 +164,7 @@ def test_tune_in_run_passes_the_scripts_exit_code_on_and_says_so(
 
 
 def test_ctrl_c_during_a_trial_stops_the_tuning_with_what_was_measured(tmp_path: Path) -> None:
-    import os
     import signal
-    import subprocess
     import time
 
     record = tmp_path / "t.json"
@@ -174,14 +173,7 @@ def test_ctrl_c_during_a_trial_stops_the_tuning_with_what_was_measured(tmp_path:
         "--json", str(record), "--",
         sys.executable, IN_RUN, "40000", str(tmp_path / "out.json"), "2", "1",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        argv,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "COLUMNS": "120", "PYTHONPATH": str(REPO)},
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = _tune_process(argv)
     assert proc.stderr is not None
     seen = ""
     deadline = time.monotonic() + 120
@@ -215,9 +207,7 @@ def test_tune_in_run_of_a_script_without_torch_imports_none_at_its_exit(tmp_path
 def test_a_signal_to_tune_in_run_before_a_trial_ended_exits_as_that_signal(
     tmp_path: Path, signum: int
 ) -> None:
-    import os
     import signal
-    import subprocess
     import time
 
     argv = [
@@ -225,16 +215,7 @@ def test_a_signal_to_tune_in_run_before_a_trial_ended_exits_as_that_signal(
         "--trials", "2", "--", sys.executable, IN_RUN, "40000", str(tmp_path / "out.json"),
         "2", "1",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        argv,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "COLUMNS": "120", "PYTHONPATH": str(REPO)},
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        # the test runner's own SIGHUP may be ignored (nohup): ioprobe keeps an ignored one
-        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
-    )
+    proc = _tune_process(argv)
     assert proc.stderr is not None
     seen = proc.stderr.readline()  # "ioprobe tune: up to 3 trials in the first epoch ..."
     time.sleep(2.0)  # inside the script's first window
@@ -243,3 +224,20 @@ def test_a_signal_to_tune_in_run_before_a_trial_ended_exits_as_that_signal(
     assert proc.wait(timeout=60) == 128 + signum, seen + rest
     assert f"interrupted ({signal.Signals(signum).name}) before a trial ended" in rest
     assert "Traceback" not in rest and "no trial ran" not in rest
+
+
+def _tune_process(argv: list[str]) -> subprocess.Popen[str]:
+    """``argv`` with its stderr to read line by line, SIGHUP at its default: the test
+    runner's own may be ignored (nohup), and ioprobe keeps an ignored one ignored."""
+    import os
+    import signal
+
+    return subprocess.Popen(
+        argv,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "120", "PYTHONPATH": str(REPO)},
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_DFL),
+    )

@@ -140,12 +140,43 @@ def _check_directory(name: str, parent: str) -> None:
     table, root's write to a directory that refuses it anyway)."""
     if not os.access(parent, os.W_OK | os.X_OK):
         raise BadInputError(f"{name}: cannot write in {parent!r}: permission denied")
+    if _append_only(parent):
+        # files can be made there but never removed or replaced: the check's own file would
+        # stay, and so would every temporary file of an atomic write
+        raise BadInputError(f"{name}: {parent!r} is append-only or immutable; give another folder")
     try:
         fd, probe = tempfile.mkstemp(prefix=".ioprobe-check-", dir=parent)
     except OSError as exc:
         raise BadInputError(f"{name}: cannot write in {parent!r}: {exc.strerror}") from None
     os.close(fd)
-    os.unlink(probe)
+    try:
+        os.unlink(probe)
+    except OSError as exc:
+        raise BadInputError(
+            f"{name}: a file made in {parent!r} cannot be removed ({exc.strerror}); "
+            f"{os.path.basename(probe)!r} is left there"
+        ) from None
+
+
+FS_IOC_GETFLAGS = 0x80086601  # the inode flags chattr sets (x86-64 and arm64 value)
+FS_IMMUTABLE_FL, FS_APPEND_FL = 0x10, 0x20
+
+
+def _append_only(folder: str) -> bool:
+    """Whether ``folder`` has chattr's append-only or immutable flag; False where the file
+    system keeps no such flags."""
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return False
+    try:
+        flags = bytearray(8)
+        fcntl.ioctl(fd, FS_IOC_GETFLAGS, flags)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return bool(int.from_bytes(flags[:4], sys.byteorder) & (FS_APPEND_FL | FS_IMMUTABLE_FL))
 
 
 def _check_descriptor(name: str, fd: int) -> None:

@@ -48,6 +48,9 @@ MIN_POINT_S = 0.25
 MAX_FILES = 1024  # files opened for the pass at most (a random choice of the larger ones)
 TARGETS = 1 << 14  # offsets drawn per block size, cycled through
 REAP_SHARE = 8  # a wake-up reaps 1/8 of the depth
+DRAIN_S = 2.0  # the longest a stopped point waits for its reads in flight
+# buffers (and the views pinning them) of points whose reads did not all come back
+_ABANDONED: list[tuple[mmap.mmap, object]] = []
 ALIGN = 4096  # O_DIRECT's alignment of offset, length and buffer on every common device
 
 
@@ -246,21 +249,28 @@ def _ring_reads(
                 else:
                     inflight -= 1
     except BaseException:
-        _drain(ring, inflight)
+        if not _drain(ring, inflight):
+            # reads still in flight may land in the buffers: they are kept mapped (the view
+            # pins them) rather than freed under the kernel
+            _ABANDONED.append((buffers, view))
         raise
     finally:
         del view
     return reads, got, (clock() - start) / 1e9, lat
 
 
-def _drain(ring: Ring, inflight: int) -> None:
-    """Wait for the reads still in flight, so no read lands in a buffer after it is freed."""
-    while inflight > 0:
+def _drain(ring: Ring, inflight: int) -> bool:
+    """Wait for the reads still in flight, so no read lands in a buffer after it is freed;
+    at most ``DRAIN_S`` (a Ctrl-C or SIGHUP must end the probe, not wait on a device), and
+    whether they all came back."""
+    deadline = time.monotonic() + DRAIN_S
+    while inflight > 0 and time.monotonic() < deadline:
         try:
             ring.enter(1)
-        except OSError:
-            return
+        except (OSError, KeyboardInterrupt):  # a second signal: the deadline still holds
+            continue
         inflight -= len(ring.completions())
+    return inflight <= 0
 
 
 def _thread_reads(

@@ -198,7 +198,7 @@ class Ring:
         """Submit the queued reads and wait for ``wait`` completions (0: none)."""
         self._sq_tail[0] = self._tail
         flags = IORING_ENTER_GETEVENTS if wait else 0
-        while True:
+        while True:  # once, or again where a submission was cut short
             rc = _syscall(
                 SYS_IO_URING_ENTER,
                 ctypes.c_int(self.fd),
@@ -212,8 +212,9 @@ class Ring:
                 self._queued -= rc
                 return
             err = ctypes.get_errno()
-            if err != 4:  # EINTR: a signal for Python's handler; its exception comes next
-                raise OSError(err, f"io_uring_enter: {os.strerror(err)}")
+            if err == errno.EINTR:
+                return  # a signal: back to Python, whose handler runs (its exception, if any)
+            raise OSError(err, f"io_uring_enter: {os.strerror(err)}")
 
     def completions(self) -> list[tuple[int, int]]:
         head, tail = self._cq_head[0], self._cq_tail[0]

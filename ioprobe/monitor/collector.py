@@ -172,12 +172,12 @@ class WatchCollector:
         self.group_rank: RankInfo | None = None
 
     # -- hot path: one call per batch -------------------------------------------------------
-    def begin_epoch(self) -> None:
+    def begin_epoch(self) -> WatchEpoch:
         if self._cur is not None:
             # a new pass began before the last one ended: Lightning asks for the next
             # epoch's iterator after taking len(loader) batches, and drops the old one later
             self.end_epoch(None)
-        self._cur = WatchEpoch(index=self.epochs_begun)
+        self._cur = ep = WatchEpoch(index=self.epochs_begun)
         # the epoch the iterator's pass began with: its end ends an entry that continues it
         self.pass_head = self._cur
         self.epochs_begun += 1
@@ -193,6 +193,7 @@ class WatchCollector:
         self.request_ns = 0
         if self.live is not None:
             self.live.epoch_began()
+        return ep
 
     def note_next_cpu(self, ns: int) -> None:
         """The main thread's CPU time in one sampled next(): what taking a batch costs it."""
@@ -327,10 +328,8 @@ class WatchCollector:
             # the record was read mid-pass (``stop()`` ends the epoch it is in) and the loop
             # goes on: the rest of the pass is an epoch entry of its own, of the same pass
             head = self.pass_head
-            self.begin_epoch()
+            ep = self.begin_epoch()  # its own: another thread may read the record meanwhile
             self.pass_head = head
-            ep = self._cur
-            assert ep is not None
         if not self.origin:
             # the run's time zero: the first iter(), where there was one (the workers it
             # starts may begin their first samples before the first batch is asked for)

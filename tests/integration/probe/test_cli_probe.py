@@ -247,3 +247,39 @@ def test_the_device_limit_is_measured_beside_the_loaders_reads(tmp_path: Path) -
     assert "device limit (direct reads)" in proc.stderr  # the phase's progress
     for text in (proc.stdout, md.read_text()):
         assert "device limit" in text and "in direct 256 KiB reads" in " ".join(text.split())
+
+
+def test_a_signal_during_the_device_limit_ends_the_probe_with_what_it_measured(
+    tmp_path: Path,
+) -> None:
+    import signal
+    import subprocess
+    import sys
+
+    from tests.support.direct import direct_folder
+
+    with direct_folder(tmp_path) as data:
+        for k in range(200):
+            (data / f"{k:03d}.bin").write_bytes(os.urandom(200_000))
+        out = tmp_path / "run.json"
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ioprobe", "probe", str(data), "--time-budget", "20",
+             "--device-limit", "--loader", "raw", "--json", str(out)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])},
+        )  # fmt: skip
+        assert proc.stderr is not None
+        seen = ""
+        while "device limit (direct reads)" not in seen:
+            line = proc.stderr.readline()
+            assert line, seen
+            seen += line
+        time.sleep(0.3)  # reads in flight on the ring
+        proc.send_signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        code = proc.wait(timeout=30)  # it spun for ever in the ring's drain
+        rest = proc.stderr.read()
+    assert code == 143, seen + rest
+    assert time.monotonic() - t0 < 5
+    assert "terminated during device limit" in rest
+    assert json.loads(out.read_text())["complete"] is False

@@ -406,3 +406,26 @@ def test_an_iterator_left_open_at_exit_ends_without_a_word(tmp_path: Path) -> No
     # the open iterators are closed as the interpreter ends, after the module's names were
     # cleared: "Exception ignored ... catching classes that do not inherit from BaseException"
     assert "Exception ignored" not in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_the_record_read_from_another_thread_while_the_loop_runs_costs_the_loop_nothing() -> None:
+    import threading
+
+    watched = ioprobe.watch(DataLoader(BurnDataset(800, 0.0), batch_size=8, num_workers=2))
+    stop = threading.Event()
+    reads = []
+
+    def reader() -> None:  # a monitoring thread polling the record
+        while not stop.is_set():
+            reads.append(watched.run)
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    try:
+        batches = sum(1 for _ in watched) + sum(1 for _ in watched)
+    finally:
+        stop.set()
+        t.join(10)
+    assert batches == 200 and reads  # every batch of both passes, no assertion
+    end = watched.run.watch
+    assert end is not None and sum(e.samples for e in end.epochs) == 1600

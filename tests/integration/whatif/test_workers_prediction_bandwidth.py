@@ -56,7 +56,9 @@ def test_more_workers_on_a_bandwidth_cap_predicted_from_the_probe_within_20_perc
             ds = MeteredHttpDecodeDataset(urls, DECODE_S)
             return watch_run(DataLoader(ds, batch_size=4, num_workers=workers))
 
-        for i in range(3):
+        # two pairs: the throttle holds the 4-worker rate at its cap from run to run, and the
+        # default test run's 15 minutes hold no third
+        for i in range(2):
             path = tmp_path / f"two{i}.json"
             run(2).save(path)
             predicted, assumptions = _predicted(path, probe, 4)

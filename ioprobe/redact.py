@@ -318,23 +318,23 @@ class HungUpTolerant:
         self.gone = False
 
     def write(self, text: str) -> int:
-        if not self.gone:
-            try:
-                return self._stream.write(text)
-            except OSError as exc:
-                if exc.errno not in (errno.EIO, errno.EPIPE):
-                    raise
-                self.gone = True
+        self._unless_gone(self._stream.write, text)
         return len(text)
 
     def flush(self) -> None:
-        if not self.gone:
-            try:
-                self._stream.flush()
-            except OSError as exc:
-                if exc.errno not in (errno.EIO, errno.EPIPE):
-                    raise
-                self.gone = True
+        self._unless_gone(self._stream.flush)
+
+    def _unless_gone(self, call: Callable[..., object], *args: Any) -> None:
+        """``call(*args)`` unless the reader is gone; a write error that says it went marks
+        it gone."""
+        if self.gone:
+            return
+        try:
+            call(*args)
+        except OSError as exc:
+            if exc.errno not in (errno.EIO, errno.EPIPE):
+                raise
+            self.gone = True
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
@@ -396,3 +396,8 @@ __all__ = [
     "shown",
     "shown_all",
 ]
+
+
+def hung_up_tolerant(stream: IO[str]) -> IO[str]:
+    """``stream`` wrapped in ``HungUpTolerant``, once: a stream already wrapped is itself."""
+    return stream if isinstance(stream, HungUpTolerant) else HungUpTolerant(stream)  # type: ignore[return-value]

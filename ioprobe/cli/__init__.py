@@ -33,7 +33,7 @@ from ioprobe.errors import (
     Terminated,
     TermSignal,
 )
-from ioprobe.redact import HungUpTolerant, printable, redact_message
+from ioprobe.redact import hung_up_tolerant, printable, redact_message
 
 # a process older than this when its command starts is not one started for the command (an
 # embedding program calling main()): its age is not the command's start-up
@@ -123,8 +123,8 @@ def main(argv: list[str] | None = None) -> None:
     # with EIO: progress and error lines are dropped from then on, and what ends the command
     # is its SIGHUP, in order, with its outputs written and its exit code
     stderr = sys.stderr
-    if stderr is not None and not isinstance(stderr, HungUpTolerant):
-        sys.stderr = HungUpTolerant(stderr)
+    if stderr is not None:
+        sys.stderr = hung_up_tolerant(stderr)
     here = threading.current_thread() is threading.main_thread()
     previous: dict[int, Any] = {}
     if here:

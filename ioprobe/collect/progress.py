@@ -9,13 +9,13 @@ shown has its control characters escaped: a detail may quote a file name or a li
 from __future__ import annotations
 
 import sys
-from typing import IO, Any, Protocol
+from typing import IO, Protocol
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from ioprobe.redact import HungUpTolerant, printable
 from ioprobe.redact import console as text_console
+from ioprobe.redact import hung_up_tolerant, printable
 
 
 class Reporter(Protocol):
@@ -43,7 +43,7 @@ class LineReporter:
     """One line per finished step, for logs and pipes."""
 
     def __init__(self, stream: IO[str] | None = None) -> None:
-        self._stream: Any = HungUpTolerant(stream or sys.stderr)
+        self._stream = hung_up_tolerant(stream or sys.stderr)
         self._phase = ""
 
     def phase(self, name: str) -> None:
@@ -117,6 +117,6 @@ def make_reporter(quiet: bool = False, console: Console | None = None) -> Report
     # makes rich call a pipe a terminal, and a progress display in a log is noise
     terminal = err.is_terminal if console is not None else _isatty(sys.stderr)
     if terminal and not err.is_dumb_terminal:
-        err.file = HungUpTolerant(err.file)  # type: ignore[assignment]
+        err.file = hung_up_tolerant(err.file)
         return RichReporter(err)
     return LineReporter(err.file if console is not None else None)

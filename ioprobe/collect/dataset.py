@@ -28,14 +28,17 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ioprobe.capacity import density_class
+from ioprobe.collect.bucket import Deadline, Rest, estimate_bucket_rest, remote_files
 from ioprobe.collect.budget import Pending, map_within, network_timeouts
 from ioprobe.collect.failures import ReadFailures, chain, label, transport_cause
 from ioprobe.errors import StorageTimeoutError, TargetError
 from ioprobe.record import DatasetProfile
 from ioprobe.redact import redact_message, redact_url
+
+T = TypeVar("T")
 
 STAT_SAMPLE = 20_000  # files stat-ed at most; beyond, sizes are a random sample
 WALK_SHARE = 0.3  # of the budget: the walk's time; the folders left are estimated
@@ -217,21 +220,24 @@ def _local_candidates(target: str, path: str, skipped: Counter[str]) -> Iterable
 
 
 @dataclass
-class Listing:
-    names: list[str]  # a uniform random sample of the names walked, in walk order
+class Listing(Generic[T]):
+    names: list[T]  # a uniform random sample of the names walked, in walk order
     count: int  # the names walked
     stopped: bool  # the walk reached its deadline before its end
 
 
 def take_listing(
-    candidates: Iterable[str], rng: random.Random, deadline: float, k: int | None = None
-) -> Listing:
+    candidates: Iterable[T],
+    rng: random.Random,
+    deadline: float,
+    k: int | None = None,
+) -> Listing[T]:
     """Walk ``candidates`` until they end or ``deadline`` (``time.monotonic``) passes,
     keeping a uniform random sample of ``k`` names (Li's reservoir algorithm L: it draws
     random numbers only for the names it keeps, about k log(n/k) of n) and the count;
     ``k`` is ``STAT_SAMPLE`` by default."""
     k = STAT_SAMPLE if k is None else k
-    kept: list[tuple[int, str]] = []
+    kept: list[tuple[int, T]] = []
     count = 0
     clock = time.monotonic
     it = iter(candidates)
@@ -257,7 +263,7 @@ def take_listing(
         if count % CHECK_EVERY == 0 and clock() > deadline:
             stopped = True
             break
-    kept.sort()
+    kept.sort(key=lambda pair: pair[0])
     return Listing([n for _, n in kept], count, stopped)
 
 
@@ -431,23 +437,45 @@ def _skip_summary(skipped: Counter[str]) -> str:
 def _resolve_remote(url: str, storage_options: dict[str, Any], budget_s: float) -> Dataset:
     target = redact_url(url)  # what is shown; ``url`` itself only opens the filesystem
     fs, path = _open_remote(url, target, storage_options, budget_s)
-    files = [i for i in _list_remote(target, fs, path, url) if i.get("type") in (None, "file")]
-    listed = len(files)
+    deadline = Deadline(time.monotonic() + WALK_SHARE * budget_s)
+    try:
+        files, pages = remote_files(fs, path, deadline)
+        listing = take_listing(files, random.Random(0), math.inf)
+    except TargetError:
+        raise
+    except Exception as exc:
+        raise _listing_error(target, exc, url) from None
     skipped: Counter[str] = Counter()
-    files, sizes_estimated = _fill_sizes(fs, files, skipped)
-    entries = _remote_entries(files, skipped)
+    infos, sizes_asked = _fill_sizes(fs, listing.names, skipped)
+    entries = _remote_entries(infos, skipped)
     if not entries:
         raise TargetError(f"{target}: no non-empty files found")
+    listed, error, bound = float(listing.count), None, False
+    if deadline.hit:
+        rest = Rest(0.0, None)
+        if pages is not None:
+            wait = max(DESCENT_SHARE * budget_s, DESCENT_MIN_S)
+            rest = estimate_bucket_rest(pages, time.monotonic() + wait)
+        listed += rest.files
+        error, bound = rest.error, rest.error is None
+    sizes_estimated = sizes_asked or listing.count > STAT_SAMPLE or deadline.hit
     total = len(entries)
     if sizes_estimated:
-        total = round(listed * len(entries) / STAT_SAMPLE)
+        # the usable share of the sample, scaled up to the whole listing
+        total = round(listed * len(entries) / max(len(listing.names), 1))
+        if error is not None:
+            error = error * len(entries) / max(len(listing.names), 1)
     return Dataset(
         target=target,
         entries=entries,
         fs=fs,
         total_files=total,
         sizes_estimated=sizes_estimated,
+        listing_truncated=deadline.hit,
         skipped=skipped,
+        listed_files=listing.count,
+        files_error=round(error) if error is not None else None,
+        files_at_least=bound,
     )
 
 
@@ -483,19 +511,6 @@ def _set_timeouts(scheme: str, opts: dict[str, Any], budget_s: float) -> None:
         opts.setdefault("client_kwargs", {"timeout": timeout})
     elif scheme in ("s3", "s3a"):
         opts.setdefault("config_kwargs", {"connect_timeout": connect, "read_timeout": read})
-
-
-def _list_remote(target: str, fs: Any, path: str, url: str = "") -> list[dict[str, Any]]:
-    """The info dicts of what a glob, a directory or a single object names."""
-    try:
-        if any(ch in path for ch in "*?["):
-            infos = fs.glob(path, detail=True)
-            return list(infos.values()) if isinstance(infos, dict) else []
-        if fs.isdir(path):
-            return list(fs.find(path, detail=True).values())
-        return [fs.info(path)]
-    except Exception as exc:
-        raise _listing_error(target, exc, url) from None
 
 
 def _listing_error(target: str, exc: Exception, url: str) -> TargetError:

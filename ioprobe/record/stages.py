@@ -76,7 +76,7 @@ class DatasetProfile:
     listing_truncated: bool = False
     # where the walk stopped at its share of the budget: the names it passed, the standard
     # error of ``files`` (the folders left, estimated) and whether ``files`` is only a lower
-    # bound (a folder too large to count in time)
+    # bound (a folder too large, or a bucket with no folders, not counted in time)
     files_listed: int | None = None
     files_error: int | None = None
     files_at_least: bool = False

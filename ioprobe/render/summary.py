@@ -167,11 +167,13 @@ def listing_note(ds: DatasetProfile) -> str:
     """What a walk stopped at its share of the budget listed, and how the rest was counted."""
     line = f"the listing stopped at its share of the budget after {ds.files_listed:,} files; "
     if ds.files_at_least:
-        return line + f"at least {ds.files:,} files (a folder too large to count in time)"
+        how = "bucket's keys" if ds.remote else "folder's files"
+        return line + f"at least {ds.files:,} files (the rest of the {how} not counted in time)"
     if ds.files_error is not None and ds.files:
+        how = "from the mean of the folders listed whole" if ds.remote else "by random descents"
         return line + (
             f"about {ds.files:,} in all (± {ds.files_error / ds.files:.1%}, one standard "
-            "error: the folders left were estimated by random descents)"
+            f"error: the folders left were estimated {how})"
         )
     return line + f"about {ds.files:,} in all"
 

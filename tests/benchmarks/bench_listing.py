@@ -1,8 +1,10 @@
-"""Listing a huge tree: the probe's listing time, peak memory and file count on trees of N
-files (1-byte files, 1,000 to a folder, folders 100 to a parent), against the truth built.
+"""Listing a huge tree or bucket: the probe's listing time, peak memory and file count on
+trees of N files (1-byte files, 1,000 to a folder, folders 100 to a parent), or with
+``--bucket`` on a moto S3 bucket of N keys (500 to 1,500 to a folder) on 127.0.0.1, against the
+truth built.
 
     python tests/benchmarks/bench_listing.py --files 5000000 [--workdir DIR] [--budget S ...]
-        [--src DIR ...]
+        [--src DIR ...] [--bucket]
 
 Each ``--src`` (a checkout of ioprobe; default this one) at each ``--budget`` runs on the
 same tree, one after the other, each ``ioprobe probe TREE --time-budget B --cold --loader raw --json F`` in a
@@ -13,6 +15,7 @@ process of its own whose peak RSS is read from ``wait4``. The tree is written un
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -51,15 +54,17 @@ def _write(root: Path, files: int) -> None:
             print(f"  written {made:,}", file=sys.stderr, flush=True)
 
 
-def _probe(src: Path, tree: Path, budget: float, out: Path) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": str(src)}
-    cmd = [sys.executable, "-m", "ioprobe", "probe", str(tree), "--time-budget", f"{budget:g}"]
+def _probe(
+    src: Path, target: str, cwd: Path, budget: float, out: Path, env: dict[str, str]
+) -> dict[str, object]:
+    env = {**os.environ, **env, "PYTHONPATH": str(src)}
+    cmd = [sys.executable, "-m", "ioprobe", "probe", target, "--time-budget", f"{budget:g}"]
     cmd += ["--cold", "--loader", "raw", "-q", "--json", str(out)]
     t0 = time.monotonic()
-    # run from the tree's parent: ``python -m`` puts the working directory first on the path,
-    # which would import the checkout the benchmark runs from instead of ``src``
+    # run from outside the checkout: ``python -m`` puts the working directory first on the
+    # path, which would import the checkout the benchmark runs from instead of ``src``
     proc = subprocess.Popen(
-        cmd, env=env, cwd=tree.parent, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        cmd, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     _, status, usage = os.wait4(proc.pid, 0)
     took = time.monotonic() - t0
@@ -86,21 +91,29 @@ def main() -> int:
     ap.add_argument(
         "--tree", help="a tree this benchmark wrote before (kept), of --files files: reused"
     )
+    ap.add_argument("--bucket", action="store_true", help="a moto S3 bucket, not a tree")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="ioprobe-bench-listing-", dir=args.workdir))
+    stack = contextlib.ExitStack()
     try:
-        tree = Path(args.tree) if args.tree else work / "tree"
-        if not args.tree:
-            t0 = time.monotonic()
-            _write(tree, args.files)
-            print(f"{args.files:,} files written in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+        env: dict[str, str] = {}
+        if args.bucket:
+            target, env = _bucket(stack, args.files)
+        else:
+            tree = Path(args.tree) if args.tree else work / "tree"
+            target = str(tree)
+            if not args.tree:
+                t0 = time.monotonic()
+                _write(tree, args.files)
+                took = time.monotonic() - t0
+                print(f"{args.files:,} files written in {took:.0f} s", file=sys.stderr)
         print(
             f"| checkout | budget | files (truth {args.files:,}) | listed | error | took | peak RSS |"
         )
         print("|---|---:|---:|---:|---:|---:|---:|")
         runs = [(src, b) for src in args.src or [str(REPO)] for b in args.budget or [60.0]]
         for src, budget in runs:
-            r = _probe(Path(src), tree, budget, work / "run.json")
+            r = _probe(Path(src), target, work, budget, work / "run.json", env)
             if r["rc"] != 0:
                 print(f"| {src} | {budget:g} s | rc {r['rc']}: {r['error']} | | | {r['took_s']:.1f} s | "
                       f"{r['rss_mb']:.0f} MB |", flush=True)  # fmt: skip
@@ -115,8 +128,52 @@ def main() -> int:
                 flush=True,
             )
     finally:
+        stack.close()
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+_SERVE = """
+import random, sys
+sys.path.insert(0, sys.argv[1])
+from tests.support.servers import S3Server
+
+def keys(n):
+    rng, folder, made = random.Random(0), 0, 0
+    while made < n:
+        size = min(rng.randrange(500, 1500), n - made)  # folders of uneven size
+        yield from (f"d{folder:05d}/f{made + i:08d}" for i in range(size))
+        folder, made = folder + 1, made + size
+
+with S3Server() as s3:
+    s3.put_many("big", keys(int(sys.argv[2])))
+    print(s3.endpoint_url, flush=True)
+    sys.stdin.read()  # until the benchmark closes it
+"""
+
+
+def _bucket(stack: contextlib.ExitStack, keys: int) -> tuple[str, dict[str, str]]:
+    """A moto bucket of ``keys`` 1-byte objects, 500 to 1,500 to a folder, served by a process of
+    its own (a probe forked from a process holding the bucket would count its memory in its
+    peak RSS) for as long as ``stack`` is open: the target and the environment that
+    reaches it."""
+    sys.path.insert(0, str(REPO))
+    from tests.support.servers import S3Server
+
+    t0 = time.monotonic()
+    server = subprocess.Popen(
+        [sys.executable, "-c", _SERVE, str(REPO), str(keys)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    stack.callback(server.wait, 30)
+    stack.callback(server.stdin.close)  # type: ignore[union-attr]
+    endpoint = server.stdout.readline().strip()  # type: ignore[union-attr]
+    print(f"{keys:,} keys put in {time.monotonic() - t0:.0f} s", file=sys.stderr)
+    reach = S3Server()
+    reach._endpoint = endpoint  # the variables that reach the other process's server
+    return "s3://big", reach.env()
 
 
 if __name__ == "__main__":

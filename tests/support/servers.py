@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -533,6 +533,23 @@ class S3Server:
             client.upload_file(str(path), bucket, key)
             keys.append(key)
         return keys
+
+    def put_many(self, bucket: str, keys: Iterable[str], body: bytes = b"x") -> int:
+        """Create ``bucket`` and put ``body`` at each of ``keys`` straight into moto's
+        in-process backend: 10^5 objects in seconds, where as many PUT requests take
+        minutes. Only for a server in this process (moto's state is process-wide)."""
+        from moto.core import DEFAULT_ACCOUNT_ID
+        from moto.s3.exceptions import BucketAlreadyExists
+        from moto.s3.models import s3_backends
+
+        backend = s3_backends[DEFAULT_ACCOUNT_ID]["global"]
+        with contextlib.suppress(BucketAlreadyExists):  # made by an earlier test
+            backend.create_bucket(bucket, self.REGION)
+        n = 0
+        for key in keys:
+            backend.put_object(bucket, key, body)
+            n += 1
+        return n
 
 
 def _iter_files(directory: Path) -> Iterator[Path]:

@@ -1,0 +1,197 @@
+"""A remote target's listing, lazily: an S3 bucket a page of keys at a time, any other
+fsspec filesystem a folder at a time.
+
+fsspec's ``find`` gathers a whole listing before it returns: a bucket of a million objects
+holds every info dict in memory and takes as long as its thousand pages, whatever the
+probe's budget. Read lazily, the listing feeds the same reservoir as a local walk
+(``dataset.take_listing``: a bounded sample and a count) and stops at its share of the
+budget. Where an S3 listing stops early, the keys it had not reached are estimated from the
+folders it had finished (``estimate_bucket_rest``), or stated as a lower bound where the bucket has
+no folders to go by.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+PAGE_KEYS = 1000  # keys per ListObjectsV2 request: S3's own maximum
+MAX_FOLDERS = 10_000  # top-level folders counted, at most; beyond, no estimate is made
+
+
+def is_s3(fs: Any) -> bool:
+    """Whether ``fs`` is s3fs's filesystem (the one backend read page by page here)."""
+    protocol = fs.protocol if isinstance(fs.protocol, tuple | list) else (fs.protocol,)
+    return "s3" in protocol and hasattr(fs, "call_s3") and hasattr(fs, "split_path")
+
+
+class Deadline:
+    """When a listing asks for no more pages or folders (``time.monotonic``); ``hit`` says
+    whether it stopped there. A page once fetched is taken whole: it cost its request."""
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.hit = False
+
+    def passed(self) -> bool:
+        self.hit = self.hit or time.monotonic() > self.at
+        return self.hit
+
+
+def remote_files(
+    fs: Any, path: str, deadline: Deadline
+) -> tuple[Iterator[dict[str, Any]], S3Pages | None]:
+    """The info dicts of the files a glob, a folder or one object names, lazily, until
+    ``deadline``; and the S3 pages they come from where a stopped listing's rest can be
+    estimated (a bucket's folder, not a glob's matches). Errors are the backend's own,
+    raised as the listing reaches them."""
+    wild = any(ch in path for ch in "*?[")
+    if wild and is_s3(fs) and _wildcard_after_bucket(path):
+        return _globbed(S3Pages(fs, _glob_root(path), deadline), path), None
+    if wild:
+        infos = fs.glob(path, detail=True)
+        return _files(infos.values() if isinstance(infos, dict) else []), None
+    if is_s3(fs):
+        # s3fs's isdir lists a whole level of the bucket, every page of it, before the
+        # listing starts again: one key is enough to know a folder
+        pages = S3Pages(fs, path, deadline)
+        if pages.has_keys():
+            return iter(pages), pages
+    elif fs.isdir(path):
+        return _walked(fs, path, deadline), None
+    return _files([fs.info(path)]), None
+
+
+def _files(infos: Any) -> Iterator[dict[str, Any]]:
+    return (i for i in infos if i.get("type") in (None, "file"))
+
+
+def _walked(fs: Any, path: str, deadline: Deadline) -> Iterator[dict[str, Any]]:
+    for _top, _dirs, files in fs.walk(path, detail=True):
+        yield from _files(files.values())
+        if deadline.passed():
+            return
+
+
+def _wildcard_after_bucket(path: str) -> bool:
+    first = min(path.find(ch) for ch in "*?[" if ch in path)
+    return "/" in path[:first]
+
+
+def _glob_root(path: str) -> str:
+    """The folder a glob's matches are all below: its path up to the last ``/`` before the
+    first wildcard."""
+    first = min(path.find(ch) for ch in "*?[" if ch in path)
+    return path[:first].rsplit("/", 1)[0]
+
+
+def _globbed(pages: S3Pages, pattern: str) -> Iterator[dict[str, Any]]:
+    from fsspec.utils import glob_translate
+
+    match = re.compile(glob_translate(pattern)).match
+    return (info for info in pages if match(info["name"]))
+
+
+class S3Pages:
+    """The objects below an S3 prefix, a ListObjectsV2 page at a time, as info dicts
+    (``name`` is ``bucket/key``, as s3fs names them). Keys ending in ``/`` are folder
+    markers, not files. As it goes it counts the keys per top-level folder below the prefix
+    (``folders``; None past ``MAX_FOLDERS``) and keeps the last key (``last``): what
+    ``estimate_bucket_rest`` needs where the listing is stopped."""
+
+    def __init__(self, fs: Any, path: str, deadline: Deadline) -> None:
+        self.fs = fs
+        self.deadline = deadline
+        bucket, key, _version = fs.split_path(path)
+        self.bucket = bucket
+        self.prefix = key.rstrip("/") + "/" if key else ""
+        self.folders: Counter[str] | None = Counter()
+        self.last = ""
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix}
+        kwargs["MaxKeys"] = PAGE_KEYS
+        skip = len(self.prefix)
+        while True:
+            page = self.fs.call_s3("list_objects_v2", **kwargs)
+            for item in page.get("Contents", ()):
+                key = item["Key"]
+                if key.endswith("/"):
+                    continue
+                self._count(key[skip:])
+                yield {"name": f"{self.bucket}/{key}", "size": item["Size"], "type": "file"}
+            if not page.get("IsTruncated") or self.deadline.passed():
+                return
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+
+    def has_keys(self) -> bool:
+        """Whether any key is below the prefix: whether the path is a folder (a bucket's
+        name is one, its keys or not)."""
+        if not self.prefix:
+            return True
+        page = self.fs.call_s3("list_objects_v2", Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+        return bool(page.get("Contents") or page.get("CommonPrefixes"))
+
+    def _count(self, rest: str) -> None:
+        self.last = rest
+        folders = self.folders
+        if folders is None:
+            return
+        folder, slash, _name = rest.partition("/")
+        if slash:  # a key in the prefix itself belongs to no folder
+            folders[folder] += 1
+            if len(folders) > MAX_FOLDERS:
+                self.folders = None
+
+    def top_folders(self, deadline: float) -> list[str] | None:
+        """The folders right below the prefix (a delimited listing), or None where it did not
+        end by ``deadline`` or there are more than ``MAX_FOLDERS``."""
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix}
+        kwargs.update(Delimiter="/", MaxKeys=PAGE_KEYS)
+        found: list[str] = []
+        skip = len(self.prefix)
+        while len(found) <= MAX_FOLDERS and time.monotonic() < deadline:
+            page = self.fs.call_s3("list_objects_v2", **kwargs)
+            found += [p["Prefix"][skip:].rstrip("/") for p in page.get("CommonPrefixes", ())]
+            if not page.get("IsTruncated"):
+                return found
+            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+        return None
+
+
+@dataclass
+class Rest:
+    files: float  # the keys a stopped listing had not reached, estimated
+    error: float | None  # its standard error; None where only a lower bound is known
+
+
+def estimate_bucket_rest(pages: S3Pages, deadline: float) -> Rest:
+    """The keys a listing stopped at ``pages.last`` had not reached. S3 lists keys in order,
+    so the top-level folders before the last key's are whole: their mean count stands for
+    each folder after it, and for what is left of the one it was in. The error is the mean's
+    standard error times the folders left. A bucket with no folders, or fewer than two
+    finished, gives no estimate (``Rest(0, None)``: the count is a lower bound)."""
+    folders, current = pages.folders, pages.last.partition("/")[0]
+    if folders is None or "/" not in pages.last:
+        return Rest(0.0, None)
+    done = [n for name, n in folders.items() if name != current]
+    if len(done) < 2:
+        return Rest(0.0, None)
+    try:
+        names = pages.top_folders(deadline)
+    except Exception:  # the estimate is a bonus: a failed request leaves the lower bound
+        names = None
+    if names is None:
+        return Rest(0.0, None)
+    # keys sort by their bytes: folder "a-b" lists before "a" ("-" < "/"), so compare with
+    # the slash
+    left = sum(1 for name in names if name + "/" > current + "/")
+    mean = statistics.fmean(done)
+    error = statistics.stdev(done) / math.sqrt(len(done))
+    return Rest(max(mean - folders[current], 0.0) + left * mean, (left + 1) * error)

@@ -311,10 +311,13 @@ class HungUpTolerant:
     """A text stream whose writes that fail for a gone reader (a terminal that hung up: EIO,
     a closed pipe: EPIPE) are dropped, with every write after them: progress is a courtesy,
     and a closed terminal must not end a measurement (its SIGHUP does, in order, with the
-    record written). Anything else is the stream's own."""
+    record written). Anything else is the stream's own. ``errnos``: the errors that say the
+    reader is gone (a terminal's stdout takes EIO alone: a closed pipe there is the command's
+    error, one line and exit 2)."""
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], errnos: tuple[int, ...] = (errno.EIO, errno.EPIPE)) -> None:
         self._stream = stream
+        self._errnos = errnos
         self.gone = False
 
     def write(self, text: str) -> int:
@@ -332,7 +335,7 @@ class HungUpTolerant:
         try:
             call(*args)
         except OSError as exc:
-            if exc.errno not in (errno.EIO, errno.EPIPE):
+            if exc.errno not in self._errnos:
                 raise
             self.gone = True
 
@@ -398,6 +401,8 @@ __all__ = [
 ]
 
 
-def hung_up_tolerant(stream: IO[str]) -> IO[str]:
+def hung_up_tolerant(stream: IO[str], errnos: tuple[int, ...] | None = None) -> IO[str]:
     """``stream`` wrapped in ``HungUpTolerant``, once: a stream already wrapped is itself."""
-    return stream if isinstance(stream, HungUpTolerant) else HungUpTolerant(stream)  # type: ignore[return-value]
+    if isinstance(stream, HungUpTolerant):
+        return stream
+    return HungUpTolerant(stream, *([errnos] if errnos else []))  # type: ignore[return-value]

@@ -13,6 +13,7 @@ import errno
 import io
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -122,9 +123,13 @@ def main(argv: list[str] | None = None) -> None:
     # a terminal that hangs up (an ssh session dropped) fails every later write to stderr
     # with EIO: progress and error lines are dropped from then on, and what ends the command
     # is its SIGHUP, in order, with its outputs written and its exit code
-    stderr = sys.stderr
+    stderr, stdout = sys.stderr, sys.stdout
     if stderr is not None:
         sys.stderr = hung_up_tolerant(stderr)
+    if _on_terminal(stdout):
+        # the summary on a terminal that hung up (EIO) is dropped as progress is: the
+        # terminal's SIGHUP ends the command, not the write that raced it
+        sys.stdout = hung_up_tolerant(stdout, (errno.EIO,))
     here = threading.current_thread() is threading.main_thread()
     previous: dict[int, Any] = {}
     if here:
@@ -134,9 +139,13 @@ def main(argv: list[str] | None = None) -> None:
     try:
         _main(argv, started)
     finally:
-        sys.stderr = stderr
+        sys.stderr, sys.stdout = stderr, stdout
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
+        if argv is None and here and signal.SIGHUP in previous:
+            # the command is over and this process ends with its exit code: a terminal
+            # closed now (its SIGHUP) cannot change what was done, nor kill the exit
+            signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
 
 # what ioprobe's own marks become on a stdout that cannot encode them; anything else is '?'
@@ -155,6 +164,15 @@ def _plain_marks(exc: UnicodeError) -> tuple[str | bytes, int]:
 
 
 codecs.register_error("ioprobe-plain", _plain_marks)
+
+
+def _on_terminal(stream: Any) -> bool:
+    """Whether ``stream`` writes to a character device: a terminal (one that hung up already
+    fails ``isatty``), or /dev/null and its kind, which fail no write with EIO."""
+    try:
+        return stream is not None and stat.S_ISCHR(os.fstat(stream.fileno()).st_mode)
+    except (ValueError, OSError, AttributeError):  # closed, detached, or no descriptor
+        return False
 
 
 def _encodable_stdout() -> None:

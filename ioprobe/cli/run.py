@@ -174,6 +174,15 @@ def _run_watched(
                 soft_wrap=True,
             )
             saved, made = [], None
+        if made and not saved and _out_of_space(records):
+            # the script saved no record because it could not: not a script that never
+            # iterated or skipped its exit handlers
+            text_console(stderr=True).print(
+                f"ioprobe: the script's records could not be saved: {tmp.parent} (TMPDIR) "
+                "has no space left; set TMPDIR to a folder with room and run again",
+                soft_wrap=True,
+            )
+            made = None
         runs = _judged(saved, try_load_catalog())
         if also is not None and made is not None:
             also(records)
@@ -363,6 +372,15 @@ class _Relay:
         if child is not None and child.poll() is None:
             self._kill()
             child.wait()
+
+
+def _out_of_space(folder: Path) -> bool:
+    """Whether ``folder``'s file system has too little room left for a record (1 MiB)."""
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < 1 << 20
 
 
 def _report_all(

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from ioprobe.record import RunRecord
-from tests.support.cli import assert_one_line_error, run_cli, watched_and_plain
+from tests.support.cli import REPO, assert_one_line_error, run_cli, watched_and_plain
 
 pytestmark = pytest.mark.slow
 
@@ -92,3 +93,44 @@ def test_run_watches_a_subclass_that_wraps_iter_and_keeps_its_logic(tmp_path: Pa
     assert json.loads(proc.stdout) == json.loads(plain.stdout)  # still multiplied by 10
     rec = RunRecord.load(out)
     assert rec.watch is not None and rec.watch.epochs[0].samples == 48
+
+
+FILLS_TMPDIR = """\
+import os, tempfile, torch
+from torch.utils.data import DataLoader
+for batch in DataLoader(list(range(64)), batch_size=8, num_workers=0):
+    pass
+try:  # the records' folder's file system, filled to its last block
+    with open(os.path.join(tempfile.gettempdir(), "fill"), "wb") as f:
+        while True:
+            f.write(bytes(4096))
+            f.flush()
+except OSError:
+    pass
+"""
+
+
+def test_a_record_lost_to_a_full_tmpdir_is_said_so(tmp_path: Path) -> None:
+    # a 256 kB tmpfs as TMPDIR, in a mount namespace of its own (no root needed where user
+    # namespaces are allowed); the message used to say the script never iterated its loader
+    can = subprocess.run(["unshare", "--user", "--map-root-user", "--mount", "true"], check=False)
+    if can.returncode != 0:
+        pytest.skip("this machine allows no user and mount namespaces (unshare failed)")
+    small = tmp_path / "small"
+    small.mkdir()
+    script = tmp_path / "train.py"
+    script.write_text(FILLS_TMPDIR)
+    inner = (
+        f'mount -t tmpfs -o size=256k none "{small}" && TMPDIR="{small}" '
+        f'"{sys.executable}" -m ioprobe run -- "{sys.executable}" "{script}"'
+    )
+    proc = subprocess.run(
+        ["unshare", "--user", "--map-root-user", "--mount", "sh", "-c", inner],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert f"{small} (TMPDIR) has no space left" in proc.stderr
+    assert "never iterated" not in proc.stderr

@@ -10,12 +10,16 @@ PIP_QUIET := 2>&1 | { grep -v -e 'is ignored: it is neither a file nor a directo
 
 .PHONY: demo test lint typecheck unit clean bench chromium gpu-check gpu-wheels gpu-dali-parts fuzz hostile validate
 
-$(STAMP): pyproject.toml setup.py csrc/nvtx_inject.c Makefile
+$(STAMP): pyproject.toml setup.py csrc/nvtx_inject.c Makefile tests/requirements-dlio.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip $(PIP_QUIET)
 	$(BIN)/python -m pip install -q $(TORCH) $(PIP_QUIET)
 	$(BIN)/python -m pip install -q -e '.[torch,dali,s3,gpu,dev]' $(TORCH) $(PIP_QUIET)
-	$(BIN)/python -c "import ioprobe, torch, PIL, fsspec, s3fs, moto"
+	# DLIO's configuration code, which the DLIO export is tested against (not its benchmark's
+	# own requirements: tests/requirements-dlio.txt says why)
+	$(BIN)/python -m pip install -q --no-deps dlio-benchmark==2.0.0 $(PIP_QUIET)
+	$(BIN)/python -m pip install -q -r tests/requirements-dlio.txt $(TORCH) $(PIP_QUIET)
+	$(BIN)/python -c "import ioprobe, torch, PIL, fsspec, s3fs, moto, dlio_benchmark.utils.config"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -31,6 +31,8 @@ DLIO_FORMATS = {
     "parquet": "parquet",
     "csv": "csv",
 }
+# what DLIO's PyTorch reader takes from an S3 bucket (s3torchconnector): npz and npy alone
+S3_FORMATS = {k: v for k, v in DLIO_FORMATS.items() if v in ("npz", "npy")}
 MLPERF_AU = 0.90  # MLPerf Storage's accelerator utilisation target (0.70 for CosmoFlow)
 DEFAULT_BATCH = 32  # the probe's own end-to-end batch
 
@@ -114,8 +116,15 @@ def dlio_workload(
 
 def _dataset(rec: RunRecord, out: DlioWorkload, add: Put, folder: str | None) -> None:
     p = rec.dataset
-    add("dataset", "data_folder", folder or f"data/{_name(rec)}/", "where DLIO writes its files")
-    _format(rec, out, add)
+    bucket = None if folder else _s3_source(rec)
+    if bucket is None:
+        add(
+            "dataset", "data_folder", folder or f"data/{_name(rec)}/", "where DLIO writes its files"
+        )
+        _format(rec, out, add)
+    else:
+        _s3_storage(bucket, out, add)
+        _format(rec, out, add, S3_FORMATS)
     samples_per_epoch = _samples_per_epoch(rec)
     files = p.files or samples_per_epoch
     if not files:
@@ -148,23 +157,58 @@ def _dataset(rec: RunRecord, out: DlioWorkload, add: Put, folder: str | None) ->
             "ioprobe.loaders.files, and export that record"
         )
     mean, stdev, how = size
-    add("dataset", "record_length_bytes", round(mean), how)
-    add("dataset", "record_length_bytes_stdev", round(stdev), how)
+    sizes = [("", round(mean), how), ("_stdev", round(stdev), how)]
     decoded = rec.stages.cpu.output_bytes_per_sample
     if decoded:
-        add(
-            "dataset",
-            "record_length_bytes_resize",
-            round(decoded),
-            "measured: bytes of one decoded sample",
-        )
+        sizes.append(("_resize", round(decoded), "measured: bytes of one decoded sample"))
+    for suffix, value, source in sizes:
+        add("dataset", f"record_length_bytes{suffix}", value, source)
+    # DLIO from PyPI (2.0.0) reads the older spelling alone, and without it would emulate
+    # 64 KiB samples; DLIO since MLPerf Storage v2.0 reads the one above and ignores this
+    for suffix, value, _source in sizes:
+        add("dataset", f"record_length{suffix}", value, "the same, for DLIO 2.0.0 (PyPI)")
 
 
-def _format(rec: RunRecord, out: DlioWorkload, add: Put) -> None:
-    """The files' format where DLIO reads it, else npz of the same sizes (and says so)."""
+def _s3_source(rec: RunRecord) -> str | None:
+    """The ``s3://bucket/prefix`` the run read, query dropped, or None for any other
+    storage: a probe's target, or the source a watched streaming dataset names."""
+    sources = [rec.dataset.target, rec.watch.settings.source if rec.watch else ""]
+    url = next((u for u in sources if u.startswith(("s3://", "s3a://"))), None)
+    if url is None:
+        return None
+    path = url.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]
+    return "s3://" + path.rstrip("/") if path.split("/", 1)[0] else None
+
+
+def _s3_storage(url: str, out: DlioWorkload, add: Put) -> None:
+    """The dataset's folder in the bucket the run read and the storage block that reaches
+    it: DLIO since MLPerf Storage v2.0 reads an S3 bucket through s3torchconnector (v3.0's
+    DLIO needs the library named, argonne's takes it always)."""
+    bucket = url[len("s3://") :].split("/", 1)[0]
+    add("dataset", "data_folder", url + "/", "measured: the bucket and prefix the run read")
+    add("storage", "storage_type", "s3", "measured: the run read an S3 bucket")
+    add("storage", "storage_root", bucket, "the bucket")
+    add("storage", "storage_options.storage_library", "s3torchconnector", "DLIO's S3 reader")
+    out.not_carried += [
+        "the S3 endpoint and credentials: give them as ++workload.storage.storage_options."
+        "endpoint_url=..., access_key_id=..., secret_access_key=... (DLIO 2.0.0 from PyPI "
+        "reads no storage_options and reaches AWS alone)",
+    ]
+
+
+def _format(
+    rec: RunRecord, out: DlioWorkload, add: Put, readable: dict[str, str] = DLIO_FORMATS
+) -> None:
+    """The files' format where DLIO reads it (from ``readable``), else npz of the same sizes
+    (and says so)."""
     p = rec.dataset
     top = max(p.formats.items(), key=lambda kv: kv[1])[0] if p.formats else None
-    fmt = DLIO_FORMATS.get(top or "")
+    fmt = readable.get(top or "")
+    if fmt == "parquet":
+        out.not_carried.append(
+            "parquet: only MLPerf Storage v3.0's DLIO reads it; for DLIO 2.0.0 or argonne's, "
+            "write format: npz (the same sizes)"
+        )
     if fmt is not None:
         add(
             "dataset",
@@ -249,6 +293,10 @@ def _reader(rec: RunRecord, out: DlioWorkload, add: Put) -> None:
         how = f"settings: the sampler ({s.sampler or 'none given'})"
         add("reader", "sample_shuffle", order, how)
         add("reader", "file_shuffle", order, how)
+        method = w.loader.get("start_method", "")
+        if s.workers and method in ("fork", "spawn", "forkserver"):
+            how = "settings: the workers' start method"
+            add("reader", "multiprocessing_context", method, how)
     else:
         batch = rec.settings.batch_size or DEFAULT_BATCH
         add("reader", "batch_size", batch, "settings: the probe's --batch-size")

@@ -9,7 +9,7 @@ import json
 from ioprobe.analysis.dlio import DlioWorkload, Value
 from ioprobe.redact import shown, shown_all
 
-SECTIONS = ("model", "framework", "workflow", "dataset", "reader", "train", "metric")
+SECTIONS = ("model", "framework", "workflow", "dataset", "reader", "train", "metric", "storage")
 
 
 def _scalar(v: Value) -> str:
@@ -42,7 +42,15 @@ def to_yaml(w: DlioWorkload, header: list[str]) -> str:
             lines.append(f"{section}: {_scalar(rows[0].value)}  # {rows[0].source}")
             continue
         lines.append(f"{section}:")
-        lines.extend(f"  {f.key}: {_scalar(f.value)}  # {f.source}" for f in rows)
+        opened = ""
+        for f in rows:
+            # "storage_options.endpoint_url": a key of a mapping inside the section
+            parent, dot, key = f.key.rpartition(".")
+            if dot and parent != opened:
+                lines.append(f"  {parent}:")
+            opened = parent
+            indent = "    " if dot else "  "
+            lines.append(f"{indent}{key}: {_scalar(f.value)}  # {f.source}")
     if w.not_carried:
         lines += ["", "# not carried over:"]
         lines.extend(f"# - {n}" for n in w.not_carried)

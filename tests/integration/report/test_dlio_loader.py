@@ -3,150 +3,63 @@ as intended.
 
 The file is composed as ``dlio_benchmark --config-dir DIR workload=NAME`` composes it (Hydra,
 DLIO's packaged config.yaml, the file at DIR/workload/NAME.yaml), then handed to
-``dlio_benchmark.utils.config.LoadConfig``, as ``DLIOBenchmark.__init__`` does. ``make test``
-installs the DLIO that PyPI has (2.0.0, tests/requirements-dlio.txt says how); the same test
-runs against the DLIO MLPerf Storage runs (argonne-lcf/dlio_benchmark, and the MLCommons fork
-of it v3.0 ran) where one is installed instead. The two read different spellings:
+``dlio_benchmark.utils.config.LoadConfig``, as ``DLIOBenchmark.__init__`` does, in a DLIO
+installation's own interpreter (``tests/support/dlio_load.py``): ``make test`` builds
+``.venv-dlio`` with the DLIO that PyPI has (2.0.0, tests/requirements-dlio.txt says how), and
+``IOPROBE_DLIO_PYTHON`` names another (the DLIO MLPerf Storage runs: argonne-lcf's, or the
+MLCommons fork v3.0 ran). The two read different spellings:
 
 - PyPI 2.0.0: ``dataset.record_length[_stdev|_resize]``, ``train.computation_time`` a float,
   ``model`` kept whole, no ``storage.storage_options``;
 - since MLPerf Storage v2.0: ``dataset.record_length_bytes[...]``, ``computation_time`` a
   ``{mean, stdev}`` mapping, ``storage.storage_options``.
 
-Which one is installed is read off LoadConfig's own source. ConfigArguments asks DLIOMPI for
-rank and size: ``set_parent_values(0, 1)`` (the path DLIO's reader processes take) gives rank
-0 of 1 without an MPI library.
+Which one it is, the loading script reads off LoadConfig's own source.
 """
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
-from collections.abc import Callable, Iterator
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import yaml
-from dlio_benchmark.utils import config as dlio_config
-from dlio_benchmark.utils.utility import DLIOMPI
-from omegaconf import DictConfig, OmegaConf
 
-from tests.support.cli import probe_json, run_cli
+from tests.support.cli import REPO, probe_json, run_cli
 
 pytestmark = pytest.mark.slow
 
-ConfigArguments = dlio_config.ConfigArguments
-LoadConfig = dlio_config.LoadConfig
-CURRENT = "record_length_bytes" in inspect.getsource(LoadConfig)
-HAS_STORAGE_OPTIONS = "'storage_options'" in inspect.getsource(LoadConfig)
-# the same size in the other DLIO's spelling: unread is right where its twin was read
-TWINS = {
-    ("dataset", f"record_length{s}"): ("dataset", f"record_length_bytes{s}")
-    for s in ("", "_stdev", "_resize")
-}
-TWINS |= {v: k for k, v in TWINS.items()}
+DLIO_PYTHON = os.environ.get("IOPROBE_DLIO_PYTHON") or str(REPO / ".venv-dlio" / "bin" / "python")
 
 
-def _compose(config_dir: Path, name: str) -> DictConfig:
-    """``dlio_benchmark --config-dir config_dir workload=name``, as Hydra composes it."""
-    from hydra import compose, initialize_config_module
-
-    with initialize_config_module(config_module="dlio_benchmark.configs", version_base=None):
-        cfg = compose(
-            config_name="config",
-            overrides=[f"workload={name}", f"hydra.searchpath=[file://{config_dir}]"],
-        )
-    workload: DictConfig = cfg["workload"]
-    return workload
-
-
-@pytest.fixture
-def dlio_args() -> Iterator[Callable[[], Any]]:
-    """A fresh ConfigArguments, rank 0 of 1, no MPI library loaded."""
-    DLIOMPI.reset()
-    DLIOMPI.get_instance().set_parent_values(0, 1)
-    ConfigArguments.reset()
-    yield ConfigArguments.get_instance
-    ConfigArguments.reset()
-    DLIOMPI.reset()
-
-
-class _Seen(dict[str, Any]):
-    """A mapping that logs every key LoadConfig asks about (``in``, ``[]``, ``get``)."""
-
-    def __init__(self, data: dict[str, Any], path: tuple[str, ...], log: set[tuple[str, ...]]):
-        self.path, self.log = path, log
-        super().__init__(
-            {k: _Seen(v, (*path, k), log) if isinstance(v, dict) else v for k, v in data.items()}
-        )
-
-    def __contains__(self, k: object) -> bool:
-        self.log.add((*self.path, str(k)))
-        return super().__contains__(k)
-
-    def __getitem__(self, k: str) -> Any:
-        self.log.add((*self.path, k))
-        return super().__getitem__(k)
-
-    def get(self, k: str, default: Any = None) -> Any:
-        self.log.add((*self.path, k))
-        return super().get(k, default)
-
-
-def _leaves(d: dict[str, Any], path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
-    out: list[tuple[str, ...]] = []
-    for k, v in d.items():
-        out += _leaves(v, (*path, k)) if isinstance(v, dict) else [(*path, k)]
+def _dlio_reads(config_dir: Path, name: str) -> dict[str, Any]:
+    """What DLIO made of ``config_dir/workload/name.yaml``: the mapping Hydra composed, each
+    attribute's value, the keys it never looked at, and which spelling it reads."""
+    script = REPO / "tests" / "support" / "dlio_load.py"
+    assert Path(DLIO_PYTHON).exists(), f"no DLIO at {DLIO_PYTHON}: make test builds .venv-dlio"
+    proc = subprocess.run(
+        [DLIO_PYTHON, str(script), str(config_dir), name],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=config_dir,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out: dict[str, Any] = json.loads(proc.stdout)
     return out
 
 
-def _unread(workload: dict[str, Any], args: Any) -> list[str]:
-    """The workload's keys LoadConfig never looked at; a mapping it kept whole (2.0.0's
-    ``model``) counts as read with its keys, and a size read in the other spelling too."""
-    log: set[tuple[str, ...]] = set()
-    LoadConfig(args, _Seen(workload, (), log))
-    kept = [v for v in vars(args).values() if isinstance(v, dict)]
-    missed = []
-    for leaf in _leaves(workload):
-        whole = any(
-            leaf[:i] in log and _at(workload, leaf[:i]) in kept for i in range(1, len(leaf))
-        )
-        twin = TWINS.get(leaf)
-        if leaf in log or whole or (twin is not None and twin in log and _has(workload, twin)):
-            continue
-        missed.append(".".join(leaf))
-    return missed
-
-
-def _at(d: Any, path: tuple[str, ...]) -> Any:
-    for k in path:
-        d = d[k]
-    return d
-
-
-def _has(d: dict[str, Any], path: tuple[str, ...]) -> bool:
-    try:
-        _at(d, path)
-    except KeyError:
-        return False
-    return True
-
-
-def _plain(x: Any) -> Any:
-    """An enum's value, a DictConfig as a dict, else the thing itself."""
-    if isinstance(x, DictConfig):
-        return OmegaConf.to_container(x)
-    return getattr(x, "value", x)
-
-
-def _expected(w: dict[str, Any]) -> dict[str, Any]:
-    """ConfigArguments attribute -> the value DLIO must hold after reading ``w``."""
+def _expected(w: dict[str, Any], current: bool, storage_options: bool) -> dict[str, Any]:
+    """ConfigArguments attribute -> the value DLIO must hold after reading ``w``: a DLIO of
+    the ``current`` spelling, with or without ``storage_options``."""
     ds, rd, tr, wf = w["dataset"], w["reader"], w["train"], w["workflow"]
     e: dict[str, Any] = {"framework": w["framework"]}
-    e["model"] = w["model"]["name"] if CURRENT else w["model"]
+    e["model"] = w["model"]["name"] if current else w["model"]
     e |= {"generate_data": wf["generate_data"], "generate_only": not wf["train"]}
     e["do_checkpoint"] = wf["checkpoint"]
     for suffix in ("", "_stdev", "_resize"):
@@ -160,21 +73,23 @@ def _expected(w: dict[str, Any]) -> dict[str, Any]:
     for stem, src in (("preprocess_time", rd), ("computation_time", tr)):
         if stem not in src:
             continue
-        if CURRENT:
+        if current:
             e[stem] = {"mean": src[stem], "stdev": src[f"{stem}_stdev"]}
         else:
             e |= {stem: src[stem], f"{stem}_stdev": src[f"{stem}_stdev"]}
     e |= {"epochs": tr["epochs"], "au": w["metric"]["au"]}
     st = w.get("storage", {})
-    keys = ("storage_type", "storage_root") + (("storage_options",) if HAS_STORAGE_OPTIONS else ())
+    keys = ("storage_type", "storage_root") + (("storage_options",) if storage_options else ())
     e |= {k: st[k] for k in keys if k in st}
     return e
 
 
-def _misread(w: dict[str, Any], args: Any) -> list[str]:
+def _misread(w: dict[str, Any], dlio: dict[str, Any]) -> list[str]:
+    """What DLIO holds other than what ``w`` says, attribute by attribute."""
     problems = []
-    for attr, want in _expected(w).items():
-        got = _plain(getattr(args, attr, "<no such attribute>"))
+    attrs = dlio["attrs"]
+    for attr, want in _expected(w, dlio["current"], dlio["storage_options"]).items():
+        got = attrs.get(attr, "<no such attribute>")
         if isinstance(want, float) or isinstance(got, float):
             ok = isinstance(got, int | float) and math.isclose(got, want, rel_tol=1e-12)
         else:
@@ -208,25 +123,17 @@ def _export_as_dlio_finds_it(run: Path, config_dir: Path, name: str) -> dict[str
     return w
 
 
-def test_dlio_reads_a_probes_export_as_written(
-    probed: Path, tmp_path: Path, dlio_args: Callable[[], Any]
-) -> None:
+def test_dlio_reads_a_probes_export_as_written(probed: Path, tmp_path: Path) -> None:
     w = _export_as_dlio_finds_it(probed, tmp_path, "ioprobe_job")
-    cfg = _compose(tmp_path, "ioprobe_job")
-    assert OmegaConf.to_container(cfg) == w  # Hydra composed the file, nothing else
-    args = dlio_args()
-    LoadConfig(args, cfg)
-    assert _misread(w, args) == []
-    assert args.record_length == round(
-        json.loads(probed.read_text())["dataset"]["sample_bytes_mean"]
-    )
-    ConfigArguments.reset()
-    assert _unread(w, dlio_args()) == []
+    dlio = _dlio_reads(tmp_path, "ioprobe_job")
+    assert dlio["workload"] == w  # Hydra composed the file, nothing else
+    assert _misread(w, dlio) == []
+    size = round(json.loads(probed.read_text())["dataset"]["sample_bytes_mean"])
+    assert dlio["attrs"]["record_length"] == size
+    assert dlio["unread"] == []
 
 
-def test_dlio_reads_the_bucket_of_an_s3_export(
-    probed: Path, tmp_path: Path, dlio_args: Callable[[], Any]
-) -> None:
+def test_dlio_reads_the_bucket_of_an_s3_export(probed: Path, tmp_path: Path) -> None:
     # the same run, as a probe of a bucket records it
     rec = json.loads(probed.read_text())
     rec["dataset"]["target"] = "s3://ioprobe-bucket/datasets/job1"
@@ -240,26 +147,26 @@ def test_dlio_reads_the_bucket_of_an_s3_export(
         "storage_options": {"storage_library": "s3torchconnector"},
     }
     assert w["dataset"]["data_folder"] == "s3://ioprobe-bucket/datasets/job1/"
-    args = dlio_args()
-    LoadConfig(args, _compose(tmp_path, "ioprobe_s3"))
-    assert _misread(w, args) == []
-    assert _plain(args.storage_type) == "s3" and args.storage_root == "ioprobe-bucket"
-    ConfigArguments.reset()
+    dlio = _dlio_reads(tmp_path, "ioprobe_s3")
+    assert _misread(w, dlio) == []
+    assert dlio["attrs"]["storage_type"] == "s3"
     # storage_options is what 2.0.0 cannot read: the export says so where it lists what
     # DLIO does not carry over
-    unread = _unread(w, dlio_args())
-    assert unread == ([] if HAS_STORAGE_OPTIONS else ["storage.storage_options.storage_library"])
-    assert (
-        "DLIO 2.0.0 from PyPI reads no storage_options"
-        in (tmp_path / "workload" / "ioprobe_s3.yaml").read_text()
-    )
+    options = dlio["storage_options"]
+    assert dlio["unread"] == ([] if options else ["storage.storage_options.storage_library"])
+    text = (tmp_path / "workload" / "ioprobe_s3.yaml").read_text()
+    assert "DLIO 2.0.0 from PyPI reads no storage_options" in text
 
 
 def test_the_workload_beside_the_config_dir_is_not_found(probed: Path, tmp_path: Path) -> None:
     # why docs/export.md writes to workload/NAME.yaml: Hydra looks in the group's folder
-    from hydra.errors import MissingConfigException
-
     proc = run_cli("export", "dlio", str(probed), "-o", str(tmp_path / "myjob.yaml"))
     assert proc.returncode == 0, proc.stderr
-    with pytest.raises(MissingConfigException):
-        _compose(tmp_path, "myjob")
+    script = REPO / "tests" / "support" / "dlio_load.py"
+    found = subprocess.run(
+        [DLIO_PYTHON, str(script), str(tmp_path), "myjob"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert found.returncode != 0 and "Could not find 'workload/myjob'" in found.stderr

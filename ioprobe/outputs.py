@@ -105,6 +105,13 @@ def destination(path: str | os.PathLike[str]) -> Destination:
 def _new_file(name: str) -> Destination:
     """A path that does not exist yet, or a link to one: the file it names, whose directory
     must exist."""
+    given = os.path.dirname(name) or "."
+    if not os.path.islink(name) and not os.path.isdir(given):
+        # the kernel's answer, not realpath's: "nosuch/../run.json" folds to "run.json" as a
+        # string, where no file system resolves it
+        if os.path.exists(given):
+            raise BadInputError(f"{name}: {given!r} is not a directory")
+        raise BadInputError(f"{name}: no such directory {given!r}")
     real = os.path.realpath(name)
     parent = os.path.dirname(real)
     if not os.path.isdir(parent):

@@ -289,12 +289,24 @@ def console(**options: Any) -> Console:
     made here; ``options`` are the Console's own (``stderr``, ``file``, ``width``, ...)."""
     from rich.console import Console  # rich is for the edges: importing redact stays cheap
 
+    if "width" not in options and _unusable_columns():
+        # rich takes COLUMNS=0 at its word and renders everything to nothing
+        options["width"] = 80
     out = Console(markup=False, emoji=False, highlight=False, **options)
     # rich's own answer to a reader that went away (`ioprobe env | head -0`) is a silent
     # SystemExit(1), and click's to a BrokenPipeError the same; ioprobe's is one line and
     # exit 2, as for any failed write
     out.on_broken_pipe = _broken_pipe  # type: ignore[method-assign]
     return out
+
+
+def _unusable_columns() -> bool:
+    """Whether ``COLUMNS`` is set to a width of nothing (0): rich's fallback takes over for
+    any value it cannot parse, but not for that one."""
+    try:
+        return int(os.environ.get("COLUMNS", "")) <= 0
+    except ValueError:
+        return False
 
 
 def _broken_pipe() -> None:

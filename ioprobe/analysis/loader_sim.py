@@ -52,6 +52,10 @@ MIN_REPLAY = 600
 # Most logged batches one replay takes (a log holds up to 10,000): enough stragglers to
 # weigh them, few enough that a search of dozens of settings stays under a second.
 MAX_LOGGED = 800
+# Most batches one replay hands out: the queues of any setting a host can run fill well
+# before it (64 workers x prefetch 16 x 4), and a setting past any host's (a million
+# workers) is answered in a second rather than never
+MAX_REPLAY = 20_000
 # A setting is worth advising when it predicts at least model.MIN_GAIN more throughput, and a
 # setting within NEAR of the best is as good as it (the cheaper of the two is advised: the
 # replay's last few percent between worker counts are the fair share it gives the training
@@ -290,7 +294,8 @@ def _split(
 def simulate(c: Costs, s: Setting, batches: int | None = None) -> list[float]:
     """When each of ``batches`` batches reaches the consumer (the logged ones cycled), under
     setting ``s``: the event simulation the module docstring describes."""
-    n = batches or max(MIN_REPLAY, 4 * s.workers * s.prefetch_factor, 2 * len(c.cpu))
+    fill = min(4 * s.workers * s.prefetch_factor, MAX_REPLAY)
+    n = batches or max(MIN_REPLAY, fill, 2 * len(c.cpu))
     return _Replay(c, s, n).run()
 
 
@@ -306,7 +311,8 @@ class _Replay:
 
     def __init__(self, c: Costs, s: Setting, n: int) -> None:
         self.c, self.s, self.n = c, s, n
-        workers = s.workers
+        # a worker past the n-th is never handed a batch, in turn or out of order
+        workers = self.workers = min(s.workers, n)
         self.queue: list[deque[int]] = [deque() for _ in range(workers)]
         self.phase = [0] * workers
         self.clock = [0.0, 0.0, 0.0]  # by phase: full-speed seconds given so far
@@ -327,7 +333,7 @@ class _Replay:
         io, cpu = self.ends[1], self.ends[2]
         rates = self._rates
         inf = float("inf")
-        for _ in range(s.prefetch_factor * s.workers):
+        for _ in range(min(s.prefetch_factor * s.workers, n)):  # no more than there are
             self._hand_out()
         t = 0.0
         asks = 0.0  # when the consumer asks for its next batch
@@ -393,7 +399,7 @@ class _Replay:
     def _hand_out(self) -> None:
         """The next batch index to a worker: in turn, or (out of order) to the next one with
         room under its prefetch."""
-        s, workers = self.s, self.s.workers
+        s, workers = self.s, self.workers
         if self.sent >= self.n:
             return
         w = next(self.turn) % workers

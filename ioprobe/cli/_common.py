@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import sys
 from collections.abc import Callable, Sequence
 from importlib import import_module
@@ -186,6 +187,14 @@ def check_outputs(named: list[tuple[str, str | None]], inputs: Sequence[str | No
             if dest.path in seen:
                 raise BadInputError(f"{flag} {path}: names the same file as {seen[dest.path]}")
             seen[dest.path] = f"{flag} {path}"
+
+
+def command_files(cmd: Sequence[str]) -> list[str]:
+    """The files a wrapped command names (its program as found on PATH, its script, a config
+    file among its arguments): inputs no output of ioprobe's may replace."""
+    found = shutil.which(cmd[0]) if cmd else None
+    named = [a for a in cmd if a and os.path.isfile(a)]
+    return [*named, *([found] if found else [])]
 
 
 def _same_file_key(path: str) -> tuple[int, int] | str | None:

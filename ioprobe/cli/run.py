@@ -39,6 +39,7 @@ from ioprobe.analysis.report import findings
 from ioprobe.cli._common import (
     EXTENSIONS,
     attempt,
+    command_files,
     output_options,
     plan_outputs,
     show,
@@ -102,7 +103,7 @@ def command(
     live: bool,
     cmd: tuple[str, ...],
 ) -> None:
-    plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs)
+    plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs, command_files(cmd))
     _check(plan, cmd)
     returncode, runs, made = _run_watched(cmd, live)
     _report_all(runs, plan, -returncode if returncode < 0 else None, made)

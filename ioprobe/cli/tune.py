@@ -42,7 +42,13 @@ from ioprobe.analysis.loader_sim import Prediction, Setting
 from ioprobe.analysis.queueing import MIN_BATCHES
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.tune import outcome, plan, trial_of
-from ioprobe.cli._common import check_outputs, count, write_record, write_text
+from ioprobe.cli._common import (
+    check_outputs,
+    command_files,
+    count,
+    write_record,
+    write_text,
+)
 from ioprobe.cli.run import _check_command, _load_saved, _run_watched, _signal_name
 from ioprobe.errors import BadInputError
 from ioprobe.loaders.run_hook import TRIAL_ENV
@@ -96,7 +102,7 @@ def command(
     in_run: bool,
     cmd: tuple[str, ...],
 ) -> None:
-    check_outputs([("--json", json_path), ("--md", md_path)])
+    check_outputs([("--json", json_path), ("--md", md_path)], command_files(cmd))
     if any(writes_stdout(p) for p in (json_path, md_path) if p):
         raise BadInputError("ioprobe tune: stdout is the script's; give the outputs file names")
     _check_command(cmd[0])

@@ -157,9 +157,11 @@ def resolve(
 def _resolve_local(target: str, path: str, seed: int, budget_s: float = 60.0) -> Dataset:
     skipped: Counter[str] = Counter()
     rng = random.Random(seed)
-    walk = _local_candidates(target, path, skipped)
-    listing = take_listing(walk, rng, time.monotonic() + WALK_SHARE * budget_s)
-    names, truncated = listing.names, listing.stopped
+    deadline = time.monotonic() + WALK_SHARE * budget_s
+    walk = _local_candidates(target, path, skipped, deadline)
+    listing = take_listing(walk, rng, deadline)
+    names = listing.names
+    truncated = listing.stopped or (isinstance(walk, _Walk) and walk.stopped)
     sizes_estimated = listing.count > STAT_SAMPLE or truncated
     entries, statted, sparse = _stat_entries(names, skipped)
     if not entries:
@@ -194,7 +196,9 @@ def _resolve_local(target: str, path: str, seed: int, budget_s: float = 60.0) ->
     )
 
 
-def _local_candidates(target: str, path: str, skipped: Counter[str]) -> Iterable[str]:
+def _local_candidates(
+    target: str, path: str, skipped: Counter[str], deadline: float = math.inf
+) -> Iterable[str]:
     """The names a local target stands for (a glob's matches, a tree's files, or the one
     file), lazily for a tree; a target that cannot be used raises TargetError here. A path
     that exists as written is that path, even with ``[``, ``*`` or ``?`` in its name
@@ -213,7 +217,7 @@ def _local_candidates(target: str, path: str, skipped: Counter[str]) -> Iterable
     if stat.S_ISDIR(st.st_mode):
         if not os.access(path, os.R_OK | os.X_OK):
             raise TargetError(f"{target}: permission denied (directory not readable)")
-        return _Walk(path, skipped)
+        return _Walk(path, skipped, deadline)
     if stat.S_ISREG(st.st_mode):
         return iter([path])
     raise TargetError(f"{target}: is not a regular file or directory ({_kind(st.st_mode)})")
@@ -355,9 +359,11 @@ class _Walk:
     ``finish_folder`` counts what is left of the folder it was in, and what is below the
     pending folders is estimated."""
 
-    def __init__(self, root: str, skipped: Counter[str]) -> None:
+    def __init__(self, root: str, skipped: Counter[str], deadline: float = math.inf) -> None:
         self.pending = [root]
         self.skipped = skipped
+        self.deadline = deadline  # time.monotonic(): no folder is started after it
+        self.stopped = False
         self._entries: Iterator[os.DirEntry[str]] | None = None  # the folder being listed
         self._dirs: list[str] = []  # its subfolders found so far
 
@@ -368,7 +374,13 @@ class _Walk:
 
     def _names(self) -> Iterator[str]:
         stack, skipped = self.pending, self.skipped
+        found = 0
         while stack:
+            if found and time.monotonic() > self.deadline:
+                # a tree of folders and few files yields too few names for the reader's
+                # clock: the walk reads its own between folders (once it has a file to show)
+                self.stopped = True
+                return
             top = stack.pop()
             try:
                 it = os.scandir(top)
@@ -379,6 +391,7 @@ class _Walk:
                 self._entries, self._dirs = it, []
                 for entry in it:
                     if _is_sample(entry, self._dirs, skipped):
+                        found += 1
                         yield entry.path
                 stack.extend(sorted(self._dirs, reverse=True))
                 self._entries = None

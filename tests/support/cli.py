@@ -15,7 +15,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def run_cli(
-    *args: str, env: dict[str, str] | None = None, timeout: float = 120
+    *args: str,
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "COLUMNS": "120", "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run(
@@ -23,7 +26,7 @@ def run_cli(
         capture_output=True,
         text=True,
         env=full_env,
-        cwd=REPO,
+        cwd=cwd or REPO,
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )

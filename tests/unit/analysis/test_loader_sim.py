@@ -4,6 +4,7 @@ within, the what-if that reproduces it, and what the watch measures for it."""
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import pytest
 import torch
@@ -259,3 +260,22 @@ def test_the_hosts_busy_time_less_the_loaders_is_the_foreign_load() -> None:
     assert costs is not None and costs.other_threads == pytest.approx(1.2)
     rec.watch.epochs[0].host_busy_seconds = 6.5  # what the loader used and noise
     assert loader_sim.foreign_cores(rec) == 0.0
+
+
+@pytest.mark.parametrize("in_order", [True, False])
+def test_a_setting_past_any_host_is_replayed_in_a_moment(in_order: bool) -> None:
+    # whatif takes up to 2^20 workers and prefetch: the replay handed out workers x prefetch
+    # batches and kept state for every worker, a hang at --workers 1048576 and a
+    # MemoryError with both at that
+    c = _costs([0.002] * 64, 0.001)
+    start = time.monotonic()
+    for workers, prefetch in [(1 << 20, 2), (1 << 20, 1 << 20), (65536, 1)]:
+        s = loader_sim.Setting(workers, prefetch, in_order)
+        arrivals = loader_sim.simulate(c, s)
+        assert len(arrivals) == loader_sim.MAX_REPLAY
+        assert loader_sim.simulated_rate(c, s) > 0
+    assert time.monotonic() - start < 10.0
+    # a worker past the replay's batches changes nothing: the same replay as at n workers
+    n = loader_sim.MAX_REPLAY
+    wide = loader_sim.simulate(c, loader_sim.Setting(4 * n, 1, in_order))
+    assert wide == loader_sim.simulate(c, loader_sim.Setting(n, 1, in_order), n)

@@ -158,29 +158,48 @@ def test_a_walk_stopped_at_its_deadline_estimates_the_folders_it_left(
 
     # the truth, by construction: 240 folders of 0-60 files in two levels, 7,000-odd files
     rng = random.Random(7)
-    truth = 0
+    truth, first = 0, None
     for a in range(12):
         for b in range(20):
             n = rng.randrange(61)
+            first = n if first is None and n else first
             folder = tmp_path / f"a{a:02d}" / f"b{b:02d}"
             folder.mkdir(parents=True)
             for i in range(n):
                 (folder / f"f{i}").write_bytes(b"x")
             truth += n
     monkeypatch.setattr(ds, "WALK_SHARE", 0.0)  # the walk's deadline passes at once
-    monkeypatch.setattr(ds, "CHECK_EVERY", 512)  # and is seen at the 512th name
     monkeypatch.setattr(ds, "STAT_SAMPLE", 200)
     d = ds.resolve(str(tmp_path), budget_s=10)
-    assert d.listing_truncated and d.listed_files == 512
+    # seen between folders, once a folder has given a file: the first with any, in order
+    assert d.listing_truncated and d.listed_files == first
     assert d.files_error is not None and not d.files_at_least
     # the estimate within three of its standard errors of the truth, the error under 15%
     assert abs(d.total_files - truth) <= 3 * d.files_error, (d.total_files, truth, d.files_error)
     assert d.files_error < 0.15 * truth
     prof = ds.profile(d, lambda e: b"")
-    assert prof.files == d.total_files and prof.files_listed == 512
+    assert prof.files == d.total_files and prof.files_listed == first
     from ioprobe.render.summary import listing_note
 
-    assert "after 512 files" in listing_note(prof) and "±" in listing_note(prof)
+    assert f"after {first} files" in listing_note(prof) and "±" in listing_note(prof)
+
+
+def test_a_tree_of_folders_and_few_files_stops_its_walk_between_folders(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # 5 files among 3,000 empty folders: too few names for the clock read every
+    # CHECK_EVERY of them, where the walk overran its share and the probe said the storage
+    # did not answer
+    (tmp_path / "a").mkdir()
+    for i in range(5):
+        (tmp_path / "a" / f"f{i}").write_bytes(b"x")
+    for i in range(3000):
+        (tmp_path / f"z{i:04d}").mkdir()
+    monkeypatch.setattr(ds, "WALK_SHARE", 0.0)
+    d = ds.resolve(str(tmp_path), budget_s=10)
+    assert d.listing_truncated and d.listed_files == 5 and len(d.entries) == 5
+    # the empty folders left are estimated (their descents find nothing)
+    assert d.total_files == 5 and d.files_error == 0
 
 
 def test_a_folder_too_large_to_count_in_time_gives_a_lower_bound(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import mmap
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,6 +117,29 @@ def test_a_file_system_that_refuses_direct_reads_gives_a_reason(
     monkeypatch.setattr(dl.os, "open", no_direct)
     dev = dl.measure_device([FileEntry(str(disk / "a.bin"), 16 * 4096)], 0.5)
     assert not dev.sweep and dev.note is not None and "O_DIRECT" in dev.note
+
+
+@pytest.mark.parametrize("engine", ["io_uring", "threads"])
+def test_a_read_the_device_fails_ends_the_sweep_with_a_note_not_a_hang(
+    disk: Path, engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one target of many fails (a descriptor the kernel refuses: EBADF, as a failing disk
+    # answers EIO). The ring raised at the first failed completion with the rest of its
+    # batch uncounted, and then waited in the kernel for reads that would never come
+    _pattern_file(disk / "a.bin", 256)
+    entries = [FileEntry(str(disk / "a.bin"), 256 * 4096)]
+    real = dl._targets
+
+    def one_bad(fds: list[tuple[int, int]], block: int, rng: object) -> list[tuple[int, int]]:
+        targets = real(fds, block, rng)  # type: ignore[arg-type]
+        return [*targets[:50], (1 << 20, 0), *targets[50:]]
+
+    monkeypatch.setattr(dl, "_targets", one_bad)
+    start = time.monotonic()
+    dev = dl.measure_device(entries, 2.0, blocks=[4096], depths=[16, 32], engine=engine)
+    assert time.monotonic() - start < 5.0
+    assert dev.note is not None and "a direct read failed" in dev.note
+    assert dev.sweep == []  # the first point met the failed read: nothing measured stands
 
 
 def _with_device(points: list[tuple[int, int, float]]) -> object:

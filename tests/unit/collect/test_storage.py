@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import mmap
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -307,3 +309,34 @@ def test_a_remote_large_file_is_streamed_through_the_backends_open(tmp_path: Pat
     assert res.bytes == size
     assert len(opened) == 2  # one open per region, read through in 1 MiB reads
     assert res.items == sum(-(-n // MiB) for _, _, n in regions)
+
+
+def test_a_huge_file_is_counted_in_windows_in_a_moment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # one vector byte per page of the whole file, summed in Python: a 2 TiB file (a sparse
+    # one, as a single LMDB or tar file may be) took 29 s and 1.6 GB of a 2 s probe
+    big = tmp_path / "big.bin"
+    with open(big, "wb") as f:
+        f.truncate(2 << 40)
+    start = time.monotonic()
+    resident, pages = st.resident_pages(str(big))
+    assert time.monotonic() - start < 2.0
+    assert pages == (2 << 40) // mmap.PAGESIZE and resident == 0
+    # windows spread evenly see what is cached: every other window looked at, 1/4 read
+    monkeypatch.setattr(st, "RESIDENT_WINDOW", 16)
+    monkeypatch.setattr(st, "RESIDENT_WINDOWS", 64)
+    part = tmp_path / "part.bin"
+    page = mmap.PAGESIZE
+    part.write_bytes(os.urandom(16 * 128 * page))  # 128 windows of 16 pages
+    st.evict([str(part)])
+    fd = os.open(part, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)  # no read-ahead into other windows
+        for w in range(128):  # two windows in eight, one looked at and one not
+            if w % 8 in (0, 1):
+                os.pread(fd, 16 * page, w * 16 * page)
+    finally:
+        os.close(fd)
+    resident, pages = st.resident_pages(str(part))
+    assert pages == 16 * 128 and resident == pytest.approx(pages / 4, rel=0.05)

@@ -85,6 +85,8 @@ def test_tune_in_process_tries_settings_and_leaves_the_loader_as_it_was() -> Non
 IN_RUN = str(REPO / "tests" / "fixtures" / "in_run_train.py")
 
 
+# 15-35 s of reruns on 2 cores: in `make validate`, so the default run keeps to 15 minutes
+@pytest.mark.long
 def test_tune_in_run_tries_settings_in_the_first_epoch_and_the_script_trains_as_unwatched(
     tmp_path: Path,
 ) -> None:

@@ -22,6 +22,8 @@ pytestmark = pytest.mark.slow
 SCRIPT = str(REPO / "tests" / "fixtures" / "lightning_in_run.py")
 
 
+# 15-35 s of reruns on 2 cores: in `make validate`, so the default run keeps to 15 minutes
+@pytest.mark.long
 def test_in_run_trials_land_in_the_training_loader_and_the_trainer_trains_whole(
     tmp_path: Path,
 ) -> None:

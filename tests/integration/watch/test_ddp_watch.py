@@ -137,6 +137,8 @@ def _shared_run(tmp_path: Path, workers: int) -> RunRecord:
     return RunRecord.load(out)
 
 
+# 15-35 s of reruns on 2 cores: in `make validate`, so the default run keeps to 15 minutes
+@pytest.mark.long
 def test_ranks_sharing_a_host_share_its_cores_and_the_advice_holds_on_a_rerun(
     tmp_path: Path,
 ) -> None:

@@ -36,6 +36,8 @@ def _predicted(run: Path, probe: Path, workers: int) -> tuple[float, list[str]]:
     return float(out["predicted_samples_per_s"]), out["whatif"]["assumptions"]
 
 
+# 15-35 s of reruns on 2 cores: in `make validate`, so the default run keeps to 15 minutes
+@pytest.mark.long
 def test_more_workers_on_a_bandwidth_cap_predicted_from_the_probe_within_20_percent(
     tmp_path: Path,
 ) -> None:

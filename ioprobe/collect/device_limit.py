@@ -216,18 +216,12 @@ def _ring_reads(
     base = ctypes.addressof(view)
     clock = time.perf_counter_ns
     n = len(targets)
-    sent = [0] * depth
     lat: list[int] = []
-    k = 0
     reads = got = 0
     start = clock()
     deadline = start + int(seconds * 1e9)
-    for slot in range(depth):
-        ring.prepare(slot, base + slot * block, block, slot)
-        fd, off = targets[k % n]
-        k += 1
-        ring.submit(slot, fd, off)
-        sent[slot] = start
+    k = _fill(ring, targets, base, block, depth)
+    sent = [start] * depth
     inflight = depth
     submit, add = ring.submit, lat.append
     # each wake-up reaps an eighth of the depth: a system call per read would cost this
@@ -265,6 +259,16 @@ def _ring_reads(
     if failed:
         raise OSError(failed, os.strerror(failed))
     return reads, got, (clock() - start) / 1e9, lat
+
+
+def _fill(ring: Ring, targets: list[tuple[int, int]], base: int, block: int, depth: int) -> int:
+    """A read in each of ``depth`` slots (slot k's buffer is the k-th block from ``base``),
+    from the first targets; the next target's index."""
+    for slot in range(depth):
+        ring.prepare(slot, base + slot * block, block, slot)
+        fd, off = targets[slot % len(targets)]
+        ring.submit(slot, fd, off)
+    return depth
 
 
 def _drain(ring: Ring, inflight: int) -> bool:

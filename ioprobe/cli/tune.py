@@ -142,9 +142,11 @@ def _tune_by_runs(cmd: tuple[str, ...], trial_batches: int, trials: int) -> RunR
         )
         sys.exit(128 - code)
     if first is None:
+        # a script killed mid-trial saved no record, whatever it iterated: say how it ended
+        ended = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
         raise BadInputError(
-            f"ioprobe tune: the script iterated no DataLoader with workers (exit code {code}): "
-            "nothing to tune"
+            f"ioprobe tune: no DataLoader with workers was recorded in the first trial "
+            f"(the script: {ended}): nothing to tune"
         )
     base = loader_sim.recorded_setting(first)
     if base is None:

@@ -56,6 +56,32 @@ def test_tune_refuses_a_script_without_a_loader_with_workers(tmp_path: Path) -> 
     assert "num_workers=0" in result.stderr or "no DataLoader" in result.stderr
 
 
+@pytest.mark.parametrize(
+    ("before", "inside", "said"),
+    [
+        ("sys.exit(4)", "pass", "exit code 4"),
+        ("pass", "os.kill(os.getpid(), signal.SIGKILL)", "killed by SIGKILL"),
+    ],
+)
+def test_a_first_trial_with_no_record_says_how_the_script_ended(
+    tmp_path: Path, before: str, inside: str, said: str
+) -> None:
+    # a script killed mid-trial was said to have iterated no DataLoader "(exit code -9)"
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, signal, sys, torch\n"
+        "from torch.utils.data import DataLoader\n"
+        f"{before}\n"
+        "for i, b in enumerate(DataLoader(list(range(64)), batch_size=4, num_workers=1)):\n"
+        f"    if i == 3:\n        {inside}\n"
+    )
+    result = run_cli("tune", "--", sys.executable, str(script), timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]  # after the trial's progress line
+    assert last.startswith("ioprobe: error: ") and said in last, last
+    assert "no DataLoader with workers was recorded" in last
+
+
 def test_tune_in_process_tries_settings_and_leaves_the_loader_as_it_was() -> None:
     import time
 

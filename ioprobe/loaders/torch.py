@@ -791,6 +791,12 @@ class Watched:
     def __len__(self) -> int:
         return len(self._loader)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A copy (pickle, deepcopy) is a watched copy of the loader with a record of its own:
+        the collector measuring this one (its threads, locks, the NVML module) is no part of
+        what the loader is, and could not be copied."""
+        return (wrap, (self._loader, self._device, self._finish))
+
     def __getattr__(self, name: str) -> Any:
         """The loader's attribute. A checkpoint (``state_dict``, ``load_state_dict``) is the
         sibling's where it keeps one: it is the one that iterates, so the position saved is
@@ -841,6 +847,11 @@ class WatchedInPlace:
 
     def __iter__(self) -> Iterator[Any]:
         return iter(self._loader)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """As ``Watched.__reduce__``: a watched copy of the loader."""
+        w = self._watcher
+        return (wrap, (self._loader, w._device, w._finish))
 
     def __len__(self) -> int:
         return len(self._loader)

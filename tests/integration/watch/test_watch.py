@@ -429,3 +429,28 @@ def test_the_record_read_from_another_thread_while_the_loop_runs_costs_the_loop_
     assert batches == 200 and reads  # every batch of both passes, no assertion
     end = watched.run.watch
     assert end is not None and sum(e.samples for e in end.epochs) == 1600
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_a_copy_of_a_watched_loader_is_a_watched_copy_with_its_own_record(how: str) -> None:
+    # once iterated, the collector (its threads, locks, the NVML module) made a watched
+    # loader refuse pickle and deepcopy, where the plain loader copies
+    import copy
+    import pickle
+
+    def make() -> DataLoader[torch.Tensor]:
+        return DataLoader(
+            BurnDataset(64, 0.0),
+            batch_size=8,
+            num_workers=1,
+            generator=torch.Generator().manual_seed(3),
+        )
+
+    watched = ioprobe.watch(make())
+    consume(watched)
+    twin = pickle.loads(pickle.dumps(watched)) if how == "pickle" else copy.deepcopy(watched)
+    assert type(twin) is type(watched) and twin.batch_size == 8
+    got = consume(twin)
+    assert [b.tolist() for b in got] == [b.tolist() for b in consume(make())]
+    assert twin.run.watch is not None and len(twin.run.watch.epochs) == 1
+    assert twin.run is not watched.run and len(watched.run.watch.epochs) == 1

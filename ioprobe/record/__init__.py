@@ -26,7 +26,7 @@ from typing import Any
 
 from ioprobe.codec import Codec, check_columns, join, to_plain
 from ioprobe.errors import BadInputError, RecordError
-from ioprobe.outputs import read_input, write_output
+from ioprobe.outputs import check_output, read_input, write_output
 from ioprobe.record.distributed import (
     ClientsPoint,
     Distributed,
@@ -201,8 +201,12 @@ class RunRecord:
         """Write as ``outputs.write_output`` does: a file atomically (a crash mid-write never
         leaves half a record), a symlink's target, a device or FIFO in place; anything else
         (a directory, a socket) raises BadInputError, and nothing but a regular file is ever
-        replaced."""
-        write_output(path, self.dumps())
+        replaced. A path no file can be made at (``/proc/self/mem``) is a BadInputError
+        naming it, checked as the command line checks its outputs; a write that fails (a full
+        device) raises its OSError."""
+        name = os.fspath(path)
+        check_output(name)
+        write_output(name, self.dumps())
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> RunRecord:

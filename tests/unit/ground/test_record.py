@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ioprobe.errors import RecordError
+from ioprobe.errors import BadInputError, RecordError
 from ioprobe.record import (
     SCHEMA,
     CpuStage,
@@ -135,6 +135,14 @@ def test_missing_file_and_directory_give_clear_errors(tmp_path: Path) -> None:
 def test_save_leaves_no_temporary_files(tmp_path: Path) -> None:
     make_record().save(tmp_path / "a.json")
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_save_where_no_file_can_be_made_is_one_error_naming_the_path() -> None:
+    # a raw FileNotFoundError naming the atomic write's own temporary file: what the command
+    # line refuses in one line, the API raised as it came
+    with pytest.raises(BadInputError, match="/proc/self/mem") as caught:
+        make_record().save("/proc/self/mem")
+    assert ".mem." not in str(caught.value)
 
 
 def _load_text(tmp_path: Path, text: str) -> RunRecord:

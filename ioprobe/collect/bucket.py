@@ -52,8 +52,9 @@ def remote_files(
     estimated (a bucket's folder, not a glob's matches). Errors are the backend's own,
     raised as the listing reaches them."""
     wild = any(ch in path for ch in "*?[")
-    if wild and is_s3(fs) and _wildcard_after_bucket(path):
-        return _globbed(S3Pages(fs, _glob_root(path), deadline), path), None
+    root = _glob_root(path) if wild and is_s3(fs) else None
+    if root is not None:
+        return _globbed(S3Pages(fs, root, deadline), path), None
     if wild:
         infos = fs.glob(path, detail=True)
         return _files(infos.values() if isinstance(infos, dict) else []), None
@@ -79,16 +80,11 @@ def _walked(fs: Any, path: str, deadline: Deadline) -> Iterator[dict[str, Any]]:
             return
 
 
-def _wildcard_after_bucket(path: str) -> bool:
-    first = min(path.find(ch) for ch in "*?[" if ch in path)
-    return "/" in path[:first]
-
-
-def _glob_root(path: str) -> str:
+def _glob_root(path: str) -> str | None:
     """The folder a glob's matches are all below: its path up to the last ``/`` before the
-    first wildcard."""
-    first = min(path.find(ch) for ch in "*?[" if ch in path)
-    return path[:first].rsplit("/", 1)[0]
+    first wildcard; None where the wildcard is in the bucket's name."""
+    head = path[: min(path.find(ch) for ch in "*?[" if ch in path)]
+    return head.rsplit("/", 1)[0] if "/" in head else None
 
 
 def _globbed(pages: S3Pages, pattern: str) -> Iterator[dict[str, Any]]:

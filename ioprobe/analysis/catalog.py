@@ -82,11 +82,20 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
         raise BadInputError(f"{where}: not valid TOML ({exc})") from None
 
 
+# The most classes a catalog may hold: each is a row of every sizing table and priced
+# against every GPU count, so a catalog of thousands would take minutes to size
+MAX_CLASSES = 256
+
+
 def parse_catalog(text: str, where: str) -> Catalog:
     data = parse_toml(text, where)
     classes = data.get("classes")
     if not isinstance(classes, dict) or not classes:
         raise BadInputError(f"{where}: expected [classes.NAME] tables")
+    if len(classes) > MAX_CLASSES:
+        raise BadInputError(
+            f"{where}: {len(classes):,} classes; a catalog holds at most {MAX_CLASSES}"
+        )
     return {name: _parse_class(name, raw, where) for name, raw in classes.items()}
 
 

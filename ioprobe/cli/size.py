@@ -23,6 +23,7 @@ from collections.abc import Callable
 import click
 
 from ioprobe.analysis.catalog import (
+    MAX_CLASSES,
     Catalog,
     load_catalog,
     parse_bytes,
@@ -50,6 +51,10 @@ from ioprobe.cli._common import (
 from ioprobe.errors import BadInputError
 from ioprobe.record import RunRecord, SizeInputs, StorageClassInfo
 
+# The most GPU counts one sizing compares: each is a column of the table, priced against
+# every storage class
+MAX_GPU_COUNTS = 128
+
 
 def _int_list(text: str) -> list[int]:
     try:
@@ -60,6 +65,10 @@ def _int_list(text: str) -> list[int]:
         ) from None
     if not out or min(out) < 1 or max(out) > MAX_COUNT:
         raise BadInputError(f"--gpus {text!r}: GPU counts must be from 1 to {MAX_COUNT:,}")
+    if len(set(out)) > MAX_GPU_COUNTS:
+        raise BadInputError(
+            f"--gpus: {len(set(out)):,} GPU counts; at most {MAX_GPU_COUNTS}, each a column"
+        )
     return sorted(set(out))
 
 
@@ -205,6 +214,8 @@ def command(
 def _classes(text: str | None, catalog: Catalog) -> list[StorageClassInfo]:
     """The storage classes or rates of --storage, else every class in the catalog."""
     specs = [s for s in text.split(",") if s.strip()] if text else list(catalog)
+    if text and len(specs) > MAX_CLASSES:
+        raise BadInputError(f"--storage: {len(specs):,} classes; at most {MAX_CLASSES}")
     return [storage_flag(s, catalog) for s in specs]
 
 

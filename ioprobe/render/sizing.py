@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
 
-from rich.console import Group, RenderableType
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.table import Table
 from rich.text import Text
 
@@ -43,7 +45,7 @@ def view(rec: RunRecord, f: Findings) -> RenderableType:
         ),
         Text(""),
         Text("GPU utilisation by storage class and GPUs per node (S: storage-bound, C: CPU-bound)"),
-        _table(sz, rec.gpus_supported or {}),
+        _FittedTable(sz, rec.gpus_supported or {}),
         Text(""),
     ]
     parts += _conclusions(sz, f.cache_gap)
@@ -105,30 +107,124 @@ def _inputs(inp: SizeInputs) -> str:
     return line
 
 
-def _table(sz: SizeData, supported: dict[str, int]) -> Table:
+class _FittedTable:
+    """The utilisation table with as many GPU-count columns as the width holds: all of them
+    when they fit, else the first, the last, each class's last count kept at the target and
+    the one after it, then counts spread between; a line says how many are left out."""
+
+    def __init__(self, sz: SizeData, supported: dict[str, int]) -> None:
+        self.sz, self.supported = sz, supported
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        sz = self.sz
+        shown = _fitting_counts(sz, self.supported, options.max_width)
+        yield _table(sz, self.supported, shown)
+        if len(shown) < len(sz.gpu_counts):
+            yield Text(
+                f"{len(shown)} of {len(sz.gpu_counts):,} GPU counts shown in "
+                f"{options.max_width} columns: the ends, where each class falls below "
+                f"{sz.inputs.target_utilization:.0%}, some between; --md, --html and --json "
+                "have all",
+                style="dim",
+            )
+
+
+# a storage name wider than this is cut with an ellipsis (the other outputs have it whole)
+_NAME_WIDTH = 24
+
+
+def _fitting_counts(sz: SizeData, supported: dict[str, int], width: int) -> list[int]:
+    """The GPU counts whose columns fit ``width`` beside the storage, rate and summary ones."""
+    counts = sz.gpu_counts
+    names = max((len(c.name) for c in sz.storage), default=0)
+    rates = max((len(r) for r in _rates(sz).values()), default=1)
+    fixed = min(max(names, len("storage")), _NAME_WIDTH) + max(rates, len(_rate_header(sz)))
+    room = width - fixed - len(_summary_header(sz.inputs.target_utilization)) - 2 * 2
+    cost = {n: len(_count_header(n)) + 2 for n in counts}
+    if sum(cost.values()) <= room:
+        return list(counts)
+    chosen: set[int] = set()
+    for n in _by_priority(counts, supported):
+        if cost[n] <= room and n not in chosen:
+            chosen.add(n)
+            room -= cost[n]
+    return sorted(chosen)
+
+
+def _by_priority(counts: list[int], supported: dict[str, int]) -> list[int]:
+    """``counts`` in the order they earn a column: the ends; the most GPUs each class keeps
+    at the target, then the count after each; then the midpoints of the widest gaps."""
+    kept: list[int] = []
+    after: list[int] = []
+    for most in sorted(set(supported.values())):
+        at = bisect.bisect_right(counts, most)  # counts[at]: the first count not kept
+        kept += [counts[at - 1]] if at > 0 else []
+        after += [counts[at]] if at < len(counts) else []
+    first = [counts[0], counts[-1], *kept, *after]
+    index = {n: i for i, n in enumerate(counts)}
+    taken = sorted({index[n] for n in first})
+    order = list(dict.fromkeys(first))
+    # the widest gap first: a heap of (-width, lo, hi), split at its middle
+    gaps = [(taken[i] - taken[i + 1], taken[i], taken[i + 1]) for i in range(len(taken) - 1)]
+    heapq.heapify(gaps)
+    while gaps and -gaps[0][0] >= 2:
+        _, lo, hi = heapq.heappop(gaps)
+        mid = (lo + hi) // 2
+        order.append(counts[mid])
+        heapq.heappush(gaps, (lo - mid, lo, mid))
+        heapq.heappush(gaps, (mid - hi, mid, hi))
+    return order
+
+
+def _rate_header(sz: SizeData) -> str:
+    return "MB/s" + (" all nodes" if sz.inputs.nodes > 1 else "")
+
+
+def _rates(sz: SizeData) -> dict[str, str]:
+    """Each class's read rate in MB/s, as its column shows it: storage reads at one rate
+    whatever the GPU count, so any of its rows stands for all."""
+    first: dict[str, SizeRow] = {}
+    for r in sz.rows:
+        first.setdefault(r.storage, r)
+    return {
+        cls.name: units.in_unit(
+            first[cls.name].storage_samples_per_s * sz.inputs.sample_bytes
+            if cls.name in first
+            else None,
+            "MB",
+        )
+        for cls in sz.storage
+    }
+
+
+def _count_header(n: int) -> str:
+    return f"{n} GPU" + ("s" if n != 1 else "")
+
+
+def _summary_header(target: float) -> str:
+    return f"GPUs >= {target:.0%}"
+
+
+def _table(sz: SizeData, supported: dict[str, int], counts: list[int]) -> Table:
     """A row per storage class: its read rate, a cell per GPU count, the GPUs it keeps fed."""
     inp = sz.inputs
     table = Table(show_edge=False, box=None, pad_edge=False, header_style="bold")
-    table.add_column("storage")
-    table.add_column("MB/s" + (" all nodes" if inp.nodes > 1 else ""), justify="right")
-    for n in sz.gpu_counts:
-        table.add_column(f"{n} GPU" + ("s" if n != 1 else ""), justify="right")
-    table.add_column(f"GPUs >= {inp.target_utilization:.0%}", justify="right")
+    table.add_column("storage", max_width=_NAME_WIDTH, overflow="ellipsis", no_wrap=True)
+    table.add_column(_rate_header(sz), justify="right")
+    for n in counts:
+        table.add_column(_count_header(n), justify="right", no_wrap=True)
+    table.add_column(_summary_header(inp.target_utilization), justify="right")
     by = {(r.storage, r.gpus): r for r in sz.rows}
+    rates = _rates(sz)
     for cls in sz.storage:
-        rows = [by.get((cls.name, n)) for n in sz.gpu_counts]
-        # storage reads at the same rate whatever the GPU count: any row's stands for all
-        first = next((r for r in rows if r is not None), None)
-        mbps = units.in_unit(
-            first.storage_samples_per_s * inp.sample_bytes if first else None, "MB"
-        )
+        rows = [by.get((cls.name, n)) for n in counts]
         # a record that lost a row (damaged, or cut by hand) shows the gap
         cells = [
             _cell(r.gpu_utilization, r.bottleneck, inp.target_utilization) if r else Text("-")
             for r in rows
         ]
         gpus = Text(str(supported.get(cls.name, 0)), style="bold")
-        table.add_row(cls.name, mbps, *cells, gpus)
+        table.add_row(cls.name, rates[cls.name], *cells, gpus)
     return table
 
 

@@ -63,6 +63,35 @@ def test_a_bad_number_for_any_flag_is_one_line_naming_the_flag(
     assert_one_line_error(proc, flag)
 
 
+def _catalog(tmp_path: Path, classes: int) -> str:
+    rows = (
+        f'[classes.c{i}]\nlabel = "x"\nscope = "local"\nseq_read_MBps = {100 + i}\n'
+        'iops_4k = 1000\niops_128k = 100\nlatency_ms = 1\nsource = "s"\n'
+        for i in range(classes)
+    )
+    path = tmp_path / "catalog.toml"
+    path.write_text("".join(rows))
+    return str(path)
+
+
+def test_size_refuses_more_gpu_counts_or_classes_than_a_table_holds(tmp_path: Path) -> None:
+    # each count is a column and each class a row, priced against the other: thousands took
+    # minutes and a record of tens of megabytes
+    counts = ",".join(str(n) for n in range(1, 130))
+    assert_one_line_error(run_cli(*SIZE, "--gpus", counts, timeout=30), "--gpus: 129 GPU counts")
+    rates = ",".join(f"{n}MB/s" for n in range(1, 258))
+    assert_one_line_error(run_cli(*SIZE, "--storage", rates, timeout=30), "--storage: 257")
+    many = _catalog(tmp_path, 257)
+    assert_one_line_error(run_cli(*SIZE, "--catalog", many, timeout=30), "257 classes")
+    # the limits themselves are accepted
+    ok = run_cli(*SIZE, "--gpus", ",".join(str(n) for n in range(1, 129)), "--catalog",
+                 _catalog(tmp_path, 256), "--storage", "c255", "--json", str(tmp_path / "s.json"),
+                 timeout=60)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    sizing = json.loads((tmp_path / "s.json").read_text())["sizing"]
+    assert len(sizing["gpu_counts"]) == 128 and [c["name"] for c in sizing["storage"]] == ["c255"]
+
+
 LITERAL_1E400 = "@1e400@"  # stands for the bare JSON number 1e400 (which parses as infinity)
 
 

@@ -7,7 +7,9 @@ change: ``IOPROBE_UPDATE_GOLDEN=1 pytest tests/unit/render/test_render_golden.py
 from __future__ import annotations
 
 import io
+import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -59,6 +61,29 @@ def test_size_table_golden() -> None:
         cat["nfs-10gbe"],
     ]
     check("size.txt", text(shown(size(inp, classes, [1, 2, 4, 8, 16, 32]))))
+
+
+def test_a_size_table_wider_than_the_terminal_keeps_the_ends_and_each_class_knee() -> None:
+    cat = load_catalog()
+    inp = SizeInputs(sample_bytes=110e3, gpu_samples_per_s=2500.0)
+    rec = size(inp, [cat["sata-ssd"], cat["nfs-10gbe"], cat["nvme-gen3"]], list(range(1, 41)))
+    assert rec.gpus_supported == {"sata-ssd": 2, "nfs-10gbe": 4, "nvme-gen3": 12}
+    got = text(shown(rec), width=80)
+    lines = got.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    header = next(line for line in lines if line.startswith("storage"))
+    heads = [int(h) for h in re.findall(r"(\d+) GPUs? ", header)]
+    # the ends, and each class's most GPUs kept at 90% (the knee a reader looks for)
+    assert {1, 40, 2, 4, 12} <= set(heads) and heads == sorted(heads) and len(heads) < 40
+    assert f"{len(heads)} of 40 GPU counts shown in 80 columns" in " ".join(lines)
+    # every cell sits under its own count's column
+    sata = next(line for line in lines if line.startswith("sata-ssd")).split()
+    by = {r.gpus: r for r in rec.sizing.rows if r.storage == "sata-ssd"} if rec.sizing else {}
+    cells = [c for c in sata[2:-1] if c != "S"]
+    assert cells == [f"{math.floor(by[n].gpu_utilization * 100 + 1e-9)}%" for n in heads]
+    # a width that holds every count shows them all, with no note
+    wide = text(shown(rec), width=400)
+    assert "GPU counts shown" not in wide and "40 GPUs" in wide and "39 GPUs" in wide
 
 
 def test_watch_summary_and_whatif_golden() -> None:

@@ -322,6 +322,10 @@ def iterate(
     boundaries on its device timeline when it has one. The epoch begins (``begin``) at the
     first ``next()``: an iterator never advanced (Lightning's check) is no epoch."""
     clock, thread_ns, on_batch = time.perf_counter_ns, time.thread_time_ns, collector.on_batch
+    if collector.stop_after is not None and collector.stop_after <= 0:
+        # a pass after the trial ended, in a script that caught its stop: it ends here,
+        # before workers start only to be torn down (some die holding their temp folders)
+        raise TrialDone
     error: BaseException | None = None
     on_end = begin()
     try:

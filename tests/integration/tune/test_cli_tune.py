@@ -82,6 +82,39 @@ def test_a_first_trial_with_no_record_says_how_the_script_ended(
     assert "no DataLoader with workers was recorded" in last
 
 
+def test_a_script_that_catches_the_trials_stop_starts_no_more_workers_and_leaves_no_temp(
+    tmp_path: Path,
+) -> None:
+    # each later epoch started its workers only for the stop to tear them down at the first
+    # batch: 100 epochs a trial, and pymp-* folders of workers that died holding them
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, sys, torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "def started(_):\n"
+        f"    with open({str(tmp_path / 'starts')!r}, 'a') as f: f.write('w\\n')\n"
+        "loader = DataLoader([torch.zeros(8)] * 2048, batch_size=8, num_workers=2,\n"
+        "                    worker_init_fn=started)\n"
+        "caught = 0\n"
+        "for epoch in range(100):\n"
+        "    try:\n"
+        "        for b in loader: pass\n"
+        "    except SystemExit:\n"
+        "        caught += 1\n"
+        "print('caught', caught)\n"
+    )
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    result = run_cli("tune", "--trials", "1", "--trial-batches", "50", "--", sys.executable,
+                     str(script), env={"TMPDIR": str(temp)}, timeout=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    runs = result.stdout.count("caught 100")
+    assert runs >= 2, result.stdout  # the first trial and the replay's setting, every epoch
+    starts = (tmp_path / "starts").read_text().count("w")
+    assert starts <= 2 * 8, starts  # one round of workers a trial: at most 8 workers each
+    assert list(temp.iterdir()) == []
+
+
 def test_tune_in_process_tries_settings_and_leaves_the_loader_as_it_was() -> None:
     import time
 

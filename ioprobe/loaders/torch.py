@@ -322,10 +322,6 @@ def iterate(
     boundaries on its device timeline when it has one. The epoch begins (``begin``) at the
     first ``next()``: an iterator never advanced (Lightning's check) is no epoch."""
     clock, thread_ns, on_batch = time.perf_counter_ns, time.thread_time_ns, collector.on_batch
-    if collector.stop_after is not None and collector.stop_after <= 0:
-        # a pass after the trial ended, in a script that caught its stop: it ends here,
-        # before workers start only to be torn down (some die holding their temp folders)
-        raise TrialDone
     error: BaseException | None = None
     on_end = begin()
     try:
@@ -776,6 +772,11 @@ class Watched:
 
     def _begin(self) -> Callable[[BaseException | None], None]:
         """Begin an epoch; the function that ends it."""
+        stop = self._collector.stop_after
+        if stop is not None and stop <= 0:
+            # a pass after its tune trial ended, in a script that caught the stop: it ends
+            # before its workers start only to be torn down (some died holding temp folders)
+            raise TrialDone
         self._run = None
         if not getattr(self._inner, "num_workers", 0):  # the main process loads
             main_process_epoch()

@@ -17,7 +17,7 @@ from typing import Any
 
 from ioprobe.analysis.catalog import parse_toml
 from ioprobe.errors import BadInputError
-from ioprobe.record import ReferencePoint, References, SizeInputs
+from ioprobe.record import EmulatedWorkload, ReferencePoint, References, SizeInputs
 
 SHIPPED = "data/mlperf_storage.toml"
 _RESULT_KEYS = {
@@ -78,6 +78,64 @@ def _shipped() -> tuple[ReferencePoint, ...]:
     return tuple(parse_references(text, f"ioprobe/{SHIPPED}"))
 
 
+# The simulated accelerators MLPerf Storage's workload configurations name, as their keys
+# in the shipped file spell them (compute_s_h100)
+ACCELERATORS = ("A100", "H100", "B200")
+
+
+@functools.cache
+def _shipped_workloads() -> dict[str, Any]:
+    text = resources.files("ioprobe").joinpath(SHIPPED).read_text("utf-8")
+    found = parse_toml(text, f"ioprobe/{SHIPPED}").get("workloads", {})
+    return found if isinstance(found, dict) else {}
+
+
+def emulated(name: str, accelerator: str | None) -> EmulatedWorkload:
+    """MLPerf Storage's emulation of workload ``name`` on ``accelerator`` (A100, H100, B200;
+    None: H100 where the workload has it, else the one accelerator it has): its batch, its
+    emulated step and its AU threshold. A workload or pairing the benchmark has no
+    configuration for is a BadInputError naming those it has."""
+    workloads = _shipped_workloads()
+    raw = workloads.get(name)
+    if not isinstance(raw, dict):
+        raise BadInputError(
+            f"--workload {name!r}: not an MLPerf Storage training workload; one of "
+            + ", ".join(sorted(workloads))
+        )
+    has = [a for a in ACCELERATORS if f"compute_s_{a.lower()}" in raw]
+    if accelerator is None:
+        accelerator = "H100" if "H100" in has else has[0]
+    accelerator = accelerator.upper()
+    if accelerator not in has:
+        raise BadInputError(
+            f"--accelerator {accelerator!r}: MLPerf Storage has no {name} configuration for "
+            f"it; {name} is configured for " + ", ".join(has)
+        )
+    return EmulatedWorkload(
+        name=name,
+        accelerator=accelerator,
+        batch_size=int(raw["batch_size"]),
+        compute_seconds=float(raw[f"compute_s_{accelerator.lower()}"]),
+        au_threshold=float(raw["au_threshold"]),
+        source=_config_source(raw, accelerator),
+    )
+
+
+def _config_source(raw: dict[str, Any], accelerator: str) -> str:
+    """The workload configuration for ``accelerator``: its own ``source_<type>`` where the
+    file names one, else the H100 config's path (with _a100 for the A100 one)."""
+    own = raw.get(f"source_{accelerator.lower()}")
+    if isinstance(own, str):
+        return own
+    source = str(raw["source"])
+    return source.replace("_h100", "_a100") if accelerator == "A100" else source
+
+
+def workload_sample_bytes(name: str) -> float:
+    """The mean bytes of one sample of workload ``name`` (its record_length)."""
+    return float(_shipped_workloads()[name]["sample_bytes"])
+
+
 def shipped_references() -> list[ReferencePoint]:
     """The published results ioprobe ships, in the file's order."""
     return list(_shipped())
@@ -95,16 +153,20 @@ def place(inp: SizeInputs, points: list[ReferencePoint], node_gpus: int) -> Refe
     (the nearest density first: a result on far larger records says least about small
     ones), then by throughput."""
     need = node_need(inp, node_gpus)
+    wl = inp.workload
 
-    def distance(p: ReferencePoint) -> float:
+    def distance(p: ReferencePoint) -> tuple[int, float]:
+        # sizing a workload's emulation: its own results on its accelerator first, then on
+        # the others, as a submitter compares them
+        same = 2 if wl is None or p.workload != wl.name else int(p.accelerator != wl.accelerator)
         if p.sample_bytes <= 0:
-            return math.inf
-        return abs(math.log(p.sample_bytes / inp.sample_bytes))
+            return same, math.inf
+        return same, abs(math.log(p.sample_bytes / inp.sample_bytes))
 
     placed = [
         dataclasses.replace(p, nodes_fed=p.bytes_per_s / need if need > 0 else 0.0) for p in points
     ]
-    placed.sort(key=lambda p: (distance(p), -p.bytes_per_s))
+    placed.sort(key=lambda p: (*distance(p), -p.bytes_per_s))
     return References(
         node_gpus=node_gpus,
         node_bytes_per_s=need,
@@ -113,4 +175,12 @@ def place(inp: SizeInputs, points: list[ReferencePoint], node_gpus: int) -> Refe
     )
 
 
-__all__ = ["node_need", "parse_references", "place", "shipped_references"]
+__all__ = [
+    "ACCELERATORS",
+    "emulated",
+    "node_need",
+    "parse_references",
+    "place",
+    "shipped_references",
+    "workload_sample_bytes",
+]

@@ -384,8 +384,11 @@ def _subject(inp: SizeInputs, base: RunRecord | None) -> tuple[HostInfo, Dataset
     if base is not None:
         return base.host, base.dataset
     host = HostInfo(gpu_probe="not checked: sized from numbers")
+    wl = inp.workload
     ds = DatasetProfile(
-        target="(given numbers)",
+        target=f"(MLPerf Storage {wl.name}, simulated {wl.accelerator})"
+        if wl
+        else "(given numbers)",
         files=int(inp.dataset_bytes / inp.sample_bytes) if inp.dataset_bytes else 0,
         bytes=int(inp.dataset_bytes or 0),
         sample_bytes_mean=inp.sample_bytes,

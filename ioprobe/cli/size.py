@@ -31,7 +31,7 @@ from ioprobe.analysis.catalog import (
 )
 from ioprobe.analysis.cluster import cluster_figures
 from ioprobe.analysis.cost import check_classes, load_costs
-from ioprobe.analysis.mlperf import shipped_references
+from ioprobe.analysis.mlperf import emulated, shipped_references, workload_sample_bytes
 from ioprobe.analysis.scenario import dataset_bytes, recorded_gpus
 from ioprobe.analysis.size import DEFAULT_GPU_COUNTS, MEASURED, size
 from ioprobe.capacity import request_bytes
@@ -135,10 +135,21 @@ def _bytes(flag: str, text: str | None) -> float | None:
 @click.option(
     "--target-utilization",
     type=finite_float(0, 1, min_open=True),
-    default=0.9,
-    show_default=True,
     metavar="U",
-    help="The GPU utilisation a configuration must keep to count as balanced.",
+    help="The GPU utilisation a configuration must keep to count as balanced.  [default: 0.9]",
+)
+@click.option(
+    "--workload",
+    metavar="NAME",
+    help="Size MLPerf Storage's emulation of a training workload (unet3d, resnet50, "
+    "cosmoflow, retinanet) in its units: its sample size, step and AU threshold, in "
+    "simulated accelerators.",
+)
+@click.option(
+    "--accelerator",
+    metavar="TYPE",
+    help="The simulated accelerator of --workload: A100, H100 or B200 (default: H100 where "
+    "the workload has it).",
 )
 @click.option(
     "--cost",
@@ -161,7 +172,9 @@ def command(
     nic: str | None,
     in_flight: int,
     dataset_bytes: str | None,
-    target_utilization: float,
+    target_utilization: float | None,
+    workload: str | None,
+    accelerator: str | None,
     cost_path: str | None,
     catalog_path: str | None,
     json_path: str | None,
@@ -179,36 +192,76 @@ def command(
     catalog = load_catalog(catalog_path)
     gpu_counts = _int_list(gpus_text) if gpus_text else list(DEFAULT_GPU_COUNTS)
     classes = _classes(storage_text, catalog)
-    nic_rate = _rate("--nic", nic)
-    base = load_analysable(run_file) if run_file else None
-    inp = _inputs(
-        base,
-        sample_bytes=_bytes("--sample-bytes", sample_bytes),
-        cpu_s=cpu_ms_per_sample / 1e3 if cpu_ms_per_sample is not None else None,
-        gpu_rate=gpu_samples_per_s,
-        cores=cores,
-        dataset_bytes=_bytes("--dataset-bytes", dataset_bytes),
-    )
+    cpu_s = cpu_ms_per_sample / 1e3 if cpu_ms_per_sample is not None else None
+    if workload is not None or accelerator is not None:
+        _no_own_figures(run_file, sample_bytes, gpu_samples_per_s, target_utilization)
+        base = None
+        inp = _emulation(workload, accelerator, cpu_s, cores)
+        inp.dataset_bytes = _bytes("--dataset-bytes", dataset_bytes)
+    else:
+        base = load_analysable(run_file) if run_file else None
+        inp = _inputs(
+            base,
+            sample_bytes=_bytes("--sample-bytes", sample_bytes),
+            cpu_s=cpu_s,
+            gpu_rate=gpu_samples_per_s,
+            cores=cores,
+            dataset_bytes=_bytes("--dataset-bytes", dataset_bytes),
+        )
+        inp.target_utilization = target_utilization or 0.9
     inp.nodes = nodes
-    inp.nic_bytes_per_s = nic_rate
+    inp.nic_bytes_per_s = _rate("--nic", nic)
     inp.in_flight = in_flight
-    inp.target_utilization = target_utilization
     if cores is None and cpu_ms_per_sample is None:
         _node_cpu(inp, base)
     fit_gpus = _int_list(gpus_text) if gpus_text else None
     costs = load_costs(cost_path) if cost_path else None
     if costs is not None:
         check_classes(costs, {*catalog, *(c.name for c in classes), MEASURED})
-    rec = size(
-        inp,
-        classes,
-        gpu_counts,
-        base,
-        fit_gpus,
-        costs=costs,
-        references=shipped_references(),
+    refs = shipped_references()
+    deliver(size(inp, classes, gpu_counts, base, fit_gpus, costs=costs, references=refs), plan)
+
+
+def _no_own_figures(run_file: str | None, *flags: object) -> None:
+    """--workload sets what a run or these flags would: one line naming those given."""
+    names = ("RUN.json", "--sample-bytes", "--gpu-samples-per-s", "--target-utilization")
+    given = [n for n, v in zip(names, (run_file, *flags), strict=True) if v is not None]
+    if given:
+        raise BadInputError(
+            "--workload sizes MLPerf Storage's emulation, whose sample size, step and AU "
+            f"threshold are its own: drop {', '.join(given)}"
+        )
+
+
+def _emulation(
+    workload: str | None, accelerator: str | None, cpu_s: float | None, cores: float | None
+) -> SizeInputs:
+    """The inputs of an MLPerf Storage workload's emulation on its simulated accelerator: a
+    sample of its record length, one accelerator's appetite its batch over its emulated
+    step, the target its AU threshold; the hosts' CPU only where the flags give it."""
+    if workload is None:
+        raise BadInputError(
+            "--accelerator names the simulated accelerator of an MLPerf Storage workload: "
+            "give --workload too"
+        )
+    wl = emulated(workload, accelerator)
+    where = f"MLPerf Storage {wl.name} ({wl.accelerator})"
+    src = {
+        "sample_bytes": f"{where}: record length",
+        "gpu_samples_per_s": (
+            f"{where}: batch {wl.batch_size} / computation_time {wl.compute_seconds:g} s"
+        ),
+    }
+    src |= {k: "given" for k, v in (("cpu_seconds_per_sample", cpu_s), ("cores", cores)) if v}
+    return SizeInputs(
+        sample_bytes=workload_sample_bytes(wl.name),
+        gpu_samples_per_s=wl.batch_size / wl.compute_seconds,
+        cpu_seconds_per_sample=cpu_s,
+        cores=cores,
+        target_utilization=wl.au_threshold,
+        sources=src,
+        workload=wl,
     )
-    deliver(rec, plan)
 
 
 def _classes(text: str | None, catalog: Catalog) -> list[StorageClassInfo]:

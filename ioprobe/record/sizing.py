@@ -89,6 +89,19 @@ class WhatIfData:
 
 
 @dataclass
+class EmulatedWorkload:
+    """An MLPerf Storage training workload as its benchmark emulates it (``size --workload``):
+    the sample size, step and utilisation threshold that set the sizing's inputs."""
+
+    name: str  # unet3d, resnet50, cosmoflow, retinanet
+    accelerator: str  # the simulated accelerator: A100, H100, B200
+    batch_size: int
+    compute_seconds: float  # train.computation_time: the emulated step per batch
+    au_threshold: float
+    source: str  # the workload configuration the figures come from
+
+
+@dataclass
 class SizeInputs:
     """The numbers a sizing is computed from, and where each came from."""
 
@@ -108,6 +121,8 @@ class SizeInputs:
     # bytes per read request where it is not a sample: samples packed in shards are read a
     # shard at a time (None: a sample per request)
     request_bytes: float | None = None
+    # the MLPerf Storage workload whose emulation is sized (None: the user's own workload)
+    workload: EmulatedWorkload | None = None
 
 
 @dataclass

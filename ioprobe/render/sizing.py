@@ -18,6 +18,8 @@ from ioprobe.render.sizing_text import (
     cores_sentence,
     cost_note,
     density_paragraph,
+    per_accelerator,
+    provenance_line,
     reference_sentence,
     units_cells,
     units_columns,
@@ -97,7 +99,7 @@ def _guidance(sz: SizeData) -> list[RenderableType]:
 
 def _inputs(inp: SizeInputs) -> str:
     """The numbers the table was computed from, in the order a reader checks them."""
-    line = f"  {units.size(inp.sample_bytes)}/sample, {units.samples_per_s(inp.gpu_samples_per_s)} samples/s per GPU"
+    line = f"  {units.size(inp.sample_bytes)}/sample, {units.samples_per_s(inp.gpu_samples_per_s)} samples/s {per_accelerator(inp)}"
     if inp.cpu_seconds_per_sample:
         line += f", {inp.cpu_seconds_per_sample * 1e3:.2f} ms CPU/sample"
     if inp.cores:
@@ -247,9 +249,9 @@ def _conclusions(sz: SizeData, gap: SizeRow | None) -> list[RenderableType]:
 def _provenance(sz: SizeData) -> list[RenderableType]:
     """The model's assumptions and which inputs came from a run rather than the command line."""
     parts: list[RenderableType] = [Text(f"assumes: {a}", style="dim") for a in sz.assumptions]
-    srcs = ", ".join(f"{k} from {v}" for k, v in sorted(sz.inputs.sources.items()) if v != "given")
-    if srcs:
-        parts.append(Text(f"from the run: {srcs}", style="dim"))
+    line = provenance_line(sz.inputs)
+    if line:
+        parts.append(Text(line, style="dim"))
     return parts
 
 

@@ -4,6 +4,7 @@ Markdown report, so the three say the same thing in the same words."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from ioprobe import units
 from ioprobe.analysis.size import MAX_GPUS
@@ -99,10 +100,35 @@ def answer_lines(sz: SizeData, gap: SizeRow | None) -> list[str]:
 
 
 def units_title(sz: SizeData) -> str:
+    wl = sz.inputs.workload
+    if wl is not None:
+        return (
+            f"Simulated {wl.accelerator}s each storage class keeps at >= "
+            f"{sz.inputs.target_utilization:.0%} AU on {wl.name} (MLPerf Storage units)"
+        )
     return (
         f"Accelerators each storage class keeps at >= {sz.inputs.target_utilization:.0%} "
         "utilisation (MLPerf Storage units)"
     )
+
+
+def per_accelerator(inp: SizeInputs) -> str:
+    """What one GPU is called: a simulated accelerator where a workload's emulation is sized."""
+    return "per accelerator" if inp.workload is not None else "per GPU"
+
+
+def provenance_line(inp: SizeInputs) -> str | None:
+    """Where the inputs that were not given came from: the run's fields, or the workload
+    configuration an emulation's figures are MLPerf Storage's own."""
+    wl = inp.workload
+    if wl is not None:
+        return (
+            f"from MLPerf Storage's {wl.name} configuration for {wl.accelerator}: "
+            f"{units.size(inp.sample_bytes)} samples, batch {wl.batch_size}, "
+            f"computation_time {wl.compute_seconds:g} s, AU >= {wl.au_threshold:.0%} ({wl.source})"
+        )
+    srcs = ", ".join(f"{k} from {v}" for k, v in sorted(inp.sources.items()) if v != "given")
+    return f"from the run: {srcs}" if srcs else None
 
 
 def units_columns(sz: SizeData) -> list[tuple[str, bool]]:
@@ -219,10 +245,17 @@ def reference_sentence(sz: SizeData) -> str | None:
     if refs is None or not refs.points:
         return None
     p = refs.points[0]
+    wl = sz.inputs.workload
+    own = wl is not None and (p.workload, p.accelerator) == (wl.name, wl.accelerator)
+    which = (
+        f"The largest published {p.workload} result on {p.accelerator}s"
+        if own
+        else f"The nearest published workload in sample size, {p.workload}"
+    )
     return (
         f"A node of {refs.node_gpus} GPUs at {sz.inputs.target_utilization:.0%} needs "
-        f"{units.bandwidth(refs.node_bytes_per_s)}. The nearest published workload in sample size, "
-        f"{p.workload} ({p.version}, {p.division}): {p.system} kept {p.accelerators:,} "
+        f"{units.bandwidth(refs.node_bytes_per_s)}. {which} "
+        f"({p.version}, {p.division}): {p.system} kept {p.accelerators:,} "
         f"simulated {p.accelerator}s busy at {units.bandwidth(p.bytes_per_s)}, enough for about "
         f"{_nodes(p.nodes_fed)} such nodes."
     )
@@ -267,16 +300,37 @@ def input_rows(sz: SizeData) -> list[tuple[str, str, str]]:
 
     def where(key: str, default: str = "given") -> str:
         s = src.get(key)
+        if inp.workload is not None and s and s != "given":
+            return s  # MLPerf Storage's configuration, not a measurement
         return "measured: " + s if s and s != "given" else default
 
-    rows = [
+    wl = inp.workload
+    rows = (
+        []
+        if wl is None
+        else [("MLPerf Storage workload", f"{wl.name}, simulated {wl.accelerator}", wl.source)]
+    )
+    rows += [
         ("bytes per sample", units.size(inp.sample_bytes), where("sample_bytes")),
         (
-            "samples/s per GPU",
+            f"samples/s {per_accelerator(inp)}",
             units.samples_per_s(inp.gpu_samples_per_s),
             where("gpu_samples_per_s"),
         ),
     ]
+    rows += _host_rows(inp, where)
+    if inp.dataset_bytes:
+        rows.append(("dataset", units.size(inp.dataset_bytes), where("dataset_bytes")))
+    if inp.nic_bytes_per_s:
+        rows.append(("NIC per node", units.bandwidth(inp.nic_bytes_per_s), "given"))
+    if sz.costs is not None:
+        rows.append(("prices", sz.costs.source, "given (--cost)"))
+    return rows
+
+
+def _host_rows(inp: SizeInputs, where: Callable[..., str]) -> list[tuple[str, str, str]]:
+    """The input rows of the hosts: their CPU, nodes, reads in flight and the target."""
+    rows: list[tuple[str, str, str]] = []
     if inp.cpu_seconds_per_sample:
         rows.append(
             (
@@ -303,14 +357,12 @@ def input_rows(sz: SizeData) -> list[tuple[str, str, str]]:
     rows += [
         ("nodes", f"{inp.nodes:,}", "given" if inp.nodes > 1 else "default"),
         ("reads in flight per node", f"{inp.in_flight:,}", "given or default"),
-        ("target utilisation", f"{inp.target_utilization:.0%}", "given or default"),
+        (
+            "target utilisation",
+            f"{inp.target_utilization:.0%}",
+            "the workload's AU threshold" if inp.workload else "given or default",
+        ),
     ]
-    if inp.dataset_bytes:
-        rows.append(("dataset", units.size(inp.dataset_bytes), where("dataset_bytes")))
-    if inp.nic_bytes_per_s:
-        rows.append(("NIC per node", units.bandwidth(inp.nic_bytes_per_s), "given"))
-    if sz.costs is not None:
-        rows.append(("prices", sz.costs.source, "given (--cost)"))
     return rows
 
 

@@ -41,6 +41,7 @@ from collections import deque
 from collections.abc import Sequence
 
 from ioprobe import capacity
+from ioprobe.analysis.epochs import epoch_starts, per_epoch_saving
 from ioprobe.analysis.model import MIN_GAIN
 from ioprobe.analysis.queueing import replayable
 from ioprobe.analysis.scenario import LINEAR_STORAGE, recorded_cores
@@ -649,10 +650,73 @@ def queue_predictions(rec: RunRecord) -> list[QueuePrediction]:
     return out
 
 
+# Where the epochs' worker start-ups and shutdowns take at least this share of the run, the
+# advice weighs loader settings end to end, start-ups included
+START_SHARE = 0.05
+
+
+@dataclasses.dataclass(frozen=True)
+class EpochRestarts:
+    """The run's epochs restarting their workers: what that cost as run, and the run as it
+    was modelled end to end (the baseline of gains stated end to end)."""
+
+    seconds: float  # every epoch's worker start-up and shutdown together, as run
+    per_epoch: float  # one epoch's, with the recorded workers
+    workers: int
+    samples: int
+    baseline_samples_per_s: float  # the steady time of the run's samples plus ``seconds``
+
+
+def epoch_restarts(rec: RunRecord) -> EpochRestarts | None:
+    """Where the workers start again at every epoch (``persistent_workers=False``) and their
+    start-ups and shutdowns take at least START_SHARE of the run: what they cost. None
+    otherwise, or where the record did not time its epochs from their ``iter()``."""
+    starts, base, measured = epoch_starts(rec), recorded_setting(rec), rec.measured_samples_per_s
+    if starts is None or starts.persistent or base is None or not measured:
+        return None
+    per_epoch = per_epoch_saving(starts)
+    epochs = sum(e.merged for e in starts.epochs)
+    if per_epoch is None or starts.run_seconds <= 0:
+        return None
+    cost = per_epoch * epochs
+    if cost < START_SHARE * starts.run_seconds:
+        return None
+    steady = starts.samples / measured
+    return EpochRestarts(
+        cost, per_epoch, base.workers, starts.samples, starts.samples / (steady + cost)
+    )
+
+
+def end_to_end(p: Prediction, restarts: EpochRestarts) -> Prediction:
+    """``p`` restated over the run's epochs, each starting its workers again: the steady
+    time of the run's samples at ``p``'s rate plus every epoch's start-up and shutdown,
+    scaled from the recorded worker count to ``p``'s (the main process forks each worker,
+    and the first batch waits on workers that all start at once); its gain against the run
+    as it was, modelled the same way."""
+    scaled = restarts.seconds * p.setting.workers / max(restarts.workers, 1)
+    rate = restarts.samples / (restarts.samples / p.samples_per_s + scaled)
+    assumed = (
+        f"each epoch's worker start-up and shutdown ({restarts.per_epoch:.2f} s with "
+        f"{restarts.workers}) in proportion to the workers",
+    )
+    return dataclasses.replace(
+        p,
+        samples_per_s=rate,
+        gain=rate / restarts.baseline_samples_per_s,
+        assumptions=p.assumptions + assumed,
+    )
+
+
 def advice(rec: RunRecord) -> Prediction | None:
-    """The loader setting to advise for ``rec`` (``best`` of ``search``), or None."""
+    """The loader setting to advise for ``rec``: ``best`` of ``search``, weighed end to end
+    where the epochs' worker restarts cost the run (``epoch_restarts``); or None."""
     base = recorded_setting(rec)
-    return best(search(rec), base) if base is not None else None
+    if base is None:
+        return None
+    tried, restarts = search(rec), epoch_restarts(rec)
+    if restarts is not None:
+        tried = [end_to_end(p, restarts) for p in tried]
+    return best(tried, base)
 
 
 def capped_gain(rec: RunRecord, setting: Setting) -> float | None:

@@ -627,7 +627,9 @@ def loader_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     and, where the storage's scaling is unknown, the gain if it were one shared bandwidth.
     """
     base = loader_sim.recorded_setting(rec)
-    tried = loader_sim.search(rec)
+    tried, restarts = loader_sim.search(rec), loader_sim.epoch_restarts(rec)
+    if restarts is not None:  # short epochs: each one's worker start-up weighs in
+        tried = [loader_sim.end_to_end(p, restarts) for p in tried]
     pred = loader_sim.best(tried, base) if base is not None else None
     if pred is None or base is None:
         return []
@@ -636,9 +638,15 @@ def loader_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     sets = ", ".join(f"{name}={now}" for name, _, now in changes)
     was = ", ".join(was for _, was, _ in changes)
     why = "; ".join(_loader_why(rec, base, s))
+    over = (
+        f", end to end with each of its epochs starting its workers again ({restarts.per_epoch:.2f} s "
+        f"with {base.workers} of them)"
+        if restarts is not None
+        else ""
+    )
     text = (
         f"Set {sets} (now {was}): {why}; this run's batches replayed under it predict "
-        f"{pred.gain - 1:+.0%}."
+        f"{pred.gain - 1:+.0%}{over}."
     )
     capped = loader_sim.capped_gain(rec, s) if LINEAR_STORAGE in pred.assumptions else None
     if capped is not None:
@@ -653,6 +661,7 @@ def loader_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
             kind=kind,
             text=text,
             predicted_samples_per_s=pred.samples_per_s,
+            baseline_samples_per_s=restarts.baseline_samples_per_s if restarts else None,
             evidence=_replay_evidence(rec),
             unchecked=list(pred.assumptions),
             change=Change(

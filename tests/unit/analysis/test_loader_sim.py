@@ -36,10 +36,12 @@ from ioprobe.render.tune_text import tune_lines
 MB = 1 << 20
 
 
-def skewed_log(n: int = 400, workers: int = 2, step_s: float = 0.0015) -> BatchLog:
+def skewed_log(
+    n: int = 400, workers: int = 2, step_s: float = 0.0015, straggler_s: float = 0.021
+) -> BatchLog:
     """A log as an in-order loader of ``workers`` makes it: batches of 2 ms blocked, one
-    in 25 of 21 ms (a straggler), a consumer step of ``step_s``; arrivals from the replay."""
-    blocked = [0.021 if i % 25 == 0 else 0.002 for i in range(n)]
+    in 25 of ``straggler_s``, a consumer step of ``step_s``; arrivals from the replay."""
+    blocked = [straggler_s if i % 25 == 0 else 0.002 for i in range(n)]
     costs = dataclasses.replace(
         _costs(blocked, step_s), usable_cores=8.0, reads_in_flight=float(workers)
     )
@@ -279,3 +281,66 @@ def test_a_setting_past_any_host_is_replayed_in_a_moment(in_order: bool) -> None
     n = loader_sim.MAX_REPLAY
     wide = loader_sim.simulate(c, loader_sim.Setting(4 * n, 1, in_order))
     assert wide == loader_sim.simulate(c, loader_sim.Setting(n, 1, in_order), n)
+
+
+def _with_epochs(rec: RunRecord, epochs: int, startup_s: float) -> RunRecord:
+    """``rec`` as ``epochs`` epochs of its batches, each starting its workers again in
+    ``startup_s`` and shutting them down in a tenth of it."""
+    assert rec.watch is not None and rec.watch.batch_log is not None
+    log = rec.watch.batch_log
+    batches, samples = len(log.arrival) // epochs, sum(log.samples) // epochs
+    steady = (log.arrival[-1] - log.arrival[0]) / epochs
+    rec.watch.epochs = [
+        WatchEpoch(
+            index=i,
+            batches=batches,
+            samples=samples,
+            seconds=steady,
+            iter_seconds=0.001,
+            first_batch_seconds=startup_s,
+            workers_started=rec.watch.settings.workers,
+            worker_startup_seconds=startup_s,
+            shutdown_seconds=startup_s / 10,
+        )
+        for i in range(epochs)
+    ]
+    return rec
+
+
+def test_long_epochs_leave_the_advice_to_the_steady_replay() -> None:
+    steady = loader_sim.advice(record(skewed_log()))
+    rec = _with_epochs(record(skewed_log()), 1, 0.005)  # start-up under 1% of the run
+    assert loader_sim.epoch_restarts(rec) is None
+    assert loader_sim.advice(rec) == steady
+
+
+def test_short_epochs_weigh_each_settings_worker_restarts_end_to_end() -> None:
+    # the replay's steady best adds workers; each of 4 short epochs starts them again, and
+    # a start-up that grows with them outweighs what they add
+    blocked = skewed_log(step_s=0.0002, straggler_s=0.002)  # more workers overlap its reads
+    steady = loader_sim.advice(record(blocked))
+    assert steady is not None and steady.setting.workers > 2 and steady.gain > 1.3
+    rec = _with_epochs(record(skewed_log(step_s=0.0002, straggler_s=0.002)), 4, 0.2)
+    restarts = loader_sim.epoch_restarts(rec)
+    assert restarts is not None and restarts.per_epoch == pytest.approx(0.22)
+    assert restarts.seconds == pytest.approx(4 * 0.22)
+    e2e = loader_sim.end_to_end(steady, restarts)
+    n, scaled = restarts.samples, 4 * 0.22 * steady.setting.workers / 2
+    assert e2e.samples_per_s == pytest.approx(n / (n / steady.samples_per_s + scaled))
+    assert e2e.gain == pytest.approx(e2e.samples_per_s / restarts.baseline_samples_per_s)
+    assert e2e.gain < 1.0 and "in proportion to the workers" in e2e.assumptions[-1]
+    # no setting gains end to end: no loader advice, and persistent workers come first
+    assert loader_sim.advice(rec) is None
+    assert loader_rule(rec, pipeline_model(rec.stages)) == []
+
+
+def test_an_advised_setting_weighed_end_to_end_says_so_and_states_its_gain_against_it() -> None:
+    rec = _with_epochs(record(skewed_log()), 4, 0.02)  # about 5% of the run
+    restarts = loader_sim.epoch_restarts(rec)
+    assert restarts is not None
+    (advice,) = loader_rule(rec, pipeline_model(rec.stages))
+    assert "end to end with each of its epochs starting its workers again" in advice.text
+    assert advice.baseline_samples_per_s == pytest.approx(restarts.baseline_samples_per_s)
+    assert advice.predicted_samples_per_s is not None
+    gain = advice.predicted_samples_per_s / restarts.baseline_samples_per_s
+    assert f"{gain - 1:+.0%}" in advice.text

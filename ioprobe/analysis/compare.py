@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ioprobe.analysis.epochs import epoch_starts
 from ioprobe.analysis.scenario import recorded_cores, recorded_gpus, recorded_workers
 from ioprobe.errors import BadInputError
 from ioprobe.record import STAGE_NAMES, Change, Recommendation, RunRecord, StageName
@@ -46,6 +47,7 @@ class AppliedCheck:
     predicted_gain: float | None  # predicted / A's rate
     measured_gain: float | None  # B's rate / A's rate
     error: float  # (measured - predicted) / predicted
+    end_to_end: bool = False  # both rates end to end, epoch starts and ends included
 
 
 @dataclass
@@ -157,6 +159,9 @@ def applied_check(
     pred = r.predicted_samples_per_s
     if pred is None or pred <= 0:
         return None
+    e2e = _end_to_end(a, b, r)
+    if e2e is not None:
+        rate_a, rate_b = e2e
     return AppliedCheck(
         kind=r.kind,
         text=r.text,
@@ -166,7 +171,22 @@ def applied_check(
         predicted_gain=_ratio(rate_a, pred),
         measured_gain=_ratio(rate_a, rate_b),
         error=(rate_b - pred) / pred,
+        end_to_end=e2e is not None,
     )
+
+
+def _end_to_end(a: RunRecord, b: RunRecord, r: Recommendation) -> tuple[float, float] | None:
+    """A's and B's end-to-end rates (each epoch from its ``iter()`` to its end, start-ups
+    and shutdowns included), where ``r`` predicted an end-to-end rate (it states its own
+    baseline: ``persistent_workers``, a loader setting weighed over short epochs): held to
+    B's steady rate it would count the saved start-ups twice, or miss them. None where
+    either record has no epochs timed from their ``iter()``."""
+    if r.baseline_samples_per_s is None:
+        return None
+    ea, eb = epoch_starts(a), epoch_starts(b)
+    if ea is None or eb is None or not eb.end_to_end_samples_per_s:
+        return None
+    return ea.end_to_end_samples_per_s, eb.end_to_end_samples_per_s
 
 
 def _applied(a: RunRecord, b: RunRecord, kind: str | None) -> tuple[Recommendation, str] | None:

@@ -29,7 +29,8 @@ def prediction_line(c: Comparison) -> str | None:
     return (
         f"Applied '{a.kind}' ({a.how}): predicted {units.samples_per_s(a.predicted_samples_per_s)} samples/s "
         f"({units.ratio(a.predicted_gain)}), measured {units.samples_per_s(a.measured_samples_per_s)} "
-        f"({units.ratio(a.measured_gain)}): prediction error {a.error:+.1%}"
+        f"({units.ratio(a.measured_gain)}){' end to end' if a.end_to_end else ''}: "
+        f"prediction error {a.error:+.1%}"
     )
 
 

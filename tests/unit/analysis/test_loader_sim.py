@@ -11,9 +11,11 @@ import torch
 
 from ioprobe.analysis import loader_sim, tune
 from ioprobe.analysis.compare import applied_check
+from ioprobe.analysis.epochs import epoch_starts
 from ioprobe.analysis.model import pipeline_model
 from ioprobe.analysis.recommend import loader_rule
 from ioprobe.analysis.scenario import LINEAR_STORAGE
+from ioprobe.analysis.verdict import finalize
 from ioprobe.analysis.whatif import whatif
 from ioprobe.collect.procfs import parse_host_busy, parse_private_bytes
 from ioprobe.loaders.torch import tensor_bytes
@@ -301,6 +303,7 @@ def _with_epochs(rec: RunRecord, epochs: int, startup_s: float) -> RunRecord:
             workers_started=rec.watch.settings.workers,
             worker_startup_seconds=startup_s,
             shutdown_seconds=startup_s / 10,
+            end_seconds=startup_s / 10,  # the last next() joins the workers
         )
         for i in range(epochs)
     ]
@@ -344,3 +347,29 @@ def test_an_advised_setting_weighed_end_to_end_says_so_and_states_its_gain_again
     assert advice.predicted_samples_per_s is not None
     gain = advice.predicted_samples_per_s / restarts.baseline_samples_per_s
     assert f"{gain - 1:+.0%}" in advice.text
+
+
+def test_an_applied_end_to_end_prediction_is_held_to_the_reruns_end_to_end_rate() -> None:
+    # persistent_workers predicts the run with its start-ups gone, end to end: the rerun's
+    # steady rate would credit it nothing, its end-to-end rate what it saved
+    a = finalize(_with_epochs(record(skewed_log()), 4, 0.2))
+    (advice,) = [r for r in a.recommendations if r.kind == "persistent_workers"]
+    assert advice.baseline_samples_per_s is not None
+    b = _with_epochs(record(skewed_log()), 4, 0.2)
+    assert b.watch is not None
+    b.watch.settings = dataclasses.replace(b.watch.settings, persistent_workers=True)
+    for e in b.watch.epochs:  # kept workers start once and stop with the loader
+        e.shutdown_seconds = e.end_seconds = None
+        if e.index:
+            e.first_batch_seconds, e.worker_startup_seconds, e.workers_started = 0.01, None, 0
+    # named by the user (compare --applied persistent_workers): no count shows it
+    rates = (a.measured_samples_per_s, b.measured_samples_per_s)
+    check = applied_check(a, b, *rates, "persistent_workers")
+    assert check is not None and check.kind == "persistent_workers" and check.end_to_end
+    ea, eb = epoch_starts(a), epoch_starts(b)
+    assert ea is not None and eb is not None
+    assert check.measured_samples_per_s == pytest.approx(eb.end_to_end_samples_per_s)
+    assert check.measured_gain == pytest.approx(
+        eb.end_to_end_samples_per_s / ea.end_to_end_samples_per_s
+    )
+    assert check.measured_gain > 1.2 and abs(check.error) < 0.1

@@ -106,6 +106,13 @@ def command(
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs, command_files(cmd))
     _check(plan, cmd)
     returncode, runs, made = _run_watched(cmd, live)
+    if returncode > 0:
+        # a rank whose peer died, a script that raised: the figures are of what ran before
+        for rec in runs:
+            rec.notes.append(
+                f"the script exited with code {returncode}: what is measured is the part of "
+                "the run before it ended"
+            )
     _report_all(runs, plan, -returncode if returncode < 0 else None, made)
     # a death by signal N exits 128+N, as a shell reports it
     sys.exit(128 - returncode if returncode < 0 else returncode)

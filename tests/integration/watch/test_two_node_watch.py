@@ -9,8 +9,10 @@ permitted."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,31 @@ CAP = 2e6  # bytes/s node 1's link receives; node 0's is not capped
 FILES, SIZE, BATCH, COMPUTE_MS = 120, 128_000, 4, 20.0
 
 
+def _agent(
+    two: nodes.TwoNodes, node: int, port: int, url: str, out: str, head: list[str], tmp: Path
+) -> subprocess.Popen[str]:
+    """Node ``node``'s torchrun agent of the job, behind ``head`` (``ioprobe run ...``), with
+    a TMPDIR of its own."""
+    argv = [
+        *head, sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
+        "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"{two.address(0)}:{port}", "--rdzv-id", "watch",
+        "--local-addr", two.address(node), "tests/fixtures/two_node_train.py",
+        url, str(FILES), str(BATCH), str(COMPUTE_MS), out,
+    ]  # fmt: skip
+    temp = tmp / f"tmp{node}"
+    temp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "eth0", "TMPDIR": str(temp)}
+    return subprocess.Popen(
+        two.command(node, argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        cwd=REPO,
+    )
+
+
 def test_the_rank_on_the_capped_node_is_the_jobs_straggler_with_storage_its_cause(
     tmp_path: Path,
 ) -> None:
@@ -38,26 +65,8 @@ def test_the_rank_on_the_capped_node_is_the_jobs_straggler_with_storage_its_caus
     out = tmp_path / "job.json"
     with nodes.TwoNodes({1: CAP}) as two, ThrottledHTTPServer(root, host=two.host) as server:
         port = 29_500 + os.getpid() % 1_000
-        env = {**os.environ, "PYTHONPATH": str(REPO), "GLOO_SOCKET_IFNAME": "eth0"}
-        agents = []
-        for i in range(2):
-            argv = [
-                sys.executable, "-m", "torch.distributed.run", "--nnodes", "2",
-                "--nproc-per-node", "1", "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", f"{two.address(0)}:{port}", "--rdzv-id", "watch",
-                "--local-addr", two.address(i), "tests/fixtures/two_node_train.py",
-                f"{server.url}/p0", str(FILES), str(BATCH), str(COMPUTE_MS), str(out),
-            ]  # fmt: skip
-            agents.append(
-                subprocess.Popen(
-                    two.command(i, argv),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                    env=env,
-                    cwd=REPO,
-                )
-            )
+        url = f"{server.url}/p0"
+        agents = [_agent(two, i, port, url, str(out), [], tmp_path) for i in range(2)]
         done = [a.communicate(timeout=240) for a in agents]
     for a, (_, err) in zip(agents, done, strict=True):
         assert a.returncode == 0, err[-3000:]
@@ -78,3 +87,57 @@ def test_the_rank_on_the_capped_node_is_the_jobs_straggler_with_storage_its_caus
     assert slow.samples_per_s is not None
     assert 0.8 * CAP <= slow.samples_per_s * SIZE <= 1.02 * CAP, slow.samples_per_s * SIZE
     assert slow.bottleneck == "storage"
+
+
+def test_a_node_killed_mid_run_leaves_the_other_nodes_record_saying_how_its_job_ended(
+    tmp_path: Path,
+) -> None:
+    # every process of node 1 is killed mid-run: node 0's rank fails in its next all_reduce,
+    # its torchrun exits 1, and ioprobe run on node 0 exits as it did, with the record of
+    # what its rank measured before, saying so
+    root = tmp_path / "data"
+    make_files(root, FILES, SIZE, seed=5)
+    with nodes.TwoNodes({1: CAP / 2}) as two, ThrottledHTTPServer(root, host=two.host) as server:
+        port = 29_500 + os.getpid() % 1_000 + 1
+        url = f"{server.url}/p0"
+        heads = [
+            [
+                sys.executable,
+                "-m",
+                "ioprobe",
+                "run",
+                "--json",
+                str(tmp_path / f"node{i}.json"),
+                "--",
+            ]
+            for i in range(2)
+        ]
+        agents = [_agent(two, i, port, url, "-", heads[i], tmp_path) for i in range(2)]
+        first = agents[0]
+        assert first.stdout is not None
+        deadline = time.monotonic() + 120
+        line = ""
+        while not line.startswith("step 2") and time.monotonic() < deadline:
+            line = first.stdout.readline()
+            assert line, first.stderr.read() if first.stderr else ""
+        pids = subprocess.run(
+            ["ip", "netns", "pids", two.netns[1]], capture_output=True, text=True, check=True
+        ).stdout.split()
+        for pid in pids:  # the node goes: its ioprobe, its agent, its rank, its workers
+            os.kill(int(pid), signal.SIGKILL)
+        _, err = first.communicate(timeout=120)
+        agents[1].wait(timeout=30)
+    assert first.returncode == 1, err[-3000:]
+    assert "RuntimeError" in err and "all_reduce" in err  # the rank's own error, passed through
+    rec = RunRecord.load(tmp_path / "node0.json")
+    assert rec.watch is not None and rec.watch.rank is not None
+    assert (rec.watch.rank.rank, rec.watch.rank.world_size, rec.watch.rank.nodes) == (0, 2, 2)
+    batches = sum(e.batches for e in rec.watch.epochs)
+    assert 3 <= batches < FILES // 2 // BATCH
+    assert any("exited with code 1" in n for n in rec.notes), rec.notes
+    assert "exited with code 1" in err  # the summary says it too
+    assert not (tmp_path / "node1.json").exists()
+    # ioprobe's temporary folder went (torchrun leaves its torchelastic_* of a failed job,
+    # unwatched too)
+    left = [p.name for p in (tmp_path / "tmp0").iterdir() if not p.name.startswith("torchelastic_")]
+    assert left == []

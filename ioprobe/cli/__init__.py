@@ -201,6 +201,10 @@ def _main(argv: list[str] | None, started: float) -> None:
     except click.exceptions.Abort as exc:
         _fail_stopped(exc.__cause__)  # click wraps the KeyboardInterrupt it caught
     except click.ClickException as exc:
+        if type(exc).__name__ == "NoArgsIsHelpError":  # `ioprobe` alone (click >= 8.2)
+            # the help as --help lays it out, on stderr, exit 2 as click's own: not one line
+            click.echo(exc.format_message(), err=True)
+            sys.exit(2)
         _fail(exc.format_message(), 2)
     except Interrupted as exc:
         _fail(str(exc) or _stopped_word(exc), exc.exit_code)

@@ -63,7 +63,9 @@ def _int_list(text: str) -> list[int]:
         raise BadInputError(
             f"--gpus {text!r}: expected a comma-separated list such as 1,2,4,8"
         ) from None
-    if not out or min(out) < 1 or max(out) > MAX_COUNT:
+    if not out:
+        raise BadInputError(f"--gpus {text!r}: no GPU count given, e.g. 1,2,4,8")
+    if min(out) < 1 or max(out) > MAX_COUNT:
         raise BadInputError(f"--gpus {text!r}: GPU counts must be from 1 to {MAX_COUNT:,}")
     if len(set(out)) > MAX_GPU_COUNTS:
         raise BadInputError(
@@ -190,7 +192,7 @@ def command(
             f"{plan['trace'][0]}: a sizing has no timeline to trace; write .html, .md or .json"
         )
     catalog = load_catalog(catalog_path)
-    gpu_counts = _int_list(gpus_text) if gpus_text else list(DEFAULT_GPU_COUNTS)
+    gpu_counts = _int_list(gpus_text) if gpus_text is not None else list(DEFAULT_GPU_COUNTS)
     classes = _classes(storage_text, catalog)
     cpu_s = cpu_ms_per_sample / 1e3 if cpu_ms_per_sample is not None else None
     if workload is not None or accelerator is not None:
@@ -214,7 +216,7 @@ def command(
     inp.in_flight = in_flight
     if cores is None and cpu_ms_per_sample is None:
         _node_cpu(inp, base)
-    fit_gpus = _int_list(gpus_text) if gpus_text else None
+    fit_gpus = gpu_counts if gpus_text is not None else None
     costs = load_costs(cost_path) if cost_path else None
     if costs is not None:
         check_classes(costs, {*catalog, *(c.name for c in classes), MEASURED})
@@ -266,7 +268,9 @@ def _emulation(
 
 def _classes(text: str | None, catalog: Catalog) -> list[StorageClassInfo]:
     """The storage classes or rates of --storage, else every class in the catalog."""
-    specs = [s for s in text.split(",") if s.strip()] if text else list(catalog)
+    specs = [s for s in text.split(",") if s.strip()] if text is not None else list(catalog)
+    if not specs:
+        raise BadInputError(f"--storage {text!r}: no storage class or rate given")
     if text and len(specs) > MAX_CLASSES:
         raise BadInputError(f"--storage: {len(specs):,} classes; at most {MAX_CLASSES}")
     return [storage_flag(s, catalog) for s in specs]

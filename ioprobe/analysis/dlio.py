@@ -177,6 +177,11 @@ def _s3_source(rec: RunRecord) -> str | None:
     if url is None:
         return None
     path = url.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]
+    wild = [path.find(ch) for ch in "*?[" if ch in path]
+    if wild:  # a glob: the folder every match lies below, where DLIO needs a folder
+        path = path[: min(wild)].rsplit("/", 1)[0] if "/" in path[: min(wild)] else ""
+    elif rec.dataset.files == 1 and not url.endswith("/") and "/" in path:
+        path = path.rsplit("/", 1)[0]  # one object: the folder holding it, not the object
     return "s3://" + path.rstrip("/") if path.split("/", 1)[0] else None
 
 

@@ -3,7 +3,7 @@
 
 A storage vendor runs it with ``dlio_benchmark --config-dir DIR workload=NAME`` to put the
 user's own job on their system. Each value is commented with where it came from; what DLIO
-cannot reproduce is listed at the end. Written to stdout, or to -o FILE.
+cannot reproduce is listed at the end. Written to stdout, or to -o FILE ('-': stdout).
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from ioprobe.render.dlio import to_yaml
 @click.command(help=__doc__)
 @click.argument("format", type=click.Choice(["dlio"]))
 @click.argument("run", type=click.Path(dir_okay=False))
-@click.option("-o", "--output", "output", metavar="FILE", help="Write here, not to stdout.")
+@click.option(
+    "-o", "--output", "output", metavar="FILE", help="Write here, not to stdout ('-': stdout)."
+)
 @click.option("--epochs", type=count(), help="Epochs to emulate (default: the epochs watched).")
 @click.option(
     "--data-folder", metavar="PATH", help="Where DLIO generates and reads the dataset's files."
@@ -29,6 +31,7 @@ from ioprobe.render.dlio import to_yaml
 def command(
     format: str, run: str, output: str | None, epochs: int | None, data_folder: str | None
 ) -> None:
+    output = None if output == "-" else output  # '-': stdout, as every other output takes it
     check_outputs([("-o", output)], [run])  # before anything: one line, nothing replaced
     if data_folder is not None and not data_folder.isprintable():
         # YAML would keep it, escaped ("x\\npwned"), and DLIO would read a folder of that

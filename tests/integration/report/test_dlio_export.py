@@ -126,3 +126,14 @@ def test_every_number_reads_back_as_a_number_in_yaml(value: float) -> None:
 
     back = yaml.safe_load(f"v: {_scalar(value)}")["v"]
     assert back == value and type(back) is type(value)
+
+
+def test_output_dash_is_stdout_and_writes_no_file_named_dash(tmp_path: Path) -> None:
+    from tests.unit.analysis.test_whatif import probe_record
+
+    run = tmp_path / "run.json"
+    probe_record().save(run)
+    proc = run_cli("export", "dlio", str(run), "-o", "-", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(proc.stdout)["dataset"]["record_length_bytes"] > 0
+    assert not (tmp_path / "-").exists()

@@ -1,0 +1,32 @@
+"""The DLIO export's data folder for a run that read S3: always a folder DLIO can list."""
+
+from __future__ import annotations
+
+import pytest
+
+from ioprobe.analysis.dlio import dlio_workload
+from tests.unit.analysis.test_whatif import probe_record
+
+
+def _folder(target: str, files: int) -> object:
+    rec = probe_record()
+    rec.dataset.target, rec.dataset.files, rec.dataset.remote = target, files, True
+    fields = dlio_workload(rec).fields
+    return next(f.value for f in fields if (f.section, f.key) == ("dataset", "data_folder"))
+
+
+@pytest.mark.parametrize(
+    ("target", "files", "folder"),
+    [
+        ("s3://b/datasets/job1", 40, "s3://b/datasets/job1/"),
+        ("s3://b/datasets/job1/", 1, "s3://b/datasets/job1/"),
+        # a glob: the folder every match lies below, not the pattern with '/' added
+        ("s3://b/glob/**/x*.bin", 40, "s3://b/glob/"),
+        ("s3://b/glob/a[12]/x.bin", 2, "s3://b/glob/"),
+        # one object: the folder holding it, not the object used as a folder
+        ("s3://b/one/only.bin", 1, "s3://b/one/"),
+        ("s3://b/only.bin?versionId=3", 1, "s3://b/"),
+    ],
+)
+def test_the_data_folder_of_an_s3_run_is_a_folder(target: str, files: int, folder: str) -> None:
+    assert _folder(target, files) == folder

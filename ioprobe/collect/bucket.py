@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ioprobe.collect.budget import Overdue, within
+
 PAGE_KEYS = 1000  # keys per ListObjectsV2 request: S3's own maximum
 MAX_FOLDERS = 10_000  # top-level folders counted, at most; beyond, no estimate is made
 
@@ -33,15 +35,23 @@ def is_s3(fs: Any) -> bool:
 
 class Deadline:
     """When a listing asks for no more pages or folders (``time.monotonic``); ``hit`` says
-    whether it stopped there. A page once fetched is taken whole: it cost its request."""
+    whether it stopped there. A page once fetched is taken whole: it cost its request. A
+    page asked for before ``at`` may come until ``at + grace``; past that the listing stops
+    without it, with the keys it has (``late``: a page that did not come)."""
 
-    def __init__(self, at: float) -> None:
+    def __init__(self, at: float, grace: float = 0.0) -> None:
         self.at = at
+        self.grace = grace
         self.hit = False
+        self.late = False
 
     def passed(self) -> bool:
         self.hit = self.hit or time.monotonic() > self.at
         return self.hit
+
+    def wait(self) -> float:
+        """How long a page asked for now may take: to ``at``, and the grace past it."""
+        return max(self.at - time.monotonic(), 0.0) + self.grace
 
 
 def remote_files(
@@ -114,8 +124,15 @@ class S3Pages:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": self.prefix}
         kwargs["MaxKeys"] = PAGE_KEYS
         skip = len(self.prefix)
+        first = True
         while True:
-            page = self.fs.call_s3("list_objects_v2", **kwargs)
+            # the first page waits as long as the probe's listing may (nothing to go on
+            # without it); a later one until the deadline's grace, then the listing stops
+            page = self._page(kwargs, None if first else self.deadline.wait())
+            if page is None:
+                self.deadline.hit = self.deadline.late = True
+                return
+            first = False
             for item in page.get("Contents", ()):
                 key = item["Key"]
                 if key.endswith("/"):
@@ -124,7 +141,24 @@ class S3Pages:
                 yield {"name": f"{self.bucket}/{key}", "size": item["Size"], "type": "file"}
             if not page.get("IsTruncated") or self.deadline.passed():
                 return
-            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+            token = page.get("NextContinuationToken")
+            if not token:  # "more follow" without the way to them: the server's fault
+                self.deadline.hit = True
+                return
+            kwargs["ContinuationToken"] = token
+
+    def _page(self, kwargs: dict[str, Any], wait: float | None) -> dict[str, Any] | None:
+        """One ListObjectsV2 page; None where it had not come within ``wait`` seconds (its
+        request is left to the client's read timeout, on a daemon thread)."""
+        if wait is None:
+            page: dict[str, Any] = self.fs.call_s3("list_objects_v2", **kwargs)
+            return page
+        try:
+            asked = dict(kwargs)  # the caller goes on to change its own
+            got: dict[str, Any] = within(wait, lambda: self.fs.call_s3("list_objects_v2", **asked))
+            return got
+        except Overdue:
+            return None
 
     def has_keys(self) -> bool:
         """Whether any key is below the prefix: whether the path is a folder (a bucket's
@@ -153,11 +187,16 @@ class S3Pages:
         found: list[str] = []
         skip = len(self.prefix)
         while len(found) <= MAX_FOLDERS and time.monotonic() < deadline:
-            page = self.fs.call_s3("list_objects_v2", **kwargs)
+            page = self._page(kwargs, deadline - time.monotonic())
+            if page is None:
+                return None
             found += [p["Prefix"][skip:].rstrip("/") for p in page.get("CommonPrefixes", ())]
+            token = page.get("NextContinuationToken")
             if not page.get("IsTruncated"):
                 return found
-            kwargs["ContinuationToken"] = page["NextContinuationToken"]
+            if not token:
+                return None
+            kwargs["ContinuationToken"] = token
         return None
 
 

@@ -45,6 +45,11 @@ WALK_SHARE = 0.3  # of the budget: the walk's time; the folders left are estimat
 DESCENTS = 400  # random descents that estimate the folders a stopped walk left, at most
 DESCENT_SHARE = 0.05  # of the budget, at least DESCENT_MIN_S: the descents' time
 DESCENT_MIN_S = 0.5
+# A remote listing's page asked for before the walk's end may come this share of the budget
+# after it; the walk, that grace and the estimate of the rest all end by LISTED_SHARE of the
+# budget, under the probe's own limit on the listing (half the budget)
+PAGE_GRACE_SHARE = 0.05
+LISTED_SHARE = 0.45
 CHECK_EVERY = 4096  # names between two looks at the clock
 
 _MAGIC: list[tuple[int, bytes, str]] = [
@@ -449,8 +454,9 @@ def _skip_summary(skipped: Counter[str]) -> str:
 
 def _resolve_remote(url: str, storage_options: dict[str, Any], budget_s: float) -> Dataset:
     target = redact_url(url)  # what is shown; ``url`` itself only opens the filesystem
+    started = time.monotonic()
     fs, path = _open_remote(url, target, storage_options, budget_s)
-    deadline = Deadline(time.monotonic() + WALK_SHARE * budget_s)
+    deadline = Deadline(started + WALK_SHARE * budget_s, PAGE_GRACE_SHARE * budget_s)
     try:
         files, pages = remote_files(fs, path, deadline)
         listing = take_listing(files, random.Random(0), math.inf)
@@ -468,7 +474,8 @@ def _resolve_remote(url: str, storage_options: dict[str, Any], budget_s: float) 
         rest = Rest(0.0, None)
         if pages is not None:
             wait = max(DESCENT_SHARE * budget_s, DESCENT_MIN_S)
-            rest = estimate_bucket_rest(pages, time.monotonic() + wait)
+            end = min(time.monotonic() + wait, started + LISTED_SHARE * budget_s)
+            rest = estimate_bucket_rest(pages, end)
         listed += rest.files
         error, bound = rest.error, rest.error is None
     sizes_estimated = sizes_asked or listing.count > STAT_SAMPLE or deadline.hit
@@ -585,6 +592,8 @@ def _remote_entries(files: list[dict[str, Any]], skipped: Counter[str]) -> list[
             skipped["unknown_size"] += 1
         elif size == 0:
             skipped["empty"] += 1
+        elif not isinstance(size, int | float) or size < 0:
+            skipped["invalid_size"] += 1  # a listing's own fault (a size of -5)
         else:
             entries.append(FileEntry(str(info["name"]), int(size)))
     entries.sort(key=lambda e: e.path)

@@ -552,6 +552,91 @@ class S3Server:
         return n
 
 
+class ListingProxy(ThreadingHTTPServer):
+    """An S3 endpoint on 127.0.0.1 in front of ``upstream`` (an S3Server's URL) that misbehaves
+    on ListObjectsV2 as a faulty or overloaded store does: each list request answered
+    ``list_delay_s`` late; from the ``stall_from``-th list request on (1 is the first) none
+    answered until the proxy stops; ``drop_token`` strips NextContinuationToken from pages
+    that say more follow. Every other request passes through. ``lists`` counts list requests."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(
+        self,
+        upstream: str,
+        list_delay_s: float = 0.0,
+        stall_from: int | None = None,
+        drop_token: bool = False,
+    ) -> None:
+        host, port = upstream.rsplit("//", 1)[1].split(":")
+        self.upstream = (host, int(port))
+        self.list_delay_s, self.stall_from, self.drop_token = list_delay_s, stall_from, drop_token
+        self.lists = 0
+        self.lock = threading.Lock()
+        self.stopping = threading.Event()
+        super().__init__(("127.0.0.1", 0), _ListingProxyHandler)
+
+    @property
+    def endpoint_url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that gave up on a stalled page closes its end: expected here
+
+    def __enter__(self) -> Self:
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.shutdown()
+        self.server_close()
+
+
+class _ListingProxyHandler(BaseHTTPRequestHandler):
+    server: ListingProxy
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        self._forward("GET")
+
+    def do_HEAD(self) -> None:
+        self._forward("HEAD")
+
+    def _forward(self, method: str) -> None:
+        import http.client
+
+        proxy = self.server
+        if "list-type=2" in self.path:
+            with proxy.lock:
+                proxy.lists += 1
+                n = proxy.lists
+            if proxy.stall_from is not None and n >= proxy.stall_from:
+                proxy.stopping.wait()  # never answered while the proxy runs
+                return
+            time.sleep(proxy.list_delay_s)
+        conn = http.client.HTTPConnection(*proxy.upstream, timeout=30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+        conn.request(method, self.path, headers=headers)
+        answer = conn.getresponse()
+        body = answer.read()
+        if "list-type=2" in self.path and proxy.drop_token:
+            body = re.sub(rb"<NextContinuationToken>[^<]*</NextContinuationToken>", b"", body)
+        self.send_response(answer.status)
+        for k, v in answer.getheaders():
+            if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if method != "HEAD":
+            self.wfile.write(body)
+        conn.close()
+
+
 def _iter_files(directory: Path) -> Iterator[Path]:
     for dirpath, _dirnames, filenames in os.walk(directory):
         for name in filenames:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import time
 import tracemalloc
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from ioprobe.collect import dataset as ds
 from ioprobe.collect.bucket import PAGE_KEYS, Deadline, remote_files
 from ioprobe.render.summary import listing_note
-from tests.support.servers import S3Server
+from tests.support.servers import ListingProxy, S3Server
 
 pytestmark = pytest.mark.slow
 
@@ -27,11 +28,11 @@ def s3() -> Iterator[S3Server]:
         yield server
 
 
-def _options(s3: S3Server) -> dict[str, Any]:
+def _options(s3: S3Server, endpoint: str | None = None) -> dict[str, Any]:
     return {
         "key": s3.ACCESS_KEY,
         "secret": s3.SECRET_KEY,
-        "client_kwargs": {"endpoint_url": s3.endpoint_url, "region_name": s3.REGION},
+        "client_kwargs": {"endpoint_url": endpoint or s3.endpoint_url, "region_name": s3.REGION},
     }
 
 
@@ -120,3 +121,43 @@ def test_listing_memory_stays_flat_however_many_keys() -> None:
     assert (small, large) == (50_000, 300_000)
     # the reservoir of 20,000 names and one page: the same at 6x the keys
     assert large_peak < small_peak * 1.3 + 20 * PAGE_KEYS * 200
+
+
+def test_a_page_that_never_comes_stops_the_listing_with_the_pages_that_came(
+    s3: S3Server,
+) -> None:
+    # the probe gives its listing half the budget: a page in flight past the walk's share
+    # held it all that time, and the probe said "storage did not answer" with keys in hand
+    s3.put_many("stalls", [f"d{i % 10}/k{i:05d}.bin" for i in range(5_000)])
+    budget = 4.0
+    # a bucket's root is a folder without asking: list requests 1 and 2 are its first two
+    # pages, and the third never comes
+    with ListingProxy(s3.endpoint_url, stall_from=3) as proxy:
+        t0 = time.monotonic()
+        got = ds.resolve(
+            "s3://stalls/", storage_options=_options(s3, proxy.endpoint_url), budget_s=budget
+        )
+        took = time.monotonic() - t0
+    assert took < 0.5 * budget, took
+    assert got.listed_files == 2 * PAGE_KEYS and got.listing_truncated
+    # the estimate's own listing stalls too: the count is what came, a lower bound
+    assert got.total_files == 2 * PAGE_KEYS and got.files_at_least
+
+
+def test_pages_that_say_more_follow_without_a_token_end_the_listing_with_what_came(
+    s3: S3Server,
+) -> None:
+    s3.put_many("tokenless", [f"k{i:05d}.bin" for i in range(2_500)])
+    with ListingProxy(s3.endpoint_url, drop_token=True) as proxy:
+        got = ds.resolve(
+            "s3://tokenless", storage_options=_options(s3, proxy.endpoint_url), budget_s=10
+        )
+    assert got.listed_files == PAGE_KEYS and got.listing_truncated and got.files_at_least
+
+
+def test_a_listed_size_below_zero_is_skipped_as_invalid() -> None:
+    skipped: Counter[str] = Counter()
+    infos = [{"name": "b/a", "size": -5}, {"name": "b/b", "size": 7}, {"name": "b/c", "size": 0}]
+    entries = ds._remote_entries(infos, skipped)
+    assert [(e.path, e.size) for e in entries] == [("b/b", 7)]
+    assert skipped == Counter({"invalid_size": 1, "empty": 1})

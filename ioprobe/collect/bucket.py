@@ -64,10 +64,11 @@ def remote_files(
     wild = any(ch in path for ch in "*?[")
     root = _glob_root(path) if wild and is_s3(fs) else None
     if root is not None:
-        return _globbed(S3Pages(fs, root, deadline), path), None
+        return _or_literal(fs, path, _globbed(S3Pages(fs, root, deadline), path)), None
     if wild:
         infos = fs.glob(path, detail=True)
-        return _files(infos.values() if isinstance(infos, dict) else []), None
+        found = _files(infos.values() if isinstance(infos, dict) else [])
+        return _or_literal(fs, path, found), None
     if is_s3(fs):
         # s3fs's isdir lists a whole level of the bucket, every page of it, before the
         # listing starts again: one key is enough to know a folder
@@ -77,6 +78,22 @@ def remote_files(
     elif fs.isdir(path):
         return _walked(fs, path, deadline), None
     return _files([fs.info(path)]), None
+
+
+def _or_literal(fs: Any, path: str, matches: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """A glob's matches; where there are none, the object named by ``path`` as written, if
+    one exists: a key may hold brackets (``a[1].bin``), which a glob reads as a set."""
+    matched = False
+    for info in matches:
+        matched = True
+        yield info
+    if matched:
+        return
+    try:
+        literal = fs.info(path)
+    except (FileNotFoundError, OSError, ValueError):
+        return
+    yield from _files([literal])
 
 
 def _files(infos: Any) -> Iterator[dict[str, Any]]:

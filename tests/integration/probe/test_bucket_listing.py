@@ -161,3 +161,14 @@ def test_a_listed_size_below_zero_is_skipped_as_invalid() -> None:
     entries = ds._remote_entries(infos, skipped)
     assert [(e.path, e.size) for e in entries] == [("b/b", 7)]
     assert skipped == Counter({"invalid_size": 1, "empty": 1})
+
+
+def test_a_key_holding_brackets_is_probed_as_written_where_no_glob_match_exists(
+    s3: S3Server,
+) -> None:
+    s3.put_many("brackets", ["lit/a[1].bin", "set/a[1].bin", "set/a1.bin"], b"12345")
+    got = ds.resolve("s3://brackets/lit/a[1].bin", storage_options=_options(s3), budget_s=10)
+    assert [e.path for e in got.entries] == ["brackets/lit/a[1].bin"]
+    # where the pattern matches, it is a glob: [1] is the set of "1"
+    got = ds.resolve("s3://brackets/set/a[1].bin", storage_options=_options(s3), budget_s=10)
+    assert [e.path for e in got.entries] == ["brackets/set/a1.bin"]

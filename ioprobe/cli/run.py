@@ -151,13 +151,16 @@ def _run_watched(
     live: bool = False,
     extra_env: dict[str, str] | None = None,
     also: Callable[[Path], None] | None = None,
+    got: list[int] | None = None,
 ) -> tuple[int, list[RunRecord], bool | None]:
     """Run ``cmd`` with the hook on its path: its return code, the judged record of each
     loader it iterated, the one that delivered the most samples first, and whether it made a
     loader at all (None where the script took the records' folder away, said then). ``live``: the script's process draws the live panel (it owns stderr while
     it runs). ``extra_env``: more of the script's environment (a trial of ``ioprobe tune``).
     ``also``: called with the records folder before it is removed (``tune --in-run`` reads
-    its trials there)."""
+    its trials there). ``got``: where every signal ioprobe got while the script ran goes,
+    passed on or not (``tune`` stops on one, whatever the script made of it: it may have
+    ended already, or caught it and exited 0)."""
     tmp = Path(tempfile.mkdtemp(prefix="ioprobe-run-"))
     try:
         hook = tmp / "hook"
@@ -166,7 +169,8 @@ def _run_watched(
         records.mkdir()
         (hook / "sitecustomize.py").write_text(SITECUSTOMIZE)
         try:
-            code = _call_script(cmd, {**_child_env(hook, records, live), **(extra_env or {})})
+            env = {**_child_env(hook, records, live), **(extra_env or {})}
+            code = _call_script(cmd, env, got)
         finally:
             if live and _isatty(sys.stderr):
                 # a script killed while its panel was up leaves the cursor hidden
@@ -263,7 +267,7 @@ def _child_env(hook: Path, records: Path, live: bool = False) -> dict[str, str]:
     return env
 
 
-def _call_script(cmd: tuple[str, ...], env: dict[str, str]) -> int:
+def _call_script(cmd: tuple[str, ...], env: dict[str, str], got: list[int] | None = None) -> int:
     """Run the script and wait for it, passing on the signals ioprobe gets meanwhile; its
     return code (-N for a death by signal N).
 
@@ -271,7 +275,7 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str]) -> int:
     the terminal (a debugger's prompt) and Ctrl-C reaches it directly. Anywhere else it gets a
     group of its own, so a signal to ioprobe's group reaches it once, passed on by ioprobe."""
     in_terminal = _terminal_foreground()
-    relay = _Relay()
+    relay = _Relay(got if got is not None else [])
     # SIGHUP (a closed terminal, a supervisor) is passed on as SIGTERM is, unless it is
     # ignored (nohup): then the script inherits it ignored, as it would unwatched
     relayed = [signal.SIGINT, signal.SIGTERM]
@@ -321,9 +325,10 @@ class _Relay:
     then: sending it again would interrupt the script's own handling of the first (a Python
     script's ``finally`` blocks, the exit hook that saves its records)."""
 
-    def __init__(self) -> None:
+    def __init__(self, got: list[int]) -> None:
         self.child: subprocess.Popen[bytes] | None = None
         self.early: list[int] = []  # signals that came before the script started
+        self.got = got  # every signal handled, passed on or not
         self.interrupts = 0
 
     def start(self, child: subprocess.Popen[bytes]) -> None:
@@ -336,6 +341,7 @@ class _Relay:
         return self.child.wait()
 
     def handle(self, signum: int, frame: object) -> None:
+        self.got.append(signum)
         if signum == signal.SIGINT:
             self.interrupts += 1
             if self.interrupts > 1:
@@ -356,7 +362,7 @@ class _Relay:
     def _pass_on(self, signum: int) -> None:
         if self.child is None:
             self.early.append(signum)
-        else:
+        elif self.child.poll() is None:  # one that ended has nobody left to pass it to
             self.child.send_signal(signum)
 
     def _kill(self) -> None:

@@ -261,8 +261,13 @@ def _trial(
     that delivered the most, or None where it iterated none."""
     overrides = setting.overrides() if setting is not None else {}
     plan_env = {"overrides": overrides, "batches": batches}
-    code, runs, _made = _run_watched(cmd, extra_env={TRIAL_ENV: json.dumps(plan_env)})
+    got: list[int] = []
+    code, runs, _made = _run_watched(cmd, extra_env={TRIAL_ENV: json.dumps(plan_env)}, got=got)
     runs = [r for r in runs if r.watch is not None and r.watch.settings.workers > 0]
+    if got and code not in _INTERRUPTS:
+        # the script did not die of it (it was ending, or it caught the signal and exited):
+        # the stop was asked of ioprobe all the same; the trial's measurement stands
+        code = -got[0]
     return code, runs[0] if runs else None
 
 

@@ -3,6 +3,7 @@ each stopped once measured, the table and the change to make, the record with ev
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -286,6 +287,41 @@ def test_a_signal_to_tune_in_run_before_a_trial_ended_exits_as_that_signal(
     assert f"interrupted ({signal.Signals(signum).name}) before a trial ended" in rest
     assert "Traceback" not in without_dropped_worker_tracebacks(rest), rest
     assert "no trial ran" not in rest
+
+
+def test_a_signal_the_trials_script_catches_and_exits_0_on_still_stops_tune(
+    tmp_path: Path,
+) -> None:
+    # the script ends well on SIGTERM (a checkpoint, exit 0): tune went on to its next
+    # trials, as it did for a SIGHUP that came while a trial's script was exiting
+    import signal
+    import time
+
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import signal, sys, time, torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(0))\n"
+        "class DS(torch.utils.data.Dataset):\n"
+        "    def __len__(self): return 100000\n"
+        "    def __getitem__(self, i): time.sleep(0.002); return torch.zeros(4)\n"
+        "for i, b in enumerate(DataLoader(DS(), batch_size=8, num_workers=2)):\n"
+        "    if i == 5: print('training', flush=True)\n"
+    )
+    argv = [sys.executable, "-m", "ioprobe", "tune", "--trials", "2", "--trial-batches", "400",
+            "--", sys.executable, str(script)]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "120", "PYTHONPATH": str(REPO)}, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while "training" not in proc.stdout.readline() and time.monotonic() < deadline:
+        pass
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, err
+    assert "interrupted (SIGTERM) in trial 1" in err and "trial 2" not in err
 
 
 def _tune_process(argv: list[str]) -> subprocess.Popen[str]:

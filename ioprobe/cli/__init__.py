@@ -121,11 +121,12 @@ def main(argv: list[str] | None = None) -> None:
     # ignored (nohup), which stays so
     _encodable_stdout()
     # a terminal that hangs up (an ssh session dropped) fails every later write to stderr
-    # with EIO: progress and error lines are dropped from then on, and what ends the command
-    # is its SIGHUP, in order, with its outputs written and its exit code
+    # with EIO, and a log on a full disk with ENOSPC: progress, summaries and error lines are
+    # dropped from then on, and the command goes on to its outputs and its exit code (under
+    # run, the script's); what ends it after a hang-up is its SIGHUP, in order
     stderr, stdout = sys.stderr, sys.stdout
     if stderr is not None:
-        sys.stderr = hung_up_tolerant(stderr)
+        sys.stderr = hung_up_tolerant(stderr, tuple(sorted(WRITE_ERRNOS)))
     if _on_terminal(stdout):
         # the summary on a terminal that hung up (EIO) is dropped as progress is: the
         # terminal's SIGHUP ends the command, not the write that raced it

@@ -275,7 +275,7 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str], got: list[int] | Non
     the terminal (a debugger's prompt) and Ctrl-C reaches it directly. Anywhere else it gets a
     group of its own, so a signal to ioprobe's group reaches it once, passed on by ioprobe."""
     in_terminal = _terminal_foreground()
-    relay = _Relay(got if got is not None else [])
+    relay = _Relay(got)
     # SIGHUP (a closed terminal, a supervisor) is passed on as SIGTERM is, unless it is
     # ignored (nohup): then the script inherits it ignored, as it would unwatched
     relayed = [signal.SIGINT, signal.SIGTERM]
@@ -325,10 +325,10 @@ class _Relay:
     then: sending it again would interrupt the script's own handling of the first (a Python
     script's ``finally`` blocks, the exit hook that saves its records)."""
 
-    def __init__(self, got: list[int]) -> None:
+    def __init__(self, got: list[int] | None = None) -> None:
         self.child: subprocess.Popen[bytes] | None = None
         self.early: list[int] = []  # signals that came before the script started
-        self.got = got  # every signal handled, passed on or not
+        self.got = got if got is not None else []  # every signal handled, passed on or not
         self.interrupts = 0
 
     def start(self, child: subprocess.Popen[bytes]) -> None:

@@ -134,3 +134,35 @@ def test_a_record_lost_to_a_full_tmpdir_is_said_so(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert f"{small} (TMPDIR) has no space left" in proc.stderr
     assert "never iterated" not in proc.stderr
+
+
+def test_a_full_stderr_leaves_runs_exit_code_the_scripts_and_tune_its_record(
+    tmp_path: Path,
+) -> None:
+    # a log on a full disk: the summary cannot be written, and that ended run with 2 (the
+    # script's was 3) and tune before its first trial, its --json never written
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys, time, torch\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "class DS(Dataset):\n"
+        "    def __len__(self): return 2400\n"
+        "    def __getitem__(self, i): time.sleep(0.001); return torch.zeros(4)\n"
+        "for b in DataLoader(DS(), batch_size=8, num_workers=2): pass\n"
+        "sys.exit(int(sys.argv[1]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "COLUMNS": "100"}
+
+    def full_stderr(*args: str) -> int:
+        with open("/dev/full", "w") as full:
+            return subprocess.run(
+                [sys.executable, "-m", "ioprobe", *args], stderr=full, stdout=subprocess.DEVNULL,
+                env=env, cwd=tmp_path, timeout=120, check=False,
+            ).returncode  # fmt: skip
+
+    assert full_stderr("run", "--json", "r.json", "--", sys.executable, str(script), "3") == 3
+    assert RunRecord.load(tmp_path / "r.json").watch is not None
+    tune = ("tune", "--trials", "1", "--trial-batches", "50", "--json", "t.json")
+    assert full_stderr(*tune, "--", sys.executable, str(script), "0") == 0
+    rec = RunRecord.load(tmp_path / "t.json")
+    assert rec.tune is not None and len(rec.tune.trials) == 2

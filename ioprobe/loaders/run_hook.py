@@ -215,7 +215,9 @@ def _mark_made() -> None:
 
 def _write_records() -> None:
     out = os.environ.get("IOPROBE_RUN_DIR")
-    if not out:
+    if not out or not os.path.isdir(out):
+        # gone: the run that made it is over (this process outlived the script, as a
+        # daemon's grandchild does), or the script took it away, which run says itself
         return
     # the script ended on Ctrl-C: Python sets this before the exit hooks run
     interrupted = isinstance(getattr(sys, "last_value", None), KeyboardInterrupt)

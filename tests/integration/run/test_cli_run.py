@@ -5,6 +5,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,32 @@ def test_a_full_stderr_leaves_runs_exit_code_the_scripts_and_tune_its_record(
     assert full_stderr(*tune, "--", sys.executable, str(script), "0") == 0
     rec = RunRecord.load(tmp_path / "t.json")
     assert rec.tune is not None and len(rec.tune.trials) == 2
+
+
+def test_a_grandchild_that_outlives_the_run_says_nothing_of_its_records(tmp_path: Path) -> None:
+    # it inherits the hook and the records folder, which the run removed as it ended: its
+    # exit printed "could not save the record ... no such directory" into the user's log
+    go, done, log = tmp_path / "go", tmp_path / "done", tmp_path / "grandchild.err"
+    later = (
+        "import os, time, torch\n"
+        "from torch.utils.data import DataLoader\n"
+        f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+        "for b in DataLoader(list(range(64)), batch_size=8, num_workers=1): pass\n"
+        f"open({str(done)!r}, 'w').close()\n"
+    )
+    script = tmp_path / "s.py"
+    script.write_text(
+        "import subprocess, sys, torch\n"
+        "from torch.utils.data import DataLoader\n"
+        f"subprocess.Popen([sys.executable, '-c', {later!r}], start_new_session=True,\n"
+        f"                 stdout=subprocess.DEVNULL, stderr=open({str(log)!r}, 'w'))\n"
+        "for b in DataLoader(list(range(64)), batch_size=8, num_workers=1): pass\n"
+    )
+    proc = run_cli("run", "--json", str(tmp_path / "r.json"), "--", sys.executable, str(script))
+    assert proc.returncode == 0, proc.stderr
+    go.touch()  # the run is over: the grandchild iterates its loader and exits now
+    deadline = time.monotonic() + 60
+    while not done.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # its exit handlers
+    assert done.exists() and "ioprobe" not in log.read_text()

@@ -101,7 +101,19 @@ def _files(infos: Any) -> Iterator[dict[str, Any]]:
 
 
 def _walked(fs: Any, path: str, deadline: Deadline) -> Iterator[dict[str, Any]]:
-    for _top, _dirs, files in fs.walk(path, detail=True):
+    """The files of a remote folder's tree, top down, until ``deadline``. A folder whose
+    listing is its ancestor's (the same files and sizes, the same folders) is that folder
+    again, reached through a link to it (an http index's ``again -> .``): neither its files
+    nor its folders are walked, which would count the same files down the loop."""
+    seen: dict[str, tuple[frozenset[tuple[str, Any]], frozenset[str]]] = {}
+    for top, dirs, files in fs.walk(path, detail=True):
+        listing = (frozenset((n, i.get("size")) for n, i in files.items()), frozenset(dirs))
+        parts = top.rstrip("/").split("/")
+        ancestors = ("/".join(parts[:k]) for k in range(1, len(parts)))
+        if any(seen.get(a) == listing for a in ancestors):
+            dirs.clear()  # fsspec walks top down the folders left in ``dirs``
+            continue
+        seen[top.rstrip("/")] = listing
         yield from _files(files.values())
         if deadline.passed():
             return

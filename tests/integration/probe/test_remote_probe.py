@@ -104,3 +104,18 @@ def test_a_large_remote_file_is_streamed_with_or_without_byte_ranges(
     assert cold["byte_ranges"] is ranges
     assert all(p["errors"] == 0 for p in cold["sweep"])
     assert rec["stages"]["storage"]["read_bytes_per_s"] == pytest.approx(rate, rel=0.15)
+
+
+def test_an_http_folder_linking_to_itself_is_listed_once(tmp_path: Path) -> None:
+    # `again -> .` in a served folder: its index lists again/, whose index is the same
+    # again; each level was walked, 8 files counted as 328 until the walk's time ran out
+    from ioprobe.collect import dataset as ds
+
+    make_files(tmp_path, 8, 20_000, seed=2)
+    (tmp_path / "p0" / "again").symlink_to(".")
+    (tmp_path / "p0" / "sub").mkdir()
+    make_files(tmp_path / "p0" / "sub", 2, 20_000, seed=3)  # a real folder is still walked
+    with ThrottledHTTPServer(tmp_path) as server:
+        got = ds.resolve(f"{server.url}/p0/", budget_s=10)
+    assert got.total_files == 10 and not got.listing_truncated
+    assert sum(1 for e in got.entries if "/again/" in e.path) == 0

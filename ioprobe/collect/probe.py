@@ -427,7 +427,8 @@ class Probe:
         except Overdue:
             raise StorageTimeoutError(
                 f"{o.target}: storage did not answer within the time budget (no listing after "
-                f"{limit:.1f} s, half of the {o.time_budget_s:g} s budget)"
+                f"{limit:.1f} s, half of the {o.time_budget_s:g} s budget; a store that is "
+                "slow rather than down lists within a longer --time-budget)"
             ) from None
 
     def _storage(self, plan: _Plan, st: StorageStage) -> None:

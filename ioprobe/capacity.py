@@ -604,6 +604,12 @@ class ClosedLoop:
     reads_in_flight: float  # as a read sees them: its own and the others beside it
 
 
+# The most readers the closed-loop analyses iterate over (one step per reader): a record
+# of more loader workers than any host runs (a hand-edited one, a million) is read as this
+# many, where each analysis, repeated by the bisections above it, took minutes
+MAX_LANES = 4096
+
+
 def closed_loop(
     points: list[tuple[float, float]],
     sample_bytes: float,
@@ -625,7 +631,7 @@ def closed_loop(
     workers decoding 15 ms after each 50 kB read from a server capped at 2 MB/s deliver 31
     samples/s, 4 deliver the cap's 40."""
     q, out = 0.0, ClosedLoop(0.0, 0.0, 0.0)
-    for n in range(1, max(lanes, 1) + 1):
+    for n in range(1, min(max(lanes, 1), MAX_LANES) + 1):
         k = 1.0 + q
         read = scale * curve_read_seconds(points, sample_bytes, k)
         x = n / (read + compute_s) if read + compute_s > 0 else 0.0
@@ -645,6 +651,7 @@ def closed_loop_scale(
     ``read_s``: the factor between a run's reads and a probe's curve, where the run's own
     reads in flight are not known and each worker is taken to have been busy. The read time
     grows with the scale, so a bisection finds it."""
+    lanes = min(lanes, MAX_LANES)
     guess = read_s / curve_read_seconds(points, sample_bytes, float(max(lanes, 1)))
     lo, hi = guess * 1e-3, guess * 1e3
     for _ in range(80):
@@ -676,7 +683,7 @@ def all_lanes_reading(
         return worker_lanes(lanes, read_s, compute_s)
     mean, power = scaling.reads_in_flight_mean, 1.0 - scaling.exponent
     q = x = 0.0
-    for n in range(1, max(lanes, 1) + 1):
+    for n in range(1, min(max(lanes, 1), MAX_LANES) + 1):
         read = read_s * ((1.0 + q) / mean) ** power
         x = n / (read + compute_s) if read + compute_s > 0 else 0.0
         q = x * read

@@ -176,7 +176,8 @@ def test_a_grandchild_that_outlives_the_run_says_nothing_of_its_records(tmp_path
     later = (
         "import os, time, torch\n"
         "from torch.utils.data import DataLoader\n"
-        f"while not os.path.exists({str(go)!r}): time.sleep(0.05)\n"
+        "end = time.monotonic() + 60  # a test that failed early never says go\n"
+        f"while not os.path.exists({str(go)!r}) and time.monotonic() < end: time.sleep(0.05)\n"
         "for b in DataLoader(list(range(64)), batch_size=8, num_workers=1): pass\n"
         f"open({str(done)!r}, 'w').close()\n"
     )

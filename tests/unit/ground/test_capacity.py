@@ -393,3 +393,18 @@ def test_collate_is_charged_its_cpu_time_and_its_wait_counts_as_blocked() -> Non
 def test_workers_that_wait_then_compute_deliver_lanes_over_the_sum() -> None:
     assert capacity.worker_lanes(2, 0.040, 0.010) == pytest.approx(40.0)
     assert capacity.worker_lanes(8, 0.040, 0.010) == pytest.approx(160.0)
+
+
+def test_a_closed_loop_of_more_readers_than_any_host_runs_is_read_at_the_cap() -> None:
+    # a hand-edited record of a billion workers held a report for minutes: each closed-loop
+    # step is one reader, and the bisections above repeat it
+    import time
+
+    from ioprobe.capacity import MAX_LANES, closed_loop, closed_loop_scale
+
+    pts = [(1.0, 1e8), (4.0, 2e8), (16.0, 2.1e8)]
+    t0 = time.perf_counter()
+    huge = closed_loop_scale(pts, 1e5, 0.001, 10**9, 0.01)
+    assert time.perf_counter() - t0 < 5
+    assert huge == closed_loop_scale(pts, 1e5, 0.001, MAX_LANES, 0.01)
+    assert closed_loop(pts, 1e5, 1.0, 0.001, 10**9) == closed_loop(pts, 1e5, 1.0, 0.001, MAX_LANES)

@@ -53,14 +53,16 @@ fuzz: $(STAMP)
 # The advice held to reruns that take minutes on a 2-core host and swing with any other load
 # (deselected from `make test`): each head-of-line cure against its rerun, the workers rule on
 # a slow server, persistent_workers' start-up saving, accelerate's --cpu launch, ranks sharing a
-# host, the bandwidth cap predicted from a probe, tune's in-run trials, and the advice matrix's
-# share (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a quiet host.
+# host, the bandwidth cap predicted from a probe, tune's in-run trials, a shared server's cap
+# found by two ranks, the storage-rate what-if, blocked time and CPU in one worker, and the
+# advice matrix's share (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a quiet host.
 validate: $(STAMP)
 	$(BIN)/python -m pytest -q -m long tests/integration/watch/test_head_of_line.py tests/integration/watch/test_loader_sim.py \
 	  tests/integration/whatif/test_workers_prediction_remote.py tests/integration/watch/test_epoch_starts.py \
 	  tests/integration/run/test_ranks_launchers.py tests/integration/watch/test_ddp_watch.py \
 	  tests/integration/whatif/test_workers_prediction_bandwidth.py tests/integration/tune/test_cli_tune.py \
-	  tests/integration/tune/test_in_run_lightning.py
+	  tests/integration/tune/test_in_run_lightning.py tests/integration/probe/test_distributed_probe.py \
+	  tests/integration/whatif/test_prediction_accuracy.py tests/integration/watch/test_worker_time.py
 
 # The hostile round (docs/guarantees.md): generated cases of the nine families of issue 29 through
 # the real CLI, each judged on hangs, tracebacks, secrets shown and outputs lost (about 3 minutes)

@@ -95,6 +95,9 @@ def blocked_run() -> RunRecord:
     return loader.run
 
 
+# the same sum on a record built by hand is test_capacity.py's
+# test_workers_that_wait_then_compute_deliver_lanes_over_the_sum, in the default run
+@pytest.mark.long
 def test_blocked_time_and_cpu_in_one_worker_add_up() -> None:
     """2 workers, each 40 ms asleep then 10 ms of CPU per sample: 40 samples/s, where the
     storage lanes alone (2 / 40 ms) would say 50."""

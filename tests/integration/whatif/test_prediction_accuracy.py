@@ -28,6 +28,8 @@ def test_two_workers_predicted_from_a_one_worker_cpu_bound_run_within_10_percent
     assert gains[1] > 1.25, f"predicted / one-worker rate: {gains}"
 
 
+# a rerun at twice the rate; the CPU-bound prediction beside it stays in the default run
+@pytest.mark.long
 def test_twice_the_storage_rate_predicted_from_a_throttled_run_within_10_percent(
     tmp_path: Path,
 ) -> None:

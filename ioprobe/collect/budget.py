@@ -172,6 +172,22 @@ class Overdue(TimeoutError):
     """A call that had not returned by its deadline; it goes on in its abandoned thread."""
 
 
+# How long a wait on a thread lasts before the waiting thread looks at its signals again
+JOIN_SLICE_S = 0.1
+
+
+def _join(thread: threading.Thread, until: float) -> None:
+    """``thread.join`` until ``until`` (``time.monotonic``; infinite: for ever), a slice at a
+    time: a Ctrl-C the kernel hands to another thread (the listing's, fsspec's event loop)
+    only marks the signal, and the main thread acts on it when it next runs Python; one long
+    join left it waiting out the whole limit (15 s for a 30 s probe) before it stopped."""
+    while thread.is_alive():
+        left = until - time.monotonic()
+        if left <= 0:
+            return
+        thread.join(min(left, JOIN_SLICE_S))
+
+
 def within(seconds: float, fn: Callable[..., T], *args: object) -> T:
     """``fn(*args)``, or Overdue once ``seconds`` have passed without it returning.
 
@@ -189,7 +205,7 @@ def within(seconds: float, fn: Callable[..., T], *args: object) -> T:
 
     thread = threading.Thread(target=run, daemon=True, name="ioprobe-within")
     thread.start()
-    thread.join(max(seconds, 0.0))
+    _join(thread, time.monotonic() + max(seconds, 0.0))
     if not box:
         raise Overdue(f"no answer within {seconds:.1f} s")
     ok, value = box[0]
@@ -234,5 +250,5 @@ def map_within(
     for t in workers:
         t.start()
     for t in workers:
-        t.join(None if math.isinf(seconds) else max(stop - time.monotonic(), 0.0))
+        _join(t, stop)
     return list(out)  # a snapshot: an abandoned call that returns later changes nothing here

@@ -707,16 +707,19 @@ def end_to_end(p: Prediction, restarts: EpochRestarts) -> Prediction:
     )
 
 
-def advice(rec: RunRecord) -> Prediction | None:
-    """The loader setting to advise for ``rec``: ``best`` of ``search``, weighed end to end
-    where the epochs' worker restarts cost the run (``epoch_restarts``); or None."""
-    base = recorded_setting(rec)
-    if base is None:
-        return None
+def weighed_search(rec: RunRecord) -> tuple[list[Prediction], EpochRestarts | None]:
+    """``search``'s predictions as the advice weighs them: end to end where the epochs'
+    worker restarts cost the run (``epoch_restarts``, also returned), else steady."""
     tried, restarts = search(rec), epoch_restarts(rec)
     if restarts is not None:
         tried = [end_to_end(p, restarts) for p in tried]
-    return best(tried, base)
+    return tried, restarts
+
+
+def advice(rec: RunRecord) -> Prediction | None:
+    """The loader setting to advise for ``rec``: ``best`` of ``weighed_search``; or None."""
+    base = recorded_setting(rec)
+    return best(weighed_search(rec)[0], base) if base is not None else None
 
 
 def capped_gain(rec: RunRecord, setting: Setting) -> float | None:

@@ -73,9 +73,14 @@ def parse_references(text: str, where: str) -> list[ReferencePoint]:
 
 
 @functools.cache
+def _shipped_text() -> str:
+    """The shipped file, read once: its results and its workloads are parsed from it."""
+    return resources.files("ioprobe").joinpath(SHIPPED).read_text("utf-8")
+
+
+@functools.cache
 def _shipped() -> tuple[ReferencePoint, ...]:
-    text = resources.files("ioprobe").joinpath(SHIPPED).read_text("utf-8")
-    return tuple(parse_references(text, f"ioprobe/{SHIPPED}"))
+    return tuple(parse_references(_shipped_text(), f"ioprobe/{SHIPPED}"))
 
 
 # The simulated accelerators MLPerf Storage's workload configurations name, as their keys
@@ -85,8 +90,7 @@ ACCELERATORS = ("A100", "H100", "B200")
 
 @functools.cache
 def _shipped_workloads() -> dict[str, Any]:
-    text = resources.files("ioprobe").joinpath(SHIPPED).read_text("utf-8")
-    found = parse_toml(text, f"ioprobe/{SHIPPED}").get("workloads", {})
+    found = parse_toml(_shipped_text(), f"ioprobe/{SHIPPED}").get("workloads", {})
     return found if isinstance(found, dict) else {}
 
 

@@ -627,9 +627,7 @@ def loader_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     and, where the storage's scaling is unknown, the gain if it were one shared bandwidth.
     """
     base = loader_sim.recorded_setting(rec)
-    tried, restarts = loader_sim.search(rec), loader_sim.epoch_restarts(rec)
-    if restarts is not None:  # short epochs: each one's worker start-up weighs in
-        tried = [loader_sim.end_to_end(p, restarts) for p in tried]
+    tried, restarts = loader_sim.weighed_search(rec)  # short epochs: restarts weigh in
     pred = loader_sim.best(tried, base) if base is not None else None
     if pred is None or base is None:
         return []

@@ -191,9 +191,11 @@ def burst_threshold(series: StallSeries) -> float | None:
 def burst_sentence(series: StallSeries, found: list[Burst]) -> str | None:
     """One line for a report, e.g. "storage-bound for 12% of the run, in 3 bursts (longest
     4.0 s at 31 s), holding 64% of its stall": the cause the bursts' stall mostly falls under,
-    the share of the run they span, and the longest. None where there are no bursts or they
-    hold too little of the stall (``MEANINGFUL_STALL``) or of the run (``MEANINGFUL_RUN``) to
-    matter: then the run's overall verdict says all there is."""
+    the share of the run its bursts span, the longest of them and the stall they hold; bursts
+    of other causes (a second where the whole host stalled) are counted after it, never
+    folded into its figures. None where there are no bursts or they hold too little of the
+    stall (``MEANINGFUL_STALL``) or of the run (``MEANINGFUL_RUN``) to matter: then the run's
+    overall verdict says all there is."""
     if not found:
         return None
     held = sum(b.stall_s for b in found)
@@ -202,12 +204,24 @@ def burst_sentence(series: StallSeries, found: list[Burst]) -> str | None:
         return None
     by_cause = {k: sum(b.stall_s for b in found if b.cause == k) for k in CAUSES}
     cause = max(CAUSES, key=lambda k: (by_cause[k], -CAUSES.index(k)))
-    span = sum(b.end_s - b.start_s for b in found) / max(series.end_s - series.t0_s, 1e-9)
-    longest = max(found, key=lambda b: (b.end_s - b.start_s, -b.start_s))
+    mine = [b for b in found if b.cause == cause]
+    span = sum(b.end_s - b.start_s for b in mine) / max(series.end_s - series.t0_s, 1e-9)
+    longest = max(mine, key=lambda b: (b.end_s - b.start_s, -b.start_s))
     at = f"{longest.end_s - longest.start_s:.1f} s at {_seconds(longest.start_s)}"
-    where = f"in 1 burst ({at})" if len(found) == 1 else f"in {len(found)} bursts (longest {at})"
-    share = held / series.total_stall_s if series.total_stall_s > 0 else 1.0
-    return f"{LABELS[cause]} for {share_text(span)} of the run, {where}, holding {share_text(share)} of its stall"
+    where = f"in 1 burst ({at})" if len(mine) == 1 else f"in {len(mine)} bursts (longest {at})"
+    text = f"{LABELS[cause]} for {share_text(span)} of the run, {where}, holding {_held(by_cause[cause], series)} of its stall"
+    others = len(found) - len(mine)
+    if others:
+        rest = held - by_cause[cause]
+        noun = "burst" if others == 1 else "bursts"
+        text += f"; {others} more {noun} of another cause, holding {_held(rest, series)}"
+    return text
+
+
+def _held(stall_s: float, series: StallSeries) -> str:
+    """``stall_s`` as a share of the run's stall."""
+    total = series.total_stall_s
+    return share_text(stall_s / total if total > 0 else 1.0)
 
 
 LABELS: dict[Cause, str] = {

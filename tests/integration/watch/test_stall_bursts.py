@@ -60,15 +60,25 @@ def test_a_slow_spell_of_the_server_is_one_storage_burst_at_its_time(tmp_path: P
     # the burst up to 0.25 s either way. Outside the spell the loop waits ~3% of each bin,
     # and a worker would have to lose over 0.2 s at once (the prefetched batches) to raise a
     # bin to the threshold (~25%).
-    assert len(st.bursts) == 1, window
-    b = st.bursts[0]
+    # A busy shared host can still pause this whole test for a second (CI once saw a 1 s burst
+    # at 82% where no worker had a sample in hand). That burst is the run's truth, and it
+    # must not be taken for storage: it may stand beside the spell's, named by another cause.
+    storage = [x for x in st.bursts if x.cause == "storage"]
+    assert len(storage) == 1, window
+    b = storage[0]
     assert b.start_s == pytest.approx(lo, abs=0.5), window
     assert b.end_s - b.start_s == pytest.approx(hi - lo, abs=0.5), window
-    assert b.cause == "storage", window
     assert b.stall_fraction > 0.6, window
+    others = [x for x in st.bursts if x is not b]
+    assert all(x.end_s <= lo or x.start_s >= hi for x in others), window
+    assert sum(x.stall_s for x in others) < b.stall_s, window
     assert st.verdict is not None and st.verdict.startswith("storage-bound"), st.verdict
-    # at the default resolution (1 s bins) it is the same one burst, its edges within a bin
+    # at the default resolution (1 s bins) it is the same one storage burst, its edges within
+    # a bin
     coarse = stall_over_time(rec)
-    assert coarse is not None and len(coarse.bursts) == 1, coarse
-    assert coarse.bursts[0].start_s == pytest.approx(lo, abs=1.0)
-    assert coarse.bursts[0].end_s == pytest.approx(hi, abs=1.0)
+    assert coarse is not None
+    wide = [x for x in coarse.bursts if x.cause == "storage"]
+    assert len(wide) == 1, coarse
+    c = wide[0]
+    assert c.start_s == pytest.approx(lo, abs=1.0), coarse
+    assert c.end_s == pytest.approx(hi, abs=1.0), coarse

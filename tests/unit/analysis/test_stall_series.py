@@ -150,6 +150,10 @@ def test_two_windows_make_two_bursts_and_the_sentence_counts_them() -> None:
         if 25.0 < arrival <= 30.0 + 1e-9:  # a second window, 5 s long
             main["stall"][k] = LOUD
             main["start"][k] = arrival - LOUD
+    work = rec.watch.tracks[1].columns  # type: ignore[union-attr]
+    for k, done in enumerate(work["end"]):
+        if 25.0 < done <= 30.0:  # and the workers read through it, as in the first
+            work["read"][k], work["cpu"][k] = 0.08, 0.005
     s = series(rec)
     found = bursts(s)
     spans = [t for b in found for t in (b.start_s, b.end_s)]
@@ -157,6 +161,33 @@ def test_two_windows_make_two_bursts_and_the_sentence_counts_them() -> None:
     sentence = burst_sentence(s, found)
     assert sentence is not None
     assert "in 2 bursts (longest 5.0 s at 25 s)" in sentence
+
+
+def test_a_burst_of_another_cause_is_counted_apart_from_the_named_causes_figures() -> None:
+    # a 1 s second window where the loop waited but no worker had a sample in hand (the
+    # whole host paused): an "unknown" burst that must not add to the storage bursts' span
+    rec = run(window=(8.0, 11.0))
+    main = rec.watch.tracks[0].columns  # type: ignore[union-attr]
+    work = rec.watch.tracks[1].columns  # type: ignore[union-attr]
+    for k, arrival in enumerate(main["end"]):
+        if 15.0 < arrival <= 16.0 + 1e-9:
+            main["stall"][k] = LOUD
+            main["start"][k] = arrival - LOUD
+    keep = [i for i, e in enumerate(work["end"]) if not 14.9 < e <= 16.0 + 1e-9]
+    for col in work:
+        work[col] = [work[col][i] for i in keep]
+    st = stall_over_time(rec)
+    assert st is not None
+    assert [(b.start_s, b.end_s, b.cause) for b in st.bursts] == [
+        (8.0, 11.0, "storage"),
+        (15.0, 16.0, "unknown"),
+    ]
+    total = st.series.total_stall_s
+    assert st.verdict == (
+        f"storage-bound for 15% of the run, in 1 burst (3.0 s at 8.0 s), holding "
+        f"{round(100 * st.bursts[0].stall_s / total)}% of its stall; 1 more burst of another "
+        f"cause, holding {round(100 * st.bursts[1].stall_s / total)}%"
+    )
 
 
 def test_bursts_one_quiet_second_apart_are_one_burst_and_two_apart_are_two() -> None:

@@ -36,6 +36,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from ioprobe.collect.quiet import start_quiet
+
 T = TypeVar("T")
 E = TypeVar("E")
 
@@ -203,8 +205,7 @@ def within(seconds: float, fn: Callable[..., T], *args: object) -> T:
         except BaseException as exc:  # handed to the caller, who decides
             box.append((False, exc))
 
-    thread = threading.Thread(target=run, daemon=True, name="ioprobe-within")
-    thread.start()
+    thread = start_quiet(threading.Thread(target=run, daemon=True, name="ioprobe-within"))
     _join(thread, time.monotonic() + max(seconds, 0.0))
     if not box:
         raise Overdue(f"no answer within {seconds:.1f} s")
@@ -248,7 +249,7 @@ def map_within(
         for i in range(max(1, min(threads, len(items))))
     ]
     for t in workers:
-        t.start()
+        start_quiet(t)
     for t in workers:
         _join(t, stop)
     return list(out)  # a snapshot: an abandoned call that returns later changes nothing here

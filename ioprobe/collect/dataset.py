@@ -34,6 +34,7 @@ from ioprobe.capacity import density_class
 from ioprobe.collect.bucket import Deadline, Rest, estimate_bucket_rest, remote_files
 from ioprobe.collect.budget import Pending, map_within, network_timeouts
 from ioprobe.collect.failures import ReadFailures, chain, label, transport_cause
+from ioprobe.collect.quiet import quiet_fsspec_loop
 from ioprobe.errors import StorageTimeoutError, TargetError
 from ioprobe.record import DatasetProfile
 from ioprobe.redact import redact_message, redact_url
@@ -510,6 +511,7 @@ def _open_remote(
         raise TargetError(f"{target}: remote targets need fsspec") from None
     opts = dict(storage_options)
     _set_timeouts(url.split("://", 1)[0], opts, budget_s)
+    quiet_fsspec_loop()  # before any call of the filesystem's can start it unquiet
     try:
         fs, path = fsspec.core.url_to_fs(url, **opts)
     except (ImportError, ValueError) as exc:

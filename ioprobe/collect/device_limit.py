@@ -35,6 +35,7 @@ from typing import Literal
 from ioprobe import units
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.progress import Reporter, SilentReporter
+from ioprobe.collect.quiet import start_quiet
 from ioprobe.collect.storage import latency_ms
 from ioprobe.collect.uring import Ring, UringUnavailable
 from ioprobe.record import DeviceLimit, DirectPoint
@@ -319,7 +320,7 @@ def _thread_reads(
 
     threads = [threading.Thread(target=reader, args=(s,), daemon=True) for s in range(depth)]
     for t in threads:
-        t.start()
+        start_quiet(t)
     for t in threads:
         t.join()
     view.release()

@@ -21,6 +21,7 @@ from array import array
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
+from ioprobe.collect.quiet import start_quiet
 from ioprobe.record import GpuSeries
 
 MAX_SAMPLES = 100_000  # 2.8 hours at 10 Hz before the buffer starts thinning itself
@@ -432,7 +433,7 @@ class GpuBusySampler:
         self._owner_pid = os.getpid()
         # before the thread runs: it may write its own status if the GPUs refuse to answer
         self.status = f"nvml: sampling {len(handles)} GPU{'s' if len(handles) != 1 else ''}"
-        self._thread.start()
+        start_quiet(self._thread)
 
     def stop(self) -> None:
         """Stop and join the thread and shut NVML down; the samples stay readable."""

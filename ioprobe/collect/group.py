@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
+from ioprobe.collect.quiet import start_quiet
 from ioprobe.errors import BadInputError, RankLostError
 from ioprobe.record import RankInfo
 
@@ -132,7 +133,7 @@ class TorchGroup:
         self._phases: set[str] = set()
         self._closed = threading.Event()
         if self._store is not None:
-            threading.Thread(target=self._beat, daemon=True, name="ioprobe-beat").start()
+            start_quiet(threading.Thread(target=self._beat, daemon=True, name="ioprobe-beat"))
 
     def _beat(self) -> None:
         n = 0
@@ -245,7 +246,7 @@ def _within(seconds: float, call: Callable[[], object]) -> None:
         finally:
             done.set()
 
-    threading.Thread(target=run, daemon=True, name="ioprobe-rendezvous").start()
+    start_quiet(threading.Thread(target=run, daemon=True, name="ioprobe-rendezvous"))
     # short waits: a signal handler (Ctrl-C, SIGTERM) runs between them
     end = time.monotonic() + seconds
     while not done.wait(min(0.2, max(0.0, end - time.monotonic()))):

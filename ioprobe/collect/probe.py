@@ -61,6 +61,7 @@ from ioprobe.collect.phase_shares import (
     WARM_MAX_BYTES,
 )
 from ioprobe.collect.progress import Reporter, SilentReporter
+from ioprobe.collect.quiet import start_quiet
 from ioprobe.errors import WRITE_ERRNOS, BadInputError, StorageTimeoutError, TargetError
 from ioprobe.record import (
     CpuStage,
@@ -192,8 +193,9 @@ class _CudaStart:
 
     def __init__(self) -> None:
         self._out: list[Copier | str] = []
-        self._thread = threading.Thread(target=self._open, daemon=True, name="ioprobe-cuda")
-        self._thread.start()
+        self._thread = start_quiet(
+            threading.Thread(target=self._open, daemon=True, name="ioprobe-cuda")
+        )
 
     def _open(self) -> None:
         try:

@@ -42,6 +42,7 @@ from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.dataset import Dataset, FileEntry
 from ioprobe.collect.failures import ReadFailures, cause
 from ioprobe.collect.progress import Reporter, SilentReporter
+from ioprobe.collect.quiet import start_quiet
 from ioprobe.collect.remote import cat_range
 from ioprobe.record import StoragePass, SweepPoint
 
@@ -436,7 +437,7 @@ def _run_threads(
         for i in range(concurrency)
     ]
     for t in threads:
-        t.start()
+        start_quiet(t)
     for t in threads:
         while t.is_alive():
             if hard_stop_ns is not None and time.perf_counter_ns() >= hard_stop_ns:

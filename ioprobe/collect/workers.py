@@ -1,10 +1,18 @@
 """Process pools that Ctrl-C and SIGTERM end quietly, with no traceback from a worker.
 
 Ctrl-C reaches the whole process group: the parent handles it and ends the pool, so workers
-ignore SIGINT. They must ignore it from their first instruction (a worker still importing
-its modules when Ctrl-C comes prints a traceback), and only an ignored disposition survives
-exec: the pool starts with SIGINT ignored in the parent. It is blocked meanwhile, which
-keeps a Ctrl-C that comes then pending for the parent instead of discarding it.
+ignore SIGINT. They must not act on it before their first instruction has ignored it (a
+worker still importing its modules when Ctrl-C comes prints a traceback): the pool starts
+with SIGINT, SIGTERM and SIGHUP blocked in the parent's main thread (``HELD``), the blocked
+mask survives exec, and each worker unblocks them once it ignores SIGINT and SIGHUP, which
+discards one that came meanwhile. In the parent a signal that comes while the pool starts is
+kept for the end of the start, never acted on in its middle (a Ctrl-C raised half way through
+the pool's constructor leaves workers no one ends): the main thread holds it pending, and
+one the kernel hands to another thread (a library's, or a call abandoned at its deadline)
+is taken by a handler that only notes it, then raised again once the pool stands. The pool
+once started with SIGINT ignored process-wide instead, and a Ctrl-C handed to another thread
+was discarded: the probe ran on and exited 0. Threads ioprobe starts also block ``HELD``
+for life (``collect/quiet.py``), so the kernel hands such signals to the main thread.
 
 SIGTERM is blocked while the pool starts too, and the blocked mask survives exec: a SIGTERM
 that comes while workers are being spawned waits until every one of them has been handed its
@@ -37,10 +45,9 @@ from multiprocessing.pool import Pool
 from types import FrameType
 from typing import Any
 
+from ioprobe.collect.quiet import HELD
 from ioprobe.errors import IoprobeError
 
-# held while a pool starts: see the module's docstring
-HELD = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 # a spawn pool's start, every worker up with its imports done: about 0.4 s and 0.05 s a
 # worker (0.9-1.1 s for 16 on the H100 host's 16 cores, 0.6 s for 2 on the 2-core host)
 POOL_START_S = 0.4
@@ -69,14 +76,31 @@ def spawn_pool(processes: int, initializer: Callable[..., None], initargs: tuple
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, hup)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
-    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    came: list[int] = []
+    handlers = _noting(came)
     pool: Pool | None = None
     try:
         pool = _Pool(processes, initializer, initargs, context=ctx)
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_DFL if handler is None else handler)
-        _unblock(mask, pool)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        _unblock(mask, pool, came)
     return pool
+
+
+def _noting(came: list[int]) -> dict[signal.Signals, Any]:
+    """Each of ``HELD`` that has a handler or its default action now only noted in
+    ``came`` (an ignored one stays ignored); returns what each had."""
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        came.append(signum)
+
+    was = {}
+    for sig in sorted(HELD):
+        handler = signal.getsignal(sig)
+        if handler is not signal.SIG_IGN and handler is not None:
+            was[sig] = signal.signal(sig, note)
+    return was
 
 
 class WorkersFailed(IoprobeError):
@@ -137,9 +161,11 @@ class _Pool(Pool):
         return _KilledProcess(*args, **kwds)
 
 
-def _unblock(mask: set[int | signal.Signals], pool: Pool | None) -> None:
+def _unblock(mask: set[int | signal.Signals], pool: Pool | None, came: list[int]) -> None:
     try:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C that came is raised here
+        for signum in dict.fromkeys(came):  # and one another thread took, as it was noted
+            signal.raise_signal(signum)
     except BaseException:
         if pool is not None:
             pool.terminate()  # nobody else holds it yet

@@ -41,6 +41,7 @@ from rich.text import Text
 
 from ioprobe import capacity, units
 from ioprobe.collect.distributed import rank_now
+from ioprobe.collect.quiet import start_quiet
 from ioprobe.monitor.collector import WatchCollector
 from ioprobe.monitor.gpu_side import device_time
 from ioprobe.monitor.stages import METERED_BASIS, Measured, worker_cpu, worker_storage
@@ -506,7 +507,7 @@ class Display:
         self._thread = threading.Thread(
             target=self._run, args=(console, self._stop), name="ioprobe-live", daemon=True
         )
-        self._thread.start()
+        start_quiet(self._thread)
 
     def stop(self) -> None:
         """Clear the panel and end its thread (waiting at most ``JOIN_S``: a terminal that

@@ -1,17 +1,23 @@
 """A pool's terminate() ends its workers whatever they are doing, even where a Python
-SIGTERM handler would never run."""
+SIGTERM handler would never run; a Ctrl-C while it starts is never lost to a helper
+thread."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
+import subprocess
+import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from ioprobe.collect.budget import map_within, within
+from ioprobe.collect.quiet import HELD, start_quiet
 from ioprobe.collect.workers import quiet_worker, spawn_pool
 
 
@@ -128,3 +134,86 @@ def test_the_payload_file_stays_readable_when_a_cleaner_removes_its_name(
     monkeypatch.setattr(cpu_mod, "_payload_file", cleaned)
     stage = cpu_mod.measure_cpu("raw", [b"x" * 100] * 8, 1, 0.5, levels=[1])
     assert stage.sweep and stage.sweep[0].samples > 0
+
+
+def _mask_of_a_thread_started_by(start: Callable[[threading.Thread], object]) -> set[int]:
+    """The signals blocked in a thread started by ``start``, and in one that thread starts."""
+    seen: list[set[int]] = []
+
+    def grandchild() -> None:
+        seen.append(set(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+
+    def child() -> None:
+        seen.append(set(signal.pthread_sigmask(signal.SIG_BLOCK, [])))
+        t = threading.Thread(target=grandchild)
+        t.start()
+        t.join()
+
+    t = threading.Thread(target=child)
+    start(t)
+    t.join()
+    assert len(seen) == 2 and seen[0] == seen[1]  # a thread's mask is its starter's
+    return seen[0]
+
+
+def test_threads_ioprobe_starts_block_the_signals_the_main_thread_takes() -> None:
+    held = {int(s) for s in HELD}
+    assert held <= _mask_of_a_thread_started_by(start_quiet)
+    assert not held & _mask_of_a_thread_started_by(threading.Thread.start)  # the control
+    assert not held & set(signal.pthread_sigmask(signal.SIG_BLOCK, []))  # the caller's as it was
+    # the deadline helpers run their calls on such threads
+    mask = lambda _=None: set(signal.pthread_sigmask(signal.SIG_BLOCK, []))  # noqa: E731
+    assert held <= within(10.0, mask)
+    (got,) = map_within(mask, [0], threads=1)
+    assert isinstance(got, set) and held <= got
+
+
+def test_fsspecs_event_loop_started_by_ioprobe_blocks_them_too() -> None:
+    # in a fresh interpreter: the loop thread is started once per process
+    script = (
+        "import signal\n"
+        "from fsspec import asyn\n"
+        "from ioprobe.collect.quiet import HELD, quiet_fsspec_loop\n"
+        "quiet_fsspec_loop()\n"
+        "async def mask():\n"
+        "    return set(signal.pthread_sigmask(signal.SIG_BLOCK, []))\n"
+        "print(HELD <= asyn.sync(asyn.get_loop(), mask))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True", out.stderr
+
+
+SLOW_POOL = """
+import os, subprocess, sys, time
+from ioprobe.collect import workers
+from ioprobe.collect.budget import Overdue, within
+
+class SlowPool(workers._Pool):
+    def __init__(self, *args, **kwargs):
+        time.sleep(1.0)  # the pool's start, long enough for the signal to land inside it
+        super().__init__(*args, **kwargs)
+
+workers._Pool = SlowPool
+try:
+    within(0.05, time.sleep, 60)  # a call past its deadline: its thread lives on
+except Overdue:
+    pass
+subprocess.Popen(["sh", "-c", f"sleep 0.4; kill -INT {os.getpid()}"])
+try:
+    pool = workers.spawn_pool(1, workers.quiet_worker, ())
+except KeyboardInterrupt:
+    print("interrupted")
+    sys.exit(0)
+time.sleep(1.0)
+pool.terminate()
+print("lost")
+"""
+
+
+def test_a_ctrl_c_while_a_pool_starts_beside_a_helper_thread_interrupts_the_start() -> None:
+    # SIGINT is ignored process-wide while the pool starts and blocked in the main thread:
+    # handed to the abandoned call's thread, it was discarded and the probe ran on
+    out = subprocess.run(
+        [sys.executable, "-c", SLOW_POOL], capture_output=True, text=True, timeout=60
+    )
+    assert out.stdout.strip() == "interrupted", (out.stdout, out.stderr[-2000:])

@@ -37,6 +37,9 @@ T = TypeVar("T")
 SLURM_PORT_BASE = 29_500  # srun sets no port: one from the job id keeps jobs on a node apart
 SLURM_PORTS = 10_000
 BEAT_S = 0.5
+# how long closing the group waits for its beat to end (a store set takes milliseconds; one
+# whose rank 0 is gone fails at its own timeout, which no close should wait for)
+CLOSE_JOIN_S = 5.0
 # torch's own rendezvous ends within its timeout wherever a store answers (connecting is
 # retried until then, the ranks' barrier waits as long); this much more is the watchdog's
 INIT_GRACE_S = 5.0
@@ -132,8 +135,11 @@ class TorchGroup:
         self._store = _default_store(dist)
         self._phases: set[str] = set()
         self._closed = threading.Event()
+        self._beating: threading.Thread | None = None
         if self._store is not None:
-            start_quiet(threading.Thread(target=self._beat, daemon=True, name="ioprobe-beat"))
+            self._beating = start_quiet(
+                threading.Thread(target=self._beat, daemon=True, name="ioprobe-beat")
+            )
 
     def _beat(self) -> None:
         n = 0
@@ -171,6 +177,12 @@ class TorchGroup:
 
     def close(self) -> None:
         self._closed.set()
+        # the beat must be over before the caller goes on: a daemon thread still inside the
+        # store's C++ call when the interpreter exits is ended there by a forced unwind,
+        # which aborts the whole process ("terminate called without an active exception":
+        # 2 to 3 in 8 runs of a job of four ranks)
+        if self._beating is not None:
+            self._beating.join(CLOSE_JOIN_S)
         # a group broken by a lost rank has nothing left to end cleanly
         with contextlib.suppress(RuntimeError):
             if self._own and self._dist.is_initialized():

@@ -315,13 +315,24 @@ def stragglers(ranks: Sequence[RankFigures]) -> list[Straggler]:
 
 def _cause(f: RankFigures, ranks: Sequence[RankFigures], flagged: set[int]) -> tuple[Cause, str]:
     mates = [g for g in ranks if g.host == f.host]
-    rest = [_stall(g) for g in ranks if g.host != f.host]
+    away = [g for g in ranks if g.host != f.host]
+    rest = [_stall(g) for g in away]
     if rest and len(mates) > 1 and all(g.rank in flagged for g in mates):
         names = ", ".join(str(g.rank) for g in mates)
         return "node", (
             f"every rank on {f.host} ({names}) stalls, against a median of "
             f"{share_text(statistics.median(rest))} on the other hosts"
         )
+    # in a synchronous job only the slowest rank of a slow node waits on its loader: its
+    # mates wait in the collective for it, so a mate counts when its own reads or CPU are as
+    # slow against the other hosts' ranks
+    held = {g.rank: _held_back(g, away) for g in mates if g.rank not in flagged and away}
+    if rest and len(mates) > 1 and all(g.rank in flagged or held.get(g.rank) for g in mates):
+        said = "; ".join(
+            f"rank {g.rank} {held[g.rank]}" if g.rank in held else f"rank {g.rank} stalls"
+            for g in mates
+        )
+        return "node", f"every rank on {f.host} is slow against the other hosts': {said}"
     others = [g for g in ranks if g is not f]
     cpu = _cpu_evidence(f, others)
     storage = _storage_evidence(f, others)
@@ -340,6 +351,16 @@ def _cause(f: RankFigures, ranks: Sequence[RankFigures], flagged: set[int]) -> t
         f"{verdict}, and neither its CPU time per sample nor its storage rate is "
         f"{EVIDENCE_RATIO:g}x the median rank's"
     )
+
+
+def _held_back(f: RankFigures, away: Sequence[RankFigures]) -> str | None:
+    """Why ``f`` is slow against the ranks on other hosts (its storage or CPU at least
+    ``EVIDENCE_RATIO`` times theirs), in its evidence's words less their subject; None where
+    it is not."""
+    for found in (_storage_evidence(f, away), _cpu_evidence(f, away)):
+        if found is not None and found[0] >= EVIDENCE_RATIO:
+            return found[1].removeprefix("it ").replace("its ", "", 1)
+    return None
 
 
 def _cpu_evidence(f: RankFigures, others: Sequence[RankFigures]) -> tuple[float, str] | None:

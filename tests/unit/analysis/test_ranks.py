@@ -256,6 +256,26 @@ def test_every_rank_of_one_host_straggling_is_that_nodes_fault() -> None:
     assert "every rank on b (2, 3) stalls" in s.stragglers[0].evidence
 
 
+def test_a_slow_nodes_mate_waiting_in_the_collective_still_makes_it_the_nodes_fault() -> None:
+    # two ranks share node b's capped link: in a synchronous job only the slower waits on its
+    # loader; its mate reads as slowly and waits in the all-reduce for it
+    fast = {"storage_samples_per_s": 550.0, "read_bytes_per_s": 70.9e6}
+    slow = {"storage_samples_per_s": 7.7, "read_bytes_per_s": 0.99e6, "bottleneck": "storage"}
+    ranks = [_fig(0, 0.01, **fast), _fig(1, 0.01, **fast), _fig(2, 0.03, "b", **slow)]
+    ranks.append(_fig(3, 0.83, "b", **slow))
+    s = rank_spread(_merged(ranks, ["a", "b"]))
+    assert s is not None
+    assert [(st.rank, st.cause) for st in s.stragglers] == [(3, "node")]
+    assert s.stragglers[0].evidence == (
+        "every rank on b is slow against the other hosts': rank 2 reads 990 kB/s against "
+        "the median rank's 70.9 MB/s; rank 3 stalls"
+    )
+    # a mate that reads as fast as the other hosts leaves the straggler its own cause
+    ranks[2] = _fig(2, 0.03, "b", **fast)
+    s = rank_spread(_merged(ranks, ["a", "b"]))
+    assert s is not None and [(st.rank, st.cause) for st in s.stragglers] == [(3, "storage")]
+
+
 def test_one_rank_per_host_is_not_enough_to_blame_the_node() -> None:
     ranks = [_fig(0, 0.02, "a"), _fig(1, 0.40, "b"), _fig(2, 0.02, "c")]
     s = rank_spread(_merged(ranks, ["a", "b", "c"]))

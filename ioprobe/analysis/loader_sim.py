@@ -169,7 +169,18 @@ def recorded_setting(rec: RunRecord) -> Setting | None:
 def costs(rec: RunRecord) -> Costs | None:
     """The replay's inputs from ``rec``'s batch log (one epoch's steady batches: the first
     round, which waited on the workers' start-up, left out); None where the record has no
-    log to replay (``queueing.replayable``) or is not a DataLoader's."""
+    log to replay (``queueing.replayable``) or is not a DataLoader's, and for an
+    IterableDataset whose batches hold stragglers: its items are dealt to the workers as
+    streams, so a straggler belongs to its worker's stream, not to a batch the queue could
+    hand to another worker, and a replay by batch would move it where it cannot go."""
+    c = logged_costs(rec)
+    iterable = rec.watch is not None and rec.watch.settings.iterable
+    return None if c is None or (iterable and _skewed(c)) else c
+
+
+def logged_costs(rec: RunRecord) -> Costs | None:
+    """``costs`` for any loader, an IterableDataset's included: its batches in the order
+    the consumer took them, each dealt in turn to the worker that made it."""
     seg = replayable(rec)
     w = rec.watch
     if seg is None or w is None or w.batch_log is None or recorded_setting(rec) is None:
@@ -219,10 +230,7 @@ def costs(rec: RunRecord) -> Costs | None:
         transit=transit,
         handover=handover,
     )
-    # an IterableDataset's items are dealt to the workers as streams: a straggler belongs to
-    # its worker's stream, not to a batch the queue could hand to another worker, so a
-    # replay by batch would move it where it cannot go
-    return None if w.settings.iterable and _skewed(out) else out
+    return out
 
 
 # Of the host's memory, the share kept out of any advice: page cache, the training process's
@@ -514,8 +522,8 @@ def predict(rec: RunRecord, setting: Setting, c: Costs | None = None) -> Predict
     base, measured = recorded_setting(rec), rec.measured_samples_per_s
     if c is None or base is None or not measured:
         return None
-    was = _rate_of(c, base)
-    now = _rate_of(c, setting)
+    was = rate_of(c, base)
+    now = rate_of(c, setting)
     if not 0 < was < float("inf"):
         return None
     pred = measured * now / was
@@ -531,7 +539,7 @@ def predict(rec: RunRecord, setting: Setting, c: Costs | None = None) -> Predict
 
 
 @functools.lru_cache(maxsize=512)
-def _rate_of(c: Costs, s: Setting) -> float:
+def rate_of(c: Costs, s: Setting) -> float:
     """``simulated_rate``, kept: a search and the rules ask for the same settings again."""
     return simulated_rate(c, s)
 
@@ -730,8 +738,8 @@ def capped_gain(rec: RunRecord, setting: Setting) -> float | None:
     if c is None or base is None or not measured:
         return None
     capped = dataclasses.replace(c, exponent=0.0)
-    was = _rate_of(capped, base)
-    return _rate_of(capped, setting) / was if 0 < was < float("inf") else None
+    was = rate_of(capped, base)
+    return rate_of(capped, setting) / was if 0 < was < float("inf") else None
 
 
 __all__ = [
@@ -747,10 +755,12 @@ __all__ = [
     "costs",
     "fits",
     "foreign_cores",
+    "logged_costs",
     "memory",
     "memory_limit",
     "predict",
     "queue_predictions",
+    "rate_of",
     "recorded_setting",
     "replay",
     "search",

@@ -39,6 +39,7 @@ from ioprobe.analysis.scenario import (
     recorded_gpus,
     recorded_workers,
 )
+from ioprobe.analysis.streams import stream_imbalance, stream_rule
 from ioprobe.errors import BadInputError
 from ioprobe.record import (
     Change,
@@ -104,6 +105,8 @@ def workers_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     if rec.watch is None or pf.bottleneck not in ("cpu", "storage"):
         return []
     if loader_sim.costs(rec) is not None:  # the replay of its batches judges it instead
+        return []
+    if stream_imbalance(rec) is not None:  # its means spread the slow stream's work
         return []
     found = _fewest_workers(rec, pf)
     if found is None:
@@ -586,6 +589,8 @@ def prefetch_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
         return []
     if loader_sim.costs(rec) is not None:  # the replay of its batches judges it instead
         return []
+    if stream_imbalance(rec) is not None:  # no queue moves a stream's items
+        return []
     if rec.measured_samples_per_s >= 0.9 * pf.predicted_samples_per_s:
         return []
     spikes = _stall_spikes(w)
@@ -884,6 +889,7 @@ def rules(catalog: Catalog) -> tuple[Rule, ...]:
         functools.partial(shard_rule, catalog=catalog),
         functools.partial(faster_storage_rule, catalog=catalog),
         prefetch_rule,
+        stream_rule,
         loader_rule,
         persistent_workers_rule,
         pin_memory_rule,

@@ -1,0 +1,142 @@
+"""An IterableDataset's workers' streams: where one carries more than its share of the work,
+the loader runs at its pace whatever its settings, and the advice is to deal the work out.
+
+Each worker of an IterableDataset makes the batches of the items its own split of the
+stream deals it, and the loader takes the workers' batches in turn. A straggler there
+belongs to its worker's stream: the replay by batch (``loader_sim``) would move it where it
+cannot go, and the stages' means would spread it over every worker. What the run does show
+is each stream's work, and what the same batches would do dealt at random.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import statistics
+
+from ioprobe import units
+from ioprobe.analysis import loader_sim
+from ioprobe.analysis.model import MIN_GAIN, PipelineFindings
+from ioprobe.analysis.queueing import replayable
+from ioprobe.record import Recommendation, RunRecord
+
+# A stream whose worker's mean batch takes over this many times the other workers' median
+# one carries more than its share: the loader runs at its pace.
+STREAM_IMBALANCE = 1.5
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamImbalance:
+    """An IterableDataset whose workers' streams carry unequal work: each worker makes its
+    own stream's batches and the loader takes them in turn, so the slowest stream sets the
+    pace, and no loader setting moves its items to another worker."""
+
+    worker: int  # the slowest stream's worker
+    slowest_ms: float  # its mean work per batch
+    others_ms: float  # the other workers' mean work per batch, their median
+    share: float  # its share of all the workers' work
+    workers: int
+    # the run's batches replayed dealt to the workers at random, as the run's rate
+    predicted_samples_per_s: float
+
+
+def stream_imbalance(rec: RunRecord) -> StreamImbalance | None:
+    """Where an IterableDataset's logged batches (one epoch's steady ones) show one worker's
+    stream carrying over STREAM_IMBALANCE times the work of the others' (mean work per
+    batch, its median over the other workers): that worker, the figures, and the rate with
+    the work dealt evenly. The loader takes its workers' batches in turn, so the slowest
+    stream sets the pace; dealt evenly, the slow batches still hold the in-order queue as
+    any straggler does, so the rate is the replay's (``loader_sim.simulate``) of this run's batches in
+    a random order (the mean of ``SEEDS``' deals), over its replay of them as logged, times
+    the measured rate. None for a map-style dataset, fewer than two workers, or no log to
+    read."""
+    seg, w, measured = replayable(rec), rec.watch, rec.measured_samples_per_s
+    if seg is None or w is None or w.batch_log is None or not w.settings.iterable or not measured:
+        return None
+    log = w.batch_log
+    idx = list(seg)[w.settings.workers :][: loader_sim.MAX_LOGGED]
+    by_worker: dict[int, list[float]] = {}
+    for i in idx:
+        by_worker.setdefault(log.worker[i], []).append(log.work_ms[i])
+    if len(by_worker) < 2:
+        return None
+    means = {k: statistics.fmean(v) for k, v in by_worker.items()}
+    slow = max(means, key=lambda k: (means[k], -k))
+    others = statistics.median(v for k, v in means.items() if k != slow)
+    if others <= 0 or means[slow] <= STREAM_IMBALANCE * others:
+        return None
+    c, base = loader_sim.logged_costs(rec), loader_sim.recorded_setting(rec)
+    if c is None or base is None:
+        return None
+    was = loader_sim.rate_of(c, base)
+    if not 0 < was < float("inf"):
+        return None
+    now = statistics.fmean(loader_sim.rate_of(_dealt_at_random(c, seed), base) for seed in SEEDS)
+    total = sum(sum(v) for v in by_worker.values())
+    return StreamImbalance(
+        worker=slow,
+        slowest_ms=means[slow],
+        others_ms=others,
+        share=sum(by_worker[slow]) / total if total > 0 else 0.0,
+        workers=len(by_worker),
+        predicted_samples_per_s=max(measured * now / was, measured),
+    )
+
+
+SEEDS = (1, 2, 3)  # the random deals a balanced stream's prediction is the mean of
+
+
+def _dealt_at_random(c: loader_sim.Costs, seed: int) -> loader_sim.Costs:
+    """``c`` with its batches in a random order (the consumer's steps as they were): the
+    slow ones dealt to the workers at random, as a stream split after shuffling its shards
+    or items deals them."""
+    order = list(range(len(c.cpu)))
+    random.Random(seed).shuffle(order)
+    return dataclasses.replace(
+        c,
+        blocked=tuple(c.blocked[i] for i in order),
+        cpu=tuple(c.cpu[i] for i in order),
+    )
+
+
+def stream_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
+    """An IterableDataset whose workers' streams carry unequal work: deal the work out.
+
+    Each worker makes its own stream's batches and the loader takes them in turn, so the
+    slowest stream sets the pace (``stream_imbalance``). More workers, a deeper
+    queue or ``in_order=False`` cannot move its items to another worker: how the dataset
+    splits its items among workers decides what they do, so no loader setting is advised and
+    no number is given for one. The prediction is the replay's of the run's batches dealt
+    at random, within the stage model's rate (the stages at their means)."""
+    imb = stream_imbalance(rec)
+    if imb is None or rec.measured_samples_per_s is None:
+        return []
+    pred = min(imb.predicted_samples_per_s, pf.predicted_samples_per_s)
+    if pred < MIN_GAIN * rec.measured_samples_per_s:  # the stage model's rate is the balanced one
+        return []
+    others = "the other worker's" if imb.workers == 2 else "the other workers' (median)"
+    return [
+        Recommendation(
+            kind="balance_streams",
+            text=(
+                f"Deal the slow items across the workers' streams: worker {imb.worker}'s "
+                f"batches take {imb.slowest_ms:,.0f} ms of work each against "
+                f"{imb.others_ms:,.0f} ms for {others} ({units.percent(imb.share)} of the "
+                f"{imb.workers} workers' work). An IterableDataset gives each worker "
+                "the items its own split deals it, so the loader runs at its slowest "
+                "stream's pace, and num_workers, prefetch_factor or in_order=False cannot "
+                "move them: split the stream by item, or shuffle the shard list before "
+                "splitting it: this run's batches replayed dealt at random predict "
+                f"{pred / rec.measured_samples_per_s - 1:+.0%}. What other worker counts do "
+                "depends on that split: `ioprobe tune` measures them."
+            ),
+            predicted_samples_per_s=pred,
+            evidence=(
+                f"worker {imb.worker}: {imb.slowest_ms:,.0f} ms of work per batch, the others "
+                f"{imb.others_ms:,.0f} ms"
+            ),
+        )
+    ]
+
+
+__all__ = ["STREAM_IMBALANCE", "StreamImbalance", "stream_imbalance", "stream_rule"]

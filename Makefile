@@ -62,7 +62,8 @@ validate: $(STAMP)
 	  tests/integration/run/test_ranks_launchers.py tests/integration/watch/test_ddp_watch.py \
 	  tests/integration/whatif/test_workers_prediction_bandwidth.py tests/integration/tune/test_cli_tune.py \
 	  tests/integration/tune/test_in_run_lightning.py tests/integration/probe/test_distributed_probe.py \
-	  tests/integration/whatif/test_prediction_accuracy.py tests/integration/watch/test_worker_time.py
+	  tests/integration/whatif/test_prediction_accuracy.py tests/integration/watch/test_worker_time.py \
+	  tests/integration/watch/test_stream_imbalance.py
 
 # The hostile round (docs/guarantees.md): generated cases of the nine families of issue 29 through
 # the real CLI, each judged on hangs, tracebacks, secrets shown and outputs lost (about 3 minutes)

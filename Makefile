@@ -54,8 +54,8 @@ fuzz: $(STAMP)
 # (deselected from `make test`): each head-of-line cure against its rerun, the workers rule on
 # a slow server, persistent_workers' start-up saving, accelerate's --cpu launch, ranks sharing a
 # host, the bandwidth cap predicted from a probe, tune's in-run trials, a shared server's cap
-# found by two ranks, the storage-rate what-if, blocked time and CPU in one worker, and the
-# advice matrix's share (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a quiet host.
+# found by two ranks, the storage-rate what-if, blocked time and CPU in one worker, a skewed
+# stream dealt evenly, and the advice matrix's share (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a quiet host.
 validate: $(STAMP)
 	$(BIN)/python -m pytest -q -m long tests/integration/watch/test_head_of_line.py tests/integration/watch/test_loader_sim.py \
 	  tests/integration/whatif/test_workers_prediction_remote.py tests/integration/watch/test_epoch_starts.py \

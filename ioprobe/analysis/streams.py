@@ -46,10 +46,10 @@ def stream_imbalance(rec: RunRecord) -> StreamImbalance | None:
     batch, its median over the other workers): that worker, the figures, and the rate with
     the work dealt evenly. The loader takes its workers' batches in turn, so the slowest
     stream sets the pace; dealt evenly, the slow batches still hold the in-order queue as
-    any straggler does, so the rate is the replay's (``loader_sim.simulate``) of this run's batches in
-    a random order (the mean of ``SEEDS``' deals), over its replay of them as logged, times
-    the measured rate. None for a map-style dataset, fewer than two workers, or no log to
-    read."""
+    any straggler does, so the rate is the replay's (``loader_sim.simulate``) of this run's
+    batches in a random order (the mean of ``SEEDS``' deals), over its replay of them as
+    logged, times the measured rate. None for a map-style dataset, fewer than two workers,
+    or no log to read."""
     seg, w, measured = replayable(rec), rec.watch, rec.measured_samples_per_s
     if seg is None or w is None or w.batch_log is None or not w.settings.iterable or not measured:
         return None

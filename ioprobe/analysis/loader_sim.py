@@ -178,15 +178,21 @@ def costs(rec: RunRecord) -> Costs | None:
     return None if c is None or (iterable and _skewed(c)) else c
 
 
+def steady_batches(rec: RunRecord) -> list[int] | None:
+    """The logged batches a replay reads: one epoch's (``queueing.replayable``) past its
+    first round, which waited on the workers' start-up, MAX_LOGGED at most; None where the
+    record has none to replay."""
+    seg, w = replayable(rec), rec.watch
+    return None if seg is None or w is None else list(seg)[w.settings.workers :][:MAX_LOGGED]
+
+
 def logged_costs(rec: RunRecord) -> Costs | None:
     """``costs`` for any loader, an IterableDataset's included: its batches in the order
     the consumer took them, each dealt in turn to the worker that made it."""
-    seg = replayable(rec)
-    w = rec.watch
-    if seg is None or w is None or w.batch_log is None or recorded_setting(rec) is None:
+    idx, w = steady_batches(rec), rec.watch
+    if idx is None or w is None or w.batch_log is None or recorded_setting(rec) is None:
         return None
     log = w.batch_log
-    idx = list(seg)[w.settings.workers :][:MAX_LOGGED]
     blocked, cpu, split = _split(rec, log, idx)
     # next() holds the main thread for its CPU time (unpickling, mapping shared memory):
     # measured where the record has it, else the wait of batches long ready when asked for
@@ -766,5 +772,6 @@ __all__ = [
     "search",
     "simulate",
     "simulated_rate",
+    "steady_batches",
     "steady_rate",
 ]

@@ -326,7 +326,7 @@ def _cause(f: RankFigures, ranks: Sequence[RankFigures], flagged: set[int]) -> t
     # in a synchronous job only the slowest rank of a slow node waits on its loader: its
     # mates wait in the collective for it, so a mate counts when its own reads or CPU are as
     # slow against the other hosts' ranks
-    held = {g.rank: _held_back(g, away) for g in mates if g.rank not in flagged and away}
+    held = {g.rank: _held_back(g, away) for g in mates if g.rank not in flagged}
     if rest and len(mates) > 1 and all(g.rank in flagged or held.get(g.rank) for g in mates):
         said = "; ".join(
             f"rank {g.rank} {held[g.rank]}" if g.rank in held else f"rank {g.rank} stalls"

@@ -17,7 +17,6 @@ import statistics
 from ioprobe import units
 from ioprobe.analysis import loader_sim
 from ioprobe.analysis.model import MIN_GAIN, PipelineFindings
-from ioprobe.analysis.queueing import replayable
 from ioprobe.record import Recommendation, RunRecord
 
 # A stream whose worker's mean batch takes over this many times the other workers' median
@@ -36,25 +35,19 @@ class StreamImbalance:
     others_ms: float  # the other workers' mean work per batch, their median
     share: float  # its share of all the workers' work
     workers: int
-    # the run's batches replayed dealt to the workers at random, as the run's rate
-    predicted_samples_per_s: float
 
 
 def stream_imbalance(rec: RunRecord) -> StreamImbalance | None:
-    """Where an IterableDataset's logged batches (one epoch's steady ones) show one worker's
-    stream carrying over STREAM_IMBALANCE times the work of the others' (mean work per
-    batch, its median over the other workers): that worker, the figures, and the rate with
-    the work dealt evenly. The loader takes its workers' batches in turn, so the slowest
-    stream sets the pace; dealt evenly, the slow batches still hold the in-order queue as
-    any straggler does, so the rate is the replay's (``loader_sim.simulate``) of this run's
-    batches in a random order (the mean of ``SEEDS``' deals), over its replay of them as
-    logged, times the measured rate. None for a map-style dataset, fewer than two workers,
-    or no log to read."""
-    seg, w, measured = replayable(rec), rec.watch, rec.measured_samples_per_s
-    if seg is None or w is None or w.batch_log is None or not w.settings.iterable or not measured:
+    """Where an IterableDataset's logged batches (``loader_sim.steady_batches``) show one
+    worker's stream carrying over STREAM_IMBALANCE times the work of the others' (mean work
+    per batch, its median over the other workers): that worker and the figures. Cheap: no
+    replay runs. None for a map-style dataset, fewer than two workers, or no log to read."""
+    idx, w = loader_sim.steady_batches(rec), rec.watch
+    if idx is None or w is None or w.batch_log is None or not w.settings.iterable:
+        return None
+    if loader_sim.recorded_setting(rec) is None:  # not a DataLoader's: nothing to advise on
         return None
     log = w.batch_log
-    idx = list(seg)[w.settings.workers :][: loader_sim.MAX_LOGGED]
     by_worker: dict[int, list[float]] = {}
     for i in idx:
         by_worker.setdefault(log.worker[i], []).append(log.work_ms[i])
@@ -65,13 +58,6 @@ def stream_imbalance(rec: RunRecord) -> StreamImbalance | None:
     others = statistics.median(v for k, v in means.items() if k != slow)
     if others <= 0 or means[slow] <= STREAM_IMBALANCE * others:
         return None
-    c, base = loader_sim.logged_costs(rec), loader_sim.recorded_setting(rec)
-    if c is None or base is None:
-        return None
-    was = loader_sim.rate_of(c, base)
-    if not 0 < was < float("inf"):
-        return None
-    now = statistics.fmean(loader_sim.rate_of(_dealt_at_random(c, seed), base) for seed in SEEDS)
     total = sum(sum(v) for v in by_worker.values())
     return StreamImbalance(
         worker=slow,
@@ -79,8 +65,24 @@ def stream_imbalance(rec: RunRecord) -> StreamImbalance | None:
         others_ms=others,
         share=sum(by_worker[slow]) / total if total > 0 else 0.0,
         workers=len(by_worker),
-        predicted_samples_per_s=max(measured * now / was, measured),
     )
+
+
+def dealt_evenly_rate(rec: RunRecord) -> float | None:
+    """The rate with the stream's work dealt evenly: dealt so, the slow batches still hold
+    the in-order queue as any straggler does, so it is the replay's
+    (``loader_sim.simulate``) of this run's batches in a random order (the mean of
+    ``SEEDS``' deals) over its replay of them as logged, times the measured rate, and never
+    below the measured rate. None where the record has nothing to replay."""
+    c, base = loader_sim.logged_costs(rec), loader_sim.recorded_setting(rec)
+    measured = rec.measured_samples_per_s
+    if c is None or base is None or not measured:
+        return None
+    was = loader_sim.rate_of(c, base)
+    if not 0 < was < float("inf"):
+        return None
+    now = statistics.fmean(loader_sim.rate_of(_dealt_at_random(c, seed), base) for seed in SEEDS)
+    return max(measured * now / was, measured)
 
 
 SEEDS = (1, 2, 3)  # the random deals a balanced stream's prediction is the mean of
@@ -109,9 +111,10 @@ def stream_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     no number is given for one. The prediction is the replay's of the run's batches dealt
     at random, within the stage model's rate (the stages at their means)."""
     imb = stream_imbalance(rec)
-    if imb is None or rec.measured_samples_per_s is None:
+    evenly = dealt_evenly_rate(rec) if imb is not None else None
+    if imb is None or evenly is None or rec.measured_samples_per_s is None:
         return []
-    pred = min(imb.predicted_samples_per_s, pf.predicted_samples_per_s)
+    pred = min(evenly, pf.predicted_samples_per_s)
     if pred < MIN_GAIN * rec.measured_samples_per_s:  # the stage model's rate is the balanced one
         return []
     others = "the other worker's" if imb.workers == 2 else "the other workers' (median)"
@@ -139,4 +142,10 @@ def stream_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     ]
 
 
-__all__ = ["STREAM_IMBALANCE", "StreamImbalance", "stream_imbalance", "stream_rule"]
+__all__ = [
+    "STREAM_IMBALANCE",
+    "StreamImbalance",
+    "dealt_evenly_rate",
+    "stream_imbalance",
+    "stream_rule",
+]

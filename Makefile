@@ -55,7 +55,9 @@ fuzz: $(STAMP)
 # a slow server, persistent_workers' start-up saving, accelerate's --cpu launch, ranks sharing a
 # host, the bandwidth cap predicted from a probe, tune's in-run trials, a shared server's cap
 # found by two ranks, the storage-rate what-if, blocked time and CPU in one worker, a skewed
-# stream dealt evenly, and the advice matrix's share (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a quiet host.
+# stream dealt evenly, the head-of-line first advice, persistent_workers' shutdowns, tune's
+# full run, a capped node's one rank, an accelerate launch of two processes, and the advice
+# matrix's share (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a quiet host.
 validate: $(STAMP)
 	$(BIN)/python -m pytest -q -m long tests/integration/watch/test_head_of_line.py tests/integration/watch/test_loader_sim.py \
 	  tests/integration/whatif/test_workers_prediction_remote.py tests/integration/watch/test_epoch_starts.py \
@@ -63,7 +65,8 @@ validate: $(STAMP)
 	  tests/integration/whatif/test_workers_prediction_bandwidth.py tests/integration/tune/test_cli_tune.py \
 	  tests/integration/tune/test_in_run_lightning.py tests/integration/probe/test_distributed_probe.py \
 	  tests/integration/whatif/test_prediction_accuracy.py tests/integration/watch/test_worker_time.py \
-	  tests/integration/watch/test_stream_imbalance.py
+	  tests/integration/watch/test_stream_imbalance.py tests/integration/watch/test_epoch_ends.py \
+	  tests/integration/watch/test_two_node_watch.py
 
 # The hostile round (docs/guarantees.md): generated cases of the nine families of issue 29 through
 # the real CLI, each judged on hangs, tracebacks, secrets shown and outputs lost (about 3 minutes)
@@ -78,8 +81,14 @@ chromium:
 	  $$SUDO apt-get update -qq && \
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
+# The tests that measure nothing against the clock run two or more at a time, then the ones
+# that do (marked serial, tests/conftest.py) run alone, as a quiet host would; a failure in
+# the first part still lets the second run, and either fails the target
 test: lint typecheck chromium $(DLIO_STAMP)
-	$(BIN)/python -m pytest -q --durations=20
+	@rc=0; \
+	$(BIN)/python -m pytest -q -n auto --maxprocesses 4 -m 'not long and not serial' || rc=$$?; \
+	$(BIN)/python -m pytest -q -m 'serial and not long' --durations=20 || rc=$$?; \
+	exit $$rc
 
 # On a GPU machine whose Python already has a CUDA build of torch (and maybe no index): install
 # ioprobe beside that torch without touching it, run every test marked gpu and the GPU

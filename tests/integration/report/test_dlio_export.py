@@ -15,7 +15,8 @@ import yaml
 from tests.fixtures.burn import _burn as burn_cpu
 from tests.support.cli import probe_json, run_cli
 
-pytestmark = pytest.mark.slow
+# its step and preprocess times are measured against sleeps and burns of known length
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 STEP_S = 0.02  # the consumer's step: computation_time's truth
 BURN_S = 0.002  # CPU per sample: preprocess_time's truth

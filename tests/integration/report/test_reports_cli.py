@@ -119,6 +119,7 @@ def test_output_errors_are_one_line_and_come_before_any_work(tmp_path: Path) -> 
     assert_one_line_error(run_cli("report", str(rec), "--md", "-", "--json", "-"), "stdout")
 
 
+@pytest.mark.serial  # a rerun against the advice's prediction
 def test_compare_reports_the_applied_recommendations_prediction_error(tmp_path: Path) -> None:
     """Before: one worker on a CPU-bound loader; the record recommends two. After: two
     workers. compare finds the applied recommendation from the worker count and reports

@@ -121,6 +121,9 @@ def _run_pair(
     return watched, plain
 
 
+# 15 s on 2 cores: in `make validate`, beside its --cpu case; the default run keeps a real
+# prepared loader training as unwatched (test_accelerate_real.py) and the other launchers
+@pytest.mark.long
 def test_accelerate_launch_of_two_processes_is_one_job_with_its_slow_rank_named(
     tmp_path: Path,
 ) -> None:

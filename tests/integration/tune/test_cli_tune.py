@@ -17,6 +17,9 @@ from tests.support.cli import REPO, run_cli, without_dropped_worker_tracebacks
 SCRIPT = str(REPO / "tests" / "fixtures" / "tune_train.py")
 
 
+# a full tuning of four trials, 17 s on 2 cores: in `make validate`; the default run tunes in
+# one process and holds every trial's exits and signals
+@pytest.mark.long
 def test_tune_tries_the_replays_settings_and_names_the_measured_best(tmp_path: Path) -> None:
     out, record = tmp_path / "done.txt", tmp_path / "tune.json"
     md = tmp_path / "tune.md"

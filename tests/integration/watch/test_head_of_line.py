@@ -99,6 +99,10 @@ def test_each_predicted_cure_is_within_15_percent_of_a_rerun(base: RunRecord) ->
         )
 
 
+# five paired reruns at most, 18-22 s on 2 cores: in `make validate`; the default run holds
+# the replay of each setting to its measured rate (test_loader_sim.py) and
+# the workers prediction to its rerun on a CPU-bound loader (test_prediction_accuracy.py)
+@pytest.mark.long
 def test_the_first_advice_is_the_replays_best_setting_and_a_rerun_confirms_it(
     base: RunRecord,
 ) -> None:

@@ -66,7 +66,10 @@ def _agent(
     )
 
 
-@pytest.mark.parametrize(("per_node", "cause"), [(1, "storage"), (2, "node")])
+# one rank per node (9 s) runs in `make validate`: two per node takes the same path and more
+@pytest.mark.parametrize(
+    ("per_node", "cause"), [pytest.param(1, "storage", marks=pytest.mark.long), (2, "node")]
+)
 def test_the_ranks_on_the_capped_node_are_the_jobs_stragglers_with_their_cause(
     tmp_path: Path, per_node: int, cause: str
 ) -> None:
@@ -105,7 +108,12 @@ def test_the_ranks_on_the_capped_node_are_the_jobs_stragglers_with_their_cause(
     assert all(f.samples_per_s is not None for f in slow)
     through = sum(f.samples_per_s or 0.0 for f in slow) * SIZE
     assert 0.8 * CAP <= through <= 1.02 * CAP, through
-    assert all(f.bottleneck == "storage" for f in slow), [f.bottleneck for f in slow]
+    # each straggler storage-bound by its own verdict; a mate that waits in the all-reduce has
+    # that wait in its step, as long as its reads, and its verdict may tip either way
+    named = {r for r, _, _ in found}
+    verdicts = [(f.rank, f.bottleneck) for f in slow]
+    assert all(b == "storage" for r, b in verdicts if r in named), verdicts
+    assert all(b in ("storage", "gpu") for _, b in verdicts), verdicts
 
 
 def test_a_node_killed_mid_run_leaves_the_other_nodes_record_saying_how_its_job_ended(

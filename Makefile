@@ -55,7 +55,7 @@ fuzz: $(STAMP)
 # a slow server, persistent_workers' start-up saving, accelerate's --cpu launch, ranks sharing a
 # host, the bandwidth cap predicted from a probe, tune's in-run trials, a shared server's cap
 # found by two ranks, the storage-rate what-if, blocked time and CPU in one worker, a skewed
-# stream dealt evenly, the head-of-line first advice, persistent_workers' shutdowns, tune's
+# stream dealt evenly (and a WebDataset's split by item), the head-of-line first advice, persistent_workers' shutdowns, tune's
 # full run, a capped node's one rank, an accelerate launch of two processes, and the advice
 # matrix's share (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a quiet host.
 validate: $(STAMP)
@@ -66,7 +66,7 @@ validate: $(STAMP)
 	  tests/integration/tune/test_in_run_lightning.py tests/integration/probe/test_distributed_probe.py \
 	  tests/integration/whatif/test_prediction_accuracy.py tests/integration/watch/test_worker_time.py \
 	  tests/integration/watch/test_stream_imbalance.py tests/integration/watch/test_epoch_ends.py \
-	  tests/integration/watch/test_two_node_watch.py
+	  tests/integration/watch/test_two_node_watch.py tests/integration/watch/test_stream_imbalance_wds.py
 
 # The hostile round (docs/guarantees.md): generated cases of the nine families of issue 29 through
 # the real CLI, each judged on hangs, tracebacks, secrets shown and outputs lost (about 3 minutes)

@@ -630,7 +630,11 @@ def loader_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     ``loader_sim.best`` keeps the cheapest setting within reach of the best rate. The text
     says why from the same replay, what the prediction assumes that the run could not check
     and, where the storage's scaling is unknown, the gain if it were one shared bandwidth.
+    Nothing for an unequal stream (``stream_imbalance``): its slowest stream's work bounds
+    the epoch whatever the queue does, and another worker count splits it anew unseen.
     """
+    if stream_imbalance(rec) is not None:  # the stream rule's: no queue moves a stream's items
+        return []
     base = loader_sim.recorded_setting(rec)
     tried, restarts = loader_sim.weighed_search(rec)  # short epochs: restarts weigh in
     pred = loader_sim.best(tried, base) if base is not None else None

@@ -33,6 +33,7 @@ from ioprobe.analysis.queueing import HeadOfLine, head_of_line
 from ioprobe.analysis.ranks import RankSpread, rank_spread
 from ioprobe.analysis.samples import SampleCostView, sample_costs
 from ioprobe.analysis.stall_series import StallOverTime, stall_over_time
+from ioprobe.analysis.streams import stream_imbalance
 from ioprobe.analysis.timelines import complete_tracks, spread
 from ioprobe.record import (
     MERGE_RULES,
@@ -475,6 +476,12 @@ def advice(rec: RunRecord) -> list[Advice]:
     return out
 
 
+def _queue(rec: RunRecord) -> list[QueuePrediction]:
+    """The loader settings' replayed figures, none for an unequal stream: the queue moves no
+    item from it, so each figure would promise a gain no rerun gives."""
+    return [] if stream_imbalance(rec) is not None else queue_predictions(rec)
+
+
 def findings(rec: RunRecord) -> Findings:
     """All of a report's content for ``rec``."""
     tracks, device, left_out = complete_tracks(rec)
@@ -509,7 +516,7 @@ def findings(rec: RunRecord) -> Findings:
         stall_over_time=stall_over_time(rec),
         sample_costs=sample_costs(rec),
         head_of_line=head_of_line(rec),
-        queue=queue_predictions(rec),
+        queue=_queue(rec),
         epoch_starts=epoch_starts(rec),
         watch_cost=watch_cost(rec),
         worker_latency=worker_latency(rec),

@@ -128,9 +128,11 @@ def stream_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
                 f"{imb.workers} workers' work). An IterableDataset gives each worker "
                 "the items its own split deals it, so the loader runs at its slowest "
                 "stream's pace, and num_workers, prefetch_factor or in_order=False cannot "
-                "move them: split the stream by item, or shuffle the shard list before "
-                "splitting it: this run's batches replayed dealt at random predict "
-                f"{pred / rec.measured_samples_per_s - 1:+.0%}. What other worker counts do "
+                "move them. Split the stream by item, each worker keeping every n-th item "
+                "after the shards are read: this run's batches replayed dealt at random "
+                f"predict {pred / rec.measured_samples_per_s - 1:+.0%}. A shard list "
+                "shuffled before the split deals whole shards and gains less the fewer "
+                f"shards each worker gets{_shard_shuffle(rec)}. What other worker counts do "
                 "depends on that split: `ioprobe tune` measures them."
             ),
             predicted_samples_per_s=pred,
@@ -140,6 +142,18 @@ def stream_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
             ),
         )
     ]
+
+
+def _shard_shuffle(rec: RunRecord) -> str:
+    """What WebDataset's own shard shuffle does, for a WebDataset's advice: it shuffles each
+    worker's shards after the split (``shardshuffle``), so it moves none between them."""
+    w = rec.watch
+    if w is None or w.settings.dataset != "WebDataset":
+        return ""
+    return (
+        " (WebDataset's shardshuffle shuffles each worker's own shards after the split and "
+        "moves none; shuffle the URL list before building the dataset, or use resampled=True)"
+    )
 
 
 __all__ = [

@@ -51,13 +51,14 @@ fuzz: $(STAMP)
 	$(BIN)/python -m pytest -q -m long tests/unit/ground/test_fuzz_records.py tests/unit/ground/test_outside_text.py
 
 # The advice held to reruns that take minutes on a 2-core host and swing with any other load
-# (deselected from `make test`): each head-of-line cure against its rerun, the workers rule on
-# a slow server, persistent_workers' start-up saving, accelerate's --cpu launch, ranks sharing a
-# host, the bandwidth cap predicted from a probe, tune's in-run trials, a shared server's cap
-# found by two ranks, the storage-rate what-if, blocked time and CPU in one worker, a skewed
-# stream dealt evenly (and a WebDataset's split by item), the head-of-line first advice, persistent_workers' shutdowns, tune's
-# full run, a capped node's one rank, an accelerate launch of two processes, and the advice
-# matrix's share (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a quiet host.
+# (deselected from `make test`): each head-of-line cure against its rerun and its first
+# advice, the workers rule on a slow server, persistent_workers' start-up saving and its
+# shutdowns, accelerate's --cpu launch and a launch of two processes, ranks spawned by
+# torch.multiprocessing, ranks sharing a host, the bandwidth cap predicted from a probe,
+# tune's full run and its in-run trials, a shared server's cap found by two ranks, a capped
+# node's one rank, the storage-rate what-if, blocked time and CPU in one worker, a skewed
+# stream dealt evenly, a WebDataset's stream split by sample, and the advice matrix's share
+# (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a quiet host.
 validate: $(STAMP)
 	$(BIN)/python -m pytest -q -m long tests/integration/watch/test_head_of_line.py tests/integration/watch/test_loader_sim.py \
 	  tests/integration/whatif/test_workers_prediction_remote.py tests/integration/watch/test_epoch_starts.py \

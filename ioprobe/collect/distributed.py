@@ -264,6 +264,9 @@ def expand_nodelist(text: str) -> list[str]:
     """SLURM's compact host list to names: ``gpu[01-03,07],login1`` is gpu01, gpu02,
     gpu03, gpu07, login1 (leading zeros kept, as SLURM pads). Raises BadInputError on a
     list SLURM would not write (an unclosed bracket, a range that runs backwards)."""
+    commas = text.count(",")  # each one separates one more name: counted before the walk
+    if commas >= MAX_RANKS:
+        raise BadInputError(f"node list of {commas + 1:,} entries: more than {MAX_RANKS:,}")
     out: list[str] = []
     depth = 0
     start = 0

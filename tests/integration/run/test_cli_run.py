@@ -147,7 +147,7 @@ def test_a_full_stderr_leaves_runs_exit_code_the_scripts_and_tune_its_record(
         "import sys, time, torch\n"
         "from torch.utils.data import DataLoader, Dataset\n"
         "class DS(Dataset):\n"
-        "    def __len__(self): return 2400\n"
+        "    def __len__(self): return 1200\n"
         "    def __getitem__(self, i): time.sleep(0.001); return torch.zeros(4)\n"
         "for b in DataLoader(DS(), batch_size=8, num_workers=2): pass\n"
         "sys.exit(int(sys.argv[1]))\n"

@@ -147,6 +147,9 @@ def test_accelerate_launch_cpu_starts_one_process_and_records_it_alone(tmp_path:
     assert sum(e.samples for e in rec.watch.epochs) == STEPS * BATCH
 
 
+# 16 s on 2 cores: in `make validate`; the default run keeps torchrun's and Lightning's
+# launchers, and the process group's own answer is unit-tested (test_distributed_env.py)
+@pytest.mark.long
 def test_spawned_ranks_only_their_process_group_knows_are_one_job(tmp_path: Path) -> None:
     if not torch.distributed.is_available():
         pytest.skip("this torch has no torch.distributed")

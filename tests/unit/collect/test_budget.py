@@ -27,6 +27,9 @@ from ioprobe.collect.dataset import Dataset, FileEntry
 from ioprobe.collect.probe import ProbeOptions
 from ioprobe.errors import BadInputError
 
+# deadlines are held to within fractions of a second: run alone (tests/conftest.py)
+pytestmark = pytest.mark.serial
+
 
 @pytest.fixture
 def stuck(tmp_path: Path) -> Iterator[Path]:

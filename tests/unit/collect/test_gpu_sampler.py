@@ -22,6 +22,9 @@ from ioprobe.collect.gpu_sampler import (
     visible_indices,
 )
 
+# a stall's share of the time is measured: run alone (tests/conftest.py)
+pytestmark = pytest.mark.serial
+
 
 class _NVMLError(Exception):
     pass

@@ -23,6 +23,9 @@ from ioprobe.collect.budget import PhasePlan, plan_phases, split
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import SilentReporter
 
+# a phase's time is held to the plan's: run alone (tests/conftest.py)
+pytestmark = pytest.mark.serial
+
 SHARES = {"cold": 0.35, "warm": 0.2, "cpu": 0.2}
 
 

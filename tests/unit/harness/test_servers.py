@@ -14,6 +14,9 @@ import requests
 
 from tests.support.servers import S3Server, ThrottledHTTPServer, make_files
 
+# the throttled servers' rates are held to the clock: run alone (tests/conftest.py)
+pytestmark = pytest.mark.serial
+
 SIZE = 10_000
 
 

@@ -50,6 +50,7 @@ MAX_FILES = 1024  # files opened for the pass at most (a random choice of the la
 TARGETS = 1 << 14  # offsets drawn per block size, cycled through
 REAP_SHARE = 8  # a wake-up reaps 1/8 of the depth
 DRAIN_S = 2.0  # the longest a stopped point waits for its reads in flight
+DRAIN_POLL_S = 0.001  # between its looks at the completion queue
 # buffers (and the views pinning them) of points whose reads did not all come back
 _ABANDONED: list[tuple[mmap.mmap, object]] = []
 ALIGN = 4096  # O_DIRECT's alignment of offset, length and buffer on every common device
@@ -275,14 +276,17 @@ def _fill(ring: Ring, targets: list[tuple[int, int]], base: int, block: int, dep
 def _drain(ring: Ring, inflight: int) -> bool:
     """Wait for the reads still in flight, so no read lands in a buffer after it is freed;
     at most ``DRAIN_S`` (a Ctrl-C or SIGHUP must end the probe, not wait on a device), and
-    whether they all came back."""
+    whether they all came back. It polls, never waiting in the kernel: a signal raised
+    between a reap and its count can leave ``inflight`` above the truth, and a wait in the
+    kernel for a completion that never comes holds the probe until a second signal."""
     deadline = time.monotonic() + DRAIN_S
     while inflight > 0 and time.monotonic() < deadline:
         try:
-            ring.enter(1)
-        except (OSError, KeyboardInterrupt):  # a second signal: the deadline still holds
+            inflight -= len(ring.completions())
+            if inflight > 0:
+                time.sleep(DRAIN_POLL_S)
+        except KeyboardInterrupt:  # a second signal: the deadline still holds
             continue
-        inflight -= len(ring.completions())
     return inflight <= 0
 
 

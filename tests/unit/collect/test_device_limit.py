@@ -183,3 +183,32 @@ def test_no_lever_where_the_loader_already_gets_the_device() -> None:
     done = finalize(rec)  # type: ignore[arg-type]
     text = " ".join(render(done, findings(done), width=200).split())
     assert "device limit" in text and "already get what the device gives" in text
+
+
+class _RingThatLost:
+    """A ring whose reads in flight number ``real``, while the caller counts one more: a
+    signal raised between a reap and its count leaves the count so. Any wait in the kernel
+    for a completion would be a wait for ever: it fails the test instead."""
+
+    def __init__(self, real: int) -> None:
+        self.pending = real
+
+    def enter(self, wait: int) -> None:
+        assert wait == 0, "a wait in the kernel for a completion that may never come"
+
+    def completions(self) -> list[tuple[int, int]]:
+        done, self.pending = [(0, 4096)] * self.pending, 0
+        return done
+
+
+def test_a_drain_told_of_a_read_that_never_comes_ends_at_its_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from ioprobe.collect import device_limit as dl
+
+    monkeypatch.setattr(dl, "DRAIN_S", 0.2)
+    ring = _RingThatLost(real=3)
+    t0 = time.monotonic()
+    assert dl._drain(ring, 4) is False  # type: ignore[arg-type]  # one read never came back
+    assert 0.2 <= time.monotonic() - t0 < 1.0
+    assert ring.pending == 0  # the three real ones were reaped

@@ -57,8 +57,9 @@ fuzz: $(STAMP)
 # torch.multiprocessing, ranks sharing a host, the bandwidth cap predicted from a probe,
 # tune's full run and its in-run trials, a shared server's cap found by two ranks, a capped
 # node's one rank, the storage-rate what-if, blocked time and CPU in one worker, a skewed
-# stream dealt evenly, a WebDataset's stream split by sample, and the advice matrix's share
-# (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a quiet host.
+# stream dealt evenly, a WebDataset's stream split by sample and its what-ifs rerun, and the
+# advice matrix's share (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a
+# quiet host.
 validate: $(STAMP)
 	$(BIN)/python -m pytest -q -m long tests/integration/watch/test_head_of_line.py tests/integration/watch/test_loader_sim.py \
 	  tests/integration/whatif/test_workers_prediction_remote.py tests/integration/watch/test_epoch_starts.py \

@@ -19,7 +19,10 @@ cores among every runnable thread; a blocked read takes
 longer or shorter with the reads in flight beside it by the exponent the run measured
 (``capacity.read_scaling``: storage throughput follows reads in flight ** exponent). The
 consumer takes the batches (in order, or whichever is done first) and spends each logged
-step time before it asks for the next.
+step time before it asks for the next. An IterableDataset's worker makes its own stream's
+batches whatever index it is handed: at the run's worker count each logged batch stays in
+its stream, a worker whose stream has ended is handed none, and the rate is the whole
+replay's, as an epoch's streams end (``Costs.streams``).
 
 ``predict`` states a setting's rate as the measured rate times simulated(setting) /
 simulated(as run), so what the simulation leaves out cancels to first order; ``replay``
@@ -127,6 +130,11 @@ class Costs:
     worker_bytes: float | None = None
     batch_bytes: float | None = None
     memory_limit: float | None = None
+    # an IterableDataset's streams: the worker (0 to ``stream_workers`` - 1) whose stream
+    # each logged batch came from; a replay with that many workers keeps each batch in its
+    # stream (``_Replay``). Empty: batches go to whichever worker is handed them
+    streams: tuple[int, ...] = ()
+    stream_workers: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -217,7 +225,10 @@ def logged_costs(rec: RunRecord) -> Costs | None:
     # without the run's figure, its reads in flight were the workers' share of time blocked
     m0 = m if m is not None else max(w.settings.workers * blocked_share, 1.0)
     pinned = 2.0 if w.settings.pin_memory else 1.0
+    streams = _streams([log.worker[i] for i in idx]) if w.settings.iterable else ()
     out = Costs(
+        streams=streams,
+        stream_workers=w.settings.workers if streams else 0,
         worker_bytes=w.worker_private_bytes,
         batch_bytes=w.batch_bytes * pinned if w.batch_bytes else None,
         memory_limit=memory_limit(rec),
@@ -237,6 +248,13 @@ def logged_costs(rec: RunRecord) -> Costs | None:
         handover=handover,
     )
     return out
+
+
+def _streams(workers: list[int]) -> tuple[int, ...]:
+    """Each logged batch's stream, numbered in the order the workers' first batches came
+    (in order, the replay's worker k is handed the segment's k-th batch first)."""
+    number = {w: k for k, w in enumerate(dict.fromkeys(workers))}
+    return tuple(number[w] for w in workers)
 
 
 # Of the host's memory, the share kept out of any advice: page cache, the training process's
@@ -325,7 +343,20 @@ class _Replay:
     what one of 4 does)."""
 
     def __init__(self, c: Costs, s: Setting, n: int) -> None:
-        self.c, self.s, self.n = c, s, n
+        self.c, self.s = c, s
+        # an IterableDataset's worker makes its own stream's batches whatever it is handed,
+        # and its stream ends: each stream is its logged batches, repeated as often as the
+        # whole log is to make ``n``, and a worker whose stream is done is handed no more
+        self.stream: list[list[int]] | None = None
+        if c.streams and s.workers == c.stream_workers:
+            rounds = max(math.ceil(n / len(c.streams)), 1)
+            own: list[list[int]] = [[] for _ in range(s.workers)]
+            for i, k in enumerate(c.streams):
+                own[k].append(i)
+            self.stream = [x * rounds for x in own]
+            n = sum(len(x) for x in self.stream)
+        self.active = sum(1 for x in self.stream or () if x)  # streams that go on
+        self.n = n
         # a worker past the n-th is never handed a batch, in turn or out of order
         workers = self.workers = min(s.workers, n)
         self.queue: list[deque[int]] = [deque() for _ in range(workers)]
@@ -333,7 +364,9 @@ class _Replay:
         self.clock = [0.0, 0.0, 0.0]  # by phase: full-speed seconds given so far
         self.ends: list[list[tuple[float, int]]] = [[], [], []]  # by phase: (end, worker)
         self.outstanding = [0] * workers
+        self.made = [0] * workers  # of its stream, the batches each worker was handed
         self.owner = [0] * n
+        self.logged = [i % len(c.cpu) for i in range(n)]  # the logged batch each one is
         self.done = [-1.0] * n
         self.finished: list[tuple[float, int]] = []  # out of order: (done, index) not yet taken
         self.turn = itertools.count()
@@ -384,7 +417,7 @@ class _Replay:
             # are done now
             while io and io[0][0] - clock[1] <= 1e-12:
                 w = heapq.heappop(io)[1]
-                self._begin(w, 2, c.cpu[self.queue[w][0] % len(c.cpu)])
+                self._begin(w, 2, c.cpu[self.logged[self.queue[w][0]]])
             while cpu and cpu[0][0] - clock[2] <= 1e-12:
                 w = heapq.heappop(cpu)[1]
                 b = self.queue[w].popleft()
@@ -405,7 +438,7 @@ class _Replay:
             self.phase[w] = 0
             return
         c = self.c
-        i = self.queue[w][0] % len(c.cpu)
+        i = self.logged[self.queue[w][0]]
         if c.blocked[i] > 0:
             self._begin(w, 1, c.blocked[i])
         else:
@@ -413,22 +446,46 @@ class _Replay:
 
     def _hand_out(self) -> None:
         """The next batch index to a worker: in turn, or (out of order) to the next one with
-        room under its prefetch."""
-        s, workers = self.s, self.workers
+        room under its prefetch; of a stream's, only to a worker whose stream goes on."""
+        workers = self.workers
         if self.sent >= self.n:
             return
         w = next(self.turn) % workers
-        if not s.in_order:
-            for _ in range(workers - 1):
-                if self.outstanding[w] < s.prefetch_factor:
-                    break
-                w = next(self.turn) % workers
+        for _ in range(workers - 1):
+            if self._takes(w):
+                break
+            w = next(self.turn) % workers
+        if self.stream is not None:
+            # every stream that goes on is full: the first of them takes it all the same
+            if self.made[w] >= len(self.stream[w]):
+                w = next((k for k in range(workers) if self._left(k)), -1)
+                if w < 0:  # every stream is done
+                    return
+            self.logged[self.sent] = self.stream[w][self.made[w]]
+            self.made[w] += 1
+            self.active -= 0 if self._left(w) else 1
         self.queue[w].append(self.sent)
         self.owner[self.sent] = w
         self.outstanding[w] += 1
         self.sent += 1
         if self.phase[w] == 0:
             self._start(w)
+
+    def _left(self, w: int) -> bool:
+        """Whether worker ``w``'s stream has a batch it was not handed yet."""
+        return self.stream is None or self.made[w] < len(self.stream[w])
+
+    def _takes(self, w: int) -> bool:
+        """Whether worker ``w`` takes the next batch: in order, any worker whose stream (if
+        any) goes on; out of order, one with room under its prefetch too, where the streams
+        that go on share the prefetch of those that ended (PyTorch's share of its tasks
+        among the workers still active)."""
+        if not self._left(w):
+            return False
+        room = self.s.prefetch_factor
+        if self.stream is not None:
+            room = self.s.prefetch_factor * self.workers // max(self.active, 1)
+        return self.s.in_order or self.outstanding[w] < room
 
     def _rates(self, n_io: int, n_cpu: int) -> tuple[float, float]:
         """Speed of a blocked read and of CPU work, with ``n_io`` workers blocked and
@@ -457,19 +514,26 @@ MAIN_ROUNDS = 3
 def simulated_rate(c: Costs, s: Setting) -> float:
     """Samples/s the replay delivers under ``s``, over its second half (the queue settled).
     The main process's CPU grows with the batches it takes: its share of the cores is set
-    from the rate the replay gives, and the replay run again, until they agree."""
-    rate = steady_rate(simulate(c, s), c.samples_per_batch)
+    from the rate the replay gives, and the replay run again, until they agree. Where the
+    workers make their own streams (``Costs.streams``), the rate is the whole replay's: its
+    streams end as an epoch's do, the slowest last, and its last batches are the epoch's."""
+    rate = _rate(c, s, simulate(c, s))
     for _ in range(MAIN_ROUNDS if c.main_cpu_per_batch > 0 else 0):
         if not 0 < rate < float("inf"):
             break
         loop = c.main_cpu_per_batch * rate / c.samples_per_batch
         was = rate
-        rate = steady_rate(
-            simulate(dataclasses.replace(c, loop_cores=loop), s), c.samples_per_batch
-        )
+        rate = _rate(c, s, simulate(dataclasses.replace(c, loop_cores=loop), s))
         if rate == was:  # the next round's share would be this one's: the same replay
             break
     return rate
+
+
+def _rate(c: Costs, s: Setting, arrivals: Sequence[float]) -> float:
+    """Samples/s of a replay's ``arrivals``: the steady rate, or of streams, the whole's."""
+    if not (c.streams and s.workers == c.stream_workers):
+        return steady_rate(arrivals, c.samples_per_batch)
+    return len(arrivals) * c.samples_per_batch / arrivals[-1] if arrivals[-1] > 0 else math.inf
 
 
 # Cores of other work below this are the host's own noise (kernel threads, the watch's

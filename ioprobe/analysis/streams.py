@@ -11,6 +11,7 @@ is each stream's work, and what the same batches would do dealt at random.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import random
 import statistics
 
@@ -98,7 +99,55 @@ def _dealt_at_random(c: loader_sim.Costs, seed: int) -> loader_sim.Costs:
         c,
         blocked=tuple(c.blocked[i] for i in order),
         cpu=tuple(c.cpu[i] for i in order),
+        streams=(),
+        stream_workers=0,
     )
+
+
+def _kept_together(c: loader_sim.Costs, workers: int) -> loader_sim.Costs:
+    """``c`` dealt to ``workers`` streams with the slowest stream's batches all in the first
+    (a split that keeps the slow items together, as whole shards can), the others' dealt in
+    turn over the rest."""
+    work: dict[int, list[float]] = {}
+    for k, b, u in zip(c.streams, c.blocked, c.cpu, strict=True):
+        work.setdefault(k, []).append(b + u)
+    slow = max(work, key=lambda k: statistics.fmean(work[k]))
+    rest = itertools.count()
+    dealt = tuple(0 if k == slow else 1 + next(rest) % (workers - 1) for k in c.streams)
+    return dataclasses.replace(c, streams=dealt, stream_workers=workers)
+
+
+def other_workers(rec: RunRecord, setting: loader_sim.Setting) -> loader_sim.Prediction | None:
+    """A worker count other than the run's, for an IterableDataset whose streams carry
+    unequal work (``stream_imbalance``): how the dataset splits its items over that many
+    workers decides the rate, and the run cannot tell it. The prediction is the replay's
+    of this run's batches dealt at random over them (the mean of ``SEEDS``' deals), and it
+    states the rate with the slowest stream's batches kept on one worker beside it: the
+    two ends of what a split by item and one by whole shard give. One worker makes every
+    batch, whatever the split: its replay needs no range. None where the record has no
+    imbalance, nothing to replay or the run's own worker count."""
+    c, base = loader_sim.logged_costs(rec), loader_sim.recorded_setting(rec)
+    measured = rec.measured_samples_per_s
+    if c is None or base is None or not measured or setting.workers == base.workers:
+        return None
+    if stream_imbalance(rec) is None:
+        return None
+    was = loader_sim.rate_of(c, base)
+    if not 0 < was < float("inf"):
+        return None
+    deals = [_dealt_at_random(c, seed) for seed in (SEEDS if setting.workers > 1 else SEEDS[:1])]
+    now = statistics.fmean(loader_sim.rate_of(d, setting) for d in deals)
+    pred = measured * now / was
+    said: tuple[str, ...] = ()
+    if setting.workers > 1:
+        kept = measured * loader_sim.rate_of(_kept_together(c, setting.workers), setting) / was
+        said = (
+            f"the dataset's split decides: {setting.workers} workers dealt this run's "
+            "batches at random, as this figure; the slowest stream's kept on one worker, "
+            f"{units.samples_per_s(kept)} samples/s ({kept / measured:.2f}x); `ioprobe tune` "
+            "measures it",
+        )
+    return loader_sim.Prediction(setting, pred, pred / measured, now, said)
 
 
 def stream_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
@@ -160,6 +209,7 @@ __all__ = [
     "STREAM_IMBALANCE",
     "StreamImbalance",
     "dealt_evenly_rate",
+    "other_workers",
     "stream_imbalance",
     "stream_rule",
 ]

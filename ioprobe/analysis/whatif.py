@@ -14,7 +14,7 @@ import posixpath
 from urllib.parse import urlsplit
 
 from ioprobe import capacity
-from ioprobe.analysis import loader_sim
+from ioprobe.analysis import loader_sim, streams
 from ioprobe.analysis.catalog import Catalog
 from ioprobe.analysis.model import pipeline_model
 from ioprobe.analysis.scenario import base_of, evaluate, merge, split_base
@@ -86,7 +86,10 @@ LOADER_CHANGES = frozenset({"workers", "prefetch_factor", "in_order"})
 def replayed(rec: RunRecord, change: Change) -> loader_sim.Prediction | None:
     """``change`` predicted by ``loader_sim``, when it (with what an earlier what-if changed)
     only sets the DataLoader's workers, prefetch factor or order and the run it started from
-    logged batches to replay; None otherwise."""
+    logged batches to replay; None otherwise. An IterableDataset's workers each make their
+    own stream: at the run's worker count the replay keeps each batch in its stream, and at
+    another, where the streams carry unequal work, the split decides
+    (``streams.other_workers``)."""
     base, before = split_base(rec)
     ch = merge(before, change)
     default = Change()
@@ -103,7 +106,11 @@ def replayed(rec: RunRecord, change: Change) -> loader_sim.Prediction | None:
         ch.prefetch_factor if ch.prefetch_factor is not None else s0.prefetch_factor,
         ch.in_order if ch.in_order is not None else s0.in_order,
     )
-    return loader_sim.predict(base, s)
+    if base.watch is None or not base.watch.settings.iterable:
+        return loader_sim.predict(base, s)
+    if s.workers == s0.workers:
+        return loader_sim.predict(base, s, loader_sim.logged_costs(base))
+    return streams.other_workers(base, s) or loader_sim.predict(base, s)
 
 
 def with_probe(

@@ -23,7 +23,8 @@ import ioprobe
 from ioprobe.analysis.recommend import LOADER_KINDS
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.streams import stream_imbalance
-from ioprobe.record import RunRecord
+from ioprobe.analysis.whatif import whatif
+from ioprobe.record import Change, RunRecord
 
 wds = pytest.importorskip("webdataset")
 
@@ -111,6 +112,27 @@ def test_the_heavy_shards_stream_is_found_and_dealing_it_out_is_the_first_advice
     assert findings(base).queue == []
 
 
+def kept_in_one_stream(said: str) -> float:
+    """The rate a what-if states for the slow items kept in one stream."""
+    return float(said.split("kept on one worker, ")[1].split(" samples/s")[0].replace(",", ""))
+
+
+def test_whatif_moves_no_item_with_the_queue_and_states_the_range_another_split_gives(
+    base: RunRecord,
+) -> None:
+    measured = base.measured_samples_per_s
+    assert measured
+    # worker 0 makes every heavy batch whatever the queue does: in_order=False gave 1.00x
+    # on reruns, where the replay by batch had predicted 1.76x
+    same = whatif(base, Change(in_order=False))
+    assert same.predicted_samples_per_s == pytest.approx(measured, rel=0.08)
+    more = whatif(base, Change(workers=4))
+    assert more.whatif is not None
+    (said,) = more.whatif.unchecked
+    assert kept_in_one_stream(said) == pytest.approx(measured, rel=0.1)
+    assert more.predicted_samples_per_s > 1.3 * measured
+
+
 # three paired reruns, 25 s on 2 cores: in `make validate`
 @pytest.mark.long
 def test_the_stated_gain_is_a_reruns_with_the_stream_split_by_item(
@@ -129,6 +151,40 @@ def test_the_stated_gain_is_a_reruns_with_the_stream_split_by_item(
         predicted,
         gains,
     )
+
+
+# three rounds of three reruns, 30 s on 2 cores: in `make validate`
+@pytest.mark.long
+def test_whatif_of_the_loader_settings_holds_on_reruns_with_them_applied(
+    shards: list[str],
+) -> None:
+    ratios: dict[str, list[float]] = {"in_order": [], "w3": [], "w4": []}
+    said: dict[str, list[tuple[float, float]]] = {"in_order": [], "w3": [], "w4": []}
+    for _ in range(3):  # side by side: this host's speed drifts
+        rec = run(as_written(shards))
+        measured = rec.measured_samples_per_s
+        assert measured
+        for name, change, kw in (
+            ("in_order", Change(in_order=False), {"in_order": False}),
+            ("w3", Change(workers=3), {"num_workers": 3}),
+            ("w4", Change(workers=4), {"num_workers": 4}),
+        ):
+            out = whatif(rec, change)
+            assert out.whatif is not None
+            hi = out.predicted_samples_per_s / measured
+            # a worker count states both ends of what the split decides
+            lo = (
+                kept_in_one_stream(out.whatif.unchecked[0]) / measured if name != "in_order" else hi
+            )
+            said[name].append((lo, hi))
+            args: dict[str, Any] = {"batch_size": BATCH, "num_workers": WORKERS, **kw}
+            ratios[name].append(consume(DataLoader(as_written(shards), **args)) / measured)
+    got = {k: statistics.median(v) for k, v in ratios.items()}
+    lo_hi = {k: tuple(statistics.median(x) for x in zip(*v, strict=True)) for k, v in said.items()}
+    assert got["in_order"] == pytest.approx(lo_hi["in_order"][1], rel=0.08), (got, lo_hi)
+    # 3 workers split the shards 0,3,6 / 1,4,7 / 2,5: measured 1.40x; 4 workers 1.70x
+    for k in ("w3", "w4"):
+        assert 0.92 * lo_hi[k][0] <= got[k] <= 1.08 * lo_hi[k][1], (got, lo_hi)
 
 
 def test_the_item_split_reads_every_sample_once(shards: list[str]) -> None:

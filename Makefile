@@ -57,9 +57,9 @@ fuzz: $(STAMP)
 # torch.multiprocessing, ranks sharing a host, the bandwidth cap predicted from a probe,
 # tune's full run and its in-run trials, a shared server's cap found by two ranks, a capped
 # node's one rank, the storage-rate what-if, blocked time and CPU in one worker, a skewed
-# stream dealt evenly, a WebDataset's stream split by sample and its what-ifs rerun, and the
-# advice matrix's share (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a
-# quiet host.
+# stream dealt evenly, a WebDataset's stream split by sample and its what-ifs rerun, a
+# streaming Hugging Face dataset's rows spread over its files, and the advice matrix's share
+# (tests/benchmarks/bench_advice.py runs the whole matrix). Run on a quiet host.
 validate: $(STAMP)
 	$(BIN)/python -m pytest -q -m long tests/integration/watch/test_head_of_line.py tests/integration/watch/test_loader_sim.py \
 	  tests/integration/whatif/test_workers_prediction_remote.py tests/integration/watch/test_epoch_starts.py \
@@ -68,7 +68,8 @@ validate: $(STAMP)
 	  tests/integration/tune/test_in_run_lightning.py tests/integration/probe/test_distributed_probe.py \
 	  tests/integration/whatif/test_prediction_accuracy.py tests/integration/watch/test_worker_time.py \
 	  tests/integration/watch/test_stream_imbalance.py tests/integration/watch/test_epoch_ends.py \
-	  tests/integration/watch/test_two_node_watch.py tests/integration/watch/test_stream_imbalance_wds.py
+	  tests/integration/watch/test_two_node_watch.py tests/integration/watch/test_stream_imbalance_wds.py \
+	  tests/integration/watch/test_stream_imbalance_hf.py
 
 # The hostile round (docs/guarantees.md): generated cases of the nine families of issue 29 through
 # the real CLI, each judged on hangs, tracebacks, secrets shown and outputs lost (about 3 minutes)

@@ -279,6 +279,22 @@ def rank_spread(rec: RunRecord) -> RankSpread | None:
     )
 
 
+def rank_verdict(f: RankFigures, spread: RankSpread | None) -> str:
+    """A rank's verdict as the per-rank table states it: its loader's own, except the
+    GPU-bound verdict of a rank that is no straggler where the job has stragglers. In a
+    synchronous job every rank waits in the collective for the slowest, so such a rank's
+    step holds the stragglers' wait and its GPU stage reads as slow as their pace: it waits
+    on them, not on its own GPU. "-" where the rank was not judged."""
+    if f.bottleneck is None:
+        return "-"
+    slow = sorted(s.rank for s in spread.stragglers) if spread is not None else []
+    if f.bottleneck != "gpu" or not slow or f.rank in slow:
+        return f.bottleneck
+    if len(slow) > 2:
+        return f"waits on {len(slow)} stragglers"
+    return f"waits on rank{'s' * (len(slow) > 1)} {', '.join(map(str, slow))}"
+
+
 def _stall(f: RankFigures) -> float:
     return f.stall_fraction or 0.0
 
@@ -451,6 +467,7 @@ __all__ = [
     "merge_ranks",
     "rank_figures",
     "rank_spread",
+    "rank_verdict",
     "slowest_rank",
     "steady_steps",
     "stragglers",

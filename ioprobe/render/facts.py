@@ -21,7 +21,7 @@ from ioprobe.analysis.measures import (
     SeriesSummary,
 )
 from ioprobe.analysis.pcie import link_label
-from ioprobe.analysis.ranks import RankSpread
+from ioprobe.analysis.ranks import RankSpread, rank_verdict
 from ioprobe.analysis.report import Findings
 from ioprobe.analysis.scenario import node_cores, ranks_on_host, recorded_cores
 from ioprobe.record import GpuSeries, PipelineRun, RankFigures, RunRecord, WatchData
@@ -705,7 +705,7 @@ def rank_cells(t: RankTable, r: RankFigures, spread: RankSpread | None) -> list[
         "-" if r.step_ms is None else units.figure(r.step_ms),
         "/".join("-" if v is None else units.figure(v) for v in ready),
         units.samples_per_s(r.samples_per_s),
-        r.bottleneck or "-",
+        rank_verdict(r, spread),
         f"yes: {slow.cause}" if slow is not None else "",
     ]
 

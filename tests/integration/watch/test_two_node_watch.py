@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from ioprobe.analysis.ranks import rank_spread
+from ioprobe.analysis.ranks import rank_spread, rank_verdict
 from ioprobe.record import RunRecord
 from tests.support import nodes
 from tests.support.cli import REPO
@@ -114,6 +114,9 @@ def test_the_ranks_on_the_capped_node_are_the_jobs_stragglers_with_their_cause(
     verdicts = [(f.rank, f.bottleneck) for f in slow]
     assert all(b == "storage" for r, b in verdicts if r in named), verdicts
     assert all(b in ("storage", "gpu") for _, b in verdicts), verdicts
+    # the table shows such a mate waiting on the stragglers, not on its own GPU
+    shown = [rank_verdict(f, spread) for f in slow if f.rank not in named]
+    assert all(v == "storage" or v.startswith("waits on rank") for v in shown), shown
 
 
 def test_a_node_killed_mid_run_leaves_the_other_nodes_record_saying_how_its_job_ended(

@@ -9,7 +9,13 @@ from pathlib import Path
 import pytest
 
 from ioprobe.analysis import finalize
-from ioprobe.analysis.ranks import merge_ranks, rank_figures, rank_spread, slowest_rank
+from ioprobe.analysis.ranks import (
+    merge_ranks,
+    rank_figures,
+    rank_spread,
+    rank_verdict,
+    slowest_rank,
+)
 from ioprobe.record import (
     BatchLog,
     DatasetProfile,
@@ -274,6 +280,26 @@ def test_a_slow_nodes_mate_waiting_in_the_collective_still_makes_it_the_nodes_fa
     ranks[2] = _fig(2, 0.03, "b", **fast)
     s = rank_spread(_merged(ranks, ["a", "b"]))
     assert s is not None and [(st.rank, st.cause) for st in s.stragglers] == [(3, "storage")]
+
+
+def test_a_mate_that_reads_gpu_bound_beside_a_straggler_is_shown_waiting_on_it() -> None:
+    # its step holds the all-reduce's wait for rank 3: its GPU stage is rank 3's pace
+    ranks = [_fig(0, 0.01), _fig(1, 0.01, bottleneck="cpu"), _fig(2, 0.03, "b")]
+    ranks.append(_fig(3, 0.83, "b", bottleneck="storage", storage_samples_per_s=7.7))
+    s = rank_spread(_merged(ranks, ["a", "b"]))
+    assert s is not None
+    assert [rank_verdict(f, s) for f in ranks] == [
+        "waits on rank 3",
+        "cpu",  # its own loader's limit: not the collective's
+        "waits on rank 3",
+        "storage",
+    ]
+    # with no straggler, a rank's own verdict stands
+    even = [_fig(0, 0.01), _fig(1, 0.012)]
+    s = rank_spread(_merged(even, ["a"]))
+    assert s is not None and not s.stragglers
+    assert [rank_verdict(f, s) for f in even] == ["gpu", "gpu"]
+    assert rank_verdict(_fig(0, 0.01, bottleneck=None), s) == "-"
 
 
 def test_one_rank_per_host_is_not_enough_to_blame_the_node() -> None:

@@ -486,18 +486,33 @@ def read_scaling(spans: Sequence[SampleSpan]) -> ReadScaling | None:
             "(10th to 90th percentile of samples)"
         )
         return out
+    out.exponent = scaling_exponent(points)
+    out.limit = scaling_limit(out.exponent)
+    return out
+
+
+def scaling_exponent(points: Sequence[ScalingPoint]) -> float:
+    """Storage throughput's exponent in reads in flight, from reads binned by them: a
+    least-squares line through log(mean read time) against log(reads in flight), weighted
+    by reads, has slope b, and throughput follows (reads in flight) ** (1 - b), held to
+    0..1."""
     slope = _weighted_slope(
         [(math.log(p.reads_in_flight), math.log(p.read_ms), p.samples) for p in points]
     )
-    out.exponent = min(max(1.0 - slope, 0.0), 1.0)
-    out.limit = (
-        "per-request latency"
-        if out.exponent >= 0.7
-        else "bandwidth"
-        if out.exponent <= 0.3
-        else "mixed latency and bandwidth"
-    )
-    return out
+    return min(max(1.0 - slope, 0.0), 1.0)
+
+
+def scaling_limit(exponent: float) -> str:
+    """What limits reads with that exponent: a per-request latency (more readers read
+    faster), a bandwidth (they share it), or some of each."""
+    if exponent >= 0.7:
+        return "per-request latency"
+    return "bandwidth" if exponent <= BANDWIDTH_EXPONENT else "mixed latency and bandwidth"
+
+
+# Reads whose throughput grows with readers by this exponent or less share a bandwidth:
+# past the most readers measured, their throughput is taken to hold, not to grow.
+BANDWIDTH_EXPONENT = 0.3
 
 
 def _reads_in_flight(reading: Sequence[SampleSpan]) -> list[tuple[float, int]]:
@@ -718,6 +733,7 @@ def storage_scale(scaling: ReadScaling | None, lanes_ratio: float) -> float | No
 
 
 __all__ = [
+    "BANDWIDTH_EXPONENT",
     "DENSITY_HIGH_MIN",
     "DENSITY_LOW_MAX",
     "ClosedLoop",
@@ -746,6 +762,8 @@ __all__ = [
     "read_scaling",
     "read_seconds_of",
     "request_bytes",
+    "scaling_exponent",
+    "scaling_limit",
     "shared_gpu",
     "single_thread_rate",
     "storage_from_lanes",

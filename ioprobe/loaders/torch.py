@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 from torch.utils.data._utils.collate import default_collate, default_convert
 
+from ioprobe.collect import read_check
 from ioprobe.collect.procfs import private_bytes
 from ioprobe.errors import BadInputError, TrialDone
 from ioprobe.loaders.torch_stateful import ROUTED, is_stateful, patch_class, route
@@ -732,18 +733,62 @@ class Watched:
             str(self._device) if self._device is not None else None,
         )
         self._collector.stop_after = stop_after
+        self._trial = bool(overrides)
+        self._checked = False  # the read check ran (or was ruled out for good)
         self._run: RunRecord | None = None
         self._run_at = (0, 0)  # the collector's progress when _run was read
 
     @property
     def run(self) -> RunRecord:
         """The record so far; complete once iteration has ended. Read mid-pass, the loop
-        may go on: the rest of the pass is recorded as an epoch entry of its own."""
+        may go on: the rest of the pass is recorded as an epoch entry of its own. Read
+        between passes, where the advice to change the workers rests on storage scaling the
+        run could not measure, the read check measures it first (``_read_check``)."""
         at = self._collector.progress()
         if self._run is None or self._run_at != at:
+            between = self._collector.current is None
             self._run = self._finish(self._collector.stop())
+            if between and self._read_check(self._run):
+                self._run = self._finish(self._collector.stop())
             self._run_at = self._collector.progress()
         return self._run
+
+    def _read_check(self, rec: RunRecord) -> bool:
+        """Once per loader, where a recommendation to change the workers rests on an
+        assumption (``Recommendation.unchecked``) and the run's reads in flight varied too
+        little to tell a bandwidth cap from a latency limit: measure how the dataset's reads
+        scale with readers (``collect.read_check``, about 1.5 s) into the collector; True
+        where that gave a curve. Not in a trial of ``ioprobe tune``, a job of several ranks,
+        a loader that does not fork its workers, or with ``IOPROBE_READ_CHECK=0``."""
+        w = rec.watch
+        if (
+            self._checked
+            or w is None
+            or w.read_scaling is None
+            or w.read_scaling.exponent is not None
+        ):
+            return False
+        if not any(r.unchecked and r.change and r.change.workers for r in rec.recommendations):
+            return False
+        inner, ds = self._inner, self._loader.dataset
+        ctx = inner.multiprocessing_context
+        if (
+            os.environ.get("IOPROBE_READ_CHECK") == "0"
+            or self._trial
+            or (w.rank is not None and w.rank.world_size > 1)
+            or inner.num_workers < 1
+            or isinstance(ds, IterableDataset)
+            or (ctx is not None and ctx.get_start_method() != "fork")
+        ):
+            return False
+        self._checked = True
+        try:
+            size = len(ds)
+        except TypeError:
+            return False
+        found = read_check.check(ds, size, inner.num_workers)
+        self._collector.checked_scaling = found
+        return found is not None
 
     @property
     def sibling(self) -> DataLoader[Any]:

@@ -4,6 +4,7 @@ kept spans), run once when the record is read, never per batch."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from array import array
@@ -72,6 +73,7 @@ class Collected(Protocol):
     next_cpu_calls: int
     worker_private: int | None
     batch_bytes: int | None
+    checked_scaling: ReadScaling | None
 
     def kept_notes(self) -> list[str]: ...
 
@@ -275,6 +277,25 @@ def bytes_read(
     return read_chars, 0.0, "none"
 
 
+def with_check(run: ReadScaling | None, checked: ReadScaling | None) -> ReadScaling | None:
+    """The run's read scaling, or where it could not tell (no exponent) and a read check
+    after the run did: the check's curve, at the run's own reads in flight (what its
+    samples' blocked times were measured at)."""
+    if (
+        checked is None
+        or checked.exponent is None
+        or (run is not None and run.exponent is not None)
+    ):
+        return run
+    if run is None:
+        return checked
+    return dataclasses.replace(
+        checked,
+        reads_in_flight_mean=run.reads_in_flight_mean,
+        reads_in_flight_max=max(run.reads_in_flight_max, checked.reads_in_flight_max),
+    )
+
+
 def record(col: Collected) -> RunRecord:
     """The record of what ``col`` accumulated: the stage capacities by its adapter's rules,
     the GPU's idle and busy shares, the buffers written out, the notes on what was kept."""
@@ -285,7 +306,7 @@ def record(col: Collected) -> RunRecord:
     turned_note = col.mapped.note()
     mapped = col.mapped.total()
     read_total, mean_bytes, seen = bytes_read(col.epochs, mapped[0], col.dataset_len)
-    scaling = capacity.read_scaling(sample_spans(col.spans))
+    scaling = with_check(capacity.read_scaling(sample_spans(col.spans)), col.checked_scaling)
     stages, notes = col.adapter.stages(measured(col, usable, mean_bytes, seen, scaling))
     idle, idle_method = col.gpu.idle(col.epochs)
     if turned_note and seen == "mmap":
@@ -293,6 +314,12 @@ def record(col: Collected) -> RunRecord:
     if col.gpu.error:
         notes.append(f"the device timeline stopped ({col.gpu.error}): host clock used")
     notes += col.kept_notes()
+    if scaling is not None and scaling.checked and scaling.exponent is not None:
+        notes.append(
+            f"reads scale with readers as a {scaling.limit} limit (throughput ~ readers ** "
+            f"{scaling.exponent:.2f}), measured by {scaling.checked}: the run's own reads in "
+            "flight varied too little to tell"
+        )
     col.gpu.use_of(stages.gpu, idle)
     rec = RunRecord(
         kind="watch",

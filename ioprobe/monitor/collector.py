@@ -32,6 +32,7 @@ from ioprobe.monitor.stages import Measured
 from ioprobe.record import (
     LoaderSettings,
     RankInfo,
+    ReadScaling,
     RunRecord,
     Stages,
     WatchEpoch,
@@ -142,8 +143,8 @@ class WatchCollector:
         self.worker_private: int | None = None  # note_memory
         self.batch_bytes: int | None = None
         self.log_dropped = 0
-        self._iter_ns = 0  # when the epoch's iter() began
-        self._startup_ns = 0  # the epoch's workers' start-up times, summed
+        self.checked_scaling: ReadScaling | None = None  # a read check's, after the run
+        self._iter_ns = self._startup_ns = 0  # the epoch's iter(); its workers' start-ups
         self.main = Series(MAIN_COLUMNS, MAIN_ROWS)
         self.worker_series: dict[int, Series] = {}
         # batches as their workers sent them (worker, end of its samples, wall and CPU

@@ -266,6 +266,9 @@ class ReadScaling:
     reads_in_flight_max: float  # the most the fit saw: beyond it, the curve is extrapolated
     samples: int
     points: list[ScalingPoint] = field(default_factory=list)
+    # where the reads in flight did not vary in the run: the read check after it that
+    # measured the curve instead (``collect.read_check``), in words; "" for the run's own
+    checked: str = ""
 
 
 @dataclass

@@ -373,3 +373,27 @@ def test_an_applied_end_to_end_prediction_is_held_to_the_reruns_end_to_end_rate(
         eb.end_to_end_samples_per_s / ea.end_to_end_samples_per_s
     )
     assert check.measured_gain > 1.2 and abs(check.error) < 0.1
+
+
+@pytest.mark.parametrize("waves", [7, 8, 12, 13])
+def test_the_steady_rate_of_batches_in_waves_is_the_waves_rate_wherever_the_half_begins(
+    waves: int,
+) -> None:
+    # 48 batches every 0.1 s, as workers sharing a capped store finish them together: 480
+    # batches/s; a count from the middle batch to the last was 4-15% high
+    arrivals = [k * 0.1 + j * 0.001 for k in range(waves) for j in range(48)]
+    assert loader_sim.steady_rate(arrivals, 1.0) == pytest.approx(480, rel=0.03)
+
+
+def test_a_bandwidths_throughput_holds_past_the_most_reads_in_flight_measured() -> None:
+    # every batch 10 ms blocked, measured at 2 reads in flight and up to 4
+    def rate(exponent: float, workers: int) -> float:
+        c = dataclasses.replace(
+            _costs([0.010] * 200, 0.0001), exponent=exponent, reads_in_flight_max=4.0
+        )
+        return loader_sim.rate_of(c, loader_sim.Setting(workers, 2, True))
+
+    # a bandwidth that barely grew up to 4 readers does not grow past them
+    assert rate(0.1, 16) == pytest.approx(rate(0.1, 4), rel=0.02)
+    # a latency limit's curve goes on: more readers read faster
+    assert rate(1.0, 16) > 3 * rate(1.0, 4)

@@ -1,0 +1,102 @@
+"""The read check after a watched run, against storage built here: two workers that read at
+every moment leave the run unable to tell a bandwidth from a latency limit, so the advice
+to add workers assumed storage linear in readers (on a capped store that was 9.26x
+predicted against 1.05x measured). The check measures it: on a store that serves one read
+at a time (READ_S each, after LATENCY_S that overlaps) no worker count passes 1 / READ_S
+samples/s, and the advice must not promise more; on one whose reads overlap freely, more
+workers read faster."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+import ioprobe
+from ioprobe.analysis.scenario import LINEAR_STORAGE
+from ioprobe.record import RunRecord
+
+pytestmark = pytest.mark.slow
+
+N, BATCH, WORKERS, STEP_S = 400, 4, 2, 0.001
+LATENCY_S, READ_S = 0.004, 0.004
+
+
+class Capped(Dataset[torch.Tensor]):
+    def __init__(self) -> None:
+        self.lock = multiprocessing.get_context("fork").Lock()
+
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        time.sleep(LATENCY_S)
+        with self.lock:
+            time.sleep(READ_S)
+        return torch.tensor([float(i)])
+
+
+class Overlapping(Dataset[torch.Tensor]):
+    def __len__(self) -> int:
+        return N
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        time.sleep(LATENCY_S + READ_S)
+        return torch.tensor([float(i)])
+
+
+def watched(ds: Dataset[torch.Tensor]) -> tuple[RunRecord, list[float]]:
+    loader = ioprobe.watch(DataLoader(ds, batch_size=BATCH, num_workers=WORKERS))
+    seen = []
+    for batch in loader:
+        time.sleep(STEP_S)
+        seen += batch.flatten().tolist()
+    return loader.run, seen
+
+
+def worker_advice(rec: RunRecord) -> list[tuple[float, list[str]]]:
+    return [
+        (r.predicted_samples_per_s or 0.0, r.unchecked)
+        for r in rec.recommendations
+        if r.change is not None and r.change.workers
+    ]
+
+
+def test_a_capped_store_is_measured_as_one_and_no_advice_passes_its_cap() -> None:
+    rec, seen = watched(Capped())
+    assert seen == [float(i) for i in range(N)]  # the loader's batches, as unwatched
+    assert rec.watch is not None and rec.watch.read_scaling is not None
+    scaling = rec.watch.read_scaling
+    assert scaling.exponent is not None and scaling.exponent <= 0.3, scaling
+    assert scaling.checked.startswith("a read check after the run: 2, 4, 8 processes")
+    assert any("measured by a read check after the run" in n for n in rec.notes), rec.notes
+    for predicted, unchecked in worker_advice(rec):
+        assert LINEAR_STORAGE not in unchecked
+        assert predicted <= 1.1 / READ_S, (predicted, rec.measured_samples_per_s)
+    assert multiprocessing.active_children() == []
+
+
+def test_reads_that_overlap_are_measured_as_a_latency_limit() -> None:
+    rec, _ = watched(Overlapping())
+    assert rec.watch is not None and rec.watch.read_scaling is not None
+    scaling = rec.watch.read_scaling
+    assert scaling.exponent is not None and scaling.exponent >= 0.7, scaling
+    assert scaling.checked
+    # more workers read faster: the advice adds them, with nothing assumed of storage
+    advice = worker_advice(rec)
+    assert advice and advice[0][0] > 1.5 * (rec.measured_samples_per_s or 0.0)
+    assert all(LINEAR_STORAGE not in u for _, u in advice)
+
+
+def test_the_check_is_left_out_where_the_user_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("IOPROBE_READ_CHECK", "0")
+    rec, _ = watched(Capped())
+    assert rec.watch is not None and rec.watch.read_scaling is not None
+    assert rec.watch.read_scaling.exponent is None and not rec.watch.read_scaling.checked
+    # the advice then says what it assumes beside its number
+    assert any(LINEAR_STORAGE in u for _, u in worker_advice(rec)), rec.recommendations

@@ -57,9 +57,9 @@ def watched(ds: Dataset[torch.Tensor]) -> tuple[RunRecord, list[float]]:
     return loader.run, seen
 
 
-def worker_advice(rec: RunRecord) -> list[tuple[float, list[str]]]:
+def worker_advice(rec: RunRecord) -> list[tuple[float, list[str], str]]:
     return [
-        (r.predicted_samples_per_s or 0.0, r.unchecked)
+        (r.predicted_samples_per_s or 0.0, r.unchecked, r.text)
         for r in rec.recommendations
         if r.change is not None and r.change.workers
     ]
@@ -73,9 +73,11 @@ def test_a_capped_store_is_measured_as_one_and_no_advice_passes_its_cap() -> Non
     assert scaling.exponent is not None and scaling.exponent <= 0.3, scaling
     assert scaling.checked.startswith("a read check after the run: 2, 4, 8 processes")
     assert any("measured by a read check after the run" in n for n in rec.notes), rec.notes
-    for predicted, unchecked in worker_advice(rec):
+    for predicted, unchecked, text in worker_advice(rec):
         assert LINEAR_STORAGE not in unchecked
         assert predicted <= 1.1 / READ_S, (predicted, rec.measured_samples_per_s)
+        # the reason it gives is the one measured: readers share the store
+        assert "storage reads as one shared bandwidth" in text, text
     assert multiprocessing.active_children() == []
 
 
@@ -88,7 +90,8 @@ def test_reads_that_overlap_are_measured_as_a_latency_limit() -> None:
     # more workers read faster: the advice adds them, with nothing assumed of storage
     advice = worker_advice(rec)
     assert advice and advice[0][0] > 1.5 * (rec.measured_samples_per_s or 0.0)
-    assert all(LINEAR_STORAGE not in u for _, u in advice)
+    assert all(LINEAR_STORAGE not in u for _, u, _ in advice)
+    assert all("one shared bandwidth" not in t for _, _, t in advice)
 
 
 def test_the_check_is_left_out_where_the_user_turns_it_off(
@@ -99,4 +102,4 @@ def test_the_check_is_left_out_where_the_user_turns_it_off(
     assert rec.watch is not None and rec.watch.read_scaling is not None
     assert rec.watch.read_scaling.exponent is None and not rec.watch.read_scaling.checked
     # the advice then says what it assumes beside its number
-    assert any(LINEAR_STORAGE in u for _, u in worker_advice(rec)), rec.recommendations
+    assert any(LINEAR_STORAGE in u for _, u, _ in worker_advice(rec)), rec.recommendations

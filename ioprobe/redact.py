@@ -102,6 +102,8 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 # where a URL quoted in text ends: whitespace or a quote, less the punctuation that ends a
 # sentence or a clause ("{url}: not found")
 _URL_TAIL = re.compile(r"[^\s\"'<>`]*[^\s\"'<>`.,:;!?)\]}]")
+# a URL's authority after its userinfo: host and port, up to its path, query or fragment
+_AUTHORITY = re.compile(r"[^/?#\s\"'<>`]*")
 # the user of a userinfo: no delimiter of the authority in it
 _USER = re.compile(r"[^/?#@:\s\"'<>`]*\Z")
 # a plain login (POSIX user name shape) as a whole userinfo is shown; anything else with no
@@ -149,15 +151,17 @@ def redact_url(text: str) -> str:
         start = m.end()
         after_userinfo, masked = _userinfo(text, start, m.group(0)[:-3].lower())
         out.append(masked)
-        tail = _URL_TAIL.match(text, after_userinfo)
-        end = tail.end() if tail else after_userinfo
-        out.append(_redact_query(text[after_userinfo:end]))
+        after_host, host = _host(text, after_userinfo)
+        out.append(host)
+        tail = _URL_TAIL.match(text, after_host)
+        end = tail.end() if tail else after_host
+        out.append(_redact_query(text[after_host:end]))
         pos = end
     out.append(text[pos:])
     return "".join(out)
 
 
-def _userinfo(text: str, start: int, scheme: str = "") -> tuple[int, str]:
+def _userinfo(text: str, start: int, scheme: str = "", whole: bool = False) -> tuple[int, str]:
     """Where the host starts after ``scheme://`` at ``start``, and the userinfo as shown.
 
     An object store's userinfo (``s3://KEY:SECRET@bucket``) is a credential pair, not a
@@ -167,9 +171,14 @@ def _userinfo(text: str, start: int, scheme: str = "") -> tuple[int, str]:
     The userinfo runs to the last ``@`` before the next whitespace that is followed by a host:
     a password may hold ``/``, ``?``, ``'`` or ``@`` (a secret key pasted as it is), so no
     single delimiter can end it. ``host:port/path@name`` (an ``@2x`` image) is no userinfo.
+    ``whole``: ``text`` is one URL as it was given (an argument), whose password may hold
+    whitespace too.
+
+    With a password, the user is shown only where it is a plain login: a token as the user
+    (``https://ghp_TOKEN:x-oauth-basic@host``) is masked with it.
     """
     stop = start
-    while stop < len(text) and not text[stop].isspace():
+    while stop < len(text) and (whole or not text[stop].isspace()):
         stop += 1
     at = text.rfind("@", start, stop)
     while at >= 0:
@@ -177,7 +186,7 @@ def _userinfo(text: str, start: int, scheme: str = "") -> tuple[int, str]:
         user, colon, password = info.partition(":")
         if _USER.match(user) and not (colon and _PORT.match(password)):
             if colon and "/" not in user:
-                if scheme in KEY_PAIR_SCHEMES or _KEY_ID.match(user):
+                if scheme in KEY_PAIR_SCHEMES or _KEY_ID.match(user) or not _LOGIN.match(user):
                     return at, MASK
                 return at, f"{user}:{MASK}" if password else info
             if "/" in info or "?" in info or "#" in info:
@@ -188,6 +197,19 @@ def _userinfo(text: str, start: int, scheme: str = "") -> tuple[int, str]:
                 return at, info
         at = text.rfind("@", start, at)
     return start, ""
+
+
+def _host(text: str, start: int) -> tuple[int, str]:
+    """Where the host ends after the userinfo at ``start``, and the host as shown, where its
+    port is no number: nothing but digits belongs there, and what does stand there (a
+    password typed where the host belonged, ``http://user:SECRET/``) is masked. Otherwise
+    ``(start, "")``: the host is shown as the rest of the URL is."""
+    auth = _AUTHORITY.match(text, start)
+    head, colon, port = (auth.group() if auth else "").rpartition(":")
+    port = port.rstrip(".,:;!?)]}")
+    if not colon or not head or not port or port.isdigit() or "]" in port:
+        return start, ""
+    return start + len(head) + 1 + len(port), f"{head}:{MASK}"
 
 
 def _redact_query(rest: str) -> str:
@@ -217,13 +239,14 @@ def secrets_of(urls: Iterable[str]) -> list[str]:
         if "://" not in url:
             continue
         scheme, rest = url.split("://", 1)
-        at, _ = _userinfo(url, len(url) - len(rest))
+        at, _ = _userinfo(url, len(url) - len(rest), whole=True)
         info = url[len(url) - len(rest) : at] if at > len(url) - len(rest) else ""
         if info:
             user, colon, password = info.partition(":")
             found.update([password] if colon else [user])
-            if colon and (scheme.lower() in KEY_PAIR_SCHEMES or _KEY_ID.match(user)):
-                found.add(user)  # an access key id, masked in the URL too
+            key_pair = scheme.lower() in KEY_PAIR_SCHEMES or _KEY_ID.match(user)
+            if colon and (key_pair or not _LOGIN.match(user)):
+                found.add(user)  # an access key id or a token, masked in the URL too
             # a secret key holds "/", where a library that parses the URL its own way ends
             # the host and quotes the part before it ("Invalid bucket name KEY:SECRET-PART")
             found.update(password.split("/") if colon else [])

@@ -317,3 +317,39 @@ def test_the_text_console_prints_markup_and_emoji_codes_literally() -> None:
     out = io.StringIO()
     console(file=out, width=80).print("a [/] b [bold]c[/bold] :smile:")
     assert out.getvalue() == "a [/] b [bold]c[/bold] :smile:\n"
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        # a token as the user, the password a placeholder (GitHub's basic-auth form)
+        ("https://ghp_S3KR1Tabc:x-oauth-basic@github.com/o/r", "https://***@github.com/o/r"),
+        ("https://oauth2:glpat-S3KR1T@gitlab.com/x", "https://oauth2:***@gitlab.com/x"),
+        ("https://S3KR1T0TOKEN:x@h/x", "https://***@h/x"),
+        # a plain login keeps its name
+        ("http://john:pw1234@h/x", "http://john:***@h/x"),
+    ],
+)
+def test_a_token_as_the_user_beside_a_password_is_masked_with_it(url: str, shown: str) -> None:
+    assert redact_url(url) == shown
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("http://127.0.0.1:S3KR1T/data/: not found", "http://127.0.0.1:***/data/: not found"),
+        ("http://h:S3KR1T", "http://h:***"),
+        ("see http://h:8080/x, or http://h:8080.", "see http://h:8080/x, or http://h:8080."),
+        ("http://[::1]:80/a and http://[::1]/a", "http://[::1]:80/a and http://[::1]/a"),
+    ],
+)
+def test_a_port_that_is_no_number_is_masked(text: str, shown: str) -> None:
+    # a password typed where the host belonged: nothing but digits goes there
+    assert redact_url(text) == shown
+
+
+def test_a_secret_holding_whitespace_is_masked_where_a_library_repeats_it() -> None:
+    given = "s3://AKIAXX:S3KR1T+a b@bucket-x/data/"
+    said = f'Invalid bucket name "AKIAXX:S3KR1T+a b@bucket-x": must match; {given}'
+    out = redact_message(said, [given])
+    assert "S3KR1T" not in out and "AKIAXX" not in out, out

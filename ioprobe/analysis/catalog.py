@@ -80,6 +80,8 @@ def parse_toml(text: str, where: str) -> dict[str, Any]:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise BadInputError(f"{where}: not valid TOML ({exc})") from None
+    except RecursionError:  # arrays or tables nested past the parser's depth
+        raise BadInputError(f"{where}: not valid TOML (nested too deep to read)") from None
 
 
 # The most classes a catalog may hold: each is a row of every sizing table and priced

@@ -92,6 +92,14 @@ def test_size_refuses_more_gpu_counts_or_classes_than_a_table_holds(tmp_path: Pa
     assert len(sizing["gpu_counts"]) == 128 and [c["name"] for c in sizing["storage"]] == ["c255"]
 
 
+@pytest.mark.parametrize("flag", ["--catalog", "--cost"])
+def test_a_toml_file_nested_past_the_parsers_depth_is_one_line(tmp_path: Path, flag: str) -> None:
+    # tomllib recurses per level: 3,000 inline arrays deep was a RecursionError traceback
+    deep = tmp_path / "deep.toml"
+    deep.write_text("x = " + "[" * 3000 + "]" * 3000 + "\n")
+    assert_one_line_error(run_cli(*SIZE, flag, str(deep), timeout=30), "nested too deep")
+
+
 LITERAL_1E400 = "@1e400@"  # stands for the bare JSON number 1e400 (which parses as infinity)
 
 

@@ -359,6 +359,7 @@ class _SlowStartPipe:
         self.runs += 1
 
 
+@pytest.mark.serial  # the truth is the clock: slept batches
 def test_warm_up_runs_on_until_the_rate_levels_off() -> None:
     pipe = _SlowStartPipe([0.32, 0.08, 0.02, 0.005])
     runs, levelled = _warm_up(pipe, DecodePath(path="dali-gpu"), 2, 30.0, SilentReporter())
@@ -368,6 +369,7 @@ def test_warm_up_runs_on_until_the_rate_levels_off() -> None:
     assert 60 <= runs <= 120, runs
 
 
+@pytest.mark.serial  # the truth is the clock: slept batches
 def test_a_rate_that_climbs_slowly_is_not_taken_for_a_level_one() -> None:
     # 3% faster every batch for 60 batches: a pair of batches never differs by 10%, a window
     # twice as long as the one before does
@@ -376,6 +378,7 @@ def test_a_rate_that_climbs_slowly_is_not_taken_for_a_level_one() -> None:
     assert levelled and runs > 60, runs
 
 
+@pytest.mark.serial  # the truth is the clock: slept batches
 def test_the_mixed_decoders_warm_up_is_not_fooled_by_a_slow_start_that_holds() -> None:
     # 0.4 s of slow batches at one rate, then the steady rate: without a least time the
     # first windows look levelled off
@@ -389,6 +392,7 @@ def test_the_mixed_decoders_warm_up_is_not_fooled_by_a_slow_start_that_holds() -
     assert levelled and runs > 4 + 60, runs
 
 
+@pytest.mark.serial  # the truth is the clock: slept batches
 def test_warm_up_stops_at_its_time_limit_and_says_the_rate_was_still_rising() -> None:
     pipe = _SlowStartPipe([0.32, 0.08, 0.02, 0.005])
     runs, levelled = _warm_up(pipe, DecodePath(path="dali-gpu"), 2, 0.3, SilentReporter())

@@ -375,14 +375,20 @@ def test_an_applied_end_to_end_prediction_is_held_to_the_reruns_end_to_end_rate(
     assert check.measured_gain > 1.2 and abs(check.error) < 0.1
 
 
-@pytest.mark.parametrize("waves", [7, 8, 12, 13])
-def test_the_steady_rate_of_batches_in_waves_is_the_waves_rate_wherever_the_half_begins(
-    waves: int,
-) -> None:
-    # 48 batches every 0.1 s, as workers sharing a capped store finish them together: 480
-    # batches/s; a count from the middle batch to the last was 4-15% high
-    arrivals = [k * 0.1 + j * 0.001 for k in range(waves) for j in range(48)]
-    assert loader_sim.steady_rate(arrivals, 1.0) == pytest.approx(480, rel=0.03)
+def test_many_workers_on_a_capped_store_are_replayed_until_their_waves_settle() -> None:
+    # 48 workers start together and share a store that grows no faster past 4 readers: they
+    # finish in waves, and 600 batches (the least a replay runs) read 10-20% fast
+    c = dataclasses.replace(
+        _costs([0.032] * 200, 0.001),
+        cpu=(0.002,) * 200,
+        exponent=0.02,
+        reads_in_flight=1.9,
+        reads_in_flight_max=4.0,
+        usable_cores=2.0,
+    )
+    s = loader_sim.Setting(48, 2, True)
+    settled = loader_sim.steady_rate(loader_sim.simulate(c, s, 8000), c.samples_per_batch)
+    assert loader_sim.simulated_rate(c, s) == pytest.approx(settled, rel=0.03)
 
 
 def test_a_bandwidths_throughput_holds_past_the_most_reads_in_flight_measured() -> None:
@@ -394,6 +400,6 @@ def test_a_bandwidths_throughput_holds_past_the_most_reads_in_flight_measured() 
         return loader_sim.rate_of(c, loader_sim.Setting(workers, 2, True))
 
     # a bandwidth that barely grew up to 4 readers does not grow past them
-    assert rate(0.1, 16) == pytest.approx(rate(0.1, 4), rel=0.02)
+    assert rate(0.1, 16) == pytest.approx(rate(0.1, 4), rel=0.04)  # not (16 / 4) ** 0.1: +15%
     # a latency limit's curve goes on: more readers read faster
     assert rate(1.0, 16) > 3 * rate(1.0, 4)

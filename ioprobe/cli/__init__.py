@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     # files stay, pool workers are orphaned): make it raise in the main thread, as SIGINT does.
     # SIGHUP (a closed terminal, a supervisor's reload) takes the same path, unless it is
     # ignored (nohup), which stays so
+    if argv is None:
+        _fill_closed_descriptors()
     _encodable_stdout()
     # a terminal that hangs up (an ssh session dropped) fails every later write to stderr
     # with EIO, and a log on a full disk with ENOSPC: progress, summaries and error lines are
@@ -174,6 +176,24 @@ def _on_terminal(stream: Any) -> bool:
         return stream is not None and stat.S_ISCHR(os.fstat(stream.fileno()).st_mode)
     except (ValueError, OSError, AttributeError):  # closed, detached, or no descriptor
         return False
+
+
+def _fill_closed_descriptors() -> None:
+    """A command started with stdin, stdout or stderr closed (``>&-``): each is /dev/null for
+    this process, so that no file ioprobe opens takes its number (and receives what a child
+    process prints), and its Python stream writes nowhere where it was None."""
+    for fd, name in ((0, "stdin"), (1, "stdout"), (2, "stderr")):
+        try:
+            os.fstat(fd)
+            continue
+        except OSError:
+            pass
+        null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
+        if null != fd:
+            os.dup2(null, fd)
+            os.close(null)
+        if getattr(sys, name) is None:
+            setattr(sys, name, open(fd, "r" if fd == 0 else "w", closefd=False))  # noqa: SIM115
 
 
 def _encodable_stdout() -> None:

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,3 +77,46 @@ def test_a_stdout_whose_reader_left_is_one_line_and_exit_2(name: str, run_json: 
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and "Broken pipe" in lines[0], proc.stderr
+
+
+def _closing(*fds: int) -> Any:
+    def close() -> None:
+        for fd in fds:
+            os.close(fd)
+
+    return close
+
+
+@pytest.mark.parametrize("name", ["env", "report", "whatif", "size"])
+def test_a_closed_stdout_drops_the_summary_and_keeps_the_outputs(
+    name: str, run_json: str, tmp_path: Path
+) -> None:
+    # `ioprobe report run.json --md r.md >&-`: Python's stdout is None, whose flush at the
+    # end was an AttributeError traceback, exit 1
+    args = [run_json if a == "RUN" else a for a in COMMANDS[name]]
+    out = tmp_path / "out.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ioprobe", *args, "--json", str(out)],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+        preexec_fn=_closing(0, 1),  # stdin and stdout closed where the command starts
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert out.stat().st_size > 0
+
+
+def test_a_closed_stderr_leaves_the_summary_and_the_exit_code() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "ioprobe", "env"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+        preexec_fn=_closing(2),
+    )
+    assert proc.returncode == 0 and "python" in proc.stdout.lower()

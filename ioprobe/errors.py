@@ -13,6 +13,9 @@ import errno
 WRITE_ERRNOS = frozenset(
     {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EPIPE, errno.EIO, errno.EROFS}
 )
+# what a process meets at its own limits (an OSError's errno): too many open files (its own
+# limit, or the system's), no process or thread to start; the host's, not a bug
+LIMIT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN})
 
 
 class IoprobeError(Exception):

@@ -25,8 +25,10 @@ from typing import Any
 import click
 
 from ioprobe._version import __version__
+from ioprobe.cli._common import limits
 from ioprobe.collect.procfs import process_age_s
 from ioprobe.errors import (
+    LIMIT_ERRNOS,
     WRITE_ERRNOS,
     BadInputError,
     Interrupted,
@@ -234,6 +236,8 @@ def _main(argv: list[str] | None, started: float) -> None:
     except IoprobeError as exc:
         _fail(str(exc), exc.exit_code)
     except OSError as exc:
+        if exc.errno in LIMIT_ERRNOS:  # the process's own limits, wherever they were met
+            _fail(f"{exc.strerror or exc}: {limits()}", 2)
         if exc.errno not in WRITE_ERRNOS:
             raise  # a bug: its traceback is what fixes it
         # stdout on a full device or a closed pipe (`ioprobe env > /dev/full`): one line, and

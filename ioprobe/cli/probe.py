@@ -33,6 +33,7 @@ from ioprobe.cli._common import (
     count,
     deliver,
     finite_float,
+    limits,
     output_options,
     plan_outputs,
 )
@@ -43,6 +44,7 @@ from ioprobe.collect.group import open_group
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import Reporter, RichReporter, make_reporter
 from ioprobe.errors import (
+    LIMIT_ERRNOS,
     WRITE_ERRNOS,
     BadInputError,
     Interrupted,
@@ -183,7 +185,7 @@ def _probe(probe: Probe, reporter: Reporter, plan: dict[str, list[str]]) -> None
     except KeyboardInterrupt as exc:
         stop = exc  # handled once the progress display has closed
     except OSError as exc:
-        if exc.errno not in WRITE_ERRNOS or probe.partial is None:
+        if exc.errno not in WRITE_ERRNOS | LIMIT_ERRNOS or probe.partial is None:
             raise  # cli.main makes a write error one line; anything else is a bug
         refused = exc
     finally:
@@ -192,9 +194,13 @@ def _probe(probe: Probe, reporter: Reporter, plan: dict[str, list[str]]) -> None
         raise _stopped(stop, probe.partial, plan)
     if refused is not None and probe.partial is not None:
         deliver(finalize(probe.partial, try_load_catalog()), plan)
+        why = (
+            f"{refused.strerror or refused}: {limits()}"
+            if refused.errno in LIMIT_ERRNOS
+            else f"a write failed ({refused.strerror or refused}; a full TMPDIR?)"
+        )
         raise BadInputError(
-            f"{probe.partial.interrupted}: a write failed ({refused.strerror or refused}; a "
-            "full TMPDIR?); what was measured before is reported"
+            f"{probe.partial.interrupted}: {why}; what was measured before is reported"
         )
     deliver(finalize(measured, try_load_catalog()), plan)
 

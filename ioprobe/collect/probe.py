@@ -62,7 +62,13 @@ from ioprobe.collect.phase_shares import (
 )
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.collect.quiet import start_quiet
-from ioprobe.errors import WRITE_ERRNOS, BadInputError, StorageTimeoutError, TargetError
+from ioprobe.errors import (
+    LIMIT_ERRNOS,
+    WRITE_ERRNOS,
+    BadInputError,
+    StorageTimeoutError,
+    TargetError,
+)
 from ioprobe.record import (
     CpuStage,
     DatasetProfile,
@@ -239,7 +245,8 @@ class Probe:
         Ctrl-C (or SIGTERM turned into a KeyboardInterrupt) propagates unchanged; before it
         does, ``partial`` is set to the record of the phases that had ended, marked incomplete
         and naming the phase it stopped in, or stays None when no stage had been measured.
-        A write the host refuses (``outputs.WRITE_ERRNOS``: a full TMPDIR) does the same."""
+        A write the host refuses (``WRITE_ERRNOS``: a full TMPDIR), or a limit it meets
+        (``LIMIT_ERRNOS``: too many open files), does the same."""
         o = self.options
         self._began = time.perf_counter()
         started = self._began if o.started_at is None else min(o.started_at, self._began)
@@ -259,9 +266,10 @@ class Probe:
                 self.partial.gpu_series = gpu_sampler.series_record(sampler, started)
             raise
         except Exception as exc:
-            if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
-                # the host failed a write of ours (the CPU pool's payloads in a full TMPDIR):
-                # the phases that ended are kept, as for Ctrl-C
+            if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS | LIMIT_ERRNOS:
+                # the host failed a write of ours (the CPU pool's payloads in a full TMPDIR)
+                # or met its limits (no file or process left for the CPU pool's workers): the
+                # phases that ended are kept, as for Ctrl-C
                 self.partial = self._interrupted(started)
                 if self.partial is not None:
                     self.partial.gpu_series = gpu_sampler.series_record(sampler, started)

@@ -254,9 +254,23 @@ SIGNED_FIELDS = frozenset(
 _COLUMN_TABLES: tuple[type, ...] = (Track, GpuSeries)
 
 
+# The lists of a measurement's levels (a sweep's reads in flight or workers, the copy
+# sizes, a scaling fit's bins, a tune's trials): a run makes tens; past this, a record was
+# made by hand, and every what-if would copy it for minutes
+MAX_LEVELS = 1000
+_LEVEL_LISTS = ("sweep", "storage_sweep", "copies", "decode_paths", "curve", "points", "trials")
+
+
 def _check_tables(tp: type, kwargs: dict[str, Any], path: str) -> None:
     """A table held column by column has one length in every column; an epoch entry stands
-    for one epoch or more."""
+    for one epoch or more; a list of a measurement's levels holds at most MAX_LEVELS."""
+    for name in _LEVEL_LISTS:
+        got = kwargs.get(name)
+        if isinstance(got, list) and len(got) > MAX_LEVELS:
+            raise RecordError(
+                f"{join(path, name)}: {len(got):,} levels, where a measurement makes tens "
+                f"(at most {MAX_LEVELS:,} are read)"
+            )
     if "columns" in kwargs and tp in _COLUMN_TABLES:
         check_columns(kwargs["columns"], join(path, "columns"))
     if tp is WatchEpoch and kwargs.get("merged", 1) < 1:  # readers divide by it
@@ -276,6 +290,7 @@ _CODEC = Codec(SIGNED_FIELDS, _check_tables)
 
 __all__ = [
     "MAIN_COLUMNS",
+    "MAX_LEVELS",
     "MAX_RECORD_BYTES",
     "MERGE_RULES",
     "SCHEMA",

@@ -8,6 +8,7 @@ import pytest
 
 from ioprobe.errors import BadInputError, RecordError
 from ioprobe.record import (
+    MAX_LEVELS,
     SCHEMA,
     CpuStage,
     DatasetProfile,
@@ -236,3 +237,14 @@ def test_a_tune_record_whose_best_names_no_trial_is_refused(tmp_path: Path) -> N
     path.write_text(json.dumps(rec.to_json()))
     with pytest.raises(RecordError, match=r"tune\.best: 7 names no trial"):
         RunRecord.load(path)
+
+
+def test_a_sweep_of_more_levels_than_a_measurement_makes_is_refused_naming_it() -> None:
+    # 300,000 levels made by hand took every what-if minutes (each copies the stages)
+    data = make_record().to_json()
+    point = data["stages"]["storage"]["cold"]["sweep"][0]
+    data["stages"]["storage"]["cold"]["sweep"] = [point] * (MAX_LEVELS + 1)
+    with pytest.raises(RecordError, match=r"stages\.storage\.cold\.sweep: 1,001 levels"):
+        RunRecord.from_json(data)
+    data["stages"]["storage"]["cold"]["sweep"] = [point] * MAX_LEVELS
+    assert len(RunRecord.from_json(data).stages.storage.cold.sweep) == MAX_LEVELS  # type: ignore[union-attr]

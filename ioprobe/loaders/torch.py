@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 from torch.utils.data._utils.collate import default_collate, default_convert
 
+from ioprobe.capacity import worker_epochs
 from ioprobe.collect import read_check
 from ioprobe.collect.procfs import private_bytes
 from ioprobe.errors import BadInputError, TrialDone
@@ -46,6 +47,10 @@ from ioprobe.record import GpuAlone, LoaderSettings, RunRecord, Stages, WatchEpo
 from ioprobe.redact import printable, redact_url
 
 # ----------------------------------------------------------------------------- main side
+
+# Workers blocked this share of their samples' time or more read more than they compute:
+# how their storage scales with readers is what advice on their number rests on.
+READ_CHECK_BLOCKED = 0.5
 
 
 # The settings ``ioprobe tune`` may change in a trial: a DataLoader's queue, nothing that
@@ -754,12 +759,12 @@ class Watched:
         return self._run
 
     def _read_check(self, rec: RunRecord) -> bool:
-        """Once per loader, where a recommendation to change the workers rests on an
-        assumption (``Recommendation.unchecked``) and the run's reads in flight varied too
-        little to tell a bandwidth cap from a latency limit: measure how the dataset's reads
-        scale with readers (``collect.read_check``, about 1.5 s) into the collector; True
-        where that gave a curve. Not in a trial of ``ioprobe tune``, a job of several ranks,
-        a loader that does not fork its workers, or with ``IOPROBE_READ_CHECK=0``."""
+        """Once per loader, where the workers spent most of their time blocked and the run's
+        reads in flight varied too little to tell a bandwidth cap from a latency limit (so
+        any advice on the workers would rest on an assumption): measure how the dataset's
+        reads scale with readers (``collect.read_check``, about 2 s) into the collector;
+        True where that gave a curve. Not in a trial of ``ioprobe tune``, a job of several
+        ranks, a loader that does not fork its workers, or with ``IOPROBE_READ_CHECK=0``."""
         w = rec.watch
         if (
             self._checked
@@ -768,7 +773,10 @@ class Watched:
             or w.read_scaling.exponent is not None
         ):
             return False
-        if not any(r.unchecked and r.change and r.change.workers for r in rec.recommendations):
+        eps = worker_epochs(w.epochs)
+        wall = sum(e.sample_wall_seconds for e in eps)
+        cpu = sum(e.sample_cpu_seconds + e.runqueue_seconds for e in eps)
+        if wall <= 0 or (wall - cpu) / wall < READ_CHECK_BLOCKED:
             return False
         inner, ds = self._inner, self._loader.dataset
         ctx = inner.multiprocessing_context

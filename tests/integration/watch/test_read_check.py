@@ -9,7 +9,11 @@ workers read faster."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,6 +22,7 @@ from torch.utils.data import DataLoader, Dataset
 import ioprobe
 from ioprobe.analysis.scenario import LINEAR_STORAGE
 from ioprobe.record import RunRecord
+from tests.support.cli import REPO, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -103,3 +108,30 @@ def test_the_check_is_left_out_where_the_user_turns_it_off(
     assert rec.watch.read_scaling.exponent is None and not rec.watch.read_scaling.checked
     # the advice then says what it assumes beside its number
     assert any(LINEAR_STORAGE in u for _, u, _ in worker_advice(rec)), rec.recommendations
+
+
+SCRIPT = """
+import time
+from torch.utils.data import DataLoader
+from tests.integration.watch.test_read_check import BATCH, STEP_S, WORKERS, Capped
+for b in DataLoader(Capped(), batch_size=BATCH, num_workers=WORKERS):
+    time.sleep(STEP_S)
+    print(int(b.sum()))
+"""
+
+
+def test_under_ioprobe_run_the_check_runs_at_exit_and_the_script_prints_as_unwatched(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    plain = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
+    )
+    out = tmp_path / "run.json"
+    proc = run_cli("run", "--json", str(out), "--", sys.executable, str(script))
+    assert (proc.returncode, proc.stdout) == (plain.returncode, plain.stdout), proc.stderr
+    rec = RunRecord.load(out)
+    assert rec.watch is not None and rec.watch.read_scaling is not None
+    assert rec.watch.read_scaling.checked, rec.watch.read_scaling

@@ -138,9 +138,11 @@ def main(argv: list[str] | None = None) -> None:
     here = threading.current_thread() is threading.main_thread()
     previous: dict[int, Any] = {}
     if here:
-        previous[signal.SIGTERM] = signal.signal(signal.SIGTERM, _on_sigterm)
-        if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-            previous[signal.SIGHUP] = signal.signal(signal.SIGHUP, _on_sigterm)
+        # a signal ignored where ioprobe was started (nohup, a job started with `&` from a
+        # script, a supervisor) stays ignored, for ioprobe and for what `run` starts
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(signum) is not signal.SIG_IGN:
+                previous[signum] = signal.signal(signum, _on_sigterm)
     try:
         _main(argv, started)
     finally:

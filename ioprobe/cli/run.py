@@ -276,10 +276,14 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str], got: list[int] | Non
     group of its own, so a signal to ioprobe's group reaches it once, passed on by ioprobe."""
     in_terminal = _terminal_foreground()
     relay = _Relay(got)
-    # SIGHUP (a closed terminal, a supervisor) is passed on as SIGTERM is, unless it is
-    # ignored (nohup): then the script inherits it ignored, as it would unwatched
-    relayed = [signal.SIGINT, signal.SIGTERM]
-    relayed += [signal.SIGHUP] if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN else []
+    # SIGINT, SIGTERM and SIGHUP (a closed terminal, a supervisor) are passed on, but one
+    # ignored where ioprobe was started (nohup, `trap '' INT`, a job started with `&` from a
+    # script): the script inherits it ignored, as it would unwatched
+    relayed = [
+        s
+        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        if signal.getsignal(s) is not signal.SIG_IGN
+    ]
     previous = {s: signal.signal(s, relay.handle) for s in relayed}
     try:
         try:

@@ -1,0 +1,46 @@
+"""What `ioprobe run` was started with, the script gets: a signal ignored where ioprobe was
+started (`trap '' INT`, nohup, a job started with `&` from a script, a supervisor) stays
+ignored for the script, which survives it as it would unwatched, where it died watched (130
+for SIGINT, 143 for SIGTERM)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import REPO
+
+SCRIPT = """
+import os, signal, time
+os.kill(os.getpid(), signal.{name})
+time.sleep(0.2)
+print("survived")
+"""
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_a_signal_ignored_where_run_starts_stays_ignored_for_the_script(
+    tmp_path: Path, name: str
+) -> None:
+    script = tmp_path / "s.py"
+    script.write_text(SCRIPT.format(name=name))
+    signum = getattr(signal, name)
+
+    def ignored() -> None:
+        signal.signal(signum, signal.SIG_IGN)
+
+    def start(*cmd: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(cmd), capture_output=True, text=True, timeout=60, preexec_fn=ignored,
+            env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=tmp_path,
+        )  # fmt: skip
+
+    plain = start(sys.executable, str(script))
+    assert (plain.returncode, plain.stdout) == (0, "survived\n"), plain.stderr
+    watched = start(sys.executable, "-m", "ioprobe", "run", "--", sys.executable, str(script))
+    assert (watched.returncode, watched.stdout) == (0, "survived\n"), watched.stderr

@@ -140,9 +140,9 @@ def main(argv: list[str] | None = None) -> None:
     if here:
         # a signal ignored where ioprobe was started (nohup, a job started with `&` from a
         # script, a supervisor) stays ignored, for ioprobe and for what `run` starts
-        for signum in (signal.SIGTERM, signal.SIGHUP):
-            if signal.getsignal(signum) is not signal.SIG_IGN:
-                previous[signum] = signal.signal(signum, _on_sigterm)
+        for caught in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(caught) is not signal.SIG_IGN:
+                previous[caught] = signal.signal(caught, _on_sigterm)
     try:
         _main(argv, started)
     finally:

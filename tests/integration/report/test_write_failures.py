@@ -120,3 +120,20 @@ def test_a_closed_stderr_leaves_the_summary_and_the_exit_code() -> None:
         preexec_fn=_closing(2),
     )
     assert proc.returncode == 0 and "python" in proc.stdout.lower()
+
+
+def test_a_probe_with_stderr_closed_measures_and_writes_its_record(tmp_path: Path) -> None:
+    # its first progress line went to a stderr of None: exit 1, and no record
+    data = tmp_path / "d"
+    data.mkdir()
+    for i in range(8):
+        (data / f"{i}.bin").write_bytes(os.urandom(4000))
+    out = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "ioprobe", "probe", str(data), "--time-budget", "2",
+         "--loader", "raw", "--json", str(out)],
+        stdout=subprocess.DEVNULL, cwd=REPO, timeout=120, preexec_fn=_closing(2),
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert proc.returncode == 0
+    assert out.stat().st_size > 0

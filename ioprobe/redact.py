@@ -134,11 +134,12 @@ def sensitive_param(name: str) -> bool:
     return any(part in squashed for part in _SECRET_PARTS)
 
 
-def redact_url(text: str) -> str:
+def redact_url(text: str, whole: bool = False) -> str:
     """``text`` with every URL in it redacted: ``scheme://user:***@host/path?sig=***&n=1``.
 
     Works on a bare URL and on a message that quotes one; text without ``://`` is returned as
-    it is, so a local path is never changed.
+    it is, so a local path is never changed. ``whole``: ``text`` is one URL as it was given
+    (a target on the command line), whose password may hold whitespace.
     """
     if "://" not in text:
         return text
@@ -149,7 +150,8 @@ def redact_url(text: str) -> str:
             continue  # inside the URL just masked (a URL quoted in a query value)
         out.append(text[pos : m.end()])
         start = m.end()
-        after_userinfo, masked = _userinfo(text, start, m.group(0)[:-3].lower())
+        one = whole and m.start() == 0
+        after_userinfo, masked = _userinfo(text, start, m.group(0)[:-3].lower(), whole=one)
         out.append(masked)
         after_host, host = _host(text, after_userinfo)
         out.append(host)
@@ -262,10 +264,10 @@ def redact_message(text: str, urls: Iterable[str] = ()) -> str:
     """A library's or an error's text as it may be shown: every URL in it redacted, and every
     secret of ``urls`` (the real URLs ioprobe was given) masked wherever the text repeats it,
     with or without its scheme."""
-    text = redact_url(text)
+    # the secrets first: one that holds whitespace ends the URL where redact_url reads it
     for secret in secrets_of(urls):
         text = text.replace(secret, MASK)
-    return text
+    return redact_url(text)
 
 
 def printable(text: str) -> str:

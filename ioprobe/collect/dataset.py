@@ -157,7 +157,7 @@ def resolve(
     if is_remote(target):
         return _resolve_remote(target, storage_options or {}, budget_s)
     path = target[len("file://") :] if target.startswith("file://") else target
-    return _resolve_local(redact_url(target), os.path.expanduser(path), seed, budget_s)
+    return _resolve_local(redact_url(target, whole=True), os.path.expanduser(path), seed, budget_s)
 
 
 def _resolve_local(target: str, path: str, seed: int, budget_s: float = 60.0) -> Dataset:
@@ -454,7 +454,7 @@ def _skip_summary(skipped: Counter[str]) -> str:
 
 
 def _resolve_remote(url: str, storage_options: dict[str, Any], budget_s: float) -> Dataset:
-    target = redact_url(url)  # what is shown; ``url`` itself only opens the filesystem
+    target = redact_url(url, whole=True)  # what is shown; ``url`` only opens the filesystem
     started = time.monotonic()
     fs, path = _open_remote(url, target, storage_options, budget_s)
     deadline = Deadline(started + WALK_SHARE * budget_s, PAGE_GRACE_SHARE * budget_s)

@@ -208,3 +208,10 @@ def test_ioprobe_alone_prints_its_help_laid_out_as_help_does() -> None:
     lines = proc.stderr.splitlines()
     assert lines[0].startswith("Usage: ioprobe") and "Commands:" in lines
     assert max(len(line) for line in lines) <= 120 and "ioprobe: error" not in proc.stderr
+
+
+def test_a_password_holding_a_space_is_masked_in_the_error_line() -> None:
+    proc = run_cli("probe", "http://alice:S3KR1T x@127.0.0.1:9/", "--time-budget", "2")
+    assert proc.returncode == 2
+    assert "S3KR1T" not in proc.stdout + proc.stderr, proc.stderr
+    assert "http://alice:***@127.0.0.1:9/" in proc.stderr

@@ -353,3 +353,19 @@ def test_a_secret_holding_whitespace_is_masked_where_a_library_repeats_it() -> N
     said = f'Invalid bucket name "AKIAXX:S3KR1T+a b@bucket-x": must match; {given}'
     out = redact_message(said, [given])
     assert "S3KR1T" not in out and "AKIAXX" not in out, out
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://alice:S3KR1T x@127.0.0.1:9/", "http://alice:***@127.0.0.1:9/"),
+        ("http://alice:S3KR1T\t#x@127.0.0.1:9/", "http://alice:***@127.0.0.1:9/"),
+        ("s3://AKIAXX:S3KR1T a@bucket-x/data/", "s3://***@bucket-x/data/"),
+    ],
+)
+def test_a_target_whose_password_holds_whitespace_is_masked_whole(url: str, shown: str) -> None:
+    # a URL given as one argument: its userinfo runs to its last "@", whitespace and all
+    assert redact_url(url, whole=True) == shown
+    # and a library's message quoting it loses it too
+    said = redact_message(f"{url}: cannot reach it ({url.split('://')[1]})", [url])
+    assert "S3KR1T" not in said and "AKIAXX" not in said, said

@@ -273,7 +273,9 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str], got: list[int] | Non
 
     In a terminal's foreground the script shares ioprobe's process group, so that it can read
     the terminal (a debugger's prompt) and Ctrl-C reaches it directly. Anywhere else it gets a
-    group of its own, so a signal to ioprobe's group reaches it once, passed on by ioprobe."""
+    group of its own, so a signal to ioprobe's group reaches it once, passed on by ioprobe;
+    a group it joins rather than leads (``_group_leader``), so that it may start a session of
+    its own as it could unwatched."""
     in_terminal = _terminal_foreground()
     relay = _Relay(got)
     # SIGINT, SIGTERM and SIGHUP (a closed terminal, a supervisor) are passed on, but one
@@ -286,10 +288,16 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str], got: list[int] | Non
     ]
     previous = {s: signal.signal(s, relay.handle) for s in relayed}
     try:
+        leader = None if in_terminal else _group_leader()
+        group = None if in_terminal else (leader.pid if leader is not None else 0)
         try:
-            child = subprocess.Popen(list(cmd), env=env, process_group=None if in_terminal else 0)
+            child = subprocess.Popen(list(cmd), env=env, process_group=group)
         except OSError as exc:  # passed the checks but exec refused it: no #! line, a bad ELF
             raise BadInputError(f"{cmd[0]}: cannot run: {exc.strerror or exc}") from None
+        finally:
+            if leader is not None:  # the group goes on with the script in it
+                leader.kill()
+                leader.wait()
         relay.start(child)
         code = relay.wait()
     finally:
@@ -297,6 +305,20 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str], got: list[int] | Non
         for s, handler in previous.items():
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
     return code
+
+
+def _group_leader() -> subprocess.Popen[bytes] | None:
+    """A process that starts a process group for the script to join and then ends: the
+    script is in a group of its own without leading it, so it may call ``setsid()`` as it
+    could unwatched (a group leader may not). None where none starts (the script then leads
+    its group)."""
+    try:
+        return subprocess.Popen(
+            ["sleep", "3600"], process_group=0, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    except OSError:
+        return None
 
 
 def _isatty(stream: IO[str] | None) -> bool:
@@ -376,8 +398,9 @@ class _Relay:
         if child is None or child.poll() is not None:
             return
         try:
-            if os.getpgid(child.pid) == child.pid:
-                os.killpg(child.pid, signal.SIGKILL)
+            group = os.getpgid(child.pid)
+            if group != os.getpgrp():
+                os.killpg(group, signal.SIGKILL)
             else:
                 child.kill()
         except ProcessLookupError:

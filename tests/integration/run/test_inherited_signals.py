@@ -6,6 +6,7 @@ for SIGINT, 143 for SIGTERM)."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -44,3 +45,23 @@ def test_a_signal_ignored_where_run_starts_stays_ignored_for_the_script(
     assert (plain.returncode, plain.stdout) == (0, "survived\n"), plain.stderr
     watched = start(sys.executable, "-m", "ioprobe", "run", "--", sys.executable, str(script))
     assert (watched.returncode, watched.stdout) == (0, "survived\n"), watched.stderr
+
+
+def test_a_script_may_start_a_session_of_its_own_as_it_could_unwatched(tmp_path: Path) -> None:
+    # outside a terminal the script had a process group of its own that it led, and a group
+    # leader may not call setsid(): PermissionError, exit 1 (0 unwatched)
+    script = tmp_path / "ss.py"
+    script.write_text("import os\nos.setsid()\nprint(os.getsid(0) == os.getpid())\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    # as from a script or a supervisor: a shell leads the job's group, the command is in it
+    def job(*cmd: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["sh", "-c", " ".join(shlex.quote(c) for c in cmd)], capture_output=True,
+            text=True, env=env, timeout=60, start_new_session=True,
+        )  # fmt: skip
+
+    plain = job(sys.executable, str(script))
+    watched = job(sys.executable, "-m", "ioprobe", "run", "--", sys.executable, str(script))
+    assert (plain.returncode, plain.stdout) == (0, "True\n"), plain.stderr
+    assert (watched.returncode, watched.stdout) == (0, "True\n"), watched.stderr

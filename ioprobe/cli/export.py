@@ -39,6 +39,13 @@ def command(
         raise BadInputError(
             f"--data-folder: {data_folder!r} holds a control character; give a folder name"
         )
+    if data_folder is not None and "${" in data_folder:
+        # DLIO reads its configuration through Hydra, which would resolve ${...} (an
+        # environment variable, a resolver) where a folder name was meant
+        raise BadInputError(
+            f"--data-folder: {data_folder!r} holds '${{', which DLIO's Hydra would resolve; "
+            "give a folder name"
+        )
     rec = RunRecord.load(run)
     try:
         workload = dlio_workload(rec, epochs=epochs, data_folder=data_folder)

@@ -257,7 +257,7 @@ def test_an_ascii_terminal_gets_the_summary_with_ascii_marks(
     assert b"####" in proc.stdout and b"-> " in proc.stdout, proc.stdout.decode()
 
 
-@pytest.mark.parametrize("folder", ["x\npwned", "x\x1b[2Jy"])
+@pytest.mark.parametrize("folder", ["x\npwned", "x\x1b[2Jy", "${oc.env:HOME}/d"])
 def test_a_dlio_data_folder_with_a_control_character_is_refused(
     tmp_path: Path, folder: str
 ) -> None:

@@ -24,6 +24,7 @@ from ioprobe.analysis.recommend import LOADER_KINDS
 from ioprobe.analysis.streams import stream_imbalance
 from ioprobe.analysis.whatif import whatif
 from ioprobe.record import Change, RunRecord
+from tests.support.validation import burn
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # local files only: never the Hub
 datasets = pytest.importorskip("datasets")
@@ -36,14 +37,8 @@ FILES, ROWS, BATCH, WORKERS = 8, 64, 8, 2
 HEAVY_S, LIGHT_S, STEP_S = 0.012, 0.001, 0.004
 
 
-def _burn(seconds: float) -> None:
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
-
-
 def decode(row: dict[str, Any]) -> dict[str, Any]:
-    _burn(HEAVY_S if row["heavy"] else LIGHT_S)
+    burn(HEAVY_S if row["heavy"] else LIGHT_S)
     return row
 
 

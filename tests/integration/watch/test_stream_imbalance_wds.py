@@ -25,6 +25,7 @@ from ioprobe.analysis.report import findings
 from ioprobe.analysis.streams import stream_imbalance
 from ioprobe.analysis.whatif import whatif
 from ioprobe.record import Change, RunRecord
+from tests.support.validation import burn
 
 wds = pytest.importorskip("webdataset")
 
@@ -34,14 +35,8 @@ SHARDS, SAMPLES, BATCH, WORKERS = 8, 64, 8, 2
 HEAVY_S, LIGHT_S, STEP_S = 0.012, 0.001, 0.004
 
 
-def _burn(seconds: float) -> None:
-    end = time.thread_time() + seconds
-    while time.thread_time() < end:
-        pass
-
-
 def decode(sample: dict[str, Any]) -> torch.Tensor:
-    _burn(HEAVY_S if json.loads(sample["json"])["heavy"] else LIGHT_S)
+    burn(HEAVY_S if json.loads(sample["json"])["heavy"] else LIGHT_S)
     return torch.zeros(4)
 
 

@@ -18,6 +18,22 @@ WRITE_ERRNOS = frozenset(
 LIMIT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.EAGAIN})
 
 
+def limits() -> str:
+    """What the process may open and start, to say beside a limit it met."""
+    import resource
+
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    procs = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+
+    def fmt(n: int) -> str:
+        return "unlimited" if n == resource.RLIM_INFINITY else f"{n:,}"
+
+    return (
+        f"this process may open {fmt(files)} files (ulimit -n) and run {fmt(procs)} "
+        "processes (ulimit -u); raise them, or use fewer workers"
+    )
+
+
 class IoprobeError(Exception):
     """Base of every error that is the user's input or environment, not a bug."""
 

@@ -25,7 +25,6 @@ from typing import Any
 import click
 
 from ioprobe._version import __version__
-from ioprobe.cli._common import limits
 from ioprobe.collect.procfs import process_age_s
 from ioprobe.errors import (
     LIMIT_ERRNOS,
@@ -35,6 +34,7 @@ from ioprobe.errors import (
     IoprobeError,
     Terminated,
     TermSignal,
+    limits,
 )
 from ioprobe.redact import hung_up_tolerant, printable, redact_message
 

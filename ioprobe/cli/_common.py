@@ -335,19 +335,3 @@ def storage_flag(spec: str, catalog: Catalog) -> StorageClassInfo:
         return resolve_storage(spec, catalog)
     except BadInputError as exc:
         raise BadInputError(f"--storage: {exc}") from None
-
-
-def limits() -> str:
-    """What the process may open and start, to say beside a limit it met."""
-    import resource
-
-    files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
-    procs = resource.getrlimit(resource.RLIMIT_NPROC)[0]
-
-    def fmt(n: int) -> str:
-        return "unlimited" if n == resource.RLIM_INFINITY else f"{n:,}"
-
-    return (
-        f"this process may open {fmt(files)} files (ulimit -n) and run {fmt(procs)} "
-        "processes (ulimit -u); raise them, or use fewer workers"
-    )

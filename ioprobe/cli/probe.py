@@ -33,7 +33,6 @@ from ioprobe.cli._common import (
     count,
     deliver,
     finite_float,
-    limits,
     output_options,
     plan_outputs,
 )
@@ -51,6 +50,7 @@ from ioprobe.errors import (
     RankLostError,
     Terminated,
     TermSignal,
+    limits,
 )
 from ioprobe.record import RankInfo, RunRecord
 

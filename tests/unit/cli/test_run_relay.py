@@ -15,9 +15,6 @@ import pytest
 
 from ioprobe.cli.run import _Relay
 
-# a signal sent to a child that may not have finished its exec yet: alone on the CPU
-pytestmark = pytest.mark.serial
-
 
 @pytest.fixture
 def children() -> Iterator[list[subprocess.Popen[bytes]]]:

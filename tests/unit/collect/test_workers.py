@@ -210,7 +210,6 @@ print("lost")
 """
 
 
-@pytest.mark.serial  # a signal timed against a pool's start: alone on the CPU
 def test_a_ctrl_c_while_a_pool_starts_beside_a_helper_thread_interrupts_the_start() -> None:
     # SIGINT is ignored process-wide while the pool starts and blocked in the main thread:
     # handed to the abandoned call's thread, it was discarded and the probe ran on

@@ -333,7 +333,6 @@ def _ctrl_c() -> None:
     signal.raise_signal(signal.SIGINT)
 
 
-@pytest.mark.serial  # a panel drawn each second while the loop runs: alone on the CPU
 @pytest.mark.parametrize("ending", ["end", "break", "exception", "ctrl-c"])
 def test_on_a_terminal_the_panel_draws_while_the_loop_runs_and_is_gone_after(
     terminal: io.StringIO, ending: str

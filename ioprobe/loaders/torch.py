@@ -747,8 +747,8 @@ class Watched:
     def run(self) -> RunRecord:
         """The record so far; complete once iteration has ended. Read mid-pass, the loop
         may go on: the rest of the pass is recorded as an epoch entry of its own. Read
-        between passes, where the advice to change the workers rests on storage scaling the
-        run could not measure, the read check measures it first (``_read_check``)."""
+        between passes, where the workers were mostly blocked and the run could not tell how
+        its storage scales with readers, the read check measures it first (``_read_check``)."""
         at = self._collector.progress()
         if self._run is None or self._run_at != at:
             between = self._collector.current is None

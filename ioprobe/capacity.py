@@ -491,6 +491,11 @@ def read_scaling(spans: Sequence[SampleSpan]) -> ReadScaling | None:
     return out
 
 
+# Reads whose throughput grows with readers by this exponent or less share a bandwidth:
+# past the most readers measured, their throughput is taken to hold, not to grow.
+BANDWIDTH_EXPONENT = 0.3
+
+
 def scaling_exponent(points: Sequence[ScalingPoint]) -> float:
     """Storage throughput's exponent in reads in flight, from reads binned by them: a
     least-squares line through log(mean read time) against log(reads in flight), weighted
@@ -508,11 +513,6 @@ def scaling_limit(exponent: float) -> str:
     if exponent >= 0.7:
         return "per-request latency"
     return "bandwidth" if exponent <= BANDWIDTH_EXPONENT else "mixed latency and bandwidth"
-
-
-# Reads whose throughput grows with readers by this exponent or less share a bandwidth:
-# past the most readers measured, their throughput is taken to hold, not to grow.
-BANDWIDTH_EXPONENT = 0.3
 
 
 def _reads_in_flight(reading: Sequence[SampleSpan]) -> list[tuple[float, int]]:

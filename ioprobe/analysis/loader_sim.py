@@ -141,6 +141,12 @@ class Costs:
     streams: tuple[int, ...] = ()
     stream_workers: int = 0
 
+    @property
+    def bandwidth(self) -> bool:
+        """Whether the storage was measured as one shared bandwidth: its throughput holds
+        past the most reads in flight measured (``capacity.BANDWIDTH_EXPONENT``)."""
+        return self.exponent is not None and self.exponent <= capacity.BANDWIDTH_EXPONENT
+
 
 @dataclasses.dataclass(frozen=True)
 class Prediction:
@@ -255,6 +261,12 @@ def logged_costs(rec: RunRecord) -> Costs | None:
     return out
 
 
+def in_streams(c: Costs, s: Setting) -> bool:
+    """Whether a replay of ``c`` under ``s`` keeps each batch in its worker's stream: an
+    IterableDataset's, at the worker count its streams were logged with."""
+    return bool(c.streams) and s.workers == c.stream_workers
+
+
 def _streams(workers: list[int]) -> tuple[int, ...]:
     """Each logged batch's stream, numbered in the order the workers' first batches came
     (in order, the replay's worker k is handed the segment's k-th batch first)."""
@@ -332,8 +344,7 @@ def _split(
 def simulate(c: Costs, s: Setting, batches: int | None = None) -> list[float]:
     """When each of ``batches`` batches reaches the consumer (the logged ones cycled), under
     setting ``s``: the event simulation the module docstring describes."""
-    waves = c.exponent is not None and c.exponent <= capacity.BANDWIDTH_EXPONENT
-    per_worker = PER_WORKER * s.workers if waves else 0
+    per_worker = PER_WORKER * s.workers if c.bandwidth else 0  # its waves settle slowly
     fill = min(max(4 * s.workers * s.prefetch_factor, per_worker), MAX_REPLAY)
     n = batches or max(MIN_REPLAY, fill, 2 * len(c.cpu))
     return _Replay(c, s, n).run()
@@ -355,7 +366,7 @@ class _Replay:
         # and its stream ends: each stream is its logged batches, repeated as often as the
         # whole log is to make ``n``, and a worker whose stream is done is handed no more
         self.stream: list[list[int]] | None = None
-        if c.streams and s.workers == c.stream_workers:
+        if in_streams(c, s):
             rounds = max(math.ceil(n / len(c.streams)), 1)
             own: list[list[int]] = [[] for _ in range(s.workers)]
             for i, k in enumerate(c.streams):
@@ -470,7 +481,8 @@ class _Replay:
                     return
             self.logged[self.sent] = self.stream[w][self.made[w]]
             self.made[w] += 1
-            self.active -= 0 if self._left(w) else 1
+            if not self._left(w):
+                self.active -= 1
         self.queue[w].append(self.sent)
         self.owner[self.sent] = w
         self.outstanding[w] += 1
@@ -512,7 +524,7 @@ class _Replay:
             # time per read ~ (reads in flight) ** (1 - exponent), as measured at m0; a
             # bandwidth's throughput holds past the most reads in flight measured
             top = c.reads_in_flight_max
-            if c.exponent <= capacity.BANDWIDTH_EXPONENT and n_io > top >= c.reads_in_flight:
+            if c.bandwidth and n_io > top >= c.reads_in_flight:
                 io_rate = (top / c.reads_in_flight) ** (c.exponent - 1.0) * top / n_io
             else:
                 io_rate = (n_io / c.reads_in_flight) ** (c.exponent - 1.0)
@@ -543,7 +555,7 @@ def simulated_rate(c: Costs, s: Setting) -> float:
 
 def _rate(c: Costs, s: Setting, arrivals: Sequence[float]) -> float:
     """Samples/s of a replay's ``arrivals``: the steady rate, or of streams, the whole's."""
-    if not (c.streams and s.workers == c.stream_workers):
+    if not in_streams(c, s):
         return steady_rate(arrivals, c.samples_per_batch)
     return len(arrivals) * c.samples_per_batch / arrivals[-1] if arrivals[-1] > 0 else math.inf
 
@@ -633,11 +645,7 @@ def _assumptions(c: Costs, base: Setting, s: Setting) -> tuple[str, ...]:
     more_reads = s.workers > base.workers and blocked > 0.05
     if more_reads and c.exponent is None:
         out.append(LINEAR_STORAGE)
-    elif (
-        more_reads
-        and s.workers * blocked > c.reads_in_flight_max * 1.25
-        and (c.exponent or 0.0) > capacity.BANDWIDTH_EXPONENT
-    ):
+    elif more_reads and s.workers * blocked > c.reads_in_flight_max * 1.25 and not c.bandwidth:
         out.append(
             f"storage's scaling extrapolated past the {c.reads_in_flight_max:.1f} reads in "
             "flight the run saw"
@@ -841,6 +849,7 @@ __all__ = [
     "costs",
     "fits",
     "foreign_cores",
+    "in_streams",
     "logged_costs",
     "memory",
     "memory_limit",

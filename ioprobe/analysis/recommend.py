@@ -734,7 +734,7 @@ def _loader_why(rec: RunRecord, base: loader_sim.Setting, s: loader_sim.Setting)
                 f"workers spend {blocked:.0%} of their time blocked (reads, waits), not on a "
                 f"core, so {s.workers} of them share the {c.usable_cores:.0f} usable cores"
             )
-        if blocked >= 0.5 and c.exponent is not None and c.exponent <= capacity.BANDWIDTH_EXPONENT:
+        if blocked >= 0.5 and c.bandwidth:
             out.append(
                 "storage reads as one shared bandwidth (throughput ~ readers ** "
                 f"{c.exponent:.2f}), so more readers read no faster: the gain is the time "

@@ -8,50 +8,30 @@ which the run cannot see, so both ends are stated."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from ioprobe.analysis import loader_sim
 from ioprobe.analysis.whatif import whatif
-from ioprobe.record import (
-    BatchLog,
-    Change,
-    CpuStage,
-    DatasetProfile,
-    GpuStage,
-    HostInfo,
-    LoaderSettings,
-    RunRecord,
-    Stages,
-    WatchData,
-)
+from ioprobe.record import BatchLog, Change, RunRecord
+from tests.unit.analysis.test_loader_sim import _costs, record
 
 N, SLOW_S, FAST_S, STEP_S, PER_BATCH = 400, 0.020, 0.002, 0.001, 2
 TRUE_RATE = 2 * PER_BATCH / SLOW_S  # worker 0's pace: one of its batches, one of worker 1's
 
 
 def unequal_streams() -> RunRecord:
-    streams = tuple(i % 2 for i in range(N))
+    streams = [i % 2 for i in range(N)]
     blocked = [SLOW_S if k == 0 else FAST_S for k in streams]
-    costs = loader_sim.Costs(
-        blocked=tuple(blocked),
-        cpu=(0.0,) * N,
-        steps=(STEP_S,),
-        samples_per_batch=PER_BATCH,
-        usable_cores=8.0,
-        loop_cores=0.0,
-        other_threads=0.0,
-        exponent=1.0,
-        reads_in_flight=2.0,
-        reads_in_flight_max=2.0,
-        cpu_split="per batch",
-    )
     # in order, the loader hands batch i to worker i % 2, which is how the streams alternate
+    costs = dataclasses.replace(_costs(blocked, STEP_S), samples_per_batch=PER_BATCH)
     arrivals = loader_sim.simulate(costs, loader_sim.Setting(2, 2, True), N)
     log = BatchLog(
         request=[0.0] + [a + STEP_S for a in arrivals[:-1]],
         arrival=arrivals,
         ready=list(arrivals),
-        worker=list(streams),
+        worker=streams,
         work_ms=[b * 1e3 for b in blocked],
         slowest_ms=[b * 1e3 / PER_BATCH for b in blocked],
         samples=[PER_BATCH] * N,
@@ -59,20 +39,10 @@ def unequal_streams() -> RunRecord:
         cpu_ms=[0.0] * N,
         runqueue_ms=[0.0] * N,
     )
-    rec = RunRecord(
-        kind="watch",
-        host=HostInfo(usable_cores=8, memory_bytes=64 << 30),
-        dataset=DatasetProfile(target="d", files=1000),
-        stages=Stages(
-            cpu=CpuStage(capacity_samples_per_s=5000.0, cpu_seconds_per_sample=0.0001),
-            gpu=GpuStage(capacity_samples_per_s=2000.0),
-        ),
-    )
-    rec.measured_samples_per_s = len(arrivals) * PER_BATCH / arrivals[-1]
-    rec.watch = WatchData(
-        settings=LoaderSettings(workers=2, batch_size=PER_BATCH, prefetch_factor=2, iterable=True),
-        batch_log=log,
-    )
+    rec = record(log)
+    assert rec.watch is not None
+    rec.watch.settings = dataclasses.replace(rec.watch.settings, iterable=True)
+    rec.measured_samples_per_s = len(arrivals) * PER_BATCH / arrivals[-1]  # the whole epoch's
     return rec
 
 

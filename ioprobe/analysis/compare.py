@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from ioprobe.analysis.epochs import epoch_starts
 from ioprobe.analysis.scenario import recorded_cores, recorded_gpus, recorded_workers
+from ioprobe.analysis.streams import stream_imbalance
 from ioprobe.errors import BadInputError
 from ioprobe.record import STAGE_NAMES, Change, Recommendation, RunRecord, StageName
 
@@ -103,6 +104,8 @@ def _matches(r: Recommendation, b: RunRecord) -> str | None:
     c = r.change
     if c is None or not _counts_only(c):
         return None
+    if r.kind == "balance_streams" and stream_imbalance(b) is not None:
+        return None  # the setting came without the deal: B's streams are as unequal
     how = _counts_applied(c, b)
     return ", ".join(how) if how else None
 

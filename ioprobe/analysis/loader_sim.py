@@ -48,7 +48,7 @@ from ioprobe.analysis.epochs import epoch_starts, per_epoch_saving
 from ioprobe.analysis.model import MIN_GAIN
 from ioprobe.analysis.queueing import replayable
 from ioprobe.analysis.scenario import LINEAR_STORAGE, recorded_cores
-from ioprobe.record import BatchLog, RunRecord
+from ioprobe.record import BatchLog, Change, RunRecord
 
 # Batches the replay runs: the logged ones cycled until the queue has settled past the
 # deepest prefetch tried, so a deep queue filled at the start does not count as speed.
@@ -92,6 +92,16 @@ class Setting:
             if a != b:
                 out.append(("num_workers" if name == "workers" else name, str(a), str(b)))
         return out
+
+    def change(self, base: Setting) -> Change:
+        """The what-if that turns ``base`` into this setting: what differs, the rest None."""
+        return Change(
+            workers=self.workers if self.workers != base.workers else None,
+            prefetch_factor=(
+                self.prefetch_factor if self.prefetch_factor != base.prefetch_factor else None
+            ),
+            in_order=self.in_order if self.in_order != base.in_order else None,
+        )
 
     def overrides(self) -> dict[str, int | bool]:
         """The DataLoader arguments that set this setting (a trial of ``ioprobe tune``)."""
@@ -626,7 +636,7 @@ def predict(rec: RunRecord, setting: Setting, c: Costs | None = None) -> Predict
         pred,
         pred / measured,
         now,
-        _assumptions(c, base, setting),
+        assumptions(c, base, setting),
         memory(c, setting),
         fits(c, setting, base),
     )
@@ -638,7 +648,7 @@ def rate_of(c: Costs, s: Setting) -> float:
     return simulated_rate(c, s)
 
 
-def _assumptions(c: Costs, base: Setting, s: Setting) -> tuple[str, ...]:
+def assumptions(c: Costs, base: Setting, s: Setting) -> tuple[str, ...]:
     """What a prediction for ``s`` rests on that the run could not check."""
     out: list[str] = []
     blocked = sum(c.blocked) / max(sum(c.blocked) + sum(c.cpu), 1e-12)
@@ -843,6 +853,7 @@ __all__ = [
     "Replay",
     "Setting",
     "advice",
+    "assumptions",
     "best",
     "candidates",
     "capped_gain",

@@ -671,13 +671,7 @@ def loader_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
             baseline_samples_per_s=restarts.baseline_samples_per_s if restarts else None,
             evidence=_replay_evidence(rec),
             unchecked=list(pred.assumptions),
-            change=Change(
-                workers=s.workers if s.workers != base.workers else None,
-                prefetch_factor=(
-                    s.prefetch_factor if s.prefetch_factor != base.prefetch_factor else None
-                ),
-                in_order=s.in_order if s.in_order != base.in_order else None,
-            ),
+            change=s.change(base),
         )
     ]
 
@@ -936,7 +930,7 @@ def recommend(
     replayed = loader_sim.costs(rec) is not None
     for r in out:
         # the loader replay states its own; the rest are the stage model's what-ifs
-        if not (replayed and r.kind in LOADER_KINDS):
+        if not ((replayed and r.kind in LOADER_KINDS) or r.kind in REPLAYED_KINDS):
             r.unchecked = _unchecked(rec, r)
     hardware = needs_hardware(rec)
     return sorted(out, key=lambda r: _rank(r, hardware))
@@ -953,6 +947,8 @@ def _unchecked(rec: RunRecord, r: Recommendation) -> list[str]:
 
 # the advice the loader replay gives where a record has batches to replay
 LOADER_KINDS = frozenset({"num_workers", "prefetch_factor", "in_order", "loader_settings"})
+# advice whose figure is always the loader replay's (a stream's batches dealt out)
+REPLAYED_KINDS = frozenset({"balance_streams"})
 # advice that asks for hardware this host does not have
 NEEDS_HARDWARE = frozenset({"more_cpu", "faster_storage"})
 

@@ -150,47 +150,111 @@ def other_workers(rec: RunRecord, setting: loader_sim.Setting) -> loader_sim.Pre
     return loader_sim.Prediction(setting, pred, pred / measured, now, said)
 
 
+def balanced_setting(rec: RunRecord) -> loader_sim.Prediction | None:
+    """The loader setting to apply with the streams dealt out: with the slow items dealt
+    evenly, the stream no longer sets the pace, and more workers, a deeper queue or
+    ``in_order=False`` act as on any loader whose samples are slow at random. Every candidate
+    (``loader_sim.candidates``) is replayed on this run's batches dealt at random (one deal
+    for the search, the mean of ``SEEDS``' deals for the setting kept) against the replay as
+    logged, times the measured rate; the setting kept is ``loader_sim.best``'s, and only
+    where it gains MIN_GAIN over the run's own setting dealt so. None otherwise, or where
+    the record has nothing to replay."""
+    c, base = loader_sim.logged_costs(rec), loader_sim.recorded_setting(rec)
+    measured = rec.measured_samples_per_s
+    if c is None or base is None or not measured:
+        return None
+    was = loader_sim.rate_of(c, base)
+    if not 0 < was < float("inf"):
+        return None
+    deals = [_dealt_at_random(c, seed) for seed in SEEDS]
+
+    def predict(s: loader_sim.Setting, dealt: list[loader_sim.Costs]) -> loader_sim.Prediction:
+        now = statistics.fmean(loader_sim.rate_of(d, s) for d in dealt)
+        return loader_sim.Prediction(
+            s,
+            measured * now / was,
+            now / was,
+            now,
+            loader_sim.assumptions(c, base, s),
+            loader_sim.memory(c, s),
+            loader_sim.fits(c, s, base),
+        )
+
+    tried = [predict(s, deals[:1]) for s in loader_sim.candidates(base, deals[0])]
+    top = loader_sim.best(tried, base)
+    if top is None or top.setting == base:
+        return None
+    kept, even = predict(top.setting, deals), predict(base, deals)
+    return kept if kept.samples_per_s >= MIN_GAIN * even.samples_per_s else None
+
+
 def stream_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """An IterableDataset whose workers' streams carry unequal work: deal the work out.
 
     Each worker makes its own stream's batches and the loader takes them in turn, so the
     slowest stream sets the pace (``stream_imbalance``). More workers, a deeper
     queue or ``in_order=False`` cannot move its items to another worker: how the dataset
-    splits its items among workers decides what they do, so no loader setting is advised and
-    no number is given for one. The prediction is the replay's of the run's batches dealt
-    at random, within the stage model's rate (the stages at their means)."""
+    splits its items among workers decides what they do, so no loader setting is advised
+    alone. The prediction is the replay's of the run's batches dealt at random, within the
+    stage model's rate (the stages at their means). Once the items are dealt out, a loader
+    setting acts as on any loader: where one gains beside the deal (``balanced_setting``),
+    the advice is the two together, with the replay's figure for both."""
     imb = stream_imbalance(rec)
     evenly = dealt_evenly_rate(rec) if imb is not None else None
-    if imb is None or evenly is None or rec.measured_samples_per_s is None:
+    measured = rec.measured_samples_per_s
+    if imb is None or evenly is None or measured is None:
         return []
     pred = min(evenly, pf.predicted_samples_per_s)
-    if pred < MIN_GAIN * rec.measured_samples_per_s:  # the stage model's rate is the balanced one
+    if pred < MIN_GAIN * measured:  # the stage model's rate is the balanced one
         return []
     others = "the other worker's" if imb.workers == 2 else "the other workers' (median)"
-    return [
-        Recommendation(
-            kind="balance_streams",
-            text=(
-                f"Deal the slow items across the workers' streams: worker {imb.worker}'s "
-                f"batches take {imb.slowest_ms:,.0f} ms of work each against "
-                f"{imb.others_ms:,.0f} ms for {others} ({units.percent(imb.share)} of the "
-                f"{imb.workers} workers' work). An IterableDataset gives each worker "
-                "the items its own split deals it, so the loader runs at its slowest "
-                "stream's pace, and num_workers, prefetch_factor or in_order=False cannot "
-                "move them. Split the stream by item, each worker keeping every n-th item "
-                "after the shards are read: this run's batches replayed dealt at random "
-                f"predict {pred / rec.measured_samples_per_s - 1:+.0%}. A shard list "
-                "shuffled before the split deals whole shards and gains less the fewer "
-                f"shards each worker gets{_shard_shuffle(rec)}. What other worker counts do "
-                "depends on that split: `ioprobe tune` measures them."
-            ),
-            predicted_samples_per_s=pred,
-            evidence=(
-                f"worker {imb.worker}: {imb.slowest_ms:,.0f} ms of work per batch, the others "
-                f"{imb.others_ms:,.0f} ms"
-            ),
-        )
-    ]
+    text = (
+        f"Deal the slow items across the workers' streams: worker {imb.worker}'s "
+        f"batches take {imb.slowest_ms:,.0f} ms of work each against "
+        f"{imb.others_ms:,.0f} ms for {others} ({units.percent(imb.share)} of the "
+        f"{imb.workers} workers' work). An IterableDataset gives each worker "
+        "the items its own split deals it, so the loader runs at its slowest "
+        "stream's pace, and num_workers, prefetch_factor or in_order=False cannot "
+        "move them. Split the stream by item, each worker keeping every n-th item after "
+        "the shards are read: this run's batches replayed dealt at random predict "
+        f"{pred / measured - 1:+.0%}. A shard list shuffled before the split deals whole "
+        f"shards and gains less the fewer shards each worker gets{_shard_shuffle(rec)}."
+    )
+    out = Recommendation(
+        kind="balance_streams",
+        text=text
+        + " What other worker counts do depends on that split: `ioprobe tune` measures them.",
+        predicted_samples_per_s=pred,
+        evidence=(
+            f"worker {imb.worker}: {imb.slowest_ms:,.0f} ms of work per batch, the others "
+            f"{imb.others_ms:,.0f} ms"
+        ),
+    )
+    both, base = balanced_setting(rec), loader_sim.recorded_setting(rec)
+    return [out if both is None or base is None else _paired(out, text, both, base)]
+
+
+def _paired(
+    alone: Recommendation, text: str, both: loader_sim.Prediction, base: loader_sim.Setting
+) -> Recommendation:
+    """The stream advice ``alone`` with the loader setting ``both`` (``balanced_setting``)
+    paired with the deal: the text says what to set beside it, and the prediction, change
+    and assumptions are the two together's."""
+    moved = both.setting.changes(base)
+    sets = ", ".join(f"{name}={now}" for name, _, now in moved)
+    return dataclasses.replace(
+        alone,
+        text=text
+        + (
+            f" Dealt so, the stream no longer sets the pace and the queue can: set {sets} "
+            f"(now {', '.join(was for _, was, _ in moved)}) with it, and the same batches "
+            f"replayed predict {both.gain - 1:+.0%} for the two together (the split decides "
+            "what other worker counts do: `ioprobe tune` measures them)."
+        ),
+        predicted_samples_per_s=both.samples_per_s,
+        change=both.setting.change(base),
+        unchecked=list(both.assumptions),
+    )
 
 
 def _shard_shuffle(rec: RunRecord) -> str:
@@ -208,6 +272,7 @@ def _shard_shuffle(rec: RunRecord) -> str:
 __all__ = [
     "STREAM_IMBALANCE",
     "StreamImbalance",
+    "balanced_setting",
     "dealt_evenly_rate",
     "other_workers",
     "stream_imbalance",

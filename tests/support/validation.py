@@ -31,6 +31,8 @@ from ioprobe.record import Recommendation, RunRecord
 from tests.fixtures.datasets import SkewedDataset, SkewedIterable, SleepDataset
 
 LOADER_KINDS = ("num_workers", "prefetch_factor", "in_order", "loader_settings")
+# advice that changes the data, not only the loader: a case applies it with its ``cured``
+CURE_KINDS = ("balance_streams",)
 # Batches a run measures: these, and these per worker (each worker's start is staggered, so a
 # run of many workers needs more batches before its rate is steady)
 STEADY_BATCHES = 200
@@ -121,15 +123,18 @@ class Case:
     load: int = 0  # busy loops on the host during every run: someone else's CPU load
     collate: Callable[[list[Any]], Any] | None = None
     steady_batches: int = STEADY_BATCHES
+    # the dataset with a data advice's cure applied (a stream's items dealt at random)
+    cured: Callable[[int], Dataset[Any]] | None = None
 
     def samples(self, s: Setting) -> int:
         """Samples a run of ``s`` reads: enough batches past the workers' first round that
         the steady rate, not the workers' staggered start, is what is measured."""
         return (self.steady_batches + BATCHES_PER_WORKER * s.workers) * self.batch_size
 
-    def loader(self, s: Setting) -> DataLoader[Any]:
+    def loader(self, s: Setting, cured: bool = False) -> DataLoader[Any]:
+        make = self.cured if cured and self.cured is not None else self.make
         return DataLoader(
-            self.make(self.samples(s)),
+            make(self.samples(s)),
             batch_size=self.batch_size,
             num_workers=s.workers,
             prefetch_factor=s.prefetch_factor,
@@ -138,15 +143,16 @@ class Case:
         )
 
 
-def run(case: Case, s: Setting | None = None) -> RunRecord:
-    """One watched epoch of ``case`` under ``s`` (its own setting by default)."""
+def run(case: Case, s: Setting | None = None, cured: bool = False) -> RunRecord:
+    """One watched epoch of ``case`` under ``s`` (its own setting by default), of its cured
+    dataset with ``cured``."""
     spinners = [
         subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(case.load)
     ]
     try:
         with warnings.catch_warnings():  # more workers than this host's cores: meant
             warnings.simplefilter("ignore", UserWarning)
-            loader = ioprobe.watch(case.loader(s or case.setting))
+            loader = ioprobe.watch(case.loader(s or case.setting, cured))
             for _ in loader:
                 time.sleep(case.step_s)
         rec: RunRecord = loader.run
@@ -157,17 +163,18 @@ def run(case: Case, s: Setting | None = None) -> RunRecord:
             p.wait()
 
 
-def rate(case: Case, s: Setting) -> float:
-    r = run(case, s).measured_samples_per_s
+def rate(case: Case, s: Setting, cured: bool = False) -> float:
+    r = run(case, s, cured).measured_samples_per_s
     assert r is not None
     return r
 
 
-def top_loader_advice(rec: RunRecord) -> Recommendation | None:
-    """The first recommendation that changes a loader setting, if it is the first of all
-    that the user can act on today (no new hardware)."""
+def top_loader_advice(rec: RunRecord, cures: bool = False) -> Recommendation | None:
+    """The first recommendation that changes a loader setting (or, with ``cures``, the data
+    as a case's cure does), if it is the first of all that the user can act on today (no
+    new hardware)."""
     for r in rec.recommendations:
-        if r.kind in LOADER_KINDS:
+        if r.kind in LOADER_KINDS or (cures and r.kind in CURE_KINDS):
             return r
         if r.kind not in ("more_cpu", "faster_storage"):
             return None
@@ -175,9 +182,11 @@ def top_loader_advice(rec: RunRecord) -> Recommendation | None:
 
 
 def advised_setting(rec: RunRecord, r: Recommendation) -> Setting:
-    """The setting ``r`` asks for, from its change."""
+    """The setting ``r`` asks for, from its change (the one as run where it has none)."""
     base = recorded_setting(rec)
-    assert base is not None and r.change is not None
+    assert base is not None
+    if r.change is None:
+        return base
     ch = r.change
     return Setting(
         ch.workers if ch.workers is not None else base.workers,
@@ -201,18 +210,22 @@ class Outcome:
         return abs(self.predicted_gain / self.measured_gain - 1.0)
 
 
-def label(base: Setting, s: Setting) -> str:
+def label(base: Setting, s: Setting, cured: bool = False) -> str:
     ch = s.changes(base)
-    return ", ".join(f"{n}={b}" for n, _, b in ch) if ch else "as run"
+    said = ", ".join(f"{n}={b}" for n, _, b in ch) if ch else "as run"
+    return f"items dealt at random, {said}" if cured else said
 
 
 def validate(case: Case, pairs: int = 3, sweep: list[Setting] | None = None) -> Outcome:
     """Watch ``case``, apply its top loader advice and rerun it ``pairs`` times beside the
-    setting as run; sweep ``sweep`` (the advised setting is always in it) for the best."""
+    setting as run; sweep ``sweep`` (the advised setting is always in it) for the best.
+    Where the advice changes the data (``CURE_KINDS``) the reruns read the case's cured
+    dataset, and the sweep covers it too."""
     rec = run(case)
-    advice = top_loader_advice(rec)
+    advice = top_loader_advice(rec, case.cured is not None)
     base = case.setting
     advised = advised_setting(rec, advice) if advice is not None else base
+    cured = advice is not None and advice.kind in CURE_KINDS
     measured = rec.measured_samples_per_s or 0.0
     predicted = (
         advice.predicted_samples_per_s / measured
@@ -220,25 +233,27 @@ def validate(case: Case, pairs: int = 3, sweep: list[Setting] | None = None) -> 
         else 1.0
     )
     gains = []
-    runs: dict[Setting, list[float]] = {base: [], advised: []}
+    runs: dict[tuple[Setting, bool], list[float]] = {(base, False): [], (advised, cured): []}
     for _ in range(pairs):
         before = rate(case, base)
-        after = rate(case, advised) if advised != base else before
-        runs[base].append(before)
-        runs[advised].append(after)
+        after = rate(case, advised, cured) if (advised, cured) != (base, False) else before
+        runs[base, False].append(before)
+        runs[advised, cured].append(after)
         gains.append(after / before)
     for s in sweep or []:
-        runs.setdefault(s, []).extend(rate(case, s) for _ in range(2))
-    rates = {s: statistics.median(r) for s, r in runs.items()}
-    top = max(rates, key=lambda s: rates[s])
+        runs.setdefault((s, False), []).extend(rate(case, s) for _ in range(2))
+    for s in [base, *(sweep or [])] if case.cured is not None else []:
+        runs.setdefault((s, True), []).extend(rate(case, s, True) for _ in range(2))
+    rates = {k: statistics.median(r) for k, r in runs.items()}
+    top = max(rates, key=lambda k: rates[k])
     return Outcome(
         case=case.name,
-        advice=label(base, advised) if advice is not None else "none",
+        advice=label(base, advised, cured) if advice is not None else "none",
         predicted_gain=predicted,
         measured_gain=statistics.median(gains),
-        best=label(base, top),
-        best_gain=rates[top] / rates[base],
-        advised_vs_best=rates[advised] / rates[top],
+        best=label(base, *top),
+        best_gain=rates[top] / rates[base, False],
+        advised_vs_best=rates[advised, cured] / rates[top],
     )
 
 
@@ -327,6 +342,7 @@ CASES: dict[str, Case] = {
             Setting(2, 2, True),
             0.002,
             "a stream split between workers, 2 ms blocked per item, 1 in 40 blocked 100 ms",
+            cured=lambda n: SkewedIterable(n, 0.002, 40, 50.0, dealt=1),
         ),
         Case(
             "collate-cpu",
@@ -369,7 +385,7 @@ SWEEPS: dict[str, list[Setting]] = {
         ("mixed", (3, 4, 6, 8)),
         ("foreign-load", (2, 3, 4)),
         ("out-of-order-skewed", (8, 16, 32)),
-        ("iterable-skewed", (4, 8, 16)),
+        ("iterable-skewed", (4, 8, 16, 24)),
         ("collate-cpu", (2, 3, 4)),
         ("oversubscribed-cpu", (2, 3, 8)),
     )

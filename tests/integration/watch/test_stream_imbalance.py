@@ -1,8 +1,8 @@
 """An IterableDataset whose slow items all fall to one worker's stream, against the truth
 built into it: the loader runs at that stream's pace, the advice says so and names the
-worker, no loader setting is advised from the stages' means (which spread the slow items
-over every worker), and the gain it states for balanced streams is a rerun's with the same
-items dealt evenly."""
+worker, no loader setting is advised alone (the stages' means spread the slow items over
+every worker), the gain it states for balanced streams is a rerun's with the same items
+dealt evenly, and the setting it pairs with them is a rerun's with both applied."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 import ioprobe
 from ioprobe.analysis.recommend import LOADER_KINDS
-from ioprobe.analysis.streams import stream_imbalance
+from ioprobe.analysis.streams import dealt_evenly_rate, stream_imbalance
 from ioprobe.analysis.whatif import whatif
 from ioprobe.record import Change, RunRecord
 from tests.fixtures.datasets import SkewedIterable
+from tests.support.validation import advised_setting
 
 pytestmark = pytest.mark.slow
 
@@ -42,8 +43,9 @@ class EvenIterable(IterableDataset[torch.Tensor]):
             yield torch.tensor([i])
 
 
-def run(dataset: IterableDataset[torch.Tensor]) -> RunRecord:
-    loader = ioprobe.watch(DataLoader(dataset, batch_size=BATCH, num_workers=WORKERS))
+def run(dataset: IterableDataset[torch.Tensor], **settings: Any) -> RunRecord:
+    settings.setdefault("num_workers", WORKERS)
+    loader = ioprobe.watch(DataLoader(dataset, batch_size=BATCH, **settings))
     for _ in loader:
         time.sleep(STEP_S)
     return loader.run
@@ -78,15 +80,23 @@ def test_the_slow_stream_is_found_with_its_worker_and_share(base: RunRecord) -> 
     assert imb.share == pytest.approx(per_item_slow / (per_item_slow + BASE_S), abs=0.05)
 
 
-def test_the_advice_deals_the_stream_out_and_advises_no_loader_setting(base: RunRecord) -> None:
+def test_the_advice_deals_the_stream_out_and_advises_no_loader_setting_alone(
+    base: RunRecord,
+) -> None:
     first = base.recommendations[0]
     assert first.kind == "balance_streams", [(r.kind, r.text) for r in base.recommendations]
     assert "worker 0's" in first.text and "ioprobe tune" in first.text
     # the stages' means would advise more workers with a gain no rerun shows
     assert not [r for r in base.recommendations if r.kind in LOADER_KINDS]
-    assert base.measured_samples_per_s and first.predicted_samples_per_s
-    gain = first.predicted_samples_per_s / base.measured_samples_per_s
+    evenly = dealt_evenly_rate(base)
+    assert base.measured_samples_per_s and evenly and first.predicted_samples_per_s
+    gain = evenly / base.measured_samples_per_s
     assert 1.1 <= gain < stream_bound(), gain  # the rerun below holds it to a measurement
+    assert f"{gain - 1:+.0%}" in first.text
+    # dealt out, the reads are slow at random and overlap freely: more workers pay, and
+    # the advice pairs them with the deal (reruns below)
+    assert first.change is not None and (first.change.workers or 0) > WORKERS
+    assert first.predicted_samples_per_s > 2 * evenly
 
 
 def test_whatif_in_order_false_moves_no_slow_item_out_of_worker_0s_stream(
@@ -100,13 +110,32 @@ def test_whatif_in_order_false_moves_no_slow_item_out_of_worker_0s_stream(
 
 @pytest.mark.long
 def test_the_stated_gain_is_a_reruns_with_the_items_dealt_evenly(base: RunRecord) -> None:
-    first = base.recommendations[0]
-    assert base.measured_samples_per_s and first.predicted_samples_per_s
-    predicted = first.predicted_samples_per_s / base.measured_samples_per_s
+    evenly = dealt_evenly_rate(base)
+    assert base.measured_samples_per_s and evenly
+    predicted = evenly / base.measured_samples_per_s
     gains = []
     for _ in range(3):  # paired reruns: this host's speed drifts between runs
         was = run(SkewedIterable(N, BASE_S, EVERY, FACTOR)).measured_samples_per_s
         even = run(EvenIterable()).measured_samples_per_s
         assert was and even
         gains.append(even / was)
+    assert predicted == pytest.approx(statistics.median(gains), rel=0.15), (predicted, gains)
+
+
+@pytest.mark.long
+def test_the_first_advice_comes_true_with_the_items_dealt_and_the_setting_applied(
+    base: RunRecord,
+) -> None:
+    first = base.recommendations[0]
+    assert base.measured_samples_per_s and first.predicted_samples_per_s and first.change
+    advised = advised_setting(base, first)
+    # enough batches past the workers' staggered start for a steady rate
+    n = max(N, (200 + 10 * advised.workers) * BATCH)
+    gains = []
+    for seed in (1, 2, 3):  # paired reruns, each of its own random deal
+        was = run(SkewedIterable(n, BASE_S, EVERY, FACTOR)).measured_samples_per_s
+        now = run(SkewedIterable(n, BASE_S, EVERY, FACTOR, dealt=seed), **advised.overrides())
+        assert was and now.measured_samples_per_s
+        gains.append(now.measured_samples_per_s / was)
+    predicted = first.predicted_samples_per_s / base.measured_samples_per_s
     assert predicted == pytest.approx(statistics.median(gains), rel=0.15), (predicted, gains)

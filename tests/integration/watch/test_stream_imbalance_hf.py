@@ -24,7 +24,7 @@ from ioprobe.analysis.recommend import LOADER_KINDS
 from ioprobe.analysis.streams import stream_imbalance
 from ioprobe.analysis.whatif import whatif
 from ioprobe.record import Change, RunRecord
-from tests.support.validation import burn
+from tests.support.validation import advised_setting, burn
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # local files only: never the Hub
 datasets = pytest.importorskip("datasets")
@@ -124,7 +124,9 @@ def test_the_stated_gain_is_a_reruns_with_the_heavy_rows_spread_over_the_files(
         assert first.kind == "balance_streams" and first.predicted_samples_per_s
         assert rec.measured_samples_per_s
         predicted.append(first.predicted_samples_per_s / rec.measured_samples_per_s)
-        loader = DataLoader(stream(spread, root / "cache"), batch_size=BATCH, num_workers=WORKERS)
+        # the deal and the loader setting the advice pairs with it, both applied
+        applied = advised_setting(rec, first).overrides()
+        loader = DataLoader(stream(spread, root / "cache"), batch_size=BATCH, **applied)
         gains.append(consume(loader) / rec.measured_samples_per_s)
     assert statistics.median(gains) == pytest.approx(statistics.median(predicted), rel=0.15), (
         predicted,

@@ -25,7 +25,7 @@ from ioprobe.analysis.report import findings
 from ioprobe.analysis.streams import stream_imbalance
 from ioprobe.analysis.whatif import whatif
 from ioprobe.record import Change, RunRecord
-from tests.support.validation import burn
+from tests.support.validation import advised_setting, burn
 
 wds = pytest.importorskip("webdataset")
 
@@ -140,7 +140,9 @@ def test_the_stated_gain_is_a_reruns_with_the_stream_split_by_item(
         assert first.kind == "balance_streams" and first.predicted_samples_per_s
         assert rec.measured_samples_per_s
         predicted.append(first.predicted_samples_per_s / rec.measured_samples_per_s)
-        loader = DataLoader(by_item(shards), batch_size=BATCH, num_workers=WORKERS)
+        # the deal and the loader setting the advice pairs with it, both applied
+        applied = advised_setting(rec, first).overrides()
+        loader = DataLoader(by_item(shards), batch_size=BATCH, **applied)
         gains.append(consume(loader) / rec.measured_samples_per_s)
     assert statistics.median(gains) == pytest.approx(statistics.median(predicted), rel=0.15), (
         predicted,

@@ -21,14 +21,14 @@ N, SLOW_S, FAST_S, STEP_S, PER_BATCH = 400, 0.020, 0.002, 0.001, 2
 TRUE_RATE = 2 * PER_BATCH / SLOW_S  # worker 0's pace: one of its batches, one of worker 1's
 
 
-def unequal_streams() -> RunRecord:
+def unequal_streams(step_s: float = STEP_S) -> RunRecord:
     streams = [i % 2 for i in range(N)]
     blocked = [SLOW_S if k == 0 else FAST_S for k in streams]
     # in order, the loader hands batch i to worker i % 2, which is how the streams alternate
-    costs = dataclasses.replace(_costs(blocked, STEP_S), samples_per_batch=PER_BATCH)
+    costs = dataclasses.replace(_costs(blocked, step_s), samples_per_batch=PER_BATCH)
     arrivals = loader_sim.simulate(costs, loader_sim.Setting(2, 2, True), N)
     log = BatchLog(
-        request=[0.0] + [a + STEP_S for a in arrivals[:-1]],
+        request=[0.0] + [a + step_s for a in arrivals[:-1]],
         arrival=arrivals,
         ready=list(arrivals),
         worker=streams,

@@ -11,9 +11,11 @@ is each stream's work, and what the same batches would do dealt at random.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import random
 import statistics
+from collections.abc import Callable
 
 from ioprobe import units
 from ioprobe.analysis import loader_sim
@@ -71,10 +73,11 @@ def stream_imbalance(rec: RunRecord) -> StreamImbalance | None:
 
 def dealt_evenly_rate(rec: RunRecord) -> float | None:
     """The rate with the stream's work dealt evenly: dealt so, the slow batches still hold
-    the in-order queue as any straggler does, so it is the replay's
-    (``loader_sim.simulate``) of this run's batches in a random order (the mean of
-    ``SEEDS``' deals) over its replay of them as logged, times the measured rate, and never
-    below the measured rate. None where the record has nothing to replay."""
+    the in-order queue as any straggler does, and each stream still ends when its own
+    items do, so it is the replay's (``loader_sim.simulate``) of this run's batches dealt
+    at random to the workers' streams (``dealt_rate``) over its replay of them as logged,
+    times the measured rate, and never below the measured rate. None where the record has
+    nothing to replay."""
     c, base = loader_sim.logged_costs(rec), loader_sim.recorded_setting(rec)
     measured = rec.measured_samples_per_s
     if c is None or base is None or not measured:
@@ -82,25 +85,34 @@ def dealt_evenly_rate(rec: RunRecord) -> float | None:
     was = loader_sim.rate_of(c, base)
     if not 0 < was < float("inf"):
         return None
-    now = statistics.fmean(loader_sim.rate_of(_dealt_at_random(c, seed), base) for seed in SEEDS)
-    return max(measured * now / was, measured)
+    return max(measured * dealt_rate(c, base) / was, measured)
 
 
 SEEDS = (1, 2, 3)  # the random deals a balanced stream's prediction is the mean of
 
 
-def _dealt_at_random(c: loader_sim.Costs, seed: int) -> loader_sim.Costs:
-    """``c`` with its batches in a random order (the consumer's steps as they were): the
-    slow ones dealt to the workers at random, as a stream split after shuffling its shards
-    or items deals them."""
+def dealt_rate(c: loader_sim.Costs, s: loader_sim.Setting, seeds: int = len(SEEDS)) -> float:
+    """The replay's rate under ``s`` of ``c``'s batches dealt at random to its workers'
+    streams, the mean of the first ``seeds`` of ``SEEDS``' deals. One worker makes every
+    batch in turn whatever the deal: one deal does."""
+    deals = SEEDS[: seeds if s.workers > 1 else 1]
+    return statistics.fmean(loader_sim.rate_of(_dealt_at_random(c, k, s.workers), s) for k in deals)
+
+
+@functools.lru_cache(maxsize=64)
+def _dealt_at_random(c: loader_sim.Costs, seed: int, workers: int) -> loader_sim.Costs:
+    """``c`` with its batches in a random order (the consumer's steps as they were), dealt
+    in turn to ``workers`` streams: the slow ones fall to the workers at random, as a stream
+    split by item after shuffling its shards or items deals them, and each worker still
+    makes its own stream's batches, so one that drew more slow ones ends its stream last."""
     order = list(range(len(c.cpu)))
     random.Random(seed).shuffle(order)
     return dataclasses.replace(
         c,
         blocked=tuple(c.blocked[i] for i in order),
         cpu=tuple(c.cpu[i] for i in order),
-        streams=(),
-        stream_workers=0,
+        streams=tuple(i % workers for i in range(len(order))),
+        stream_workers=workers,
     )
 
 
@@ -135,8 +147,7 @@ def other_workers(rec: RunRecord, setting: loader_sim.Setting) -> loader_sim.Pre
     was = loader_sim.rate_of(c, base)
     if not 0 < was < float("inf"):
         return None
-    deals = [_dealt_at_random(c, seed) for seed in (SEEDS if setting.workers > 1 else SEEDS[:1])]
-    now = statistics.fmean(loader_sim.rate_of(d, setting) for d in deals)
+    now = dealt_rate(c, setting)
     pred = measured * now / was
     said: tuple[str, ...] = ()
     if setting.workers > 1:
@@ -154,11 +165,12 @@ def balanced_setting(rec: RunRecord) -> loader_sim.Prediction | None:
     """The loader setting to apply with the streams dealt out: with the slow items dealt
     evenly, the stream no longer sets the pace, and more workers, a deeper queue or
     ``in_order=False`` act as on any loader whose samples are slow at random. Every candidate
-    (``loader_sim.candidates``) is replayed on this run's batches dealt at random (one deal
-    for the search, the mean of ``SEEDS``' deals for the setting kept) against the replay as
-    logged, times the measured rate; the setting kept is ``loader_sim.best``'s, and only
-    where it gains MIN_GAIN over the run's own setting dealt so. None otherwise, or where
-    the record has nothing to replay."""
+    (``loader_sim.candidates``) is replayed on this run's batches dealt at random to its
+    workers' streams (``dealt_rate``: one deal for the search, and the mean of ``SEEDS``'
+    deals for those within SEARCH_SPREAD of its best) against the replay as logged, times
+    the measured rate; the setting kept is ``loader_sim.best``'s, and only where it gains
+    MIN_GAIN over the run's own setting dealt so. None otherwise, or where the record has
+    nothing to replay."""
     c, base = loader_sim.logged_costs(rec), loader_sim.recorded_setting(rec)
     measured = rec.measured_samples_per_s
     if c is None or base is None or not measured:
@@ -166,10 +178,9 @@ def balanced_setting(rec: RunRecord) -> loader_sim.Prediction | None:
     was = loader_sim.rate_of(c, base)
     if not 0 < was < float("inf"):
         return None
-    deals = [_dealt_at_random(c, seed) for seed in SEEDS]
 
-    def predict(s: loader_sim.Setting, dealt: list[loader_sim.Costs]) -> loader_sim.Prediction:
-        now = statistics.fmean(loader_sim.rate_of(d, s) for d in dealt)
+    def predict(s: loader_sim.Setting, seeds: int) -> loader_sim.Prediction:
+        now = dealt_rate(c, s, seeds)
         return loader_sim.Prediction(
             s,
             measured * now / was,
@@ -180,12 +191,27 @@ def balanced_setting(rec: RunRecord) -> loader_sim.Prediction | None:
             loader_sim.fits(c, s, base),
         )
 
-    tried = [predict(s, deals[:1]) for s in loader_sim.candidates(base, deals[0])]
-    top = loader_sim.best(tried, base)
+    tried = sorted((predict(s, 1) for s in loader_sim.candidates(base, c)), key=_cheapest(base))
+    high = max(tried, key=lambda p: p.samples_per_s, default=None)
+    if high is None:
+        return None
+    close = [p for p in tried if p.samples_per_s >= SEARCH_SPREAD * high.samples_per_s]
+    again = {p.setting for p in close[:SEARCH_KEPT]} | {high.setting}
+    top = loader_sim.best([predict(s, len(SEEDS)) for s in again], base)
     if top is None or top.setting == base:
         return None
-    kept, even = predict(top.setting, deals), predict(base, deals)
-    return kept if kept.samples_per_s >= MIN_GAIN * even.samples_per_s else None
+    return top if top.samples_per_s >= MIN_GAIN * predict(base, len(SEEDS)).samples_per_s else None
+
+
+# A search over one deal keeps the cheapest SEARCH_KEPT settings within this share of its
+# best, and the best, for the mean of every deal: one deal's luck moves a rate by about a
+# tenth, and ``loader_sim.best`` keeps the cheapest setting near the best.
+SEARCH_SPREAD, SEARCH_KEPT = 0.9, 8
+
+
+def _cheapest(base: loader_sim.Setting) -> Callable[[loader_sim.Prediction], tuple[object, ...]]:
+    """The order ``loader_sim.best`` prefers settings in: cheapest, fewest changes."""
+    return lambda p: (p.setting.cost(), len(p.setting.changes(base)))
 
 
 def stream_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
@@ -274,6 +300,7 @@ __all__ = [
     "StreamImbalance",
     "balanced_setting",
     "dealt_evenly_rate",
+    "dealt_rate",
     "other_workers",
     "stream_imbalance",
     "stream_rule",

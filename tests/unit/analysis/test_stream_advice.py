@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 
-from ioprobe.analysis import loader_sim
+from ioprobe.analysis import loader_sim, streams
 from ioprobe.analysis.compare import compare
 from ioprobe.analysis.model import MIN_GAIN, pipeline_model
 from ioprobe.analysis.scenario import LINEAR_STORAGE
@@ -92,3 +92,25 @@ def test_compare_counts_the_pair_carried_out_only_where_the_streams_were_dealt_o
     dealt = compare(a, applied(a, advice.change, iterable=False), names=("a", "b"))
     assert dealt.applied is not None and dealt.applied.kind == "balance_streams"
     assert f"num_workers {advice.change.workers}" in dealt.applied.how
+
+
+def test_a_random_deal_keeps_each_worker_to_its_own_streams_work() -> None:
+    rec = unequal_streams()
+    c = loader_sim.logged_costs(rec)
+    assert c is not None
+    dealt = streams._dealt_at_random(c, 1, 4)
+    assert sorted(dealt.blocked) == sorted(c.blocked)
+    assert dealt.streams == tuple(i % 4 for i in range(len(c.blocked)))
+    s = loader_sim.Setting(4, 2, False)
+    arrivals = loader_sim.simulate(dealt, s)
+    # no worker makes its stream faster than the stream's own work, as often as the replay
+    # repeats the log: the epoch lasts at least the longest stream's
+    rounds = len(arrivals) / len(dealt.streams)
+    longest = max(
+        sum(b for b, k in zip(dealt.blocked, dealt.streams, strict=True) if k == w)
+        for w in range(4)
+    )
+    assert arrivals[-1] >= rounds * longest * 0.999
+    # handed to whichever worker is free, the same batches end sooner
+    free = dataclasses.replace(dealt, streams=(), stream_workers=0)
+    assert loader_sim.rate_of(dealt, s) < loader_sim.rate_of(free, s)

@@ -61,7 +61,7 @@ def remote_files(
     ``deadline``; and the S3 pages they come from where a stopped listing's rest can be
     estimated (a bucket's folder, not a glob's matches). Errors are the backend's own,
     raised as the listing reaches them."""
-    wild = any(ch in path for ch in "*?[")
+    wild = _wild(path)
     root = _glob_root(path) if wild and is_s3(fs) else None
     if root is not None:
         return _or_literal(fs, path, _globbed(S3Pages(fs, root, deadline), path)), None
@@ -78,6 +78,14 @@ def remote_files(
     elif fs.isdir(path):
         return _walked(fs, path, deadline), None
     return _files([fs.info(path)]), None
+
+
+def _wild(path: str) -> bool:
+    """Whether ``path`` holds a glob's wildcard. An HTTP path is its whole URL: the brackets
+    of an IPv6 literal host (``http://[::1]:8080/``) are the host's, not a set."""
+    _scheme, sep, rest = path.partition("://")
+    tail = rest.partition("/")[2] if sep else path
+    return any(ch in tail for ch in "*?[")
 
 
 def _or_literal(fs: Any, path: str, matches: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:

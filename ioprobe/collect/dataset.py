@@ -513,11 +513,23 @@ def _open_remote(
     _set_timeouts(url.split("://", 1)[0], opts, budget_s)
     quiet_fsspec_loop()  # before any call of the filesystem's can start it unquiet
     try:
-        fs, path = fsspec.core.url_to_fs(url, **opts)
+        fs, path = url_to_fs(fsspec, url, opts)
     except (ImportError, ValueError) as exc:
         raise TargetError(f"{target}: {_one_line(exc, url)}") from None
     except Exception as exc:  # a backend that connects as it is made (ftp, hdfs, sftp)
         raise TargetError(f"{target}: cannot reach it: {_one_line(exc, url)}") from None
+    return fs, path
+
+
+def url_to_fs(fsspec: Any, url: str, opts: dict[str, Any]) -> tuple[Any, str]:
+    """fsspec's filesystem and path for ``url``. A host written as an IPv6 literal
+    (``http://[::1]:8080/``) holds ``::``, which fsspec's own parser reads as a chain of
+    URLs: such a URL is one filesystem's, opened by its scheme."""
+    scheme, sep, rest = url.partition("://")
+    if sep and "[" in rest.split("/", 1)[0] and "::" not in scheme:
+        cls = fsspec.get_filesystem_class(scheme)
+        return cls(**opts), cls._strip_protocol(url)
+    fs, path = fsspec.core.url_to_fs(url, **opts)
     return fs, path
 
 

@@ -243,6 +243,8 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
         self._connections: set[socket.socket] = set()
         self._thread: threading.Thread | None = None
         self.host = host
+        if ":" in host:  # an IPv6 address
+            self.address_family = socket.AF_INET6
         super().__init__((host, 0), _Handler)
 
     @property
@@ -251,7 +253,8 @@ class ThrottledHTTPServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}/"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/"
 
     @property
     def bytes_sent(self) -> int:

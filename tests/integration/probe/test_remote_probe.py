@@ -3,6 +3,7 @@ an S3-compatible server (moto) read through s3fs."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,22 @@ def test_an_http_folder_linking_to_itself_is_listed_once(tmp_path: Path) -> None
         got = ds.resolve(f"{server.url}/p0/", budget_s=10)
     assert got.total_files == 10 and not got.listing_truncated
     assert sum(1 for e in got.entries if "/again/" in e.path) == 0
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="this host has no IPv6 loopback to serve on")
+def test_an_http_target_at_an_ipv6_literal_is_probed(http_data: Path, tmp_path: Path) -> None:
+    # fsspec reads "::" as a chain of URLs: the host [::1] once failed with a TypeError's text
+    with ThrottledHTTPServer(http_data, host="::1") as srv:
+        assert srv.url.startswith("http://[::1]:")
+        rec = probe_json(tmp_path, srv.url, "--loader", "raw", "--time-budget", "4")
+    assert rec["dataset"]["files"] == 60 and rec["dataset"]["remote"] is True
+    assert rec["stages"]["storage"]["read_bytes_per_s"] > 0

@@ -214,3 +214,22 @@ def test_a_folder_too_large_to_count_in_time_gives_a_lower_bound(
     d = ds.resolve(str(tmp_path), budget_s=10)
     assert d.listing_truncated and d.files_at_least
     assert 256 <= d.total_files <= 3000
+
+
+@pytest.mark.parametrize(
+    ("url", "cls", "path"),
+    [
+        ("http://[::1]:8080/data/", "HTTPFileSystem", "http://[::1]:8080/data/"),
+        ("https://u@[fe80::1]/d", "HTTPFileSystem", "https://u@[fe80::1]/d"),
+        ("memory://plain/x", "MemoryFileSystem", "/plain/x"),
+    ],
+    ids=["ipv6-literal", "ipv6-with-user", "no-brackets"],
+)
+def test_a_url_whose_host_is_an_ipv6_literal_is_one_filesystems(
+    url: str, cls: str, path: str
+) -> None:
+    # fsspec's own parser reads the literal's "::" as a chain of URLs: "http://[" was its path
+    import fsspec
+
+    fs, got = ds.url_to_fs(fsspec, url, {})
+    assert type(fs).__name__ == cls and got == path

@@ -469,7 +469,7 @@ def _resolve_remote(url: str, storage_options: dict[str, Any], budget_s: float) 
     infos, sizes_asked = _fill_sizes(fs, listing.names, skipped)
     entries = _remote_entries(infos, skipped)
     if not entries:
-        raise TargetError(f"{target}: no non-empty files found")
+        raise TargetError(_none_found(target, skipped))
     listed, error, bound = float(listing.count), None, False
     if deadline.hit:
         rest = Rest(0.0, None)
@@ -551,6 +551,8 @@ def _listing_error(target: str, exc: Exception, url: str) -> TargetError:
     """The one line for a listing that failed. The cause's chain is read first: fsspec says
     "not found" for any HTTP listing that failed, a TLS handshake refused included."""
     transport = transport_cause(exc)
+    if transport == "redirect_loop":  # aiohttp's own text is a status 0 and the URL again
+        return TargetError(f"{target}: {label(transport)}")
     if transport is not None:
         return TargetError(f"{target}: {label(transport)}: {_one_line(_root(exc), url)}")
     if isinstance(exc, FileNotFoundError):
@@ -612,6 +614,20 @@ def _remote_entries(files: list[dict[str, Any]], skipped: Counter[str]) -> list[
             entries.append(FileEntry(str(info["name"]), int(size)))
     entries.sort(key=lambda e: e.path)
     return entries
+
+
+def _none_found(target: str, skipped: Counter[str]) -> str:
+    """The one line for a remote listing that left no file to read, saying why where one
+    cause stands out: a server that states no file's size (no Content-Length)."""
+    unsized = skipped["unknown_size"]
+    if unsized and unsized == sum(skipped.values()):
+        return (
+            f"{target}: the server gave no size (no Content-Length) for any file it listed "
+            f"({unsized:,}): the probe reads files of known size"
+        )
+    if skipped:
+        return f"{target}: no non-empty files found ({_skip_summary(skipped)})"
+    return f"{target}: no non-empty files found"
 
 
 def _safe_info(fs: Any, name: str) -> dict[str, Any] | None:

@@ -4,7 +4,7 @@ A probe skips a file it cannot read and goes on; ``ReadFailures`` counts each su
 by the cause of its first failure, for the record's ``dataset.read_errors``. Causes are short
 keys: ``not_found``, ``permission_denied``, ``is_a_directory``, ``timeout``, ``connection``,
 ``tls_certificate`` (the server's certificate is not trusted: self-signed, expired, another
-name), ``tls``, ``short_response`` (the server sent fewer bytes than it announced, or a
+name), ``tls``, ``redirect_loop`` (redirects past the client's limit), ``short_response`` (the server sent fewer bytes than it announced, or a
 response that could not be parsed), ``http_<status>`` (a remote object answered with an error
 status), an errno name (``EIO``), or ``other``. Only failures touch this module, never a read
 that succeeds.
@@ -43,7 +43,7 @@ def chain(exc: BaseException) -> Iterator[BaseException]:
 
 
 def transport_cause(exc: BaseException) -> str | None:
-    """``tls_certificate``, ``tls`` or ``short_response`` where one of these is anywhere in
+    """``tls_certificate``, ``tls``, ``short_response`` or ``redirect_loop`` where one of these is anywhere in
     ``exc``'s chain, whatever the outermost exception claims; else None."""
     for e in chain(exc):
         if isinstance(e, ssl.SSLCertVerificationError):
@@ -55,6 +55,8 @@ def transport_cause(exc: BaseException) -> str | None:
         names = {k.__name__ for k in type(e).__mro__}
         if names & {"HttpProcessingError", "ClientPayloadError"}:
             return "short_response"
+        if "TooManyRedirects" in names:  # aiohttp's, past its ten redirects
+            return "redirect_loop"
     return None
 
 
@@ -114,6 +116,7 @@ _LABELS = {
     "tls_certificate": "TLS certificate not trusted",
     "tls": "TLS error",
     "short_response": "response shorter than announced",
+    "redirect_loop": "redirected over and over (a redirect loop)",
 }
 
 

@@ -4,6 +4,9 @@ an S3-compatible server (moto) read through s3fs."""
 from __future__ import annotations
 
 import socket
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -132,3 +135,55 @@ def test_an_http_target_at_an_ipv6_literal_is_probed(http_data: Path, tmp_path: 
         rec = probe_json(tmp_path, srv.url, "--loader", "raw", "--time-budget", "4")
     assert rec["dataset"]["files"] == 60 and rec["dataset"]["remote"] is True
     assert rec["stages"]["storage"]["read_bytes_per_s"] > 0
+
+
+class _Odd(BaseHTTPRequestHandler):
+    """``/loop/...`` redirects to itself; ``/nolen/`` lists two files whose responses carry
+    no Content-Length (the body ends as the connection closes)."""
+
+    def do_GET(self) -> None:
+        if self.path == "/nolen/":
+            body = b'<a href="a.bin">a.bin</a> <a href="b.bin">b.bin</a>'
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+        elif self.path.startswith("/nolen/"):
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"x" * 10_000)
+            self.close_connection = True
+        else:
+            self.send_response(302)
+            self.send_header("Location", self.path)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+    do_HEAD = do_GET
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def odd_server() -> Iterator[str]:
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Odd)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.mark.parametrize("path", ["loop/", "loop/a.bin"], ids=["folder", "file"])
+def test_a_redirect_loop_is_a_one_line_error_that_says_so(odd_server: str, path: str) -> None:
+    proc = run_cli("probe", f"{odd_server}/{path}", "-q", "--time-budget", "4", timeout=60)
+    assert_one_line_error(proc, path, "a redirect loop")
+    assert "message=" not in proc.stderr  # aiohttp's own text: a status 0 and the URL again
+
+
+def test_files_the_server_gives_no_size_for_are_a_one_line_error_that_says_so(
+    odd_server: str,
+) -> None:
+    proc = run_cli("probe", f"{odd_server}/nolen/", "-q", "--time-budget", "4", timeout=60)
+    assert_one_line_error(proc, "no size (no Content-Length) for any file it listed (2)")

@@ -63,6 +63,12 @@ def test_each_backend_error_has_a_cause(tmp_path: Path) -> None:
     s3 = client_error({"ResponseMetadata": {"HTTPStatusCode": 500}}, "GetObject")
     assert cause(s3) == "http_500"
     assert cause(ValueError("odd")) == "other"
+    # fsspec says "not found" for an HTTP read that aiohttp gave up redirecting
+    try:
+        raise FileNotFoundError("u") from aiohttp.TooManyRedirects(None, ())  # type: ignore[arg-type]
+    except FileNotFoundError as looped:
+        assert cause(looped) == "redirect_loop"
+        assert label(cause(looped)) == "redirected over and over (a redirect loop)"
 
 
 def test_a_file_is_counted_once_by_its_first_cause() -> None:

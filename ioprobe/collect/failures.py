@@ -32,6 +32,11 @@ _CONNECTION_ERRNOS = {
 }
 
 
+class ShortRead(Exception):
+    """A remote read that ended before the bytes the listing gave the file: the server's
+    size (a HEAD's Content-Length, a listing's) overstates what it sends."""
+
+
 def chain(exc: BaseException) -> Iterator[BaseException]:
     """``exc`` and what caused it (``__cause__``, else ``__context__``), first to last."""
     seen: set[int] = set()
@@ -46,6 +51,8 @@ def transport_cause(exc: BaseException) -> str | None:
     """``tls_certificate``, ``tls``, ``short_response`` or ``redirect_loop`` where one of these is anywhere in
     ``exc``'s chain, whatever the outermost exception claims; else None."""
     for e in chain(exc):
+        if isinstance(e, ShortRead):
+            return "short_response"
         if isinstance(e, ssl.SSLCertVerificationError):
             return "tls_certificate"
         if isinstance(e, ssl.SSLError):

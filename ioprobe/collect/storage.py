@@ -40,7 +40,7 @@ from typing import Literal
 from ioprobe import units
 from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.dataset import Dataset, FileEntry
-from ioprobe.collect.failures import ReadFailures, cause
+from ioprobe.collect.failures import ReadFailures, ShortRead, cause
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.collect.quiet import start_quiet
 from ioprobe.collect.remote import cat_range
@@ -322,8 +322,13 @@ def _remote_reader_factory(fs: object, ranges: bool = True) -> Callable[[_Level,
         {"block_size": BUFFER, "cache_type": "none"} if ranges else {"block_size": 0}
     )
 
+    # a read that ends before the listed bytes is the server's size overstating its file: a
+    # failed read, where counted bytes over listed sizes would make the files' rate off
     def read_one(path: str, off: int, length: int) -> int:
-        return len(cat_range(fs, path, off, off + length))
+        got = len(cat_range(fs, path, off, off + length))
+        if got < length:
+            raise ShortRead(_short(off + got, off + length))
+        return got
 
     def stream_one(path: str, off: int, length: int) -> Generator[int, None, None]:
         # the backend's own file object, as a loader streaming a remote shard opens it
@@ -334,7 +339,7 @@ def _remote_reader_factory(fs: object, ranges: bool = True) -> Callable[[_Level,
             while left > 0:
                 got = len(fh.read(min(BUFFER, left)))
                 if got == 0:
-                    break
+                    raise ShortRead(_short(off + length - left, off + length))
                 left -= got
                 yield got
 
@@ -343,6 +348,10 @@ def _remote_reader_factory(fs: object, ranges: bool = True) -> Callable[[_Level,
         _read_items(level, slot, read_one, stream_one, Exception, _remote_error_text)
 
     return reader
+
+
+def _short(at: int, listed: int) -> str:
+    return f"the file ended at byte {at:,} where its listed size ran to {listed:,}"
 
 
 def reader_for(ds: Dataset, ranges: bool = True) -> Callable[[_Level, int], None]:

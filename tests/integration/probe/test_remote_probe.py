@@ -3,6 +3,7 @@ an S3-compatible server (moto) read through s3fs."""
 
 from __future__ import annotations
 
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -139,10 +140,50 @@ def test_an_http_target_at_an_ipv6_literal_is_probed(http_data: Path, tmp_path: 
 
 class _Odd(BaseHTTPRequestHandler):
     """``/loop/...`` redirects to itself; ``/nolen/`` lists two files whose responses carry
-    no Content-Length (the body ends as the connection closes)."""
+    no Content-Length (the body ends as the connection closes); ``/liar/`` lists four whose
+    HEAD says 20,000 bytes, where each has 10,000 (``/liar/honest.bin``, listed there too,
+    has what its HEAD says)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_HEAD(self) -> None:
+        if self.path.startswith("/liar/") and not self.path.endswith("/"):
+            self.send_response(200)
+            self.send_header("Content-Length", "10000" if "honest" in self.path else "20000")
+            self.send_header("Accept-Ranges", "bytes")
+            self.end_headers()
+        else:
+            self.do_GET()
+
+    def _liar(self) -> None:
+        if self.path.endswith("/"):
+            names = [f"f{i}.bin" for i in range(4)] + ["honest.bin"]
+            self._send(200, "".join(f'<a href="{n}">{n}</a> ' for n in names).encode())
+            return
+        body = b"x" * 10_000
+        m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
+        if m is None:
+            self._send(200, body)
+            return
+        start, end = int(m[1]), int(m[2] or len(body) - 1)
+        part = body[start : end + 1]
+        self.send_response(206)
+        self.send_header("Content-Range", f"bytes {start}-{start + len(part) - 1}/{len(body)}")
+        self.send_header("Content-Length", str(len(part)))
+        self.end_headers()
+        self.wfile.write(part)
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
 
     def do_GET(self) -> None:
-        if self.path == "/nolen/":
+        if self.path.startswith("/liar/"):
+            self._liar()
+        elif self.path == "/nolen/":
             body = b'<a href="a.bin">a.bin</a> <a href="b.bin">b.bin</a>'
             self.send_response(200)
             self.send_header("Content-Length", str(len(body)))
@@ -150,16 +191,16 @@ class _Odd(BaseHTTPRequestHandler):
             self.wfile.write(body)
         elif self.path.startswith("/nolen/"):
             self.send_response(200)
+            self.send_header("Connection", "close")
             self.end_headers()
-            self.wfile.write(b"x" * 10_000)
+            if self.command != "HEAD":
+                self.wfile.write(b"x" * 10_000)
             self.close_connection = True
         else:
             self.send_response(302)
             self.send_header("Location", self.path)
             self.send_header("Content-Length", "0")
             self.end_headers()
-
-    do_HEAD = do_GET
 
     def log_message(self, *args: object) -> None:
         pass
@@ -187,3 +228,20 @@ def test_files_the_server_gives_no_size_for_are_a_one_line_error_that_says_so(
 ) -> None:
     proc = run_cli("probe", f"{odd_server}/nolen/", "-q", "--time-budget", "4", timeout=60)
     assert_one_line_error(proc, "no size (no Content-Length) for any file it listed (2)")
+
+
+def test_files_shorter_than_their_head_says_are_counted_as_failed_reads(
+    odd_server: str, tmp_path: Path
+) -> None:
+    # counted as read, their bytes went over sizes twice theirs, with no error said
+    rec = probe_json(tmp_path, f"{odd_server}/liar/", "--loader", "raw", "--time-budget", "4")
+    errors = rec["dataset"]["read_errors"]
+    assert errors == {"short_response": 4}, errors
+    assert rec["stages"]["storage"]["read_bytes_per_s"] > 0  # the honest file was read
+    # every file listed overstated: the probe ends in one line that says why
+    proc = run_cli(
+        "probe", f"{odd_server}/liar/f0.bin", "-q", "--loader", "raw", "--time-budget", "4"
+    )
+    assert_one_line_error(
+        proc, "response shorter than announced", "ended at byte 10,000 where its listed size"
+    )

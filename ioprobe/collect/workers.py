@@ -31,6 +31,7 @@ worker it kills holds it. The SIGTERM handler stays for a SIGTERM from outside.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing as mp
 import multiprocessing.context as mp_context
 import multiprocessing.pool as mp_pool
@@ -179,7 +180,28 @@ def quiet_worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    _die_with_parent()
     signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD)
+
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with_parent() -> None:
+    """Where the parent dies without ending the pool (SIGKILL, or a signal ioprobe does not
+    handle, whose default ends it), its workers end at once and quietly: the kernel sends
+    them SIGKILL (Linux's parent-death signal). Orphaned, they printed tracebacks as their
+    pipe to it broke, or as they started and found its files gone. A worker whose parent
+    died before it asked exits now."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return
+    except (OSError, AttributeError):  # not Linux: no parent-death signal to ask for
+        return
+    parent = mp.parent_process()
+    if parent is not None and os.getppid() != parent.pid:
+        os._exit(0)
 
 
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -131,3 +131,23 @@ def test_a_signal_while_measuring_writes_what_was_measured_marked_incomplete(
     _, alive = psutil.wait_procs(workers, timeout=5)
     assert not alive  # the pool's workers ended with it
     assert sorted(tmp_path.iterdir()) == sorted([data, out])  # no temporary file left
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGUSR1], ids=["kill-9", "usr1"])
+def test_a_probe_killed_outright_takes_its_workers_with_it_quietly(
+    tmp_path: Path, signum: int
+) -> None:
+    # a signal no handler sees (SIGKILL) or one ioprobe leaves at its default (SIGUSR1) ends
+    # the probe at once; its pool's workers, orphaned, printed BrokenPipeError tracebacks
+    # as their pipe to it broke, or lived on
+    data = small_files(tmp_path / "data")
+    env = {"PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)}
+    proc = start("probe", str(data), "--time-budget", "60", "-q", env=env)
+    wait_for_workers(proc)
+    workers = psutil.Process(proc.pid).children(recursive=True)
+    os.kill(proc.pid, signum)  # the probe alone, not its group
+    _, err = proc.communicate(timeout=30)  # the workers hold its stderr open until they end
+    assert proc.returncode == -signum
+    _, alive = psutil.wait_procs(workers, timeout=5)
+    assert not alive
+    assert "Traceback" not in err, err

@@ -78,17 +78,34 @@ def dealt_evenly_rate(rec: RunRecord) -> float | None:
     at random to the workers' streams (``dealt_rate``) over its replay of them as logged,
     times the measured rate, and never below the measured rate. None where the record has
     nothing to replay."""
+    run = _as_logged(rec)
+    if run is None:
+        return None
+    return max(run.measured * dealt_rate(run.costs, run.setting) / run.was, run.measured)
+
+
+SEEDS = (1, 2, 3)  # the random deals a balanced stream's prediction is the mean of
+
+
+@dataclasses.dataclass(frozen=True)
+class _Logged:
+    """What every figure here is read against: the run's batches as logged, its setting, its
+    measured rate and the replay's of it as run."""
+
+    costs: loader_sim.Costs
+    setting: loader_sim.Setting
+    measured: float
+    was: float
+
+
+def _as_logged(rec: RunRecord) -> _Logged | None:
+    """The run as logged, replayed; None where the record has nothing to replay."""
     c, base = loader_sim.logged_costs(rec), loader_sim.recorded_setting(rec)
     measured = rec.measured_samples_per_s
     if c is None or base is None or not measured:
         return None
     was = loader_sim.rate_of(c, base)
-    if not 0 < was < float("inf"):
-        return None
-    return max(measured * dealt_rate(c, base) / was, measured)
-
-
-SEEDS = (1, 2, 3)  # the random deals a balanced stream's prediction is the mean of
+    return _Logged(c, base, measured, was) if 0 < was < float("inf") else None
 
 
 def dealt_rate(c: loader_sim.Costs, s: loader_sim.Setting, seeds: int = len(SEEDS)) -> float:
@@ -138,15 +155,10 @@ def other_workers(rec: RunRecord, setting: loader_sim.Setting) -> loader_sim.Pre
     two ends of what a split by item and one by whole shard give. One worker makes every
     batch, whatever the split: its replay needs no range. None where the record has no
     imbalance, nothing to replay or the run's own worker count."""
-    c, base = loader_sim.logged_costs(rec), loader_sim.recorded_setting(rec)
-    measured = rec.measured_samples_per_s
-    if c is None or base is None or not measured or setting.workers == base.workers:
+    run = _as_logged(rec)
+    if run is None or setting.workers == run.setting.workers or stream_imbalance(rec) is None:
         return None
-    if stream_imbalance(rec) is None:
-        return None
-    was = loader_sim.rate_of(c, base)
-    if not 0 < was < float("inf"):
-        return None
+    c, measured, was = run.costs, run.measured, run.was
     now = dealt_rate(c, setting)
     pred = measured * now / was
     said: tuple[str, ...] = ()
@@ -171,13 +183,10 @@ def balanced_setting(rec: RunRecord) -> loader_sim.Prediction | None:
     the measured rate; the setting kept is ``loader_sim.best``'s, and only where it gains
     MIN_GAIN over the run's own setting dealt so. None otherwise, or where the record has
     nothing to replay."""
-    c, base = loader_sim.logged_costs(rec), loader_sim.recorded_setting(rec)
-    measured = rec.measured_samples_per_s
-    if c is None or base is None or not measured:
+    run = _as_logged(rec)
+    if run is None:
         return None
-    was = loader_sim.rate_of(c, base)
-    if not 0 < was < float("inf"):
-        return None
+    c, base, measured, was = run.costs, run.setting, run.measured, run.was
 
     def predict(s: loader_sim.Setting, seeds: int) -> loader_sim.Prediction:
         now = dealt_rate(c, s, seeds)

@@ -659,7 +659,9 @@ def loader_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     if capped is not None:
         text += (
             f" Were the storage one shared bandwidth, {capped - 1:+.0%}: `ioprobe probe` of "
-            "the same storage, given to `ioprobe whatif --probe`, tells which."
+            "the same storage, given to `ioprobe whatif --probe`, tells which, as does a "
+            "rerun with IOPROBE_READ_CHECK=1 (it loads samples through the dataset's own "
+            "__getitem__ in extra processes after the run)."
         )
     text += _memory_stop(rec, tried, pred)
     kind = changes[0][0] if len(changes) == 1 else "loader_settings"

@@ -9,9 +9,12 @@ the dataset's own samples through its ``__getitem__`` in a loop for ``LEVEL_S``)
 sample's time blocked (wall time less its CPU time and its wait for a core) and the readers
 blocked at once give the same points the run's own fit takes.
 
-The readers are the dataset's, in processes of their own: what they change (a random
-generator's state, a file a dataset opens lazily, a cache) dies with them, and their
-output goes to ``/dev/null``. They read, as the run's workers did, and write nothing.
+The readers are the dataset's, in processes of their own: what they change of their
+process (a random generator's state, a file a dataset opens lazily) dies with them, and
+what they print goes to ``/dev/null``. But they run the user's ``__getitem__`` outside the
+training's schedule, and what it does beyond its process stays done: a line appended to
+a log file it holds open, a cache entry written, a counter shared with the training bumped.
+So the check runs only where the user asks for it (``IOPROBE_READ_CHECK=1``).
 """
 
 from __future__ import annotations
@@ -63,7 +66,12 @@ def check(dataset: Any, size: int, workers: int) -> ReadScaling | None:
     point, or where the check could not fork."""
     if "fork" not in multiprocessing.get_all_start_methods() or size < 1:
         return None
-    levels = [lv for n in readers_for(workers) if (lv := _level(dataset, size, n)) is not None]
+    levels = []
+    for n in readers_for(workers):
+        lv = _level(dataset, size, n)
+        if lv is None:  # none of its readers answered: more of them would not either
+            break
+        levels.append(lv)
     return scaling(levels)
 
 
@@ -112,7 +120,10 @@ def _level(dataset: Any, size: int, readers: int) -> Level | None:
             send.close()
             procs.append(p)
             conns.append(recv)
-        got = [_answer(c) for c in conns]
+        # one deadline for the count's readers: readers that never answer (a lock held by
+        # a thread the fork left behind) cost LEVEL_S + GRACE_S once, not once each
+        deadline = time.monotonic() + LEVEL_S + GRACE_S
+        got = [_answer(c, deadline) for c in conns]
     finally:
         for p in procs:
             if p.is_alive():
@@ -131,9 +142,10 @@ def _level(dataset: Any, size: int, readers: int) -> Level | None:
     )
 
 
-def _answer(conn: Any) -> tuple[int, float, float] | None:
-    """A reader's (reads, blocked, wall), or None where it failed or overran its time."""
-    if not conn.poll(LEVEL_S + GRACE_S):
+def _answer(conn: Any, deadline: float) -> tuple[int, float, float] | None:
+    """A reader's (reads, blocked, wall), or None where it failed or had not answered by
+    ``deadline`` (``time.monotonic``)."""
+    if not conn.poll(max(deadline - time.monotonic(), 0.0)):
         return None
     try:
         got = conn.recv()

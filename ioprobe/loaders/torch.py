@@ -715,7 +715,7 @@ class Watched:
         _adopt_pending_iterator(loader, self._inner)
         try:
             n: int | None = len(loader.dataset)
-        except TypeError:
+        except Exception:  # no length, or a __len__ that raises (a custom sampler needs none)
             n = None
         adapter = DataLoaderAdapter.of(loader)
         if overrides:  # a trial: the user's loader under the trial's settings
@@ -762,9 +762,11 @@ class Watched:
         """Once per loader, where the workers spent most of their time blocked and the run's
         reads in flight varied too little to tell a bandwidth cap from a latency limit (so
         any advice on the workers would rest on an assumption): measure how the dataset's
-        reads scale with readers (``collect.read_check``, about 2 s) into the collector;
-        True where that gave a curve. Not in a trial of ``ioprobe tune``, a job of several
-        ranks, a loader that does not fork its workers, or with ``IOPROBE_READ_CHECK=0``."""
+        reads scale with readers (``collect.read_check``, about 1 s) into the collector;
+        True where that gave a curve. Only with ``IOPROBE_READ_CHECK=1``: it runs the
+        dataset's ``__getitem__`` outside the training's schedule, and what that does beyond
+        its process stays done. Never in a trial of ``ioprobe tune``, a job of several ranks
+        or a loader that does not fork its workers."""
         w = rec.watch
         if (
             self._checked
@@ -781,7 +783,7 @@ class Watched:
         inner, ds = self._inner, self._loader.dataset
         ctx = inner.multiprocessing_context
         if (
-            os.environ.get("IOPROBE_READ_CHECK") == "0"
+            os.environ.get("IOPROBE_READ_CHECK") != "1"
             or self._trial
             or (w.rank is not None and w.rank.world_size > 1)
             or inner.num_workers < 1
@@ -792,7 +794,7 @@ class Watched:
         self._checked = True
         try:
             size = len(ds)
-        except TypeError:
+        except Exception:  # no length, or one that raises: the check has no index to draw
             return False
         found = read_check.check(ds, size, inner.num_workers)
         self._collector.checked_scaling = found

@@ -42,7 +42,7 @@ def unfit(loader: Any, batches: int, trials: int) -> str | None:
         return "it keeps its own iteration state (a stateful loader, or a pass already begun)"
     try:
         length = len(loader.batch_sampler)
-    except TypeError:
+    except Exception:  # none, or a __len__ that raises (NotImplementedError, OverflowError)
         return "its batch sampler has no length"
     need = (trials + 1) * (batches + 2 * loader.num_workers)
     if length < need:

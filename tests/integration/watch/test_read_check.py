@@ -1,10 +1,11 @@
 """The read check after a watched run, against storage built here: two workers that read at
 every moment leave the run unable to tell a bandwidth from a latency limit, so the advice
 to add workers assumed storage linear in readers (on a capped store that was 9.26x
-predicted against 1.05x measured). The check measures it: on a store that serves one read
-at a time (READ_S each, after LATENCY_S that overlaps) no worker count passes 1 / READ_S
-samples/s, and the advice must not promise more; on one whose reads overlap freely, more
-workers read faster."""
+predicted against 1.05x measured). The check, asked for with IOPROBE_READ_CHECK=1, measures
+it: on a store that serves one read at a time (READ_S each, after LATENCY_S that overlaps)
+no worker count passes 1 / READ_S samples/s, and the advice must not promise more; on one
+whose reads overlap freely, more workers read faster. Unasked, it never runs: it calls the
+dataset's own code outside the training's schedule."""
 
 from __future__ import annotations
 
@@ -70,6 +71,12 @@ def worker_advice(rec: RunRecord) -> list[tuple[float, list[str], str]]:
     ]
 
 
+@pytest.fixture
+def asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("IOPROBE_READ_CHECK", "1")
+
+
+@pytest.mark.usefixtures("asked")
 def test_a_capped_store_is_measured_as_one_and_no_advice_passes_its_cap() -> None:
     rec, seen = watched(Capped())
     assert seen == [float(i) for i in range(N)]  # the loader's batches, as unwatched
@@ -86,6 +93,7 @@ def test_a_capped_store_is_measured_as_one_and_no_advice_passes_its_cap() -> Non
     assert multiprocessing.active_children() == []
 
 
+@pytest.mark.usefixtures("asked")
 def test_reads_that_overlap_are_measured_as_a_latency_limit() -> None:
     rec, _ = watched(Overlapping())
     assert rec.watch is not None and rec.watch.read_scaling is not None
@@ -99,15 +107,37 @@ def test_reads_that_overlap_are_measured_as_a_latency_limit() -> None:
     assert all("one shared bandwidth" not in t for _, _, t in advice)
 
 
-def test_the_check_is_left_out_where_the_user_turns_it_off(
-    monkeypatch: pytest.MonkeyPatch,
+class Logging(Overlapping):
+    """Appends each index it loads to a log file of its own: what the user's code does
+    beyond its process, which a read check would add lines to."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        with self.log.open("a") as f:
+            f.write(f"{i}\n")
+        return super().__getitem__(i)
+
+
+@pytest.mark.parametrize("setting", [None, "0"], ids=["unasked", "off"])
+def test_the_check_is_left_out_unless_the_user_asks_for_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, setting: str | None
 ) -> None:
-    monkeypatch.setenv("IOPROBE_READ_CHECK", "0")
+    if setting is None:
+        monkeypatch.delenv("IOPROBE_READ_CHECK", raising=False)
+    else:
+        monkeypatch.setenv("IOPROBE_READ_CHECK", setting)
     rec, _ = watched(Capped())
     assert rec.watch is not None and rec.watch.read_scaling is not None
     assert rec.watch.read_scaling.exponent is None and not rec.watch.read_scaling.checked
-    # the advice then says what it assumes beside its number
+    # the advice then says what it assumes beside its number, and how to measure it
     assert any(LINEAR_STORAGE in u for _, u, _ in worker_advice(rec)), rec.recommendations
+    assert any("IOPROBE_READ_CHECK=1" in t for _, _, t in worker_advice(rec))
+    # the user's own log holds the loader's loads, once each, as unwatched
+    log = tmp_path / "loads.log"
+    watched(Logging(log))
+    assert sorted(map(int, log.read_text().split())) == list(range(N))
 
 
 SCRIPT = """
@@ -125,12 +155,20 @@ def test_under_ioprobe_run_the_check_runs_at_exit_and_the_script_prints_as_unwat
 ) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "IOPROBE_READ_CHECK": "1"}
     plain = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=120
     )
     out = tmp_path / "run.json"
-    proc = run_cli("run", "--json", str(out), "--", sys.executable, str(script))
+    proc = run_cli(
+        "run",
+        "--json",
+        str(out),
+        "--",
+        sys.executable,
+        str(script),
+        env={"IOPROBE_READ_CHECK": "1"},
+    )
     assert (proc.returncode, proc.stdout) == (plain.returncode, plain.stdout), proc.stderr
     rec = RunRecord.load(out)
     assert rec.watch is not None and rec.watch.read_scaling is not None

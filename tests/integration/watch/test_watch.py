@@ -454,3 +454,37 @@ def test_a_copy_of_a_watched_loader_is_a_watched_copy_with_its_own_record(how: s
     assert [b.tolist() for b in got] == [b.tolist() for b in consume(make())]
     assert twin.run.watch is not None and len(twin.run.watch.epochs) == 1
     assert twin.run is not watched.run and len(watched.run.watch.epochs) == 1
+
+
+class _OddLength(torch.utils.data.Dataset[torch.Tensor]):
+    """A dataset read through a sampler of its own, whose ``__len__`` does not give a length
+    as ``len()`` takes one."""
+
+    def __init__(self, length: object) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        if isinstance(self.length, BaseException):
+            raise self.length
+        return self.length  # type: ignore[return-value]
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return torch.tensor([i])
+
+
+@pytest.mark.parametrize(
+    "length",
+    [NotImplementedError(), RuntimeError("no length"), -1, 2**70],
+    ids=["not-implemented", "runtime-error", "negative", "past-ssize"],
+)
+def test_a_dataset_whose_len_fails_is_watched_as_unwatched(length: object) -> None:
+    # len() of it raised past the watch (only TypeError was expected): the script died
+    def batches(loader: object) -> list[list[int]]:
+        return [b.flatten().tolist() for b in loader]  # type: ignore[attr-defined]
+
+    def make() -> DataLoader[torch.Tensor]:
+        return DataLoader(_OddLength(length), batch_size=4, num_workers=1, sampler=range(32))
+
+    watched = ioprobe.watch(make())
+    assert batches(watched) == batches(make())
+    assert watched.run.measured_samples_per_s is not None

@@ -75,6 +75,10 @@ SENSITIVE_PARAMS = frozenset(
         "code",
         "credential",
         "credentials",
+        "bearer",
+        "hmac",
+        "client_assertion",
+        "passphrase",
     }
 )
 # a name is a credential's when one of its words (split at anything not a letter or digit) is
@@ -82,6 +86,7 @@ SENSITIVE_PARAMS = frozenset(
 _SECRET_WORDS = frozenset(
     {"sig", "signature", "token", "secret", "password", "passwd", "pwd", "key", "apikey"}
     | {"auth", "authorization", "jwt", "session", "code", "credential", "credentials", "sas"}
+    | {"bearer", "hmac", "assertion", "passphrase"}
 )
 _SECRET_PARTS = (
     "signature",
@@ -95,6 +100,8 @@ _SECRET_PARTS = (
     "secretkey",
     "session",
     "jwt",
+    "bearer",
+    "passphrase",
 )
 _WORD = re.compile(r"[^a-z0-9]+")
 

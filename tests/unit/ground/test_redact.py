@@ -74,6 +74,13 @@ def test_the_brief_list_of_signed_url_parameters_is_covered() -> None:
     assert named | {"awsaccesskeyid"} <= SENSITIVE_PARAMS
 
 
+def test_names_that_say_bearer_hmac_assertion_or_passphrase_are_masked() -> None:
+    # a hostile round found bearer=, hmac= and client_assertion= shown in every output
+    for name in ("bearer", "hmac", "client_assertion", "X-Request-HMAC", "jwt_assertion"):
+        assert redact_url(f"https://h/p?{name}=zz&n=1") == f"https://h/p?{name}=***&n=1", name
+    assert redact_url("https://h/p?key_passphrase=zz") == "https://h/p?key_passphrase=***"
+
+
 def test_other_parameters_paths_and_local_names_are_left_alone() -> None:
     kept = [
         "https://h/p?part=7&X-Amz-Date=20240101T000000Z&X-Amz-Expires=3600",

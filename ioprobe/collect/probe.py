@@ -50,7 +50,7 @@ from ioprobe.collect.cuda_copy import Copier, may_have_gpu, open_copier
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.decode import choose
 from ioprobe.collect.decode import resolve as resolve_decoder
-from ioprobe.collect.failures import ReadFailures
+from ioprobe.collect.failures import ReadFailures, cause, label
 from ioprobe.collect.hostinfo import host_info
 from ioprobe.collect.pcie import LinkReader
 from ioprobe.collect.phase_shares import (
@@ -903,19 +903,22 @@ def _layout_within(
     try:
         return within(2 * seconds, detect)
     except Overdue:
-        indexes = [e for e in ds.entries if os.path.basename(e.path) in shards_mod.INDEX_NAMES]
-        data = [e for e in ds.entries if e not in indexes] or ds.entries
-        return shards_mod.Layout(
-            kind="packed files" if samples_per_file else "files",
-            data=data,
-            samples=samples_per_file * len(data) if samples_per_file else None,
-            basis=f"--samples-per-file {samples_per_file}" if samples_per_file else None,
-            index_files=len(indexes),
-            notes=[
-                f"the files' layout (headers, index.json) did not arrive within {2 * seconds:.1f}"
-                " s: each file is taken for one sample (--samples-per-file N says otherwise)"
-            ],
-        )
+        why = f"did not arrive within {2 * seconds:.1f} s"
+    except Exception as exc:  # a read of a header failed (a body shorter than announced)
+        why = f"could not be read ({label(cause(exc))})"
+    indexes = [e for e in ds.entries if os.path.basename(e.path) in shards_mod.INDEX_NAMES]
+    data = [e for e in ds.entries if e not in indexes] or ds.entries
+    return shards_mod.Layout(
+        kind="packed files" if samples_per_file else "files",
+        data=data,
+        samples=samples_per_file * len(data) if samples_per_file else None,
+        basis=f"--samples-per-file {samples_per_file}" if samples_per_file else None,
+        index_files=len(indexes),
+        notes=[
+            f"the files' layout (headers, index.json) {why}: each file is taken for one "
+            "sample (--samples-per-file N says otherwise)"
+        ],
+    )
 
 
 def _data_only(ds: ds_mod.Dataset, layout: shards_mod.Layout) -> ds_mod.Dataset:

@@ -147,7 +147,9 @@ class _Odd(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_HEAD(self) -> None:
-        if self.path.startswith("/liar/") and not self.path.endswith("/"):
+        if self.path.startswith("/short/"):
+            self._short()
+        elif self.path.startswith("/liar/") and not self.path.endswith("/"):
             self.send_response(200)
             self.send_header("Content-Length", "10000" if "honest" in self.path else "20000")
             self.send_header("Accept-Ranges", "bytes")
@@ -173,6 +175,18 @@ class _Odd(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(part)
 
+    def _short(self) -> None:
+        """Files whose every response announces 20,000 bytes and sends 10,000, then closes."""
+        if self.path.endswith("/"):
+            self._send(200, b"".join(b'<a href="f%d.bin">f</a> ' % i for i in range(4)))
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", "20000")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(b"x" * 10_000)
+        self.close_connection = True
+
     def _send(self, status: int, body: bytes) -> None:
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
@@ -183,6 +197,8 @@ class _Odd(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path.startswith("/liar/"):
             self._liar()
+        elif self.path.startswith("/short/"):
+            self._short()
         elif self.path == "/nolen/":
             body = b'<a href="a.bin">a.bin</a> <a href="b.bin">b.bin</a>'
             self.send_response(200)
@@ -245,3 +261,10 @@ def test_files_shorter_than_their_head_says_are_counted_as_failed_reads(
     assert_one_line_error(
         proc, "response shorter than announced", "ended at byte 10,000 where its listed size"
     )
+
+
+def test_bodies_shorter_than_their_content_length_are_a_one_line_error(odd_server: str) -> None:
+    # the first read of a header (the layout's sniff) raised aiohttp's ClientPayloadError
+    # past every handler: a traceback and exit 1
+    proc = run_cli("probe", f"{odd_server}/short/", "-q", "--time-budget", "4", timeout=60)
+    assert_one_line_error(proc, "every read failed", "response shorter than announced")

@@ -178,7 +178,7 @@ class _Odd(BaseHTTPRequestHandler):
     def _short(self) -> None:
         """Files whose every response announces 20,000 bytes and sends 10,000, then closes."""
         if self.path.endswith("/"):
-            self._send(200, b"".join(b'<a href="f%d.bin">f</a> ' % i for i in range(4)))
+            self._send(200, b"".join(b'<a href="f%d">f</a> ' % i for i in range(4)))
             return
         self.send_response(200)
         self.send_header("Content-Length", "20000")

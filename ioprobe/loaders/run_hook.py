@@ -221,10 +221,15 @@ def _write_records() -> None:
         return
     # the script ended on Ctrl-C: Python sets this before the exit hooks run
     interrupted = isinstance(getattr(sys, "last_value", None), KeyboardInterrupt)
+    stopped = False  # Ctrl-C while the records were made (a read check): they are kept
     _write_trials(out)
     for i, w in enumerate(_watchers):
         try:
-            rec = w.record  # DALI's watched pipeline has a run(): DALI's own
+            try:
+                rec = w.record  # DALI's watched pipeline has a run(): DALI's own
+            except KeyboardInterrupt:  # in the read check: the record as run, unchecked
+                stopped = True
+                rec = w.record
             if rec.watch is None or not any(e.batches for e in rec.watch.epochs):
                 continue
             if interrupted and rec.complete:
@@ -234,7 +239,7 @@ def _write_records() -> None:
             rec.save(os.path.join(out, f"loader-{os.getpid()}-{i}.json"))
         except Exception as exc:  # never turn the user's clean exit into a crash
             print(f"ioprobe: could not save the record of loader {i}: {exc}", file=sys.stderr)
-    if interrupted:
+    if interrupted or stopped:
         _keep_sigint_exit()
 
 

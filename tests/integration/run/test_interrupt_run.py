@@ -7,6 +7,7 @@ pid, its SIGINT handler, and the records folder inside ioprobe's temporary one."
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
 import select
@@ -136,3 +137,45 @@ def test_ctrl_c_typed_at_a_terminal_reaches_the_script_once(tmp_path: Path) -> N
         os.close(follower)
     assert (code, out.strip()) == (3, "cleaned up"), err
     run.assert_nothing_left()
+
+
+HANGING_READS = """
+import time, torch
+from torch.utils.data import DataLoader, Dataset
+class DS(Dataset):
+    def __len__(self): return 4000
+    def __getitem__(self, i):
+        if i >= 400: time.sleep(3600)  # indices the run never asks for; the check does
+        time.sleep(0.004)
+        return torch.tensor([i])
+loader = DataLoader(DS(), batch_size=4, num_workers=2, sampler=range(400))
+print(sum(int(b.sum()) for b in loader), flush=True)
+"""
+
+
+def test_ctrl_c_during_the_read_check_at_exit_keeps_the_record(tmp_path: Path) -> None:
+    # the check's readers hang (>= 2 s): a Ctrl-C then raised KeyboardInterrupt past the
+    # exit hook, a traceback and no record of a run that had ended
+    script = tmp_path / "train.py"
+    script.write_text(HANGING_READS)
+    out = tmp_path / "run.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ioprobe", "run", "--json", str(out), "--", sys.executable, script],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "IOPROBE_READ_CHECK": "1"},
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], 60)
+    assert ready and proc.stdout.readline().strip() == str(sum(range(400)))
+    time.sleep(0.8)  # the training has ended: the read check's first readers hang
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err, err
+    assert proc.returncode == 130, err
+    assert out.exists() and json.loads(out.read_text())["watch"]["epochs"]

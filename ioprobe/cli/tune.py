@@ -43,6 +43,7 @@ from ioprobe.analysis.queueing import MIN_BATCHES
 from ioprobe.analysis.report import findings
 from ioprobe.analysis.tune import outcome, plan, trial_of
 from ioprobe.cli._common import (
+    attempt,
     check_outputs,
     command_files,
     count,
@@ -115,10 +116,16 @@ def command(
     err.print("")
     for line in tune_lines(first.tune):
         err.print(line, markup=False, highlight=False, soft_wrap=True)
+    # each output tried whatever became of the other (a full disk costs that one alone)
+    failed: list[str] = []
     if json_path:
-        write_record(first, json_path)
+        attempt(failed, "--json", write_record, first, json_path)
     if md_path:
-        write_text(md_path, markdown.render(first, findings(first)), "--md")
+        text = attempt(failed, "--md", lambda: markdown.render(first, findings(first)))
+        if text is not None:
+            attempt(failed, "--md", write_text, md_path, text, "--md")
+    if failed:
+        raise BadInputError("; ".join(failed))
     if first.tune.interrupted_by:  # ended by a signal ioprobe passed on: as the script would
         sys.exit(128 + first.tune.interrupted_by)
     script_code = first.tune.trials[0].exit_code if first.tune.trials else None

@@ -642,6 +642,12 @@ def _one_line(exc: BaseException, url: str = "") -> str:
     """A library's error as one line; the URLs it quotes (aiohttp's and botocore's do, whole)
     redacted, and the secrets of ``url`` (the real target) masked where it repeats them
     without their scheme (botocore's "Invalid bucket name" quotes ``KEY:SECRET@bucket``)."""
+    if any(type(e).__name__ == "CredentialRetrievalError" for e in chain(exc)):
+        # botocore quotes whatever the configured credential program printed: its secret too
+        return (
+            "the AWS credential provider failed (its own message is not shown: what a "
+            "credential program prints may hold a secret)"
+        )
     text = redact_message(" ".join(str(exc).split()), [url] if url else []) or type(exc).__name__
     return text if len(text) < 300 else text[:297] + "..."
 

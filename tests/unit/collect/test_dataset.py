@@ -233,3 +233,16 @@ def test_a_url_whose_host_is_an_ipv6_literal_is_one_filesystems(
 
     fs, got = ds.url_to_fs(fsspec, url, {})
     assert type(fs).__name__ == cls and got == path
+
+
+def test_a_failing_credential_program_s_output_is_not_quoted() -> None:
+    # botocore quotes whatever the credential_process printed: a secret, where it echoes one
+    exceptions = pytest.importorskip("botocore.exceptions")
+    err = exceptions.CredentialRetrievalError(
+        provider="custom-process", error_msg="process-failed-S3KR1T"
+    )
+    try:
+        raise FileNotFoundError("s3://b/x") from err
+    except FileNotFoundError as exc:
+        line = ds._one_line(exc, "s3://b/x")
+    assert "S3KR1T" not in line and "credential provider failed" in line

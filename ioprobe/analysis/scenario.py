@@ -265,7 +265,8 @@ def evaluate(rec: RunRecord, change: Change) -> Scenario:
 # Beside a prediction that assumes storage linear in reads in flight, unchecked
 LINEAR_STORAGE = (
     "assumes storage linear in reads in flight, unchecked: nothing measured tells a "
-    "bandwidth cap from a latency limit; whatif --probe PROBE.json measures it"
+    "bandwidth cap from a latency limit; whatif --probe PROBE.json measures it, as does "
+    "a watched rerun with IOPROBE_READ_CHECK=1"
 )
 
 

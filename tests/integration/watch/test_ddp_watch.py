@@ -41,6 +41,8 @@ def _torchrun(nproc: int, *args: object) -> list[str]:
     ]
 
 
+# 15 s on 2 cores: in `make validate`, beside the two-node watch's stragglers in the default run
+@pytest.mark.long
 def test_the_rank_with_a_slow_loader_is_named_with_its_cause_and_exposed_wait(
     tmp_path: Path,
 ) -> None:

@@ -79,6 +79,12 @@ SENSITIVE_PARAMS = frozenset(
         "hmac",
         "client_assertion",
         "passphrase",
+        "pass",
+        "passcode",
+        "pw",
+        "cookie",
+        "ticket",
+        "sk",
     }
 )
 # a name is a credential's when one of its words (split at anything not a letter or digit) is
@@ -86,7 +92,7 @@ SENSITIVE_PARAMS = frozenset(
 _SECRET_WORDS = frozenset(
     {"sig", "signature", "token", "secret", "password", "passwd", "pwd", "key", "apikey"}
     | {"auth", "authorization", "jwt", "session", "code", "credential", "credentials", "sas"}
-    | {"bearer", "hmac", "assertion", "passphrase"}
+    | {"bearer", "hmac", "assertion", "passphrase", "pass", "passcode", "pw", "cookie", "ticket"}
 )
 _SECRET_PARTS = (
     "signature",

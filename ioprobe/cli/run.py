@@ -10,8 +10,8 @@ its file, and any other loaders beside it with .loader2, .loader3, ... before th
 the stall over the last seconds, each stage's capacity now and the lowest, and the stall over
 the last minute. Only on a terminal; with stderr a file or a pipe, nothing changes.
 
-Ctrl-C stops the script as it would stop it unwatched; SIGTERM, or SIGINT sent to ioprobe
-alone from outside a terminal, is passed on to it. What it saved is still reported, marked
+Ctrl-C stops the script as it would stop it unwatched; SIGTERM, SIGHUP, SIGUSR1, SIGUSR2,
+SIGALRM, or SIGINT sent to ioprobe alone from outside a terminal, is passed on to it. What it saved is still reported, marked
 incomplete. A second Ctrl-C kills the script and ends ioprobe at once.
 """
 
@@ -267,6 +267,16 @@ def _child_env(hook: Path, records: Path, live: bool = False) -> dict[str, str]:
     return env
 
 
+RELAYED = (
+    signal.SIGINT,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGALRM,
+)
+
+
 def _call_script(cmd: tuple[str, ...], env: dict[str, str], got: list[int] | None = None) -> int:
     """Run the script and wait for it, passing on the signals ioprobe gets meanwhile; its
     return code (-N for a death by signal N).
@@ -278,14 +288,12 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str], got: list[int] | Non
     its own as it could unwatched."""
     in_terminal = _terminal_foreground()
     relay = _Relay(got)
-    # SIGINT, SIGTERM and SIGHUP (a closed terminal, a supervisor) are passed on, but one
-    # ignored where ioprobe was started (nohup, `trap '' INT`, a job started with `&` from a
-    # script): the script inherits it ignored, as it would unwatched
-    relayed = [
-        s
-        for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        if signal.getsignal(s) is not signal.SIG_IGN
-    ]
+    # SIGINT, SIGTERM and SIGHUP (a closed terminal, a supervisor), and the signals a user
+    # sends a training process of their own (SIGUSR1, SIGUSR2: a checkpoint, a dump; SIGALRM)
+    # are passed on; left at their default they ended ioprobe alone, the script running on
+    # orphaned. One ignored where ioprobe was started (nohup, `trap '' INT`, a job started
+    # with `&` from a script) the script inherits ignored, as it would unwatched
+    relayed = [s for s in RELAYED if signal.getsignal(s) is not signal.SIG_IGN]
     previous = {s: signal.signal(s, relay.handle) for s in relayed}
     try:
         leader = None if in_terminal else _group_leader()

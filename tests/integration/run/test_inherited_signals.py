@@ -65,3 +65,42 @@ def test_a_script_may_start_a_session_of_its_own_as_it_could_unwatched(tmp_path:
     watched = job(sys.executable, "-m", "ioprobe", "run", "--", sys.executable, str(script))
     assert (plain.returncode, plain.stdout) == (0, "True\n"), plain.stderr
     assert (watched.returncode, watched.stdout) == (0, "True\n"), watched.stderr
+
+
+USR_SCRIPT = """
+import signal, sys, time
+mode = sys.argv[1]
+if mode == "caught":
+    signal.signal(signal.SIGUSR1, lambda *a: (print("checkpoint", flush=True), sys.exit(0)))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize(
+    ("mode", "code", "out"), [("caught", 0, "checkpoint"), ("default", 138, "")]
+)
+def test_sigusr1_to_run_reaches_the_script_as_it_would_unwatched(
+    tmp_path: Path, mode: str, code: int, out: str
+) -> None:
+    # left at its default it ended ioprobe alone: the script ran on, orphaned, and the
+    # temporary folder stayed
+    script = tmp_path / "usr.py"
+    script.write_text(USR_SCRIPT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ioprobe", "run", "--", sys.executable, str(script), mode],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)},
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "ready"
+    os.kill(proc.pid, signal.SIGUSR1)  # to ioprobe alone, as `kill -USR1 PID` sends it
+    rest, _err = proc.communicate(timeout=30)
+    assert proc.returncode == code
+    assert rest.strip() == out
+    assert [p.name for p in tmp_path.iterdir()] == ["usr.py"]  # nothing of ioprobe's left

@@ -376,6 +376,11 @@ def iterate(
         raise
     finally:
         on_end(error)
+        # the error's traceback holds this frame, and the frame the error: a cycle that kept
+        # the loader's iterator, and its workers mid-batch, alive until a garbage collection
+        # (at exit they were killed, and left their temporary folders), where unwatched the
+        # iterator shuts its workers down as the error leaves the loop
+        error = it = None  # type: ignore[assignment]
 
 
 # ----------------------------------------------------------------------------- devices

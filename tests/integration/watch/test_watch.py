@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from tests.fixtures.datasets import (
     SleepDataset,
     UpfrontDataset,
 )
+from tests.support.cli import REPO
 from tests.support.servers import ThrottledHTTPServer, make_files
 
 pytestmark = pytest.mark.slow
@@ -488,3 +491,33 @@ def test_a_dataset_whose_len_fails_is_watched_as_unwatched(length: object) -> No
     watched = ioprobe.watch(make())
     assert batches(watched) == batches(make())
     assert watched.run.measured_samples_per_s is not None
+
+
+TIMED_OUT = """
+import sys, time, torch, ioprobe
+from torch.utils.data import DataLoader, Dataset
+class S(Dataset):
+    def __len__(self): return 64
+    def __getitem__(self, i):
+        if i == 20: time.sleep(2)
+        return torch.tensor([i])
+try:
+    for b in ioprobe.watch(DataLoader(S(), batch_size=4, num_workers=1, timeout=1)): pass
+except RuntimeError:
+    sys.exit(4)
+"""
+
+
+def test_a_loader_that_times_out_shuts_its_workers_down_as_unwatched(tmp_path: Path) -> None:
+    # the error kept a reference cycle through the watch's frame: the worker, still inside
+    # its slow sample, was killed at exit and left multiprocessing's pymp-* folder behind
+    script = tmp_path / "timeout.py"
+    script.write_text(TIMED_OUT)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp)}
+    proc = subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 4, proc.stderr
+    assert list(tmp.iterdir()) == []

@@ -115,8 +115,10 @@ _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 # where a URL quoted in text ends: whitespace or a quote, less the punctuation that ends a
 # sentence or a clause ("{url}: not found")
 _URL_TAIL = re.compile(r"[^\s\"'<>`]*[^\s\"'<>`.,:;!?)\]}]")
-# a URL's authority after its userinfo: host and port, up to its path, query or fragment
-_AUTHORITY = re.compile(r"[^/?#\s\"'<>`]*")
+# a URL's authority after its userinfo: host and port, up to its path, query or fragment,
+# or a backslash (none belongs there, and ``printable``'s escapes begin with one: a port
+# read up to "\x0a" where the first pass stopped at the newline would mask it a second time)
+_AUTHORITY = re.compile(r"[^/?#\s\"'<>`\\]*")
 # the user of a userinfo: no delimiter of the authority in it
 _USER = re.compile(r"[^/?#@:\s\"'<>`]*\Z")
 # a plain login (POSIX user name shape) as a whole userinfo is shown; anything else with no

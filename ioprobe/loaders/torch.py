@@ -331,19 +331,16 @@ def iterate(
     error: BaseException | None = None
     on_end = begin()
     try:
-        t_iter = clock()
-        it = iter(inner)
+        t_iter, it = clock(), iter(inner)  # iter() starts the workers: timed
         collector.iter_began(t_iter, clock())
         n, memory_at = 0, max(getattr(inner, "num_workers", 0), 0) + 1
         while True:
             if collector.stop_after is not None:  # a trial of ioprobe tune
                 _trial_batch(collector)
-            # read per batch: to_device may begin a timeline mid-epoch
-            tl = collector.gpu.timeline
+            tl = collector.gpu.timeline  # per batch: to_device may begin one mid-epoch
             if tl is not None:
                 tl.before_wait()
-            # one next() in 16 is timed in the main thread's CPU too: what taking a batch
-            # costs it (unpickling, mapping shared memory), the limit of many fast workers
+            # one next() in 16 timed in CPU too: taking a batch costs the main thread that
             sampled = n > 0 and not n & 15  # the first next() starts the epoch: not typical
             c0 = thread_ns() if sampled else 0
             t0 = collector.request_ns = clock()
@@ -376,10 +373,8 @@ def iterate(
         raise
     finally:
         on_end(error)
-        # the error's traceback holds this frame, and the frame the error: a cycle that kept
-        # the loader's iterator, and its workers mid-batch, alive until a garbage collection
-        # (at exit they were killed, and left their temporary folders), where unwatched the
-        # iterator shuts its workers down as the error leaves the loop
+        # no frame-error-traceback cycle: the workers end with the loop, as unwatched (kept
+        # to exit, they were killed there and left their temp folders)
         error = it = None  # type: ignore[assignment]
 
 

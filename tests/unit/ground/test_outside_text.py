@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ioprobe.analysis.compare import compare
@@ -197,6 +197,8 @@ def test_long_outside_text_run(seed: int, texts: list[str]) -> None:
 
 @given(text=hostile() | st.text())
 @settings(SETTINGS, max_examples=300)
+# a port read past the newline on the second pass ("\x0a#"): masked only then
+@example(text="[link=http://evil]:smile:\n# x\nkey: live")
 def test_the_mask_and_the_escape_never_raise_and_are_stable(text: str) -> None:
     """Any string through the boundary functions: no exception, nothing left to escape, and
     a second pass changes nothing (a masked URL stays masked)."""

@@ -144,6 +144,9 @@ def test_a_probe_killed_outright_takes_its_workers_with_it_quietly(
     env = {"PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)}
     proc = start("probe", str(data), "--time-budget", "60", "-q", env=env)
     wait_for_workers(proc)
+    # past the pool's start (about 0.6 s here): a worker killed while spawn still hands it
+    # its start-up data prints spawn's own EOFError before any code of ioprobe's runs in it
+    time.sleep(1.5)
     workers = psutil.Process(proc.pid).children(recursive=True)
     os.kill(proc.pid, signum)  # the probe alone, not its group
     _, err = proc.communicate(timeout=30)  # the workers hold its stderr open until they end

@@ -41,7 +41,7 @@ import itertools
 import math
 import statistics
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ioprobe import capacity
 from ioprobe.analysis.epochs import epoch_starts, per_epoch_saving
@@ -723,7 +723,13 @@ def best(predictions: Sequence[Prediction], base: Setting) -> Prediction | None:
     ]
     if not near:
         return None
-    return min(near, key=lambda p: (p.setting.cost(), len(p.setting.changes(base))))
+    return min(near, key=preference(base))
+
+
+def preference(base: Setting) -> Callable[[Prediction], tuple[tuple[int, int, int], int]]:
+    """The order ``best`` prefers settings in: cheapest (``Setting.cost``), then fewest
+    changes to ``base``."""
+    return lambda p: (p.setting.cost(), len(p.setting.changes(base)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -865,6 +871,7 @@ __all__ = [
     "memory",
     "memory_limit",
     "predict",
+    "preference",
     "queue_predictions",
     "rate_of",
     "recorded_setting",

@@ -15,7 +15,6 @@ import functools
 import itertools
 import random
 import statistics
-from collections.abc import Callable
 
 from ioprobe import units
 from ioprobe.analysis import loader_sim
@@ -200,7 +199,9 @@ def balanced_setting(rec: RunRecord) -> loader_sim.Prediction | None:
             loader_sim.fits(c, s, base),
         )
 
-    tried = sorted((predict(s, 1) for s in loader_sim.candidates(base, c)), key=_cheapest(base))
+    tried = sorted(
+        (predict(s, 1) for s in loader_sim.candidates(base, c)), key=loader_sim.preference(base)
+    )
     high = max(tried, key=lambda p: p.samples_per_s, default=None)
     if high is None:
         return None
@@ -213,14 +214,10 @@ def balanced_setting(rec: RunRecord) -> loader_sim.Prediction | None:
 
 
 # A search over one deal keeps the cheapest SEARCH_KEPT settings within this share of its
-# best, and the best, for the mean of every deal: one deal's luck moves a rate by about a
-# tenth, and ``loader_sim.best`` keeps the cheapest setting near the best.
+# best (in ``loader_sim.preference``'s order), and the best, for the mean of every deal:
+# one deal's luck moves a rate by about a tenth, and ``loader_sim.best`` keeps the
+# cheapest setting near the best.
 SEARCH_SPREAD, SEARCH_KEPT = 0.9, 8
-
-
-def _cheapest(base: loader_sim.Setting) -> Callable[[loader_sim.Prediction], tuple[object, ...]]:
-    """The order ``loader_sim.best`` prefers settings in: cheapest, fewest changes."""
-    return lambda p: (p.setting.cost(), len(p.setting.changes(base)))
 
 
 def stream_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:

@@ -58,8 +58,15 @@ class _Odd(BaseHTTPRequestHandler):
         if self.path.endswith("/"):
             self._send(200, b"".join(b'<a href="f%d">f</a> ' % i for i in range(4)))
             return
+        self._cut_short("20000")
+
+    def _cut_short(self, announced: str | None) -> None:
+        """10,000 bytes, announced as ``announced`` (or with no length), then the close."""
         self.send_response(200)
-        self.send_header("Content-Length", "20000")
+        if announced is None:
+            self.send_header("Connection", "close")
+        else:
+            self.send_header("Content-Length", announced)
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(b"x" * 10_000)
@@ -78,18 +85,9 @@ class _Odd(BaseHTTPRequestHandler):
         elif self.path.startswith("/short/"):
             self._short()
         elif self.path == "/nolen/":
-            body = b'<a href="a.bin">a.bin</a> <a href="b.bin">b.bin</a>'
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            self._send(200, b'<a href="a.bin">a.bin</a> <a href="b.bin">b.bin</a>')
         elif self.path.startswith("/nolen/"):
-            self.send_response(200)
-            self.send_header("Connection", "close")
-            self.end_headers()
-            if self.command != "HEAD":
-                self.wfile.write(b"x" * 10_000)
-            self.close_connection = True
+            self._cut_short(None)
         else:
             self.send_response(302)
             self.send_header("Location", self.path)

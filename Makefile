@@ -10,7 +10,7 @@ PIP_QUIET := 2>&1 | { grep -v -e 'is ignored: it is neither a file nor a directo
 
 .PHONY: demo test lint typecheck unit clean bench chromium gpu-check gpu-wheels gpu-dali-parts fuzz hostile validate
 
-$(STAMP): pyproject.toml setup.py csrc/nvtx_inject.c Makefile
+$(STAMP): pyproject.toml setup.py csrc/nvtx_inject.c csrc/uring_reads.c Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip $(PIP_QUIET)
 	$(BIN)/python -m pip install -q $(TORCH) $(PIP_QUIET)

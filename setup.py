@@ -1,8 +1,11 @@
-"""Builds the optional NVTX injection library (csrc/nvtx_inject.c) beside the package.
+"""Builds ioprobe's two optional C libraries beside the package.
 
-Everything else about the distribution is in pyproject.toml. The library gives per-operator
-timing for NVIDIA DALI; without a C compiler or the NVTX v3 headers the install still succeeds
-and ioprobe falls back to per-thread CPU time, saying so in its records.
+Everything else about the distribution is in pyproject.toml. Without a C compiler the install
+still succeeds and ioprobe falls back, saying so in its records:
+- the NVTX injection library (csrc/nvtx_inject.c) gives per-operator timing for NVIDIA DALI
+  (else per-thread CPU time); it needs the NVTX v3 headers;
+- the direct-read loop (csrc/uring_reads.c) keeps the device-limit pass's reads in flight as
+  fio does (else the same loop in Python, slower at small blocks); Linux only.
 """
 
 from __future__ import annotations
@@ -44,5 +47,16 @@ if include:
     )
 else:
     print("ioprobe: NVTX v3 headers not found; per-operator DALI timing is not built")
+
+if sys.platform.startswith("linux"):
+    # loaded with ctypes (collect/direct_loop.py), never imported: a plain shared library
+    ext_modules.append(
+        Extension(
+            "ioprobe._uring_reads",
+            sources=["csrc/uring_reads.c"],
+            extra_compile_args=["-O2", "-std=gnu11", "-fvisibility=hidden"],
+            optional=True,
+        )
+    )
 
 setup(ext_modules=ext_modules)

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from typing import Literal
 
 from ioprobe import units
+from ioprobe.collect import direct_loop
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.collect.quiet import start_quiet
@@ -113,13 +114,7 @@ def _sweep(
     rng: random.Random,
     stale_depths: int,
 ) -> None:
-    ring: Ring | None = None
-    if out.engine == "io_uring":
-        try:
-            ring = Ring(max(depths))
-        except UringUnavailable as exc:
-            out.engine = "threads"
-            out.note = f"io_uring not available ({exc.strerror}): one thread per read in flight"
+    reader = _Reader(out, max(depths))
     try:
         end = time.perf_counter() + seconds
         for b, block in enumerate(blocks):
@@ -133,7 +128,7 @@ def _sweep(
                 left = block_end - time.perf_counter()
                 point_s = max(MIN_POINT_S, left / (len(depths) - d))
                 try:
-                    point = _point(ring, targets, block, depth, point_s)
+                    point = reader.point(targets, block, depth, point_s)
                 except OSError as exc:
                     if exc.errno != errno.EINVAL:
                         # a read the device failed (EIO): what was swept stands, the rest
@@ -154,8 +149,49 @@ def _sweep(
                 if (stale_depths and stale >= stale_depths) or time.perf_counter() >= block_end:
                     break
     finally:
-        if ring is not None:
-            ring.close()
+        reader.close()
+
+
+class _Reader:
+    """How a point's reads are kept in flight: the C loop (``direct_loop``) where the install
+    built it, else the Python ring, else one thread per read (``out.engine`` says which of
+    the last two, and its note why not io_uring)."""
+
+    def __init__(self, out: DeviceLimit, depth: int) -> None:
+        self.out, self.depth = out, depth
+        self.ring: Ring | None = None
+        self.native = out.engine == "io_uring" and direct_loop.available()
+        self._targets: tuple[list[tuple[int, int]], direct_loop.Targets] | None = None
+        if out.engine == "io_uring" and not self.native:
+            self._set_up_ring()
+
+    def _set_up_ring(self) -> None:
+        try:
+            self.ring = Ring(self.depth)
+        except UringUnavailable as exc:
+            self.out.engine = "threads"
+            self.out.note = (
+                f"io_uring not available ({exc.strerror}): one thread per read in flight"
+            )
+
+    def point(
+        self, targets: list[tuple[int, int]], block: int, depth: int, seconds: float
+    ) -> DirectPoint:
+        if self.native:
+            if self._targets is None or self._targets[0] is not targets:
+                self._targets = (targets, direct_loop.Targets.of(targets))
+            point = _point(None, self._targets[1], block, depth, seconds)
+            if point is not None:
+                return point
+            self.native = False  # no ring for the C loop here: the Python loop says why
+            self._set_up_ring()
+        point = _point(self.ring, targets, block, depth, seconds)
+        assert point is not None
+        return point
+
+    def close(self) -> None:
+        if self.ring is not None:
+            self.ring.close()
 
 
 def blocks_for(sizes: Sequence[int]) -> tuple[int, int]:
@@ -179,16 +215,27 @@ def _targets(fds: list[tuple[int, int]], block: int, rng: random.Random) -> list
 
 
 def _point(
-    ring: Ring | None, targets: list[tuple[int, int]], block: int, depth: int, seconds: float
-) -> DirectPoint:
+    ring: Ring | None,
+    targets: list[tuple[int, int]] | direct_loop.Targets,
+    block: int,
+    depth: int,
+    seconds: float,
+) -> DirectPoint | None:
+    """One depth's point, by the C loop (``targets`` as C arrays), the Python ring or threads;
+    None where the C loop could set up no ring."""
     buffers = mmap.mmap(-1, block * depth)  # page-aligned, as O_DIRECT asks
     try:
-        if ring is not None:
+        if isinstance(targets, direct_loop.Targets):
+            done = _native_reads(targets, buffers, block, depth, seconds)
+            if done is None:
+                return None
+            reads, got, wall, lat = done
+        elif ring is not None:
             reads, got, wall, lat = _ring_reads(ring, buffers, targets, block, depth, seconds)
         else:
             reads, got, wall, lat = _thread_reads(buffers, targets, block, depth, seconds)
     finally:
-        with contextlib.suppress(BufferError):  # a view a failed read left: freed with it
+        with contextlib.suppress(BufferError):  # a view pins them: kept (``_ABANDONED``)
             buffers.close()
     lat.sort()
     return DirectPoint(
@@ -201,6 +248,25 @@ def _point(
         latency_p50_ms=latency_ms(lat, 0.5),
         latency_p99_ms=latency_ms(lat, 0.99),
     )
+
+
+def _native_reads(
+    targets: direct_loop.Targets, buffers: mmap.mmap, block: int, depth: int, seconds: float
+) -> tuple[int, int, float, list[int]] | None:
+    """The C loop's reads, bytes, wall time and latencies; None where it could set up no
+    ring. A failed read raises, as the Python loop's does."""
+    view = ctypes.c_char.from_buffer(buffers)
+    try:
+        done = direct_loop.reads(targets, block, depth, seconds, ctypes.addressof(view))
+    finally:
+        del view
+    if isinstance(done, int):
+        return None
+    if done.in_flight:  # reads that never came back may still land in the buffers
+        _ABANDONED.append((buffers, memoryview(buffers)))
+    if done.failed:
+        raise OSError(done.failed, os.strerror(done.failed))
+    return done.reads, done.bytes, done.seconds, done.latencies_ns
 
 
 def _ring_reads(

@@ -23,6 +23,8 @@ from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
+from ioprobe.collect import native
+
 ENV = "NVTX_INJECTION64_PATH"
 DISABLE_ENV = "IOPROBE_NVTX"  # "0": leave NVTX alone
 
@@ -55,9 +57,7 @@ class RangeTotals:
 
 def library_path() -> Path | None:
     """The built injection library beside the package, if the install compiled it."""
-    here = Path(__file__).resolve().parent.parent
-    found = sorted(here.glob("_nvtx_inject*.so"))
-    return found[0] if found else None
+    return native.built("_nvtx_inject")
 
 
 def _dali_installed() -> bool:

@@ -1,7 +1,8 @@
-"""The device limit: direct reads through io_uring (or threads) at a queue-depth sweep read
-the bytes asked for, at the offsets asked for, with the depth asked for held in flight; a
-file system that refuses O_DIRECT gives a reason, not a failure; the headroom beside the
-loader's cold reads names only the levers its sweep shows."""
+"""The device limit: direct reads through io_uring (kept in flight by the C loop, or by the
+Python one where the install built none) or threads at a queue-depth sweep read the bytes
+asked for, at the offsets asked for, with the depth asked for held in flight; a file system
+that refuses O_DIRECT gives a reason, not a failure; the headroom beside the loader's cold
+reads names only the levers its sweep shows."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 from ioprobe.analysis import finalize
 from ioprobe.analysis.measures import device_headroom
 from ioprobe.collect import device_limit as dl
+from ioprobe.collect import direct_loop
 from ioprobe.collect.dataset import FileEntry
 from ioprobe.collect.uring import Ring
 from ioprobe.record import DeviceLimit, DirectPoint
@@ -28,6 +30,25 @@ from tests.unit.analysis.test_whatif import probe_record
 def disk(tmp_path: Path) -> Iterator[Path]:
     with direct_folder(tmp_path) as folder:
         yield folder
+
+
+# how the reads are kept in flight: the engine measure_device is asked for, and whether the
+# C loop may be used for io_uring
+LOOPS = {
+    "c-loop": ("io_uring", True),
+    "python-ring": ("io_uring", False),
+    "threads": ("threads", False),
+}
+
+
+@pytest.fixture(params=list(LOOPS))
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    name, native = LOOPS[request.param]
+    if native and not direct_loop.available():
+        pytest.skip("this install has no C compiler: the C loop was not built")
+    if not native:
+        monkeypatch.setattr(dl.direct_loop, "available", lambda: False)
+    return name
 
 
 def _pattern_file(path: Path, blocks: int, block: int = 4096) -> bytes:
@@ -64,7 +85,6 @@ def test_the_ring_reads_the_bytes_at_the_offsets_asked(disk: Path) -> None:
         os.close(fd)
 
 
-@pytest.mark.parametrize("engine", ["io_uring", "threads"])
 def test_each_point_reads_whole_blocks_and_holds_its_depth(disk: Path, engine: str) -> None:
     _pattern_file(disk / "a.bin", 2048)  # 8 MiB
     entries = [FileEntry(str(disk / "a.bin"), 8 << 20)]
@@ -119,7 +139,6 @@ def test_a_file_system_that_refuses_direct_reads_gives_a_reason(
     assert not dev.sweep and dev.note is not None and "O_DIRECT" in dev.note
 
 
-@pytest.mark.parametrize("engine", ["io_uring", "threads"])
 def test_a_read_the_device_fails_ends_the_sweep_with_a_note_not_a_hang(
     disk: Path, engine: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -140,6 +159,61 @@ def test_a_read_the_device_fails_ends_the_sweep_with_a_note_not_a_hang(
     assert time.monotonic() - start < 5.0
     assert dev.note is not None and "a direct read failed" in dev.note
     assert dev.sweep == []  # the first point met the failed read: nothing measured stands
+
+
+def _c_buffers(depth: int, block: int = 4096) -> tuple[mmap.mmap, object, int]:
+    import ctypes
+
+    buffers = mmap.mmap(-1, depth * block)
+    view = ctypes.c_char.from_buffer(buffers)
+    return buffers, view, ctypes.addressof(view)
+
+
+@pytest.mark.skipif(not direct_loop.available(), reason="the C loop was not built")
+def test_the_c_loop_reads_the_bytes_at_the_offsets_asked(disk: Path) -> None:
+    data = _pattern_file(disk / "f.bin", 64)
+    fd = os.open(disk / "f.bin", os.O_RDONLY | os.O_DIRECT)
+    # one read per slot, each its own block: the last read into a slot is the one it keeps
+    offsets = [17 * 4096, 3 * 4096, 63 * 4096, 0]
+    buffers, view, base = _c_buffers(4)
+    try:
+        targets = direct_loop.Targets.of([(fd, off) for off in offsets])
+        done = direct_loop.reads(targets, 4096, 4, 0.0, base)
+        assert isinstance(done, direct_loop.Loop)
+        assert done.failed == 0 and done.in_flight == 0
+        assert done.reads == 4 and done.bytes == 4 * 4096 and len(done.latencies_ns) == 4
+        for slot, off in enumerate(offsets):
+            assert buffers[slot * 4096 : (slot + 1) * 4096] == data[off : off + 4096]
+    finally:
+        del view
+        buffers.close()
+        os.close(fd)
+
+
+@pytest.mark.skipif(not direct_loop.available(), reason="the C loop was not built")
+def test_ctrl_c_stops_the_c_loop_with_its_reads_drained(disk: Path) -> None:
+    import _thread
+    import threading
+
+    _pattern_file(disk / "f.bin", 256)
+    fd = os.open(disk / "f.bin", os.O_RDONLY | os.O_DIRECT)
+    buffers, view, base = _c_buffers(8)
+    targets = direct_loop.Targets.of([(fd, k * 4096) for k in range(256)])
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    t0 = time.monotonic()
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            direct_loop.reads(targets, 4096, 8, 30.0, base)  # asked for 30 s
+        # the loop saw its stop flag within one wait and drained its 8 reads
+        assert time.monotonic() - t0 < 3.0
+        loops = [t for t in threading.enumerate() if t.name == "ioprobe-direct-reads"]
+        assert not [t for t in loops if t.is_alive()]
+    finally:
+        timer.cancel()
+        del view
+        buffers.close()
+        os.close(fd)
 
 
 def _with_device(points: list[tuple[int, int, float]]) -> object:
@@ -204,8 +278,6 @@ class _RingThatLost:
 def test_a_drain_told_of_a_read_that_never_comes_ends_at_its_deadline(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from ioprobe.collect import device_limit as dl
-
     monkeypatch.setattr(dl, "DRAIN_S", 0.2)
     ring = _RingThatLost(real=3)
     t0 = time.monotonic()

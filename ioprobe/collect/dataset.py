@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from ioprobe.capacity import density_class
-from ioprobe.collect.bucket import Deadline, Rest, estimate_bucket_rest, remote_files
+from ioprobe.collect.bucket import Deadline, Rest, remote_files
 from ioprobe.collect.budget import Pending, map_within, network_timeouts
 from ioprobe.collect.failures import ReadFailures, chain, label, transport_cause
 from ioprobe.collect.quiet import quiet_fsspec_loop
@@ -476,7 +476,7 @@ def _resolve_remote(url: str, storage_options: dict[str, Any], budget_s: float) 
         if pages is not None:
             wait = max(DESCENT_SHARE * budget_s, DESCENT_MIN_S)
             end = min(time.monotonic() + wait, started + LISTED_SHARE * budget_s)
-            rest = estimate_bucket_rest(pages, end)
+            rest = pages.rest(end)
         listed += rest.files
         error, bound = rest.error, rest.error is None
     sizes_estimated = sizes_asked or listing.count > STAT_SAMPLE or deadline.hit

@@ -5,7 +5,9 @@ memory flat however many keys."""
 
 from __future__ import annotations
 
+import bisect
 import random
+import threading
 import time
 import tracemalloc
 from collections import Counter
@@ -14,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from ioprobe.collect import bucket
 from ioprobe.collect import dataset as ds
 from ioprobe.collect.bucket import PAGE_KEYS, Deadline, remote_files
 from ioprobe.render.summary import listing_note
@@ -34,6 +37,12 @@ def _options(s3: S3Server, endpoint: str | None = None) -> dict[str, Any]:
         "secret": s3.SECRET_KEY,
         "client_kwargs": {"endpoint_url": endpoint or s3.endpoint_url, "region_name": s3.REGION},
     }
+
+
+def _fs(s3: S3Server) -> Any:
+    import s3fs
+
+    return s3fs.S3FileSystem(**_options(s3), skip_instance_cache=True)
 
 
 def test_a_bucket_listed_in_time_counts_every_key_across_pages(s3: S3Server) -> None:
@@ -76,6 +85,98 @@ def test_a_stopped_listing_estimates_the_rest_from_the_folders_listed_whole(
     assert elapsed < (ds.WALK_SHARE + ds.DESCENT_MIN_S / budget) * budget + 3.0
 
 
+class _SlowStore:
+    """A bucket behind s3fs's one seam the listing calls (``call_s3``) whose every
+    ListObjectsV2 page takes ``page_s`` (a far region's round trip; the wait holds no
+    lock, as a socket's does not): Prefix, Delimiter, StartAfter and continuation as S3
+    answers them, over sorted keys."""
+
+    protocol = ("s3", "s3a")
+
+    def __init__(self, keys: list[str], page_s: float) -> None:
+        self.keys, self.page_s = sorted(keys), page_s
+        self.pages = 0
+
+    def split_path(self, path: str) -> tuple[str, str, None]:
+        bucket, _, key = path.partition("/")
+        return bucket, key, None
+
+    def call_s3(self, method: str, **kw: Any) -> dict[str, Any]:
+        assert method == "list_objects_v2"
+        time.sleep(self.page_s)
+        self.pages += 1
+        prefix, delimiter = kw.get("Prefix", ""), kw.get("Delimiter")
+        after = kw.get("ContinuationToken") or kw.get("StartAfter") or ""
+        i = (
+            bisect.bisect_right(self.keys, max(after, prefix))
+            if after
+            else bisect.bisect_left(self.keys, prefix)
+        )
+        contents: list[dict[str, Any]] = []
+        folders: list[str] = []
+        last = ""
+        while i < len(self.keys) and len(contents) + len(folders) < kw["MaxKeys"]:
+            key = self.keys[i]
+            if not key.startswith(prefix):
+                break
+            cut = key.find(delimiter, len(prefix)) if delimiter else -1
+            if cut >= 0:  # a folder: one entry, and on past its keys
+                folder = key[: cut + 1]
+                folders.append(folder)
+                last = folder + "\U0010ffff"
+                i = bisect.bisect_right(self.keys, last)
+                continue
+            contents.append({"Key": key, "Size": 1000})
+            last = key
+            i += 1
+        more = i < len(self.keys) and self.keys[i].startswith(prefix)
+        page: dict[str, Any] = {"Contents": contents, "IsTruncated": more}
+        page["CommonPrefixes"] = [{"Prefix": f} for f in folders]
+        if more:
+            page["NextContinuationToken"] = last
+        return page
+
+
+def test_folders_listed_side_by_side_list_more_of_a_slow_store_than_one_listing() -> None:
+    # 150 folders of 1,000 to 2,000 keys behind pages of 0.1 s: one listing in key order
+    # reads ten pages a second, eight runs side by side about eight times as many
+    rng = random.Random(2)
+    sizes = [rng.randrange(1_000, 2_000) for _ in range(150)]
+    keys = [f"c{d:03d}/f{i:04d}.bin" for d, n in enumerate(sizes) for i in range(n)]
+    store = _SlowStore([*keys, "readme.txt"], page_s=0.1)
+    seconds = 1.0
+
+    def listed(spread: bool) -> tuple[int, bucket.Listed | None]:
+        deadline = Deadline(time.monotonic() + seconds, 0.5)
+        pages = bucket.S3Pages(store, "wide", deadline)
+        listing = bucket.FolderListing.of(pages) if spread else None
+        found = iter(listing) if listing is not None else iter(pages)
+        return sum(1 for _ in found), listing or pages
+
+    in_order, _ = listed(False)
+    spread, listing = listed(True)
+    assert 5 * PAGE_KEYS <= in_order <= 12 * PAGE_KEYS  # ten pages, give or take
+    assert spread >= 5 * in_order, (spread, in_order)
+    # the rest is estimated from a stretch of every run: within three errors of the truth
+    assert listing is not None
+    rest = listing.rest(time.monotonic() + 5)
+    assert rest.error is not None
+    assert abs(spread + rest.files - len(keys) - 1) <= 3 * rest.error
+    assert rest.error < 0.1 * len(keys)
+
+
+def test_a_lone_folder_is_gone_into_and_its_folders_listed_side_by_side(s3: S3Server) -> None:
+    s3.put_many("deep", (f"data/train/c{d}/f{i:03d}.bin" for d in range(5) for i in range(300)))
+    s3.put_many("deep", ["data/train/c3/", "data/train/c9/"])  # markers; c9 holds nothing
+    pages = bucket.S3Pages(_fs(s3), "deep", Deadline(time.monotonic() + 30))
+    spread = bucket.FolderListing.of(pages)
+    assert spread is not None and spread.prefix == "data/train/"
+    assert spread.folders == ["c0", "c1", "c2", "c3", "c4", "c9"]
+    names = [info["name"] for info in spread]
+    assert len(names) == len(set(names)) == 1_500
+    assert spread.finished == set(spread.folders) and spread.counts["c9"] == 0
+
+
 def test_a_stopped_listing_of_a_flat_bucket_is_a_lower_bound(s3: S3Server) -> None:
     s3.put_many("flat", (f"f{i:06d}.bin" for i in range(40_000)))
     got = ds.resolve("s3://flat", storage_options=_options(s3), budget_s=2.0)
@@ -107,7 +208,18 @@ class _Bucket:
         return {"Contents": keys, "IsTruncated": end < self.n, "NextContinuationToken": str(end)}
 
 
+def _listers_done(timeout: float = 10.0) -> None:
+    """Wait for an earlier test's listing threads: one stopped at its deadline may still
+    have a page in flight, and moto (in this process) answering it would count here."""
+    end = time.monotonic() + timeout
+    while any(t.name.startswith("ioprobe-list-") for t in threading.enumerate()):
+        assert time.monotonic() < end, "a listing thread did not end"
+        time.sleep(0.05)
+
+
 def test_listing_memory_stays_flat_however_many_keys() -> None:
+    _listers_done()
+
     def peak(n: int) -> tuple[int, int]:
         files, _pages = remote_files(_Bucket(n), "big", Deadline(float("inf")))
         tracemalloc.start()
@@ -128,10 +240,10 @@ def test_a_page_that_never_comes_stops_the_listing_with_the_pages_that_came(
 ) -> None:
     # the probe gives its listing half the budget: a page in flight past the walk's share
     # held it all that time, and the probe said "storage did not answer" with keys in hand
-    s3.put_many("stalls", [f"d{i % 10}/k{i:05d}.bin" for i in range(5_000)])
+    s3.put_many("stalls", [f"k{i:05d}.bin" for i in range(5_000)])
     budget = 4.0
-    # a bucket's root is a folder without asking: list requests 1 and 2 are its first two
-    # pages, and the third never comes
+    # a bucket's root is a folder without asking; list request 1 is the look for folders
+    # (a page of keys and none), 2 the first page in key order, and 3 never comes
     with ListingProxy(s3.endpoint_url, stall_from=3) as proxy:
         t0 = time.monotonic()
         got = ds.resolve(
@@ -139,9 +251,30 @@ def test_a_page_that_never_comes_stops_the_listing_with_the_pages_that_came(
         )
         took = time.monotonic() - t0
     assert took < 0.5 * budget, took
-    assert got.listed_files == 2 * PAGE_KEYS and got.listing_truncated
-    # the estimate's own listing stalls too: the count is what came, a lower bound
-    assert got.total_files == 2 * PAGE_KEYS and got.files_at_least
+    assert got.listed_files == PAGE_KEYS and got.listing_truncated
+    # no folders to go by: the count is what came, a lower bound
+    assert got.total_files == PAGE_KEYS and got.files_at_least
+
+
+def test_folders_whose_pages_never_come_stop_the_listing_with_the_folders_that_came(
+    s3: S3Server,
+) -> None:
+    s3.put_many("stalled-folders", [f"d{i % 10}/k{i:05d}.bin" for i in range(5_000)])
+    budget = 4.0
+    # request 1 lists the ten folders, 2 is one folder's only page, and from 3 on none
+    # comes: seven threads wait on theirs while the listing ends with what it has
+    with ListingProxy(s3.endpoint_url, stall_from=3) as proxy:
+        t0 = time.monotonic()
+        got = ds.resolve(
+            "s3://stalled-folders/",
+            storage_options=_options(s3, proxy.endpoint_url),
+            budget_s=budget,
+        )
+        took = time.monotonic() - t0
+    assert took < 0.5 * budget, took
+    assert got.listed_files == 500 and got.listing_truncated
+    # one folder finished is too few to stand for the other nine: a lower bound
+    assert got.total_files == 500 and got.files_at_least
 
 
 def test_pages_that_say_more_follow_without_a_token_end_the_listing_with_what_came(

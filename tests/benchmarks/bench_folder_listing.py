@@ -16,9 +16,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from ioprobe.collect import bucket  # noqa: E402
-from ioprobe.collect.bucket import Deadline  # noqa: E402
-from tests.integration.probe.test_bucket_listing import _SlowStore  # noqa: E402
+from ioprobe.collect import bucket
+from ioprobe.collect.bucket import Deadline
+from tests.integration.probe.test_bucket_listing import _SlowStore
 
 
 def main() -> None:

@@ -235,22 +235,29 @@ def test_listing_memory_stays_flat_however_many_keys() -> None:
     assert large_peak < small_peak * 1.3 + 20 * PAGE_KEYS * 200
 
 
+def _stalled(s3: S3Server, bucket_name: str, keys: list[str]) -> tuple[Any, float]:
+    """``keys`` probed behind a store whose third list request and every one after it never
+    come, with a budget of 4 s: what the listing gave, and how long it took."""
+    s3.put_many(bucket_name, keys)
+    with ListingProxy(s3.endpoint_url, stall_from=3) as proxy:
+        t0 = time.monotonic()
+        got = ds.resolve(
+            f"s3://{bucket_name}/",
+            storage_options=_options(s3, proxy.endpoint_url),
+            budget_s=4.0,
+        )
+        return got, time.monotonic() - t0
+
+
 def test_a_page_that_never_comes_stops_the_listing_with_the_pages_that_came(
     s3: S3Server,
 ) -> None:
     # the probe gives its listing half the budget: a page in flight past the walk's share
-    # held it all that time, and the probe said "storage did not answer" with keys in hand
-    s3.put_many("stalls", [f"k{i:05d}.bin" for i in range(5_000)])
-    budget = 4.0
-    # a bucket's root is a folder without asking; list request 1 is the look for folders
+    # held it all that time, and the probe said "storage did not answer" with keys in hand.
+    # A bucket's root is a folder without asking; list request 1 is the look for folders
     # (a page of keys and none), 2 the first page in key order, and 3 never comes
-    with ListingProxy(s3.endpoint_url, stall_from=3) as proxy:
-        t0 = time.monotonic()
-        got = ds.resolve(
-            "s3://stalls/", storage_options=_options(s3, proxy.endpoint_url), budget_s=budget
-        )
-        took = time.monotonic() - t0
-    assert took < 0.5 * budget, took
+    got, took = _stalled(s3, "stalls", [f"k{i:05d}.bin" for i in range(5_000)])
+    assert took < 0.5 * 4.0, took
     assert got.listed_files == PAGE_KEYS and got.listing_truncated
     # no folders to go by: the count is what came, a lower bound
     assert got.total_files == PAGE_KEYS and got.files_at_least
@@ -259,19 +266,11 @@ def test_a_page_that_never_comes_stops_the_listing_with_the_pages_that_came(
 def test_folders_whose_pages_never_come_stop_the_listing_with_the_folders_that_came(
     s3: S3Server,
 ) -> None:
-    s3.put_many("stalled-folders", [f"d{i % 10}/k{i:05d}.bin" for i in range(5_000)])
-    budget = 4.0
     # request 1 lists the ten folders, 2 is one folder's only page, and from 3 on none
     # comes: seven threads wait on theirs while the listing ends with what it has
-    with ListingProxy(s3.endpoint_url, stall_from=3) as proxy:
-        t0 = time.monotonic()
-        got = ds.resolve(
-            "s3://stalled-folders/",
-            storage_options=_options(s3, proxy.endpoint_url),
-            budget_s=budget,
-        )
-        took = time.monotonic() - t0
-    assert took < 0.5 * budget, took
+    keys = [f"d{i % 10}/k{i:05d}.bin" for i in range(5_000)]
+    got, took = _stalled(s3, "stalled-folders", keys)
+    assert took < 0.5 * 4.0, took
     assert got.listed_files == 500 and got.listing_truncated
     # one folder finished is too few to stand for the other nine: a lower bound
     assert got.total_files == 500 and got.files_at_least

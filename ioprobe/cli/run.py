@@ -267,14 +267,25 @@ def _child_env(hook: Path, records: Path, live: bool = False) -> dict[str, str]:
     return env
 
 
-RELAYED = (
-    signal.SIGINT,
-    signal.SIGTERM,
-    signal.SIGHUP,
-    signal.SIGUSR1,
-    signal.SIGUSR2,
-    signal.SIGALRM,
-)
+def _ending_signals() -> tuple[int, ...]:
+    """Every signal that ends a process by default and that comes from someone else: the
+    interrupts, the user's own (SIGUSR1, SIGUSR2, SIGALRM, a job scheduler's SIGXCPU, SIGPWR
+    from a UPS), the profilers' timers and the real-time signals. Not the faults the kernel
+    raises in the thread that made them (SIGSEGV, SIGBUS, SIGFPE, SIGILL: a handler that
+    returns would meet the fault again), nor SIGKILL and SIGSTOP, which no handler sees."""
+    names = (
+        "SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM",
+        "SIGPROF", "SIGXCPU", "SIGPWR", "SIGSTKFLT", "SIGIO", "SIGTRAP", "SIGSYS",
+    )  # fmt: skip
+    named = [getattr(signal, n) for n in names if hasattr(signal, n)]
+    rt = range(signal.SIGRTMIN, signal.SIGRTMAX + 1) if hasattr(signal, "SIGRTMIN") else ()
+    return tuple(dict.fromkeys([*named, *rt]))
+
+
+RELAYED = _ending_signals()
+# what a terminal's keys send to its foreground group (Ctrl-C, and Ctrl-backslash): a script
+# in ioprobe's group has it already
+KEYBOARD = (signal.SIGINT, signal.SIGQUIT)
 
 
 def _call_script(cmd: tuple[str, ...], env: dict[str, str], got: list[int] | None = None) -> int:
@@ -288,8 +299,9 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str], got: list[int] | Non
     its own as it could unwatched."""
     in_terminal = _terminal_foreground()
     relay = _Relay(got)
-    # SIGINT, SIGTERM and SIGHUP (a closed terminal, a supervisor), and the signals a user
-    # sends a training process of their own (SIGUSR1, SIGUSR2: a checkpoint, a dump; SIGALRM)
+    # SIGINT, SIGTERM and SIGHUP (a closed terminal, a supervisor), and every other signal
+    # that would end a process (``RELAYED``: SIGUSR1 for a checkpoint, SIGXCPU from a
+    # scheduler's CPU limit, a real-time signal of the user's)
     # are passed on; left at their default they ended ioprobe alone, the script running on
     # orphaned. One ignored where ioprobe was started (nohup, `trap '' INT`, a job started
     # with `&` from a script) the script inherits ignored, as it would unwatched
@@ -352,8 +364,9 @@ def _terminal_foreground() -> bool:
 
 
 class _Relay:
-    """The signal handler while the script runs: SIGTERM, and SIGINT from anything but the
-    keyboard, are passed on to the script; a second SIGINT kills it and ends ioprobe at once.
+    """The signal handler while the script runs: each of ``RELAYED`` is passed on to the
+    script, SIGINT and SIGQUIT only where they did not come from the keyboard; a second
+    SIGINT kills it and ends ioprobe at once.
 
     Ctrl-C in the terminal already reached the script, which shares ioprobe's process group
     then: sending it again would interrupt the script's own handling of the first (a Python
@@ -381,8 +394,8 @@ class _Relay:
             if self.interrupts > 1:
                 self._kill()
                 raise KeyboardInterrupt  # the second Ctrl-C: stop waiting
-            if self._shares_group():
-                return
+        if signum in KEYBOARD and self._shares_group():
+            return
         self._pass_on(signum)
 
     def _shares_group(self) -> bool:

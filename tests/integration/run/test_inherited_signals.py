@@ -78,10 +78,17 @@ time.sleep(60)
 
 
 @pytest.mark.parametrize(
-    ("mode", "code", "out"), [("caught", 0, "checkpoint"), ("default", 138, "")]
+    ("mode", "signum", "code", "out"),
+    [
+        ("caught", signal.SIGUSR1, 0, "checkpoint"),
+        ("default", signal.SIGUSR1, 128 + signal.SIGUSR1, ""),
+        ("default", signal.SIGXCPU, 128 + signal.SIGXCPU, ""),  # a scheduler's CPU limit
+        ("default", signal.SIGRTMIN + 3, 128 + signal.SIGRTMIN + 3, ""),
+    ],
+    ids=["usr1-caught", "usr1", "xcpu", "rtmin+3"],
 )
-def test_sigusr1_to_run_reaches_the_script_as_it_would_unwatched(
-    tmp_path: Path, mode: str, code: int, out: str
+def test_a_signal_to_run_reaches_the_script_as_it_would_unwatched(
+    tmp_path: Path, mode: str, signum: int, code: int, out: str
 ) -> None:
     # left at its default it ended ioprobe alone: the script ran on, orphaned, and the
     # temporary folder stayed
@@ -99,7 +106,7 @@ def test_sigusr1_to_run_reaches_the_script_as_it_would_unwatched(
     )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "ready"
-    os.kill(proc.pid, signal.SIGUSR1)  # to ioprobe alone, as `kill -USR1 PID` sends it
+    os.kill(proc.pid, signum)  # to ioprobe alone, as `kill -USR1 PID` sends it
     rest, _err = proc.communicate(timeout=30)
     assert proc.returncode == code
     assert rest.strip() == out

@@ -99,7 +99,18 @@ def destination(path: str | os.PathLike[str]) -> Destination:
         # made it read-only to keep it; root may write it anyway, and is stopped by its
         # mode as rm asks before removing a write-protected file
         raise BadInputError(f"{name}: the file is read-only; ioprobe will not replace it")
-    return Destination("file", os.path.realpath(name))
+    return Destination("file", _real(name))
+
+
+def _real(name: str) -> str:
+    """``name`` with its links resolved, from /. A relative name in a folder removed since
+    the shell entered it has no such path: that is said, not raised."""
+    try:
+        return os.path.realpath(name)
+    except FileNotFoundError:  # os.getcwd() of a removed folder
+        raise BadInputError(
+            f"{name}: the current folder was removed; give the path from /"
+        ) from None
 
 
 def _new_file(name: str) -> Destination:
@@ -112,7 +123,7 @@ def _new_file(name: str) -> Destination:
         if os.path.exists(given):
             raise BadInputError(f"{name}: {given!r} is not a directory")
         raise BadInputError(f"{name}: no such directory {given!r}")
-    real = os.path.realpath(name)
+    real = _real(name)
     parent = os.path.dirname(real)
     if not os.path.isdir(parent):
         if os.path.islink(name):
@@ -296,7 +307,12 @@ STREAM_MIN_BYTES_PER_S = 64_000
 
 
 def read_input(
-    path: str | os.PathLike[str], what: str, limit: int, *, idle_s: float = STREAM_IDLE_S
+    path: str | os.PathLike[str],
+    what: str,
+    limit: int,
+    *,
+    idle_s: float = STREAM_IDLE_S,
+    opens: bytes = b"",
 ) -> str:
     """The text of a file the user named (a record, ``--catalog``, ``--cost``), read with a
     size limit and, for a stream, a deadline: never blocked for ever, never read without end.
@@ -306,8 +322,10 @@ def read_input(
     blocking (a FIFO nobody writes to reads as empty instead of waiting for a writer), until
     its end, ``limit`` bytes (/dev/zero), ``idle_s`` seconds without a byte, or, past
     ``idle_s`` seconds, fewer than STREAM_MIN_BYTES_PER_S on average (a drip). A directory,
-    a socket or a block device is refused. Every refusal is a ``BadInputError`` starting
-    ``what``; text that is not UTF-8 is one too.
+    a socket or a block device is refused. Where ``opens`` is given (``b"{"`` for a JSON
+    object), text whose first byte past white space is another is refused at that byte, not
+    after a gigabyte of ``yes``. Every refusal is a ``BadInputError`` starting ``what``;
+    text that is not UTF-8 is one too.
     """
     name = os.fspath(path)
     try:
@@ -319,7 +337,7 @@ def read_input(
     except OSError as exc:
         raise BadInputError(f"{what}: cannot read: {exc.strerror or exc}") from None
     try:
-        data = _read_fd(fd, what, limit, idle_s)
+        data = _read_fd(fd, what, limit, idle_s, opens)
     finally:
         os.close(fd)
     try:
@@ -328,7 +346,7 @@ def read_input(
         raise BadInputError(f"{what}: not UTF-8 text (byte {exc.start})") from None
 
 
-def _read_fd(fd: int, what: str, limit: int, idle_s: float) -> bytes:
+def _read_fd(fd: int, what: str, limit: int, idle_s: float, opens: bytes) -> bytes:
     mode = os.fstat(fd).st_mode
     for test, kind in _REFUSED_KINDS:
         if test(mode):
@@ -363,5 +381,12 @@ def _read_fd(fd: int, what: str, limit: int, idle_s: float) -> bytes:
             return b"".join(chunks)
         chunks.append(chunk)
         got += len(chunk)
+        if opens:
+            head = chunk.lstrip()
+            if head and head[:1] != opens:
+                raise BadInputError(
+                    f"{what}: not valid JSON (it does not start with '{opens.decode()}')"
+                )
+            opens = opens if not head else b""  # one byte decides it
         if got > limit:
             raise BadInputError(f"{what}: more than the {limit:,} bytes allowed (a device?)")

@@ -214,7 +214,7 @@ class RunRecord:
         name = os.fspath(path)
         try:
             # a FIFO or /dev/zero given as a record must neither block nor fill the memory
-            text = read_input(path, name, MAX_RECORD_BYTES)
+            text = read_input(path, name, MAX_RECORD_BYTES, opens=b"{")
         except BadInputError as exc:
             raise RecordError(str(exc).replace("expected a file", "expected a run file")) from None
         try:

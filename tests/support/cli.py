@@ -10,7 +10,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -20,6 +20,7 @@ def run_cli(
     env: dict[str, str] | None = None,
     timeout: float = 120,
     cwd: Path | None = None,
+    stdin: IO[bytes] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     full_env = {**os.environ, "COLUMNS": "120", "PYTHONPATH": str(REPO), **(env or {})}
     return subprocess.run(
@@ -29,7 +30,7 @@ def run_cli(
         env=full_env,
         cwd=cwd or REPO,
         timeout=timeout,
-        stdin=subprocess.DEVNULL,
+        stdin=stdin if stdin is not None else subprocess.DEVNULL,
     )
 
 

@@ -57,10 +57,25 @@ def test_an_endless_device_or_a_directory_is_refused_in_one_line(
     where: str, source: str, says: str, run_json: str, tmp_path: Path
 ) -> None:
     path = str(tmp_path) if source == "DIR" else source
+    if where == "record" and source != "DIR":
+        says = "not valid JSON"  # a record is a JSON object: its first byte tells
     t0 = time.monotonic()
     proc = run_cli(*_args(where, path, run_json), timeout=60)
     assert_one_line_error(proc, path, says)
     assert time.monotonic() - t0 < 30
+
+
+def test_a_stream_that_is_no_record_is_refused_at_its_first_byte() -> None:
+    # `yes | ioprobe report /dev/stdin` read a gigabyte of "y" before it said so: 30 s
+    t0 = time.monotonic()
+    yes = subprocess.Popen(["yes"], stdout=subprocess.PIPE)
+    try:
+        proc = run_cli("report", "/dev/stdin", stdin=yes.stdout, timeout=60)
+    finally:
+        yes.kill()
+        yes.wait()
+    assert_one_line_error(proc, "/dev/stdin", "not valid JSON (it does not start with '{')")
+    assert time.monotonic() - t0 < 10
 
 
 @pytest.mark.parametrize("where", ["record", "catalog", "cost"])

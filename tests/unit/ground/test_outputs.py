@@ -307,3 +307,18 @@ def test_a_name_near_the_file_systems_limit_is_written(tmp_path: Path) -> None:
     write_output(out, "{}\n")
     assert out.read_text() == "{}\n"
     assert [p.name for p in tmp_path.iterdir()] == [out.name]
+
+
+def test_a_relative_output_in_a_removed_current_folder_is_one_line(tmp_path: Path) -> None:
+    # the shell's folder removed under it (a cleaned build tree): realpath asks getcwd, which
+    # raised FileNotFoundError through the whole command
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    here = os.getcwd()
+    os.chdir(gone)
+    try:
+        gone.rmdir()
+        with pytest.raises(BadInputError, match="current folder was removed"):
+            check_output("run.json")
+    finally:
+        os.chdir(here)

@@ -224,7 +224,7 @@ def test_an_integer_of_thousands_of_digits_or_deep_nesting_is_one_error(tmp_path
     with pytest.raises(RecordError, match="not a usable JSON document"):
         _load_text(tmp_path, '{"schema": "ioprobe.run/1", "n": ' + "9" * 5000 + "}")
     with pytest.raises(RecordError, match="not a usable JSON document"):
-        _load_text(tmp_path, "[" * 100_000 + "]" * 100_000)
+        _load_text(tmp_path, '{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")
 
 
 def test_a_tune_record_whose_best_names_no_trial_is_refused(tmp_path: Path) -> None:

@@ -95,6 +95,9 @@ _SECRET_WORDS = frozenset(
     | {"bearer", "hmac", "assertion", "passphrase", "pass", "passcode", "pw", "cookie", "ticket"}
 )
 _SECRET_PARTS = (
+    "private",
+    "auth",
+    "pass",
     "signature",
     "credential",
     "token",
@@ -109,7 +112,17 @@ _SECRET_PARTS = (
     "bearer",
     "passphrase",
 )
+# a name ending so is a key's (``privatekey``, ``accountkey``, ``masterkeys``, ``dbpw``), but
+# for the words that end so and say nothing of one
+_SECRET_ENDS = ("key", "keys", "pw", "pwd")
+_KEY_WORDS = frozenset({"monkey", "donkey", "turkey", "hockey", "jockey", "whiskey", "lackey"})
 _WORD = re.compile(r"[^a-z0-9]+")
+# a URL without its ``//`` or its scheme (``//user:pass@host/``, ``http:/user:pass@host/``),
+# which a shell or a typo leaves and ioprobe reads as a path: a first segment of
+# ``user:password@`` is masked all the same (no backslash in it, as in ``_AUTHORITY``)
+_BARE_USERINFO = re.compile(
+    r"(?<![^\s\"'(<=])((?:[A-Za-z][A-Za-z0-9+.\-]*:)?/+)([^/?#@:\s\"'<>`\\]*):[^/?#@\s\"'<>`\\]*@"
+)
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 # where a URL quoted in text ends: whitespace or a quote, less the punctuation that ends a
@@ -146,6 +159,8 @@ def sensitive_param(name: str) -> bool:
     if any(word in _SECRET_WORDS for word in _WORD.split(low)):
         return True
     squashed = _WORD.sub("", low)
+    if squashed.endswith(_SECRET_ENDS) and squashed.rstrip("s") not in _KEY_WORDS:
+        return True
     return any(part in squashed for part in _SECRET_PARTS)
 
 
@@ -153,9 +168,12 @@ def redact_url(text: str, whole: bool = False) -> str:
     """``text`` with every URL in it redacted: ``scheme://user:***@host/path?sig=***&n=1``.
 
     Works on a bare URL and on a message that quotes one; text without ``://`` is returned as
-    it is, so a local path is never changed. ``whole``: ``text`` is one URL as it was given
+    it is, so a local path is never changed, but for a first segment ``user:password@`` after
+    its leading slashes (a URL missing its scheme or a slash: ``_BARE_USERINFO``). ``whole``: ``text`` is one URL as it was given
     (a target on the command line), whose password may hold whitespace.
     """
+    if "@" in text and ":" in text:
+        text = _BARE_USERINFO.sub(lambda m: f"{m.group(1)}{m.group(2)}:{MASK}@", text)
     if "://" not in text:
         return text
     out: list[str] = []

@@ -81,6 +81,22 @@ def test_names_that_say_bearer_hmac_assertion_or_passphrase_are_masked() -> None
     assert redact_url("https://h/p?key_passphrase=zz") == "https://h/p?key_passphrase=***"
 
 
+def test_names_that_end_in_key_or_say_private_auth_or_pass_are_masked() -> None:
+    # round ten: privatekey=, authkey= and accountkey= were shown; a list of names is never
+    # whole, so a name's ending and its parts say it
+    for name in ("privatekey", "authkey", "accountkey", "Ocp-Apim-Subscription-Key", "dbpw"):
+        assert redact_url(f"https://h/p?{name}=zz&n=1") == f"https://h/p?{name}=***&n=1", name
+    assert redact_url("https://h/p?monkey=1&turkeys=2") == "https://h/p?monkey=1&turkeys=2"
+
+
+def test_a_url_missing_its_scheme_or_a_slash_is_masked_as_a_path_would_show_it() -> None:
+    # round ten: read as local paths, "no such file" quoted them whole
+    assert redact_url("//u:zz@127.0.0.1:9/") == "//u:***@127.0.0.1:9/"
+    assert redact_url("http:/u:zz@h/x: no such file") == "http:/u:***@h/x: no such file"
+    assert redact_url("error: //u:zz@h/") == "error: //u:***@h/"
+    assert redact_url("/data/a:b/c@d") == "/data/a:b/c@d"  # a later segment: a name
+
+
 def test_other_parameters_paths_and_local_names_are_left_alone() -> None:
     kept = [
         "https://h/p?part=7&X-Amz-Date=20240101T000000Z&X-Amz-Expires=3600",

@@ -93,6 +93,7 @@ _SECRET_WORDS = frozenset(
     {"sig", "signature", "token", "secret", "password", "passwd", "pwd", "key", "apikey"}
     | {"auth", "authorization", "jwt", "session", "code", "credential", "credentials", "sas"}
     | {"bearer", "hmac", "assertion", "passphrase", "pass", "passcode", "pw", "cookie", "ticket"}
+    | {"otp", "totp", "hotp", "pin", "mfa", "2fa", "nonce"}
 )
 _SECRET_PARTS = (
     "private",
@@ -160,6 +161,8 @@ def sensitive_param(name: str) -> bool:
         return True
     squashed = _WORD.sub("", low)
     if squashed.endswith(_SECRET_ENDS) and squashed.rstrip("s") not in _KEY_WORDS:
+        return True
+    if squashed.startswith("sig") or squashed.endswith("sig"):  # sigv4, apisig
         return True
     return any(part in squashed for part in _SECRET_PARTS)
 

@@ -81,12 +81,15 @@ def test_names_that_say_bearer_hmac_assertion_or_passphrase_are_masked() -> None
     assert redact_url("https://h/p?key_passphrase=zz") == "https://h/p?key_passphrase=***"
 
 
-def test_names_that_end_in_key_or_say_private_auth_or_pass_are_masked() -> None:
+def test_names_that_end_in_key_or_say_private_auth_pass_sig_or_a_one_time_code_are_masked() -> None:
     # round ten: privatekey=, authkey= and accountkey= were shown; a list of names is never
     # whole, so a name's ending and its parts say it
-    for name in ("privatekey", "authkey", "accountkey", "Ocp-Apim-Subscription-Key", "dbpw"):
+    names = ("privatekey", "authkey", "accountkey", "Ocp-Apim-Subscription-Key", "dbpw")
+    names += ("masterkey", "signingkey", "sigv4", "apisig", "otp", "pin", "mfa", "nonce")
+    for name in names:
         assert redact_url(f"https://h/p?{name}=zz&n=1") == f"https://h/p?{name}=***&n=1", name
-    assert redact_url("https://h/p?monkey=1&turkeys=2") == "https://h/p?monkey=1&turkeys=2"
+    kept = "https://h/p?monkey=1&turkeys=2&spin=3&topic=4&opinion=5"
+    assert redact_url(kept) == kept
 
 
 def test_a_url_missing_its_scheme_or_a_slash_is_masked_as_a_path_would_show_it() -> None:

@@ -594,8 +594,9 @@ def _fill_sizes(
     # process at exit, as a thread pool's would (the listing's own deadline bounds the wait)
     infos = map_within(lambda i: _safe_info(fs, str(i["name"])), unknown, 16)
     found = [i for i in infos if isinstance(i, dict)]
-    if len(infos) > len(found):
-        skipped["vanished"] += len(infos) - len(found)
+    for got in infos:
+        if not isinstance(got, dict):
+            skipped[got if isinstance(got, str) else "vanished"] += 1
     return known + found, sampled
 
 
@@ -630,12 +631,19 @@ def _none_found(target: str, skipped: Counter[str]) -> str:
     return f"{target}: no non-empty files found"
 
 
-def _safe_info(fs: Any, name: str) -> dict[str, Any] | None:
+def _safe_info(fs: Any, name: str) -> dict[str, Any] | str:
+    """A remote file's info, or why there is none: "refused" (HTTP 401 or 403: fsspec's
+    HTTP backend raises FileNotFoundError for any failed request, the status in its cause),
+    "http_error" (another status), else "vanished"."""
     try:
         info: dict[str, Any] = fs.info(name)
         return info
-    except (FileNotFoundError, OSError):
-        return None
+    except (FileNotFoundError, OSError) as exc:
+        statuses = (getattr(e, "status", None) for e in chain(exc))
+        status = next((st for st in statuses if isinstance(st, int)), None)
+        if status in (401, 403):
+            return "refused"
+        return "http_error" if status is not None and status != 404 else "vanished"
 
 
 def _one_line(exc: BaseException, url: str = "") -> str:

@@ -20,7 +20,8 @@ class _Odd(BaseHTTPRequestHandler):
     """``/loop/...`` redirects to itself; ``/nolen/`` lists two files whose responses carry
     no Content-Length (the body ends as the connection closes); ``/liar/`` lists four whose
     HEAD says 20,000 bytes, where each has 10,000 (``/liar/honest.bin``, listed there too,
-    has what its HEAD says)."""
+    has what its HEAD says); ``/locked/`` lists three files, each answered 403 and
+    ``/locked/gone.bin`` 404."""
 
     protocol_version = "HTTP/1.1"
 
@@ -80,7 +81,12 @@ class _Odd(BaseHTTPRequestHandler):
             self.wfile.write(body)
 
     def do_GET(self) -> None:
-        if self.path.startswith("/liar/"):
+        if self.path == "/locked/":
+            names = ["a.bin", "b.bin", "c.bin", "gone.bin"]
+            self._send(200, "".join(f'<a href="{n}">{n}</a> ' for n in names).encode())
+        elif self.path.startswith("/locked/"):
+            self._send(404 if "gone" in self.path else 403, b"no")
+        elif self.path.startswith("/liar/"):
             self._liar()
         elif self.path.startswith("/short/"):
             self._short()
@@ -113,6 +119,12 @@ def test_a_redirect_loop_is_a_one_line_error_that_says_so(odd_server: str, path:
     proc = run_cli("probe", f"{odd_server}/{path}", "-q", "--time-budget", "4", timeout=60)
     assert_one_line_error(proc, path, "a redirect loop")
     assert "message=" not in proc.stderr  # aiohttp's own text: a status 0 and the URL again
+
+
+def test_files_the_server_refuses_are_counted_as_refused_not_vanished(odd_server: str) -> None:
+    # round ten: 403 on every file read "no non-empty files found (8 vanished)"
+    proc = run_cli("probe", f"{odd_server}/locked/", "-q", "--time-budget", "4", timeout=60)
+    assert_one_line_error(proc, "no non-empty files found (3 refused, 1 vanished)")
 
 
 def test_files_the_server_gives_no_size_for_are_a_one_line_error_that_says_so(

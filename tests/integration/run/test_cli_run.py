@@ -96,6 +96,37 @@ def test_run_watches_a_subclass_that_wraps_iter_and_keeps_its_logic(tmp_path: Pa
     assert rec.watch is not None and rec.watch.epochs[0].samples == 48
 
 
+ASKS_ITS_ITERATOR = """\
+import torch
+from torch.utils.data import DataLoader, Dataset
+from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+class DS(Dataset):
+    def __len__(self): return 64
+    def __getitem__(self, i): return torch.tensor([i])
+
+it = iter(DataLoader(DS(), batch_size=8, num_workers=2))
+print(len(it), isinstance(it, _BaseDataLoaderIter))  # a progress bar's total
+first = next(it)
+print(len(it), it._num_yielded, first.flatten().tolist())
+print(sum(int(b.sum()) for b in it), it._num_yielded)
+"""
+
+
+def test_a_script_that_asks_its_loaders_iterator_for_its_length_runs_as_unwatched(
+    tmp_path: Path,
+) -> None:
+    # round ten: under run, iter(loader) was a generator: len() raised TypeError and the
+    # script exited 1 where unwatched it printed and exited 0
+    script = tmp_path / "asks.py"
+    script.write_text(ASKS_ITS_ITERATOR)
+    proc, plain = watched_and_plain(tmp_path / "run.json", sys.executable, str(script))
+    assert proc.stdout == plain.stdout
+    assert plain.stdout.splitlines()[0] == "8 True"
+    rec = RunRecord.load(tmp_path / "run.json")
+    assert rec.watch is not None and rec.watch.epochs[0].samples == 64
+
+
 FILLS_TMPDIR = """\
 import os, tempfile, torch
 from torch.utils.data import DataLoader

@@ -23,12 +23,12 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 from torch.utils.data._utils.collate import default_collate, default_convert
-from torch.utils.data.dataloader import _BaseDataLoaderIter
 
 from ioprobe.capacity import worker_epochs
 from ioprobe.collect import read_check
 from ioprobe.collect.procfs import private_bytes
 from ioprobe.errors import BadInputError, TrialDone
+from ioprobe.loaders.torch_iter import Maker, WatchedIter
 from ioprobe.loaders.torch_stateful import ROUTED, is_stateful, patch_class, route
 from ioprobe.loaders.torch_worker import (
     Stamped,
@@ -317,61 +317,23 @@ def _unmeasured(collector: WatchCollector, t0: int, t1: int, batch: Any) -> Any:
 _NOT_ERRORS: tuple[type[BaseException], ...] = (GeneratorExit, TrialDone)
 
 
-class WatchedIter(_BaseDataLoaderIter):
-    """A pass over a watched DataLoader, as the loader's own iterator looks from outside:
-    a ``_BaseDataLoaderIter`` whose ``len()`` and attributes (``_num_yielded``,
-    ``_shutdown_workers``, ``_workers``) are those of PyTorch's iterator once the pass has
-    made it (at the first ``next()``), and whose batches come through ``iterate``. A script
-    that asks its iterator for its length (a progress bar) runs watched as it does
-    unwatched."""
-
-    def __init__(self, batches: Iterator[Any], made: list[Any], loader: Any) -> None:
-        # not the base's __init__: the pass makes PyTorch's own iterator
-        object.__setattr__(self, "_ioprobe_pass", (batches, made, loader))
-
-    def __iter__(self) -> WatchedIter:
-        return self
-
-    def __next__(self) -> Any:
-        return next(object.__getattribute__(self, "_ioprobe_pass")[0])
-
-    def __len__(self) -> int:
-        _batches, made, loader = object.__getattribute__(self, "_ioprobe_pass")
-        return len(made[0]) if made else len(loader)
-
-    def __getattr__(self, name: str) -> Any:
-        # only names the class and the instance lack: the pass's own state
-        made = object.__getattribute__(self, "_ioprobe_pass")[1]
-        if not made:
-            raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r} yet")
-        return getattr(made[0], name)
-
-    def close(self) -> None:
-        """End the pass (its epoch) now, as a generator's ``close()`` does."""
-        object.__getattribute__(self, "_ioprobe_pass")[0].close()
-
-
 def iterate(
     inner: DataLoader[Any],
     collector: WatchCollector,
     begin: Callable[[], Callable[[BaseException | None], None]],
     device: torch.device | None = None,
-    made: list[Any] | None = None,
     _not_errors: tuple[type[BaseException], ...] = _NOT_ERRORS,
 ) -> Iterator[Any]:
     """Yield the user's batches (moved to ``device`` when given); report each batch's request
     and arrival times and its worker's measurements to ``collector``, and mark the step
     boundaries on its device timeline when it has one. The epoch begins (``begin``) at the
-    first ``next()``: an iterator never advanced (Lightning's check) is no epoch. PyTorch's
-    iterator, once made, goes into ``made`` (``WatchedIter`` shows it)."""
+    first ``next()``: an iterator never advanced (Lightning's check) is no epoch."""
     clock, thread_ns, on_batch = time.perf_counter_ns, time.thread_time_ns, collector.on_batch
     error: BaseException | None = None
     on_end = begin()
     try:
         t_iter, it = clock(), iter(inner)  # iter() starts the workers: timed
         collector.iter_began(t_iter, clock())
-        if made is not None:
-            made.append(it)
         n, memory_at = 0, max(getattr(inner, "num_workers", 0), 0) + 1
         while True:
             if collector.stop_after is not None:  # a trial of ioprobe tune
@@ -862,8 +824,8 @@ class Watched:
         return alone
 
     def __iter__(self) -> Iterator[Any]:
-        made: list[Any] = []
-        batches = iterate(self._inner, self._collector, self._begin, self._device, made)
+        made = Maker(self._inner)  # keeps the iterator the pass makes, for WatchedIter
+        batches = iterate(made, self._collector, self._begin, self._device)  # type: ignore[arg-type]
         return WatchedIter(batches, made, self._loader)
 
     def _begin(self) -> Callable[[BaseException | None], None]:

@@ -74,6 +74,17 @@ NEAR = 0.97
 # core to another, so more workers than cores can help), and never past MAX_WORKERS.
 WORKERS_PER_CORE = 4
 MAX_WORKERS = 64
+# Cores shared by more worker processes than there are give the loader less than their whole
+# time: each wake-up lands on one core's queue, where it may wait while the other core idles
+# until the balancer moves it. On the 2-core development VM, 8 and 12 workers whose samples
+# sleep 3 ms and then burn 1 ms kept the host 84% busy with 4-6 ms a batch spent waiting for
+# a core, and the replay of those runs as they were came within 3% of them at 1.85 of the 2
+# cores (it was 10-16% high at 2). A run with no more workers than cores cannot show it.
+CROWDED_SHARE = 0.925
+CROWDED = (
+    f"cores shared by more worker processes than there are give them about "
+    f"{CROWDED_SHARE:.0%} of their time (measured on a 2-core VM, not on this host)"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -399,6 +410,8 @@ class _Replay:
         self.finished: list[tuple[float, int]] = []  # out of order: (done, index) not yet taken
         self.turn = itertools.count()
         self.sent = 0
+        # what the cores give the loader: less where its workers outnumber them (CROWDED)
+        self.cores = c.usable_cores * (CROWDED_SHARE if crowded(c, s) else 1.0)
 
     def run(self) -> list[float]:
         # one loop with its state in locals: a search replays dozens of settings, each
@@ -520,15 +533,16 @@ class _Replay:
         """Speed of a blocked read and of CPU work, with ``n_io`` workers blocked and
         ``n_cpu`` on the CPU."""
         c = self.c
+        cores = self.cores
         # the training loop is served first (workers past the cores do not take its share);
         # other work on the host shares the cores fairly with every runnable thread
         if not n_cpu:
             cpu_rate = 1.0
         elif c.other_threads > 0:
             runnable = n_cpu + c.loop_cores + c.other_threads
-            cpu_rate = min(1.0, c.usable_cores / runnable)
+            cpu_rate = min(1.0, cores / runnable)
         else:
-            cpu_rate = min(1.0, max(c.usable_cores - c.loop_cores, 0.5) / n_cpu)
+            cpu_rate = min(1.0, max(cores - c.loop_cores, 0.5) / n_cpu)
         io_rate = 1.0
         if n_io and c.exponent is not None:
             # time per read ~ (reads in flight) ** (1 - exponent), as measured at m0; a
@@ -648,9 +662,16 @@ def rate_of(c: Costs, s: Setting) -> float:
     return simulated_rate(c, s)
 
 
+def crowded(c: Costs, s: Setting) -> bool:
+    """Whether ``s``'s workers outnumber the usable cores (``CROWDED_SHARE`` applies)."""
+    return s.workers > c.usable_cores
+
+
 def assumptions(c: Costs, base: Setting, s: Setting) -> tuple[str, ...]:
     """What a prediction for ``s`` rests on that the run could not check."""
     out: list[str] = []
+    if crowded(c, s) and not crowded(c, base):
+        out.append(CROWDED)
     blocked = sum(c.blocked) / max(sum(c.blocked) + sum(c.cpu), 1e-12)
     more_reads = s.workers > base.workers and blocked > 0.05
     if more_reads and c.exponent is None:

@@ -6,7 +6,14 @@ import dataclasses
 
 import pytest
 
-from ioprobe.analysis.loader_sim import Costs, Setting, advice, queue_predictions, steady_rate
+from ioprobe.analysis.loader_sim import (
+    CROWDED_SHARE,
+    Costs,
+    Setting,
+    advice,
+    queue_predictions,
+    steady_rate,
+)
 from ioprobe.analysis.loader_sim import simulate as replay
 from ioprobe.analysis.queueing import head_of_line
 from ioprobe.analysis.report import findings
@@ -69,15 +76,19 @@ def test_the_consumer_step_paces_delivery_when_workers_are_fast() -> None:
 
 
 def test_workers_past_the_cores_share_them_and_blocked_ones_leave_theirs() -> None:
-    # 4 workers, 2 cores, every batch 1 s of CPU: two batches a second, whatever the count
+    # 2 workers, 2 cores, every batch 1 s of CPU: two batches a second
     cpu = dataclasses.replace(blocked([0.0] * 40, [0.0]), cpu=(1.0,) * 40, usable_cores=2.0)
+    assert steady_rate(replay(cpu, Setting(2, 2, True), 40), 1.0) == pytest.approx(2.0, rel=1e-6)
+    # 4 workers outnumber the cores, which give them CROWDED_SHARE of their time: whatever
+    # the count past the cores, that many batches a second
     arr = replay(cpu, Setting(4, 2, True), 40)
-    assert steady_rate(arr, 1.0) == pytest.approx(2.0, rel=1e-6)
+    assert steady_rate(arr, 1.0) == pytest.approx(2.0 * CROWDED_SHARE, rel=1e-6)
     # the same batches blocked 1 s before 0.1 s of CPU: the four workers wait side by side,
-    # then share the 2 cores for 0.2 s: four batches every 1.2 s, not two every 1.1 s
+    # then share the cores for 0.2 s (at the crowded share): four batches every 1.2 s or
+    # so, not two every 1.1 s
     mixed = dataclasses.replace(cpu, blocked=(1.0,) * 40, cpu=(0.1,) * 40)
     arr = replay(mixed, Setting(4, 2, True), 40)
-    assert steady_rate(arr, 1.0) == pytest.approx(4 / 1.2, rel=1e-6)
+    assert steady_rate(arr, 1.0) == pytest.approx(4 / (1.0 + 0.4 / (2 * CROWDED_SHARE)), rel=1e-6)
 
 
 def test_a_bandwidth_cap_keeps_the_rate_whatever_the_readers() -> None:

@@ -196,11 +196,10 @@ class S3Pages:
                 return
             first = False
             for item in page.get("Contents", ()):
-                key = item["Key"]
-                if key.endswith("/"):
-                    continue
-                self._count(key[skip:])
-                yield {"name": f"{self.bucket}/{key}", "size": item["Size"], "type": "file"}
+                info = _file_info(self.bucket, item)
+                if info is not None:
+                    self._count(item["Key"][skip:])
+                    yield info
             if not page.get("IsTruncated") or self.deadline.passed():
                 return
             token = page.get("NextContinuationToken")

@@ -33,7 +33,7 @@ from typing import Any, Generic, TypeVar
 from ioprobe.capacity import density_class
 from ioprobe.collect.bucket import Deadline, Rest, remote_files
 from ioprobe.collect.budget import Pending, map_within, network_timeouts
-from ioprobe.collect.failures import ReadFailures, chain, label, transport_cause
+from ioprobe.collect.failures import ReadFailures, chain, http_status, label, transport_cause
 from ioprobe.collect.quiet import quiet_fsspec_loop
 from ioprobe.errors import StorageTimeoutError, TargetError
 from ioprobe.record import DatasetProfile
@@ -639,8 +639,8 @@ def _safe_info(fs: Any, name: str) -> dict[str, Any] | str:
         info: dict[str, Any] = fs.info(name)
         return info
     except (FileNotFoundError, OSError) as exc:
-        statuses = (getattr(e, "status", None) for e in chain(exc))
-        status = next((st for st in statuses if isinstance(st, int)), None)
+        statuses = (http_status(e) for e in chain(exc))
+        status = next((st for st in statuses if st is not None), None)
         if status in (401, 403):
             return "refused"
         return "http_error" if status is not None and status != 404 else "vanished"

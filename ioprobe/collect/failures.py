@@ -75,7 +75,7 @@ def cause(exc: BaseException) -> str:
     named = _os_cause(exc)
     if named is not None:
         return named
-    status = _http_status(exc)
+    status = http_status(exc)
     if status is not None:
         return f"http_{status}"
     if "connect" in type(exc).__name__.lower():  # aiohttp's and botocore's connection errors
@@ -101,7 +101,7 @@ def _os_cause(exc: BaseException) -> str | None:
     return None
 
 
-def _http_status(exc: BaseException) -> int | None:
+def http_status(exc: BaseException) -> int | None:
     """The HTTP status an error response carried: aiohttp's ``status``, botocore's
     ``response["ResponseMetadata"]["HTTPStatusCode"]``."""
     status = getattr(exc, "status", None)

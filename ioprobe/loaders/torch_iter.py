@@ -39,26 +39,31 @@ class WatchedIter(_BaseDataLoaderIter):
     unwatched."""
 
     def __init__(self, batches: Iterator[Any], made: Maker, loader: Any) -> None:
-        # not the base's __init__: the pass makes PyTorch's own iterator
-        object.__setattr__(self, "_ioprobe_pass", (batches, made, loader))
+        # not the base's __init__: the pass makes PyTorch's own iterator. Attributes the
+        # instance holds are found without __getattr__: one lookup per batch in __next__
+        self._ioprobe_batches = batches
+        self._ioprobe_next = batches.__next__
+        self._ioprobe_made = made
+        self._ioprobe_loader = loader
 
     def __iter__(self) -> WatchedIter:
         return self
 
     def __next__(self) -> Any:
-        return next(object.__getattribute__(self, "_ioprobe_pass")[0])
+        return self._ioprobe_next()
 
     def __len__(self) -> int:
-        _batches, made, loader = object.__getattribute__(self, "_ioprobe_pass")
-        return len(made.it) if made.it is not None else len(loader)
+        it = self._ioprobe_made.it
+        return len(it) if it is not None else len(self._ioprobe_loader)
 
     def __getattr__(self, name: str) -> Any:
-        # only names the class and the instance lack: the pass's own state
-        it = object.__getattribute__(self, "_ioprobe_pass")[1].it
+        # only names the class and the instance lack: PyTorch's iterator's own state (read
+        # without __getattr__ again: an instance half made, unpickled, raises, not recurses)
+        it = object.__getattribute__(self, "_ioprobe_made").it
         if it is None:
             raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r} yet")
         return getattr(it, name)
 
     def close(self) -> None:
         """End the pass (its epoch) now, as a generator's ``close()`` does."""
-        object.__getattribute__(self, "_ioprobe_pass")[0].close()
+        self._ioprobe_batches.close()  # type: ignore[attr-defined]

@@ -58,6 +58,12 @@ def _pattern_file(path: Path, blocks: int, block: int = 4096) -> bytes:
     return data
 
 
+def _assert_each_slot_holds(buffers: mmap.mmap, data: bytes, offsets: list[int]) -> None:
+    """Slot k's 4 KiB block holds the file's bytes at ``offsets[k]``."""
+    for slot, off in enumerate(offsets):
+        assert buffers[slot * 4096 : (slot + 1) * 4096] == data[off : off + 4096]
+
+
 def test_the_ring_reads_the_bytes_at_the_offsets_asked(disk: Path) -> None:
     data = _pattern_file(disk / "f.bin", 64)
     fd = os.open(disk / "f.bin", os.O_RDONLY | os.O_DIRECT)
@@ -77,8 +83,7 @@ def test_the_ring_reads_the_bytes_at_the_offsets_asked(disk: Path) -> None:
                 ring.enter(1)
                 seen.update(ring.completions())
         assert seen == {100 + s: 4096 for s in range(4)}
-        for slot, off in enumerate(offsets):
-            assert buffers[slot * 4096 : (slot + 1) * 4096] == data[off : off + 4096]
+        _assert_each_slot_holds(buffers, data, offsets)
     finally:
         del view
         buffers.close()
@@ -182,8 +187,7 @@ def test_the_c_loop_reads_the_bytes_at_the_offsets_asked(disk: Path) -> None:
         assert isinstance(done, direct_loop.Loop)
         assert done.failed == 0 and done.in_flight == 0
         assert done.reads == 4 and done.bytes == 4 * 4096 and len(done.latencies_ns) == 4
-        for slot, off in enumerate(offsets):
-            assert buffers[slot * 4096 : (slot + 1) * 4096] == data[off : off + 4096]
+        _assert_each_slot_holds(buffers, data, offsets)
     finally:
         del view
         buffers.close()

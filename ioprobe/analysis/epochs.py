@@ -278,18 +278,24 @@ def per_epoch_saving(starts: EpochStarts) -> float | None:
 
 @dataclasses.dataclass(frozen=True)
 class WatchCost:
-    """What watching cost a loader's workers: their time in ioprobe's own work."""
+    """What watching cost the loader: the workers' time in ioprobe's own work, and the main
+    process's at each epoch's start and end."""
 
     seconds: float  # over the run, all workers together
     per_batch_ms: float
     share: float  # of the workers' time on samples, collates and this
+    # the main process's, per epoch (its start and end), and that over the epochs' time
+    epoch_ms: float = 0.0
+    epoch_share: float = 0.0
 
 
 def watch_cost(rec: RunRecord) -> WatchCost | None:
     """The workers' time in the watch's own work after each collate (counters read, mapped
     files listed, the batch's measurements packed), as they timed it, per batch and as a
-    share of their time: what watching took from the loader. None where the workers timed
-    none (records from before it was kept, DALI, a pass whose workers were not watched)."""
+    share of their time; and the main process's time in it at each epoch's start and end
+    (the host's processes scanned, the GPU side's marks), per epoch and as a share of the
+    epochs' time: what watching took from the run beyond its per-batch clock reads. None
+    where neither was timed (records from before they were kept)."""
     w = rec.watch
     if w is None:
         return None
@@ -297,10 +303,18 @@ def watch_cost(rec: RunRecord) -> WatchCost | None:
     spent = sum(e.watch_worker_seconds for e in eps)
     batches = sum(e.batches for e in eps)
     work = sum(e.sample_wall_seconds + e.collate_seconds for e in eps)
-    if spent <= 0 or not batches or work <= 0:
+    main = sum(e.watch_main_seconds for e in w.epochs)
+    epochs = sum(e.merged for e in w.epochs)
+    wall = sum(e.seconds for e in w.epochs)
+    workers = spent > 0 and batches > 0 and work > 0
+    if not workers and main <= 0:
         return None
     return WatchCost(
-        seconds=spent, per_batch_ms=spent / batches * 1e3, share=spent / (work + spent)
+        seconds=spent,
+        per_batch_ms=spent / batches * 1e3 if workers else 0.0,
+        share=spent / (work + spent) if workers else 0.0,
+        epoch_ms=main / epochs * 1e3 if epochs else 0.0,
+        epoch_share=main / wall if wall > 0 else 0.0,
     )
 
 

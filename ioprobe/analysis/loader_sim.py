@@ -47,7 +47,8 @@ from ioprobe import capacity
 from ioprobe.analysis.epochs import epoch_starts, per_epoch_saving
 from ioprobe.analysis.model import MIN_GAIN
 from ioprobe.analysis.queueing import replayable
-from ioprobe.analysis.scenario import LINEAR_STORAGE, recorded_cores
+from ioprobe.analysis.scenario import FOREIGN_SHARE, LINEAR_STORAGE, recorded_cores
+from ioprobe.capacity import FOREIGN_FLOOR
 from ioprobe.record import BatchLog, Change, RunRecord
 
 # Batches the replay runs: the logged ones cycled until the queue has settled past the
@@ -81,9 +82,16 @@ MAX_WORKERS = 64
 # a core, and the replay of those runs as they were came within 3% of them at 1.85 of the 2
 # cores (it was 10-16% high at 2). A run with no more workers than cores cannot show it.
 CROWDED_SHARE = 0.925
+# And each worker process past the cores makes every batch's CPU time this share longer, the
+# workers' and the main process's alike: a process that waits for a core finds its caches
+# taken by the others when it gets one. On the same VM, the mixed loader's batches took
+# 4.80-4.86 ms of CPU with 2 workers, 5.11-5.21 with 8, 5.20-5.30 with 12 and 5.31-5.40 with
+# 16; skewed-remote's 1.85 with 4 and 2.09 with 24 (docs/benchmarks.md, at 90b64a8).
+CROWDED_GROWTH = 0.007
 CROWDED = (
     f"cores shared by more worker processes than there are give them about "
-    f"{CROWDED_SHARE:.0%} of their time (measured on a 2-core VM, not on this host)"
+    f"{CROWDED_SHARE:.0%} of their time, and each process past the cores makes a batch's "
+    f"CPU time {CROWDED_GROWTH:.1%} longer (measured on a 2-core VM, not on this host)"
 )
 
 
@@ -140,7 +148,7 @@ class Costs:
     samples_per_batch: float
     usable_cores: float
     loop_cores: float  # the training loop's share (the main process)
-    other_threads: float  # the host's other runnable threads, on average
+    other_threads: float  # the host's other runnable threads sharing cores thread by thread
     # storage throughput ~ reads in flight ** exponent; None: the run could not tell
     exponent: float | None
     reads_in_flight: float  # what the run's blocked times were measured at
@@ -151,6 +159,16 @@ class Costs:
     # the main process's CPU per batch (its loop, taking batches): its share of the cores
     # grows with the rate; 0 where not known (``loop_cores`` then stands, as measured)
     main_cpu_per_batch: float = 0.0
+    # cores that other scheduling groups (another session, another cgroup) keep whatever
+    # the workers, and whether the run told its other load apart so (``apart_cores``)
+    held_cores: float = 0.0
+    apart_known: bool = False
+    # the cores are a cgroup's CPU quota, not a CPU set: workers past it are throttled by
+    # time, not left waiting on one core's queue while another idles
+    quota: bool = False
+    # the workers the costs were measured with (CPU times grow past the cores: CROWDED_GROWTH);
+    # 0: as many as any setting's, nothing to scale
+    run_workers: int = 0
     # host memory: a worker's private bytes, one batch's bytes (twice with pin_memory: the
     # pinned copy), and what the loader may hold in all; None where not measured
     worker_bytes: float | None = None
@@ -257,6 +275,7 @@ def logged_costs(rec: RunRecord) -> Costs | None:
     # without the run's figure, its reads in flight were the workers' share of time blocked
     m0 = m if m is not None else max(w.settings.workers * blocked_share, 1.0)
     pinned = 2.0 if w.settings.pin_memory else 1.0
+    apart = apart_cores(rec, max(usable, 1.0))
     streams = _streams([log.worker[i] for i in idx]) if w.settings.iterable else ()
     out = Costs(
         streams=streams,
@@ -270,11 +289,15 @@ def logged_costs(rec: RunRecord) -> Costs | None:
         samples_per_batch=sum(log.samples[i] for i in idx) / len(idx),
         usable_cores=max(usable, 1.0),
         loop_cores=ctx.loop_cores,
-        other_threads=max(ctx.contention, foreign_cores(rec)),
+        other_threads=max(ctx.contention, foreign_cores(rec) if apart is None else apart[1]),
+        held_cores=apart[0] if apart is not None else 0.0,
+        quota=rec.host.cpu_quota_cores is not None,
+        apart_known=apart is not None,
         exponent=exponent,
         reads_in_flight=m0,
         reads_in_flight_max=rs.reads_in_flight_max if rs is not None else m0,
         cpu_split=split,
+        run_workers=w.settings.workers,
         main_cpu_per_batch=_main_cpu_per_batch(rec),
         transit=transit,
         handover=handover,
@@ -410,8 +433,15 @@ class _Replay:
         self.finished: list[tuple[float, int]] = []  # out of order: (done, index) not yet taken
         self.turn = itertools.count()
         self.sent = 0
-        # what the cores give the loader: less where its workers outnumber them (CROWDED)
-        self.cores = c.usable_cores * (CROWDED_SHARE if crowded(c, s) else 1.0)
+        # what the cores give the loader: less where its workers outnumber them (a core
+        # idles while a worker waits on another's queue; where other groups hold cores,
+        # their threads take up such a gap and the job keeps its fair share: 8 workers
+        # beside another session's busy loop ran as 1; nor where a CPU quota, not a CPU
+        # set, bounds them), and each batch's CPU time grows with the processes past them
+        # (CROWDED)
+        idle_gaps = crowded(c, s) and c.held_cores <= 0 and not c.quota
+        self.cores = c.usable_cores * (CROWDED_SHARE if idle_gaps else 1.0)
+        self.cpu_scale = cpu_growth(c, s.workers)
 
     def run(self) -> list[float]:
         # one loop with its state in locals: a search replays dozens of settings, each
@@ -458,7 +488,7 @@ class _Replay:
             # are done now
             while io and io[0][0] - clock[1] <= 1e-12:
                 w = heapq.heappop(io)[1]
-                self._begin(w, 2, c.cpu[self.logged[self.queue[w][0]]])
+                self._begin(w, 2, c.cpu[self.logged[self.queue[w][0]]] * self.cpu_scale)
             while cpu and cpu[0][0] - clock[2] <= 1e-12:
                 w = heapq.heappop(cpu)[1]
                 b = self.queue[w].popleft()
@@ -483,7 +513,7 @@ class _Replay:
         if c.blocked[i] > 0:
             self._begin(w, 1, c.blocked[i])
         else:
-            self._begin(w, 2, c.cpu[i])
+            self._begin(w, 2, c.cpu[i] * self.cpu_scale)
 
     def _hand_out(self) -> None:
         """The next batch index to a worker: in turn, or (out of order) to the next one with
@@ -538,9 +568,10 @@ class _Replay:
         # other work on the host shares the cores fairly with every runnable thread
         if not n_cpu:
             cpu_rate = 1.0
-        elif c.other_threads > 0:
+        elif c.other_threads > 0 or c.held_cores > 0:
+            # other groups keep their cores; what is left is shared thread by thread
             runnable = n_cpu + c.loop_cores + c.other_threads
-            cpu_rate = min(1.0, cores / runnable)
+            cpu_rate = min(1.0, (cores - c.held_cores) / runnable)
         else:
             cpu_rate = min(1.0, max(cores - c.loop_cores, 0.5) / n_cpu)
         io_rate = 1.0
@@ -566,10 +597,11 @@ def simulated_rate(c: Costs, s: Setting) -> float:
     workers make their own streams (``Costs.streams``), the rate is the whole replay's: its
     streams end as an epoch's do, the slowest last, and its last batches are the epoch's."""
     rate = _rate(c, s, simulate(c, s))
+    main_cpu = c.main_cpu_per_batch * cpu_growth(c, s.workers)
     for _ in range(MAIN_ROUNDS if c.main_cpu_per_batch > 0 else 0):
         if not 0 < rate < float("inf"):
             break
-        loop = c.main_cpu_per_batch * rate / c.samples_per_batch
+        loop = main_cpu * rate / c.samples_per_batch
         was = rate
         rate = _rate(c, s, simulate(dataclasses.replace(c, loop_cores=loop), s))
         if rate == was:  # the next round's share would be this one's: the same replay
@@ -582,11 +614,6 @@ def _rate(c: Costs, s: Setting, arrivals: Sequence[float]) -> float:
     if not in_streams(c, s):
         return steady_rate(arrivals, c.samples_per_batch)
     return len(arrivals) * c.samples_per_batch / arrivals[-1] if arrivals[-1] > 0 else math.inf
-
-
-# Cores of other work below this are the host's own noise (kernel threads, the watch's
-# sampler), not a load that takes a worker's core.
-FOREIGN_FLOOR = 0.25
 
 
 def foreign_cores(rec: RunRecord) -> float:
@@ -603,6 +630,21 @@ def foreign_cores(rec: RunRecord) -> float:
     ours = sum(e.worker_process_cpu_seconds + e.main_cpu_seconds for e in eps)
     other = (sum(e.host_busy_seconds or 0.0 for e in eps) - ours) / wall
     return other if other >= FOREIGN_FLOOR else 0.0
+
+
+def apart_cores(rec: RunRecord, usable: float) -> tuple[float, float] | None:
+    """The host's other load told apart by how the scheduler shares the cores with it:
+    (cores held by processes in other scheduling groups, ``capacity.held_cores``; cores of
+    other load sharing them thread by thread, the rest of the host's busy time less this
+    job's, below ``FOREIGN_FLOOR`` none); None where no epoch scanned the host's processes.
+    That rest is this session's own load, or processes that ended before the epoch did."""
+    assert rec.watch is not None
+    held = capacity.held_cores(rec.watch.epochs, usable)
+    apart = capacity.apart_cores(rec.watch.epochs)
+    if held is None or apart is None:
+        return None
+    same = foreign_cores(rec) - apart
+    return held, same if same >= FOREIGN_FLOOR else 0.0
 
 
 def _main_cpu_per_batch(rec: RunRecord) -> float:
@@ -662,6 +704,19 @@ def rate_of(c: Costs, s: Setting) -> float:
     return simulated_rate(c, s)
 
 
+def cpu_growth(c: Costs, workers: int) -> float:
+    """How much longer a batch's CPU time is with ``workers`` worker processes than as
+    measured: CROWDED_GROWTH for each process past the usable cores, against the run's own
+    (1.0 where the costs do not say how many workers they were measured with)."""
+    if c.run_workers < 1:
+        return 1.0
+
+    def past(n: int) -> float:
+        return 1.0 + CROWDED_GROWTH * max(n - c.usable_cores, 0.0)
+
+    return past(workers) / past(c.run_workers)
+
+
 def crowded(c: Costs, s: Setting) -> bool:
     """Whether ``s``'s workers outnumber the usable cores (``CROWDED_SHARE`` applies)."""
     return s.workers > c.usable_cores
@@ -670,8 +725,10 @@ def crowded(c: Costs, s: Setting) -> bool:
 def assumptions(c: Costs, base: Setting, s: Setting) -> tuple[str, ...]:
     """What a prediction for ``s`` rests on that the run could not check."""
     out: list[str] = []
-    if crowded(c, s) and not crowded(c, base):
+    if crowded(c, s) and s.workers > base.workers:  # more past the cores than the run saw
         out.append(CROWDED)
+    if c.other_threads > 0 and s.workers > base.workers and not c.apart_known:
+        out.append(FOREIGN_SHARE)
     blocked = sum(c.blocked) / max(sum(c.blocked) + sum(c.cpu), 1e-12)
     more_reads = s.workers > base.workers and blocked > 0.05
     if more_reads and c.exponent is None:
@@ -885,6 +942,7 @@ __all__ = [
     "candidates",
     "capped_gain",
     "costs",
+    "cpu_growth",
     "fits",
     "foreign_cores",
     "in_streams",

@@ -206,11 +206,17 @@ def recorded_cores(rec: RunRecord) -> float:
     ranks on that host (``ranks_on_host``). Every rank runs the same loader with the same
     settings, so the other ranks' workers are the job's own load, not a foreign one: a
     change of ``num_workers`` applies to every rank at once, and each rank's workers get
-    only its share of the cores. Taking the affinity as the share assumes the ranks' affinity
-    sets overlap (torchrun sets none); a launcher that pins each rank to cores of its own
-    gives each an affinity that is already its share, which this divides again."""
+    only its share of the cores. A launcher that pins each rank to cores of its own
+    gives each an affinity that is already its share: where the record holds the rank's
+    share by the affinity sets of the ranks beside it (``RankInfo.core_share``, each core
+    over the ranks that may run on it), that share is taken instead (not where a CPU quota,
+    which the ranks share whatever their sets, narrowed the usable cores)."""
     usable = float(rec.stages.cpu.usable_cores or rec.host.usable_cores or 1)
-    return usable / ranks_on_host(rec)
+    ranks = ranks_on_host(rec)
+    rank = rec.watch.rank if rec.watch is not None else None
+    if ranks > 1 and rank is not None and rank.core_share and rec.host.cpu_quota_cores is None:
+        return min(rank.core_share, usable)
+    return usable / ranks
 
 
 def recorded_resources(rec: RunRecord) -> Resources:
@@ -270,6 +276,19 @@ LINEAR_STORAGE = (
 )
 
 
+# Other work on the host is taken to share the cores thread by thread with the workers, as it
+# does in the job's own session and cgroup. Linux shares the cores between sessions (where
+# autogroup is on, in the root cpu cgroup) and between cgroups first: there, the other job
+# keeps its share whatever the workers. On the 2-core VM, 3 ms of CPU per sample beside one
+# busy loop: 1 worker gave 307 samples/s and 8 gave 517 with the loop in the same session
+# (the replay said 512), and 306 and 311 with the loop in a session of its own.
+FOREIGN_SHARE = (
+    "the host's other load gives up cores to more workers thread by thread, as it does from "
+    "this job's own session and cgroup; a job in another session or cgroup keeps its share "
+    "of the cores, and more workers then take none of it"
+)
+
+
 # A prediction rests on an assumption where, without it, it would be lower by more than
 # this factor: the gain below which no advice is given either (model.MIN_GAIN)
 UNCHECKED_MARGIN = 1.05
@@ -279,7 +298,8 @@ def unchecked_assumptions(
     rec: RunRecord, ch: Change, old: Resources, new: Resources, predicted: float
 ) -> tuple[str, ...]:
     """The assumptions the rate ``predicted`` under ``ch`` rests on that the run could not
-    check. Storage read with more reads in flight and no measured curve (a probe's sweep, a
+    check: more workers taking cores from the host's other load (``FOREIGN_SHARE``), and
+    storage read with more reads in flight and no measured curve (a probe's sweep, a
     probe of the same storage, or this run's own fit of read time against reads in flight)
     is taken as linear; a storage capped in total bandwidth stays at its recorded rate
     instead (a server capped at 8 MB/s: "2.00x, 4 workers reading" predicted 248 samples/s,
@@ -287,6 +307,22 @@ def unchecked_assumptions(
     than ``UNCHECKED_MARGIN`` (the gain the advice itself asks for), the prediction rests on
     that assumption; a new storage class, a cache too small for more readers (held at this
     run's rate) and an unchanged count rest on no such thing."""
+    foreign: tuple[str, ...] = ()
+    w = rec.watch
+    if w is not None and new.workers > old.workers:
+        usable = recorded_cores(rec)
+        contention = capacity.cpu_context(w.epochs, w.settings.workers, usable).contention
+        # a run that scanned the host's processes told that load apart by scheduling group
+        if contention > 0 and capacity.apart_cores(w.epochs) is None:
+            foreign = (FOREIGN_SHARE,)
+    return foreign + _unchecked_storage(rec, ch, old, new, predicted)
+
+
+def _unchecked_storage(
+    rec: RunRecord, ch: Change, old: Resources, new: Resources, predicted: float
+) -> tuple[str, ...]:
+    """``unchecked_assumptions``' storage part: linear in reads in flight, where it was
+    not measured."""
     st = rec.stages.storage
     cap = st.capacity_samples_per_s
     if not cap or cap * UNCHECKED_MARGIN >= predicted or ch.storage is not None:
@@ -805,6 +841,7 @@ def _why(stage: StageName, ch: Change) -> str:
 
 __all__ = [
     "EXPONENT_DISAGREES",
+    "FOREIGN_SHARE",
     "GPU_DECODE_CPU_FRACTION",
     "GPU_DECODE_IMAGES_PER_S",
     "PCIE_EFFICIENCY",

@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 
+from ioprobe.collect import cgroup
 from ioprobe.errors import BadInputError
 from ioprobe.record import FilesystemInfo, GpuInfo, HostInfo
 
@@ -450,6 +451,7 @@ def host_info(path: str | None = None, *, nvml: Any | None = None) -> HostInfo:
     memory = psutil.virtual_memory()
     host.memory_bytes = int(memory.total)
     host.memory_available_bytes = int(memory.available)
+    _cgroup_limits(host)
     if path is not None and _is_local(path):
         host.filesystem = filesystem_info(path)
     host.gpus, host.gpu_probe = gpu_info(nvml)
@@ -468,11 +470,44 @@ def _cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str | None:
     return platform.processor() or None
 
 
+def _cgroup_limits(
+    host: HostInfo, root: Path = cgroup.ROOT, self_cgroup: Path = cgroup.SELF
+) -> None:
+    """Narrow ``host``'s usable cores and memory to its cgroups' limits (a container's, a
+    job scheduler's): a CPU quota caps the cores it can keep busy, a memory limit what it
+    may hold and what is left of it (``collect.cgroup``)."""
+    try:
+        quota = cgroup.cpu_quota(root, self_cgroup)
+        memory = cgroup.memory_limit(root, self_cgroup)
+    except (OSError, ValueError):  # a cgroup file not as the kernel writes it: no limit known
+        return
+    if quota is not None:
+        host.cpu_quota_cores = round(quota, 3)
+        if host.usable_cores is not None:
+            host.usable_cores = cgroup.usable_share(host.usable_cores, quota)
+    if memory is not None:
+        limit, used = memory
+        host.memory_limit_bytes = limit
+        host.memory_bytes = min(host.memory_bytes or limit, limit)
+        left = max(limit - used, 0)
+        host.memory_available_bytes = min(host.memory_available_bytes or left, left)
+
+
 def _usable_cores() -> int | None:
     try:
         return len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not on macOS or Windows
         return os.cpu_count()
+
+
+def usable_cores() -> int:
+    """The cores this process can keep busy now: its affinity, narrowed by its cgroups'
+    CPU quota (``host_info`` records both)."""
+    affinity = _usable_cores() or 1
+    try:
+        return cgroup.usable_share(affinity, cgroup.cpu_quota())
+    except (OSError, ValueError):
+        return affinity
 
 
 def _is_local(path: str) -> bool:
@@ -486,4 +521,5 @@ __all__ = [
     "filesystem_info",
     "gpu_info",
     "host_info",
+    "usable_cores",
 ]

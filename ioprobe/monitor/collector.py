@@ -20,7 +20,14 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ioprobe.collect.distributed import group_rank, rank_info
-from ioprobe.collect.procfs import host_busy_seconds
+from ioprobe.collect.procfs import (
+    GroupCpu,
+    apart_cpu,
+    core_share,
+    group_cpu,
+    host_busy_seconds,
+    sibling_cpus,
+)
 from ioprobe.collect.timeline import MAIN_COLUMNS, MAIN_ROWS, WORKER_COLUMNS, WORKER_ROWS, Series
 from ioprobe.monitor import assemble
 from ioprobe.monitor.assemble import LOG_COLUMNS
@@ -63,6 +70,43 @@ Finish = Callable[[RunRecord], RunRecord]
 def unjudged(rec: RunRecord) -> RunRecord:
     """The record as measured, without a verdict (``ioprobe run``'s child processes)."""
     return rec
+
+
+# a scan of /proc costs about 30 us a process (15 ms with 517 processes on the 2-core VM):
+# past this share of the epoch before, the epochs after it are not scanned
+SCAN_SHARE = 0.005
+
+
+class ApartScan:
+    """The CPU that processes in other scheduling groups spent over an epoch: a snapshot of
+    the host's processes at its start and one at its end (``procfs.apart_cpu``). Two scans
+    per epoch, off the batches' path; where they cost more than ``SCAN_SHARE`` of the epoch
+    (thousands of processes, short epochs), the epochs after it are not scanned."""
+
+    def __init__(self) -> None:
+        self.before: GroupCpu | None = None
+        self.ok = True
+        self.at = self.cost = 0.0  # when the last scan began, and what it took
+
+    def _scan(self) -> GroupCpu | None:
+        t = time.perf_counter()
+        got = group_cpu()
+        self.at, self.cost = t, time.perf_counter() - t
+        return got
+
+    def begin(self) -> None:
+        self.before = self._scan() if self.ok else None
+
+    def end(self, ep: WatchEpoch, scan: bool = True) -> None:
+        before, self.before = self.before, None
+        if before is None or not scan:
+            return
+        began = self.at
+        after = self._scan()
+        if after is not None:
+            ep.apart_cpu_seconds, ep.apart_groups = apart_cpu(before, after)
+            ep.apart_wall_seconds = self.at - began
+        self.ok = 2 * self.cost < SCAN_SHARE * ep.seconds
 
 
 class EpochHook(Protocol):
@@ -110,6 +154,7 @@ class WatchCollector:
 
     _cur: WatchEpoch | None
     pass_head: WatchEpoch | None
+    core_share: float | None = None  # this rank's share of the host's cores (_core_share)
 
     def __init__(
         self,
@@ -155,9 +200,9 @@ class WatchCollector:
         self._span_samples = 0
         self.origin = 0  # the run's time zero (perf_counter_ns)
         self._cur = self.pass_head = None  # the epoch running, and its pass's first (begin_epoch)
-        self._prev_arrival = 0
-        self._cpu_start = 0.0
+        self._prev_arrival, self._cpu_start = 0, 0.0
         self._host_start: tuple[float | None, float] = (None, 0.0)
+        self.apart = ApartScan()  # the host's other load, by scheduling group, per epoch
         self.started = time.perf_counter()
         self.gpu = GpuSide(MAX_KEPT)  # the device timeline, NVML's sampler, the GPU alone
         self.created = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -178,6 +223,7 @@ class WatchCollector:
             # a new pass began before the last one ended: Lightning asks for the next
             # epoch's iterator after taking len(loader) batches, and drops the old one later
             self.end_epoch(None)
+        t0 = time.perf_counter()
         self._cur = ep = WatchEpoch(index=self.epochs_begun)
         # the epoch the iterator's pass began with: its end ends an entry that continues it
         self.pass_head = self._cur
@@ -186,14 +232,18 @@ class WatchCollector:
         self._prev_arrival = 0
         self._cpu_start = time.process_time()
         self._host_start = (host_busy_seconds(), time.perf_counter())
+        self.apart.begin()
         self.adapter.begin_epoch()
         self.gpu.epoch_began()
         # once per epoch, not per batch: a dictionary lookup without torch.distributed
         self.group_rank = group_rank() or self.group_rank
+        if self.epochs_begun == 1:
+            self._core_share()
         ACTIVE.append(self)
         self.request_ns = 0
         if self.live is not None:
             self.live.epoch_began()
+        ep.watch_main_seconds += time.perf_counter() - t0
         return ep
 
     def note_next_cpu(self, ns: int) -> None:
@@ -358,6 +408,7 @@ class WatchCollector:
         ep = self._cur
         if ep is None:
             return
+        t0 = time.perf_counter()
         ep.main_cpu_seconds = time.process_time() - self._cpu_start
         busy0, wall0 = self._host_start
         busy1 = host_busy_seconds()
@@ -373,8 +424,12 @@ class WatchCollector:
         self.gpu.epoch_ended(ep, self._prev_arrival)
         self._cur = None
         self._epoch_stride = bound_epochs(self.epochs, self._epoch_stride)
+        # after the epoch's own bookkeeping: a second Ctrl-C in the scan leaves it whole;
+        # and none at all after the first, which asked to stop
+        self.apart.end(ep, scan=not isinstance(error, KeyboardInterrupt))
         if self.live is not None:  # last: what ends the epoch is done whatever happens here
             self.live.epoch_ended()
+        ep.watch_main_seconds += time.perf_counter() - t0
 
     # -- after the run ---------------------------------------------------------------------
     def stop(self) -> RunRecord:
@@ -402,16 +457,30 @@ class WatchCollector:
 
     def rank(self) -> RankInfo | None:
         """This process's rank in its job: the process group's now, else the one it gave
-        at the latest epoch's start, else the launcher's environment's."""
-        return group_rank() or self.group_rank or rank_info()
+        at the latest epoch's start, else the launcher's environment's; with its share of
+        the host's cores as the first epoch's start found it (``_core_share``)."""
+        r = group_rank() or self.group_rank or rank_info()
+        if r is None or self.core_share is None:
+            return r
+        return dataclasses.replace(r, core_share=self.core_share)
+
+    def _core_share(self) -> None:
+        """This rank's share of its host's cores by the affinity sets of the ranks beside
+        it, read once, as the first epoch starts (every rank is running then; at the end
+        one may have exited), where the launcher's count of ranks on the host is all found."""
+        r = self.group_rank or rank_info()
+        found = sibling_cpus() if r is not None and r.local_world_size else None
+        if r is not None and found is not None and len(found[1]) + 1 == r.local_world_size:
+            self.core_share = round(core_share(*found), 3)
 
 
 # WatchEpoch's fields that add up when two consecutive entries merge (``merge_epochs``),
-# ``merged`` with them: all but the first epoch's index, the error and the flag
+# ``merged`` with them: all but the first epoch's index, the error, the flag and the most
+# groups busy at once
 _EPOCH_NUMBERS = tuple(
     f.name
     for f in dataclasses.fields(WatchEpoch)
-    if f.name not in ("index", "error", "workers_measured")
+    if f.name not in ("index", "error", "workers_measured", "apart_groups")
 )
 
 
@@ -428,6 +497,7 @@ def merge_epochs(a: WatchEpoch, b: WatchEpoch) -> WatchEpoch:
         fields[name] = y if x is None else x if y is None else x + y
     fields["error"] = b.error if b.error is not None else a.error
     fields["workers_measured"] = a.workers_measured and b.workers_measured
+    fields["apart_groups"] = max(a.apart_groups, b.apart_groups)  # at once, not summed
     out = object.__new__(WatchEpoch)  # every field set here: no defaults to fill first
     out.__dict__.update(fields)
     return out

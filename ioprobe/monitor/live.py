@@ -41,6 +41,7 @@ from rich.text import Text
 
 from ioprobe import capacity, units
 from ioprobe.collect.distributed import rank_now
+from ioprobe.collect.hostinfo import usable_cores
 from ioprobe.collect.quiet import start_quiet
 from ioprobe.monitor.collector import WatchCollector
 from ioprobe.monitor.gpu_side import device_time
@@ -387,7 +388,7 @@ class Feed:
         # which in a forked DataLoader worker frees those events where CUDA cannot run
         self._collector = weakref.ref(collector)
         self.display = display
-        self.usable_cores = _usable_cores()
+        self.usable_cores = usable_cores()
         self._readings: deque[Counters] = deque()
         self.history: deque[float | None] = deque(maxlen=HISTORY)
         self._began_ns = 0
@@ -431,13 +432,6 @@ class Feed:
             f"ioprobe live · {name} · epoch {b.epoch + 1} · batch {b.epoch_batches:,} · "
             f"{s // 60}:{s % 60:02d}"
         )
-
-
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # not on macOS or Windows
-        return os.cpu_count() or 1
 
 
 # -- the panel: one per process ------------------------------------------------------------

@@ -145,11 +145,8 @@ def worker_cpu(m: Measured, notes: list[str]) -> CpuStage:
     eps = m.worker_epochs
     cpu_per_sample = sum(capacity.worker_cpu_seconds(e) for e in eps) / m.samples
     ctx = capacity.cpu_context(eps, m.settings.workers, m.usable_cores)
-    if ctx.contention >= 0.25:
-        notes.append(
-            f"other processes kept about {ctx.contention:.1f} threads runnable: the "
-            f"workers ran {ctx.share:.0%} of the time they were ready to"
-        )
+    if ctx.contention >= 0.25 or ctx.held >= 0.25:
+        notes.append(_contention_note(ctx))
     cores = capacity.watch_cores(m.settings, eps, m.usable_cores)
     return CpuStage(
         capacity_samples_per_s=capacity.cpu_capacity(cores, cpu_per_sample),
@@ -157,6 +154,20 @@ def worker_cpu(m: Measured, notes: list[str]) -> CpuStage:
         loader=m.settings.dataset,
         usable_cores=m.usable_cores,
     )
+
+
+def _contention_note(ctx: capacity.CpuContext) -> str:
+    """What the host's other load took from the workers: the cores another scheduling group
+    kept (whatever the workers) and the threads that shared the rest with them."""
+    parts = []
+    if ctx.held >= 0.25:
+        parts.append(
+            f"another session or cgroup kept {ctx.held:.1f} cores busy, which it keeps "
+            "however many workers run"
+        )
+    if ctx.contention >= 0.25:
+        parts.append(f"other processes kept about {ctx.contention:.1f} threads runnable")
+    return f"{'; '.join(parts)}: the workers ran {ctx.share:.0%} of the time they were ready to"
 
 
 def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:

@@ -26,6 +26,9 @@ class RankInfo:
     nodes: int | None = None
     master: str | None = None  # the rendezvous host (and port), or SLURM's first node
     node_names: list[str] = field(default_factory=list)  # SLURM's node list, expanded
+    # this rank's share of its host's cores by the affinity sets of the ranks beside it
+    # (procfs.core_share), where all of them were found; None where not
+    core_share: float | None = None
 
 
 @dataclass

@@ -46,9 +46,14 @@ class HostInfo:
     cpu_model: str | None = None
     physical_cores: int | None = None
     logical_cores: int | None = None
-    usable_cores: int | None = None  # this process's CPU affinity
+    usable_cores: int | None = None  # this process's CPU affinity, less where a quota caps it
+    # what this process may use: the host's, or less where its cgroup is limited (below)
     memory_bytes: int | None = None
     memory_available_bytes: int | None = None
+    # the tightest limits of this process's cgroups (a container's, a job scheduler's): CPU
+    # time per second in cores, and memory in bytes; None where none is set
+    cpu_quota_cores: float | None = None
+    memory_limit_bytes: int | None = None
     filesystem: FilesystemInfo | None = None
     gpus: list[GpuInfo] = field(default_factory=list)
     gpu_probe: str = "not checked"  # why the GPU list is what it is

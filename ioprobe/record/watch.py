@@ -89,6 +89,9 @@ class WatchEpoch:
     # the watch's own work in the workers (their counters read, mapped files listed, each
     # batch's measurements packed), as the workers timed it: what watching cost them
     watch_worker_seconds: float = 0.0
+    # and in the main process at the epoch's start and end (the host's processes scanned,
+    # the GPU side's marks, the rank's share of the cores found): off the batches' path
+    watch_main_seconds: float = 0.0
     read_chars: int = 0  # bytes passed to read()/pread() by the workers
     read_bytes: int = 0  # bytes the workers caused to be fetched from storage
     # bytes the workers received over Python's sockets (HTTP, object stores): the network
@@ -103,6 +106,13 @@ class WatchEpoch:
     # (None where not read)
     host_busy_seconds: float | None = None
     host_wall_seconds: float = 0.0
+    # of that, the CPU of processes the scheduler shares the cores with apart from this
+    # job's threads (another session's autogroup, another cgroup) over the wall time
+    # between the two scans of /proc, and the most such groups busy at once: work that
+    # keeps its share of the cores however many workers run (None where not scanned)
+    apart_cpu_seconds: float | None = None
+    apart_wall_seconds: float = 0.0
+    apart_groups: int = 0
     worker_process_cpu_seconds: float = 0.0
     error: str | None = None  # the exception that ended the epoch, if any
     # On the device's own clock (CUDA events at step boundaries), first batch excluded: time

@@ -358,17 +358,23 @@ def epoch_facts(f: Findings) -> Facts:
 
 
 def watch_cost_facts(f: Findings) -> Facts:
-    """What the watch itself took from the loader's workers."""
+    """What the watch itself took from the loader's workers and from the main process at
+    each epoch's start and end."""
     c = f.watch_cost
     if c is None:
         return []
-    return [
-        (
-            "watch cost",
+    parts = []
+    if c.per_batch_ms > 0:
+        parts.append(
             f"{c.per_batch_ms:.2f} ms per batch in the workers ({c.share:.2%} of their time): "
-            "ioprobe's own work after each collate",
+            "ioprobe's own work after each collate"
         )
-    ]
+    if c.epoch_ms > 0:
+        parts.append(
+            f"{c.epoch_ms:.1f} ms per epoch in the main process ({c.epoch_share:.2%} of the "
+            "epochs' time): its own work at each epoch's start and end"
+        )
+    return [("watch cost", "; ".join(parts))] if parts else []
 
 
 def worker_facts(f: Findings) -> Facts:

@@ -61,13 +61,17 @@ def _cores(host: HostInfo) -> str:
         f"{_num(host.physical_cores)} physical",
         f"{_num(host.usable_cores)} usable by this process",
     ]
+    if host.cpu_quota_cores is not None:
+        parts[-1] += f" (its cgroup's CPU quota: {host.cpu_quota_cores:g} cores)"
     return ", ".join(parts)
 
 
 def _memory(host: HostInfo) -> str:
+    limit = host.memory_limit_bytes
     return (
         f"{units.memory(host.memory_bytes)} total, "
         f"{units.memory(host.memory_available_bytes)} available"
+        + (f" (its cgroup's limit: {units.memory(limit)})" if limit is not None else "")
     )
 
 

@@ -121,6 +121,9 @@ class Case:
     step_s: float
     truth: str  # what the construction makes true, for the report
     load: int = 0  # busy loops on the host during every run: someone else's CPU load
+    # the busy loops in a session of their own (another autogroup, as another user's job
+    # is): the scheduler keeps their share of the cores whatever the workers
+    load_apart: bool = False
     collate: Callable[[list[Any]], Any] | None = None
     steady_batches: int = STEADY_BATCHES
     # the dataset with a data advice's cure applied (a stream's items dealt at random)
@@ -147,7 +150,10 @@ def run(case: Case, s: Setting | None = None, cured: bool = False) -> RunRecord:
     """One watched epoch of ``case`` under ``s`` (its own setting by default), of its cured
     dataset with ``cured``."""
     spinners = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(case.load)
+        subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"], start_new_session=case.load_apart
+        )
+        for _ in range(case.load)
     ]
     try:
         with warnings.catch_warnings():  # more workers than this host's cores: meant
@@ -371,6 +377,13 @@ CASES: dict[str, Case] = {
         ),
     )
 }
+# the same busy loop in a session of its own: another user's job, which keeps its core
+CASES["foreign-session"] = dataclasses.replace(
+    CASES["foreign-load"],
+    name="foreign-session",
+    truth="3 ms CPU per sample while a busy loop in another session holds one core",
+    load_apart=True,
+)
 
 # The settings each case's sweep measures beside the one as run and the advised one.
 SWEEPS: dict[str, list[Setting]] = {
@@ -384,6 +397,7 @@ SWEEPS: dict[str, list[Setting]] = {
         ("uniform-cpu", (2, 3, 4)),
         ("mixed", (3, 4, 6, 8)),
         ("foreign-load", (2, 3, 4)),
+        ("foreign-session", (2, 4, 8)),
         ("out-of-order-skewed", (8, 16, 32)),
         ("iterable-skewed", (4, 8, 16, 24)),
         ("collate-cpu", (2, 3, 4)),

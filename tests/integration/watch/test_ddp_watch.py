@@ -236,3 +236,6 @@ def test_gather_brings_every_ranks_record_to_rank_zero(tmp_path: Path, group: st
     spread = rank_spread(rec)
     assert spread is not None
     assert [(s.rank, s.cause) for s in spread.stragglers] == [(1, "cpu")]
+    # torchrun leaves both ranks on every core: each rank's share is half the host's
+    assert rec.watch is not None and rec.watch.rank is not None
+    assert rec.watch.rank.core_share == pytest.approx(len(os.sched_getaffinity(0)) / 2)

@@ -11,10 +11,11 @@ from pathlib import Path
 import pytest
 
 from ioprobe.analysis import loader_sim
+from ioprobe.collect import procfs
 from ioprobe.record import RunRecord
 from tests.fixtures.datasets import SleepDataset
 from tests.support.cli import run_cli
-from tests.support.validation import CASES, SWEEPS, Case, run, validate
+from tests.support.validation import CASES, SWEEPS, Case, rate, run, validate
 
 # the matrix's cases cut short for CI: the same construction, fewer samples
 SMALL = {
@@ -28,6 +29,27 @@ def test_the_run_as_it_was_replays_to_within_15_percent_of_its_measured_rate(nam
     replay = loader_sim.replay(run(SMALL[name]))
     assert replay is not None
     assert abs(replay.error) < 0.15, replay
+
+
+def test_beside_another_sessions_busy_loop_more_workers_come_out_as_predicted() -> None:
+    # a busy loop in a session of its own beside 3 ms of CPU per sample: where the kernel
+    # groups sessions beside this one's it keeps its core and 4 workers run as 1 did (the
+    # scan tells it apart); where it does not (a cpu cgroup other than the root one, or this
+    # job in the first session, whose tasks are the root group's own and meet the loop's
+    # group as one more thread), they take cores from it thread by thread. The replay of 4
+    # workers from the 1-worker run meets the rerun either way.
+    case = dataclasses.replace(CASES["foreign-session"], steady_batches=100)
+    rec = run(case)
+    assert rec.watch is not None and rec.watch.epochs[0].apart_cpu_seconds is not None
+    more = loader_sim.Setting(4, 2, True)
+    predicted = loader_sim.predict(rec, more)
+    assert predicted is not None
+    measured = rate(case, more)
+    ep = rec.watch.epochs[0]
+    seen = procfs.group_cpu()  # where this job's group sits, should the check fail
+    own = seen.own if seen is not None else None
+    why = (predicted.samples_per_s, measured, ep.apart_cpu_seconds, ep.apart_groups, own)
+    assert abs(predicted.samples_per_s / measured - 1) < 0.15, why
 
 
 def test_a_batchs_bytes_and_a_workers_private_memory_are_measured() -> None:

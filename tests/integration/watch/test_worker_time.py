@@ -14,6 +14,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -150,3 +151,42 @@ def test_the_record_says_what_the_watch_cost_the_workers(tmp_path: Path) -> None
     assert f.watch_cost.per_batch_ms == pytest.approx(spent / batches * 1e3)
     for text in (render_terminal(rec, f), render_markdown(rec, f), render_html(rec, f)):
         assert "watch cost" in text and f"{f.watch_cost.per_batch_ms:.2f} ms per batch" in text
+
+
+SCAN_DELAY_S = 0.03
+
+
+def test_the_main_processs_work_at_each_epochs_start_and_end_is_what_the_record_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watch's own work in the main process at an epoch's start and end (the host's
+    processes scanned among it), timed per epoch: with each scan made 30 ms slower, the first
+    epoch's figure holds its two scans' 60 ms, and not much more; those cost more than 0.5%
+    of its epoch, so the epochs after it scan nothing and their figure is small. The
+    reports say it."""
+    from ioprobe.monitor import collector
+
+    real = collector.group_cpu
+
+    def slow_scan() -> object:
+        time.sleep(SCAN_DELAY_S)
+        return real()
+
+    monkeypatch.setattr(collector, "group_cpu", slow_scan)
+    loader = ioprobe.watch(DataLoader(BurnDataset(64, 0.001), batch_size=8, num_workers=2))
+    for _ in range(3):
+        for _ in loader:
+            pass
+    rec = loader.run
+    assert rec.watch is not None and len(rec.watch.epochs) == 3
+    first, *later = rec.watch.epochs
+    assert 2 * SCAN_DELAY_S <= first.watch_main_seconds < 2 * SCAN_DELAY_S + 0.05
+    assert first.apart_cpu_seconds is not None
+    for e in later:
+        assert e.apart_cpu_seconds is None and 0 < e.watch_main_seconds < 0.01
+    f = findings(rec)
+    assert f.watch_cost is not None
+    mean = sum(e.watch_main_seconds for e in rec.watch.epochs) / 3
+    assert f.watch_cost.epoch_ms == pytest.approx(mean * 1e3)
+    for text in (render_terminal(rec, f), render_markdown(rec, f), render_html(rec, f)):
+        assert f"{f.watch_cost.epoch_ms:.1f} ms per epoch in the main process" in text

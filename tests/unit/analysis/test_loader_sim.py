@@ -14,7 +14,7 @@ from ioprobe.analysis.compare import applied_check
 from ioprobe.analysis.epochs import epoch_starts
 from ioprobe.analysis.model import pipeline_model
 from ioprobe.analysis.recommend import loader_rule
-from ioprobe.analysis.scenario import LINEAR_STORAGE
+from ioprobe.analysis.scenario import FOREIGN_SHARE, LINEAR_STORAGE
 from ioprobe.analysis.verdict import finalize
 from ioprobe.analysis.whatif import whatif
 from ioprobe.collect.procfs import parse_host_busy, parse_private_bytes
@@ -167,6 +167,77 @@ def test_an_unknown_storage_scaling_is_stated_with_the_capped_range() -> None:
     # past the 2 cores, the crowded share is an assumption of its own
     assert advice.unchecked == [loader_sim.CROWDED, LINEAR_STORAGE]
     assert "Were the storage one shared bandwidth" in advice.text
+
+
+def test_more_workers_beside_other_load_state_that_it_gives_up_cores_thread_by_thread() -> None:
+    # a busy loop in another session kept its core whatever the workers (306 samples/s with
+    # 1 worker, 311 with 8): a prediction that takes cores from the other load says so
+    base = loader_sim.Setting(1, 2, True)
+    loaded = dataclasses.replace(_costs([0.001] * 8, 0.001), other_threads=1.0)
+    more = loader_sim.assumptions(loaded, base, loader_sim.Setting(4, 2, True))
+    assert FOREIGN_SHARE in more
+    # fewer workers, or no other load, take nothing from it
+    assert FOREIGN_SHARE not in loader_sim.assumptions(loaded, base, base)
+    alone = dataclasses.replace(loaded, other_threads=0.0)
+    assert FOREIGN_SHARE not in loader_sim.assumptions(alone, base, loader_sim.Setting(4, 2, True))
+
+
+def test_other_groups_keep_their_cores_and_this_sessions_load_gives_them_up() -> None:
+    # 2 cores, batches of 3 ms of CPU, one busy core of other load: in another session it
+    # keeps its core however many workers run (306 samples/s with 1 worker, 311 with 8 on
+    # the 2-core VM); in this session 8 workers take most of it (307 and 517)
+    cpu = dataclasses.replace(_costs([0.0] * 200, 0.0), cpu=(0.003,) * 200, usable_cores=2.0)
+    apart = dataclasses.replace(cpu, held_cores=1.0, apart_known=True)
+    same = dataclasses.replace(cpu, other_threads=1.0, apart_known=True)
+
+    def gain(c: loader_sim.Costs) -> float:
+        one = loader_sim.simulated_rate(c, loader_sim.Setting(1, 2, True))
+        return loader_sim.simulated_rate(c, loader_sim.Setting(8, 2, True)) / one
+
+    assert gain(apart) < 1.05
+    assert 1.5 < gain(same) < 1.9
+    # the run told them apart: neither rests on the assumption
+    base, more = loader_sim.Setting(1, 2, True), loader_sim.Setting(8, 2, True)
+    assert FOREIGN_SHARE not in loader_sim.assumptions(same, base, more)
+
+
+def test_workers_past_a_cpu_quota_are_throttled_by_time_not_left_on_an_idle_core() -> None:
+    # inside a cgroup of 1 core's quota on the 2-core VM, 3 ms of CPU per sample: 290
+    # samples/s with 1 worker, 291 and 296 with 2 and 4 (the replay: 291, 289); a CPU set of
+    # 1 core crowded by 4 workers loses the share of a core left idle
+    cpu = dataclasses.replace(_costs([0.0] * 200, 0.0), cpu=(0.003,) * 200, usable_cores=1.0)
+    quota = dataclasses.replace(cpu, quota=True)
+
+    def rate(c: loader_sim.Costs, n: int) -> float:
+        return loader_sim.simulated_rate(c, loader_sim.Setting(n, 2, True))
+
+    assert rate(quota, 4) / rate(quota, 1) > 0.97
+    assert rate(cpu, 4) / rate(cpu, 1) < loader_sim.CROWDED_SHARE + 0.01
+
+
+def test_the_foreign_load_is_split_by_the_scan_of_the_hosts_processes() -> None:
+    rec = record(skewed_log())
+    assert rec.watch is not None
+    # 10 s of epoch: the host busy 18 s, this job 6 s; of the other 12, 10 in another group
+    rec.watch.epochs = [
+        WatchEpoch(
+            index=0, batches=10, host_busy_seconds=18.0, host_wall_seconds=10.0,
+            worker_process_cpu_seconds=4.0, main_cpu_seconds=2.0,
+            apart_cpu_seconds=10.0, apart_wall_seconds=10.0, apart_groups=1,
+        )
+    ]  # fmt: skip
+    costs = loader_sim.costs(rec)
+    assert costs is not None and costs.apart_known
+    assert costs.held_cores == pytest.approx(1.0) and costs.other_threads == 0.0
+    assert loader_sim.apart_cores(rec, 8.0) == (pytest.approx(1.0), 0.0)
+    # two groups busy on 3 cores of a 2-core budget keep no more than their fair shares
+    # beside this job's (2 of 3 groups: 4/3 cores); the other 0.4 shares thread by thread
+    rec.watch.epochs[0].apart_cpu_seconds, rec.watch.epochs[0].apart_groups = 30.0, 2
+    rec.watch.epochs[0].host_busy_seconds = 40.0
+    assert loader_sim.apart_cores(rec, 2.0) == (pytest.approx(4 / 3), pytest.approx(0.4))
+    # an epoch not scanned tells nothing: the load is taken as shared thread by thread
+    rec.watch.epochs[0].apart_cpu_seconds = None
+    assert loader_sim.apart_cores(rec, 8.0) is None
 
 
 def test_a_dataloader_without_workers_or_a_log_has_nothing_to_replay() -> None:

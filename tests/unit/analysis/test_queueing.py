@@ -7,6 +7,7 @@ import dataclasses
 import pytest
 
 from ioprobe.analysis.loader_sim import (
+    CROWDED_GROWTH,
     CROWDED_SHARE,
     Costs,
     Setting,
@@ -89,6 +90,26 @@ def test_workers_past_the_cores_share_them_and_blocked_ones_leave_theirs() -> No
     mixed = dataclasses.replace(cpu, blocked=(1.0,) * 40, cpu=(0.1,) * 40)
     arr = replay(mixed, Setting(4, 2, True), 40)
     assert steady_rate(arr, 1.0) == pytest.approx(4 / (1.0 + 0.4 / (2 * CROWDED_SHARE)), rel=1e-6)
+
+
+def test_each_worker_past_the_cores_lengthens_every_batch_s_cpu_from_the_run_s_count() -> None:
+    # CPU-bound batches measured with 2 workers on 2 cores (1 s each): at 4 and 8 workers
+    # each batch takes CROWDED_GROWTH longer per process past the cores
+    cpu = dataclasses.replace(
+        blocked([0.0] * 80, [0.0]), cpu=(1.0,) * 80, usable_cores=2.0, run_workers=2
+    )
+    for workers in (4, 8):
+        rate = steady_rate(replay(cpu, Setting(workers, 2, True), 80), 1.0)
+        grown = 1.0 + CROWDED_GROWTH * (workers - 2)
+        assert rate == pytest.approx(2.0 * CROWDED_SHARE / grown, rel=1e-6)
+    # measured with 8 workers, the costs hold the growth of 8 already: replayed at 8 they
+    # stand as measured, and at 2 they shrink by it
+    at8 = dataclasses.replace(cpu, run_workers=8)
+    assert steady_rate(replay(at8, Setting(8, 2, True), 80), 1.0) == pytest.approx(
+        2.0 * CROWDED_SHARE, rel=1e-6
+    )
+    shrunk = steady_rate(replay(at8, Setting(2, 2, True), 80), 1.0)
+    assert shrunk == pytest.approx(2.0 * (1.0 + 6 * CROWDED_GROWTH), rel=1e-6)
 
 
 def test_a_bandwidth_cap_keeps_the_rate_whatever_the_readers() -> None:

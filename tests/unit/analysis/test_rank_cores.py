@@ -32,6 +32,19 @@ def test_a_ranks_cores_are_its_share_of_the_host() -> None:
     assert recorded_cores(_rank(rec, local_world=3)) == 8.0 / 3
 
 
+def test_ranks_pinned_to_cores_of_their_own_keep_them_and_a_quota_is_shared() -> None:
+    # srun --cpu-bind=cores: 2 ranks, each pinned to 4 of the 8 cores, each may use its 4
+    rec = _rank(watch_record(cpu_s=0.01, workers=1, storage=None, gpu=350.0, cores=4))
+    assert rec.watch is not None and rec.watch.rank is not None
+    rec.watch.rank.core_share = 4.0
+    assert recorded_cores(rec) == 4.0  # not 4 / 2 again
+    rec.watch.rank.core_share = 2.5  # three of its cores shared with the other rank
+    assert recorded_cores(rec) == 2.5
+    # a CPU quota is the ranks' together whatever their sets: shared by count
+    rec.host.cpu_quota_cores = 4.0
+    assert recorded_cores(rec) == 2.0
+
+
 def test_without_the_launchers_count_the_merged_records_ranks_on_the_host_count() -> None:
     rec = _rank(watch_record(cores=8), local_world=None, host="a")
     assert ranks_on_host(rec) == 1  # a rank's own record, and no count from its launcher

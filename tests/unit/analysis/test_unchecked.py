@@ -7,7 +7,7 @@ from __future__ import annotations
 from ioprobe.analysis import finalize
 from ioprobe.analysis.catalog import load_catalog
 from ioprobe.analysis.report import findings
-from ioprobe.analysis.scenario import LINEAR_STORAGE, evaluate
+from ioprobe.analysis.scenario import FOREIGN_SHARE, LINEAR_STORAGE, evaluate
 from ioprobe.analysis.whatif import whatif
 from ioprobe.record import Change, RunRecord
 from ioprobe.render import html, markdown, terminal
@@ -26,6 +26,16 @@ def test_more_readers_on_unfitted_storage_rest_on_the_linear_assumption() -> Non
     sc = evaluate(_storage_bound(), Change(workers=4))
     assert sc.predicted_samples_per_s > 40.0  # the gain itself comes from storage scaling
     assert sc.unchecked == (LINEAR_STORAGE,)
+
+
+def test_more_workers_beside_other_load_rest_on_it_giving_up_cores_thread_by_thread() -> None:
+    # the workers waited for a core as long as they ran: someone else's threads shared them
+    rec = _storage_bound(exponent=0.5)
+    assert rec.watch is not None
+    for e in rec.watch.epochs:
+        e.sample_cpu_seconds, e.runqueue_seconds = 5.0, 5.0
+    assert evaluate(rec, Change(workers=4)).unchecked == (FOREIGN_SHARE,)
+    assert evaluate(rec, Change(workers=1)).unchecked == ()  # fewer take nothing from it
 
 
 def test_measured_scaling_a_new_class_or_storage_to_spare_assume_nothing_unchecked() -> None:

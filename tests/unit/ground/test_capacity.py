@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from ioprobe import capacity
 from ioprobe.analysis.model import pipeline_model
 from ioprobe.analysis.scenario import evaluate
-from ioprobe.monitor.stages import Measured, dali_stages, loader_stages
+from ioprobe.monitor.stages import Measured, dali_stages, loader_stages, worker_cpu
 from ioprobe.record import (
     Change,
     CpuLevel,
@@ -422,3 +422,45 @@ def test_a_closed_loop_of_more_readers_than_any_host_runs_is_read_at_the_cap() -
     assert time.perf_counter() - t0 < 5
     assert huge == closed_loop_scale(pts, 1e5, 0.001, MAX_LANES, 0.01)
     assert closed_loop(pts, 1e5, 1.0, 0.001, 10**9) == closed_loop(pts, 1e5, 1.0, 0.001, MAX_LANES)
+
+
+def test_other_load_in_another_scheduling_group_is_named_in_the_cpu_note() -> None:
+    # the workers ready half the time they ran: other threads held cores; the scan put a
+    # core of it in another session, which keeps it however many workers run
+    ep = WatchEpoch(
+        index=0, batches=100, samples=3200, seconds=10.0, sample_cpu_seconds=8.0,
+        sample_wall_seconds=16.0, runqueue_seconds=8.0, host_wall_seconds=10.0,
+        apart_cpu_seconds=10.0, apart_wall_seconds=10.0, apart_groups=1,
+    )  # fmt: skip
+    notes: list[str] = []
+    worker_cpu(measured(LoaderSettings(workers=2, batch_size=32), [ep], 2, 1.0), notes)
+    # the other group's core is the whole of the wait: no other threads beside it
+    assert notes == [
+        "another session or cgroup kept 1.0 cores busy, which it keeps however many workers "
+        "run: the workers ran 50% of the time they were ready to"
+    ]
+    ep.apart_cpu_seconds = 0.5  # this session's own load: shared thread by thread
+    notes.clear()
+    worker_cpu(measured(LoaderSettings(workers=2, batch_size=32), [ep], 2, 1.0), notes)
+    assert notes == [
+        "other processes kept about 2.0 threads runnable: the workers ran 50% of the time "
+        "they were ready to"
+    ]
+
+
+def test_the_stage_model_gives_more_workers_none_of_another_groups_cores() -> None:
+    # one worker ran 90% of the time it was ready beside another session's busy core and a
+    # training loop of 0.1 core: 8 workers get what it had, the one core left less the
+    # loop's, not a thread's share of both
+    ep = WatchEpoch(
+        index=0, batches=100, samples=3200, seconds=10.0, sample_cpu_seconds=9.0,
+        sample_wall_seconds=10.0, runqueue_seconds=1.0, main_cpu_seconds=1.0,
+        host_wall_seconds=10.0, apart_cpu_seconds=10.0, apart_wall_seconds=10.0,
+        apart_groups=1,
+    )  # fmt: skip
+    s = LoaderSettings(workers=1, batch_size=32)
+    assert capacity.cpu_context([ep], 1, 2).held == pytest.approx(1.0)
+    assert capacity.watch_cores(s, [ep], 2) == pytest.approx(0.9)
+    assert capacity.watch_cores(s, [ep], 2, workers=8) == pytest.approx(0.9)
+    ep.apart_cpu_seconds = None  # not scanned: the loop's core is shared thread by thread
+    assert capacity.watch_cores(s, [ep], 2, workers=8) > 1.6

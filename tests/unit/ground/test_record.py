@@ -62,6 +62,14 @@ def test_round_trip_through_a_file_keeps_every_field(tmp_path: Path) -> None:
     assert RunRecord.load(path) == rec
 
 
+def test_a_record_an_editor_saved_with_a_byte_order_mark_loads(tmp_path: Path) -> None:
+    # round eleven: refused as "does not start with '{'", which it does, after the mark
+    path = tmp_path / "run.json"
+    make_record().save(path)
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    assert RunRecord.load(path) == make_record()
+
+
 def test_json_has_every_contract_key_and_stage() -> None:
     data = make_record().to_json()
     assert data.keys() >= CONTRACT_KEYS

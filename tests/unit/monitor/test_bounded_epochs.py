@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from ioprobe import capacity
 from ioprobe.analysis.dlio import dlio_workload
 from ioprobe.analysis.epochs import epoch_count, epoch_starts, mean_epoch, per_epoch_saving
 from ioprobe.analysis.measures import delivery
@@ -126,6 +127,19 @@ def test_a_merged_entry_sums_and_keeps_the_last_error() -> None:
     assert mean.samples == 88 and mean.read_chars == 88 * 4096
     assert mean.worker_startup_seconds == pytest.approx((0.2 + 0.21) / 2)
     assert (a.merged, b.merged) == (1, 1)  # new objects: the live panel may be reading these
+
+
+def test_a_merged_entry_keeps_the_scanned_wall_beside_the_other_groups_cpu() -> None:
+    # one epoch scanned the host's processes (a core of another session's over 2 s), the
+    # next not (the scans grew too dear): the share stays a core, not one over 3 s of wall
+    a, b = _epoch(20), _epoch(21)
+    a.apart_cpu_seconds, a.apart_wall_seconds, a.apart_groups = 2.0, 2.0, 2
+    b.apart_groups = 1
+    m = merge_epochs(a, b)
+    assert (m.apart_cpu_seconds, m.apart_wall_seconds) == (2.0, 2.0)
+    assert m.apart_groups == 2  # the most busy at once, not a sum
+    b.apart_cpu_seconds, b.apart_wall_seconds = 1.0, 1.0
+    assert capacity.apart_cores([merge_epochs(a, b)]) == pytest.approx(1.0)
 
 
 def test_epoch_starts_of_a_merged_run_give_the_whole_runs_figures() -> None:

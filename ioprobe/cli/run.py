@@ -46,7 +46,7 @@ from ioprobe.cli._common import (
     write_record,
     write_rendered,
 )
-from ioprobe.collect import nvtx
+from ioprobe.collect import leftovers, nvtx
 from ioprobe.errors import BadInputError, IoprobeError
 from ioprobe.loaders.run_hook import LIVE_ENV, TRIAL_ENV
 from ioprobe.outputs import destination, writes_stdout
@@ -54,8 +54,12 @@ from ioprobe.record import RunRecord
 from ioprobe.redact import console as text_console
 from ioprobe.redact import printable, shown
 
+# the folder each run keeps its hook and the script's records in, under TMPDIR
+RUN_PREFIX = "ioprobe-run-"
+
 SITECUSTOMIZE = """\
 # Written by `ioprobe run`; removed when the run ends.
+# Every Python the script starts runs this (PYTHONPATH), older ones too: Python 2's syntax.
 import os as _os
 import sys as _sys
 
@@ -68,19 +72,42 @@ try:
         return plan_in_run(record, trials)
 
     _run_hook.install(_plan)
-except Exception as _exc:  # ioprobe missing from this interpreter: run unwatched
-    print(f"ioprobe: not watching this process: {_exc}", file=_sys.stderr)
+except Exception as _exc:
+    # another interpreter, without ioprobe: it runs unwatched and says so in the records
+    # folder, where `ioprobe run` reads it, not on its stderr (a script's child Pythons)
+    try:
+        _dir = _os.environ.get("IOPROBE_RUN_DIR")
+        if _dir:
+            with open(_os.path.join(_dir, "unwatched-%d" % _os.getpid()), "w") as _f:
+                _f.write("%s: %s" % (_sys.executable, _exc))
+    except Exception:
+        pass
 
-# chain to the sitecustomize this one shadows, if there is one; it runs under another name
-# because the import of this module is still in progress
-_here = _os.path.dirname(_os.path.abspath(__file__))
-import importlib.machinery as _m
-import importlib.util as _u
-_spec = _m.PathFinder.find_spec(
-    "sitecustomize", [p for p in _sys.path if _os.path.abspath(p or ".") != _here]
-)
+
+# chain to the sitecustomize this one shadows, if there is one. Every `ioprobe run` hook is
+# passed over, not only this one: under a nested run the outer hook would chain back here.
+def _hook(folder):
+    try:
+        with open(_os.path.join(folder or ".", "sitecustomize.py"), "rb") as f:
+            return f.readline().startswith(b"# Written by `ioprobe run`")
+    except (IOError, OSError):
+        return False
+
+
+try:
+    import importlib.machinery as _m
+    import importlib.util as _u
+
+    _spec = _m.PathFinder.find_spec("sitecustomize", [p for p in _sys.path if not _hook(p)])
+except Exception:  # Python 2 has neither
+    _spec = None
 if _spec is not None and _spec.loader is not None:
-    _spec.loader.exec_module(_u.module_from_spec(_spec))
+    # the user's module becomes what `import sitecustomize` gives (the import system takes
+    # what sys.modules holds once this code ends): the script's own import of it, and its
+    # package's relative imports, find the user's module, not this hook
+    _user = _u.module_from_spec(_spec)
+    _sys.modules["sitecustomize"] = _user
+    _spec.loader.exec_module(_user)
 """
 
 
@@ -155,13 +182,17 @@ def _run_watched(
 ) -> tuple[int, list[RunRecord], bool | None]:
     """Run ``cmd`` with the hook on its path: its return code, the judged record of each
     loader it iterated, the one that delivered the most samples first, and whether it made a
-    loader at all (None where the script took the records' folder away, said then). ``live``: the script's process draws the live panel (it owns stderr while
-    it runs). ``extra_env``: more of the script's environment (a trial of ``ioprobe tune``).
+    loader at all (None where the script took the records' folder away, said then).
+    ``live``: the script's process draws the live panel (it owns stderr while it runs).
+    ``extra_env``: more of the script's environment (a trial of ``ioprobe tune``).
     ``also``: called with the records folder before it is removed (``tune --in-run`` reads
     its trials there). ``got``: where every signal ioprobe got while the script ran goes,
     passed on or not (``tune`` stops on one, whatever the script made of it: it may have
     ended already, or caught it and exited 0)."""
-    tmp = Path(tempfile.mkdtemp(prefix="ioprobe-run-"))
+    base = _run_base()
+    # a run killed with SIGKILL left its folder: the next one removes it
+    leftovers.remove_stale(base, RUN_PREFIX)
+    tmp = Path(tempfile.mkdtemp(prefix=leftovers.own_prefix(RUN_PREFIX), dir=base))
     try:
         hook = tmp / "hook"
         records = tmp / "records"
@@ -175,31 +206,12 @@ def _run_watched(
             if live and _isatty(sys.stderr):
                 # a script killed while its panel was up leaves the cursor hidden
                 text_console(stderr=True, force_terminal=True).show_cursor(True)
-        made: bool | None
-        try:
-            saved = _saved(records)
-            made = any(p.name.startswith("made-") for p in records.iterdir())
-        except OSError:  # the script removed the folder, or put a file in its place
-            text_console(stderr=True).print(
-                "ioprobe: the script removed or replaced the folder its records were saved "
-                "in ($IOPROBE_RUN_DIR): no record to report",
-                soft_wrap=True,
-            )
-            saved, made = [], None
-        if made and not saved and _out_of_space(records):
-            # the script saved no record because it could not: not a script that never
-            # iterated or skipped its exit handlers
-            text_console(stderr=True).print(
-                f"ioprobe: the script's records could not be saved: {tmp.parent} (TMPDIR) "
-                "has no space left; set TMPDIR to a folder with room and run again",
-                soft_wrap=True,
-            )
-            made = None
+        saved, made = _collected(records)
         runs = _judged(saved, try_load_catalog())
         if also is not None and made is not None:
             also(records)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        leftovers.remove_tree(str(tmp))  # never into what the script mounted there
     runs.sort(key=lambda r: -sum(e.samples for e in (r.watch.epochs if r.watch else [])))
     return code, runs, made
 
@@ -213,6 +225,68 @@ def _saved(folder: Path) -> list[Path]:
     its environment, and anything else it leaves there (a notes.json, a core file) is its
     own, not a record."""
     return sorted(p for p in folder.iterdir() if _SAVED.fullmatch(p.name) and p.is_file())
+
+
+def _collected(records: Path) -> tuple[list[Path], bool | None]:
+    """The records the script saved in ``records`` and whether it made a loader (None where
+    what became of the folder was said here already), with a line on stderr where no record
+    was saved for a reason the script could not help."""
+    made: bool | None
+    try:
+        saved = _saved(records)
+        made = any(p.name.startswith("made-") for p in records.iterdir())
+        if not saved:
+            _say_unwatched(records)
+    except OSError:  # the script removed the folder, or put a file in its place
+        text_console(stderr=True).print(
+            "ioprobe: the script removed or replaced the folder its records were saved "
+            "in ($IOPROBE_RUN_DIR): no record to report",
+            soft_wrap=True,
+        )
+        return [], None
+    if made and not saved and _out_of_space(records):
+        # the script saved no record because it could not: not a script that never
+        # iterated or skipped its exit handlers
+        text_console(stderr=True).print(
+            f"ioprobe: the script's records could not be saved: {records.parent.parent} "
+            "(TMPDIR) has no space left; set TMPDIR to a folder with room and run again",
+            soft_wrap=True,
+        )
+        made = None
+    return saved, made
+
+
+def _run_base() -> str:
+    """Where run's folder goes: TMPDIR, unless its path holds PYTHONPATH's separator (":"),
+    which would split the hook's folder in two and leave the script unwatched; then the
+    first of /tmp and /var/tmp that can hold it."""
+    base = tempfile.gettempdir()
+    if os.pathsep not in base:
+        return base
+    for other in ("/tmp", "/var/tmp"):
+        if os.pathsep not in other and os.access(other, os.W_OK | os.X_OK):
+            return other
+    return base
+
+
+def _say_unwatched(folder: Path) -> None:
+    """Where the script saved no record, why a Python it ran was not watched: one that could
+    not import ioprobe (another interpreter, a venv without it) leaves a note in ``folder``
+    (the hook's), not a line on its own stderr."""
+    notes = sorted(folder.glob("unwatched-*"))
+    if not notes:
+        return
+    try:
+        why = notes[0].read_text(errors="replace")[:500].strip()
+    except OSError:
+        return
+    text_console(stderr=True).print(
+        shown(
+            f"ioprobe: a Python the script ran could not import ioprobe and ran unwatched "
+            f"({why}); install ioprobe in the interpreter that trains"
+        ),
+        soft_wrap=True,
+    )
 
 
 def _load_saved(path: Path) -> RunRecord | None:
@@ -298,7 +372,7 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str], got: list[int] | Non
     a group it joins rather than leads (``_group_leader``), so that it may start a session of
     its own as it could unwatched."""
     in_terminal = _terminal_foreground()
-    relay = _Relay(got)
+    relay = _Relay(got, witness=not in_terminal)
     # SIGINT, SIGTERM and SIGHUP (a closed terminal, a supervisor), and every other signal
     # that would end a process (``RELAYED``: SIGUSR1 for a checkpoint, SIGXCPU from a
     # scheduler's CPU limit, a real-time signal of the user's)
@@ -322,6 +396,7 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str], got: list[int] | Non
         code = relay.wait()
     finally:
         relay.reap()
+        relay.close()
         for s, handler in previous.items():
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
     return code
@@ -372,11 +447,14 @@ class _Relay:
     then: sending it again would interrupt the script's own handling of the first (a Python
     script's ``finally`` blocks, the exit hook that saves its records)."""
 
-    def __init__(self, got: list[int] | None = None) -> None:
+    def __init__(self, got: list[int] | None = None, witness: bool = False) -> None:
         self.child: subprocess.Popen[bytes] | None = None
         self.early: list[int] = []  # signals that came before the script started
         self.got = got if got is not None else []  # every signal handled, passed on or not
         self.interrupts = 0
+        # with the script in a group of its own: a process in ioprobe's group that a signal
+        # to that whole group ends too (``_to_group``)
+        self.witness = _witness() if witness else None
 
     def start(self, child: subprocess.Popen[bytes]) -> None:
         self.child = child
@@ -407,10 +485,45 @@ class _Relay:
             return False
 
     def _pass_on(self, signum: int) -> None:
-        if self.child is None:
+        child = self.child
+        if child is None:
             self.early.append(signum)
-        elif self.child.poll() is None:  # one that ended has nobody left to pass it to
-            self.child.send_signal(signum)
+        elif child.poll() is None:  # one that ended has nobody left to pass it to
+            try:
+                group = os.getpgid(child.pid)
+                if group != os.getpgrp() and self._to_group(signum):
+                    os.killpg(group, signum)
+                    return
+            except ProcessLookupError:
+                return
+            child.send_signal(signum)
+
+    def _to_group(self, signum: int) -> bool:
+        """Whether ``signum`` was sent to ioprobe's whole process group, so it goes to the
+        script's whole group: unwatched, one to the job's group (``kill -- -PGID``, a
+        supervisor's, a session's hang-up) reaches the script's forkserver and DataLoader
+        workers too; one to ioprobe alone goes to the script alone, as to a script killed
+        by its PID. Told by the witness: it shares ioprobe's group, and dies of the signal
+        only if the group was sent it. A new one stands for the next signal."""
+        witness = self.witness
+        if witness is None:
+            return False
+        try:
+            died = witness.wait(WITNESS_S) == -signum
+        except subprocess.TimeoutExpired:
+            return False
+        self.close()
+        self.witness = _witness()
+        return died
+
+    def close(self) -> None:
+        """End the witness, if any, and close its pipe."""
+        witness, self.witness = self.witness, None
+        if witness is not None:
+            witness.kill()
+            witness.wait()
+            if witness.stdin is not None:
+                witness.stdin.close()
 
     def _kill(self) -> None:
         """SIGKILL to the script, and to its whole group (its DataLoader workers) when it has
@@ -434,6 +547,23 @@ class _Relay:
         if child is not None and child.poll() is None:
             self._kill()
             child.wait()
+
+
+# How long a signal's witness is given to die of it: the kernel signals a group's processes
+# in one call, but the witness must be scheduled to die
+WITNESS_S = 0.2
+
+
+def _witness() -> subprocess.Popen[bytes] | None:
+    """A process in ioprobe's group that only waits, holding none of its streams; None where
+    none starts. It reads a pipe only ioprobe writes to, so it ends with ioprobe however
+    ioprobe ends (SIGKILL included)."""
+    try:
+        return subprocess.Popen(
+            ["cat"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+    except OSError:
+        return None
 
 
 def _out_of_space(folder: Path) -> bool:

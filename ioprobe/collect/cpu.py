@@ -27,6 +27,7 @@ from multiprocessing.pool import AsyncResult, Pool
 from typing import Any
 
 from ioprobe import capacity
+from ioprobe.collect import leftovers
 from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.decode import Decoder, output_nbytes, resolve
 from ioprobe.collect.failures import ReadFailures
@@ -210,9 +211,9 @@ def _payload_file(payloads: list[bytes]) -> Iterator[str]:
     """The payloads pickled to a private temporary file, removed on the way out (Ctrl-C
     included). Its name holds this process's pid: a probe killed with SIGKILL cannot remove
     its file, so each new one first removes those of probes no longer running
-    (``remove_stale_payloads``)."""
-    remove_stale_payloads(tempfile.gettempdir())
-    fd, path = tempfile.mkstemp(prefix=f"{PAYLOAD_PREFIX}{os.getpid()}-")
+    (``leftovers.remove_stale``)."""
+    leftovers.remove_stale(tempfile.gettempdir(), PAYLOAD_PREFIX)
+    fd, path = tempfile.mkstemp(prefix=leftovers.own_prefix(PAYLOAD_PREFIX))
     try:
         with os.fdopen(os.dup(fd), "wb") as fh:
             pickle.dump(payloads, fh, protocol=pickle.HIGHEST_PROTOCOL)
@@ -224,39 +225,6 @@ def _payload_file(payloads: list[bytes]) -> Iterator[str]:
         os.close(fd)
         with suppress(FileNotFoundError):  # removed by such a cleaner: nothing left to do
             os.unlink(path)
-
-
-def remove_stale_payloads(folder: str) -> list[str]:
-    """Remove the payload files in ``folder`` that this user's probes left when they were
-    killed (their pid no longer runs); the names removed. Files of running probes, of other
-    users, and of names not ours are left alone."""
-    removed: list[str] = []
-    try:
-        names = [n for n in os.listdir(folder) if n.startswith(PAYLOAD_PREFIX)]
-    except OSError:
-        return removed
-    for name in names:
-        pid_text = name[len(PAYLOAD_PREFIX) :].split("-", 1)[0]
-        if not pid_text.isdigit() or _running(int(pid_text)):
-            continue
-        path = os.path.join(folder, name)
-        try:
-            if os.lstat(path).st_uid == os.getuid():
-                os.unlink(path)
-                removed.append(name)
-        except OSError:  # gone already, or not ours to remove
-            continue
-    return removed
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except (PermissionError, OverflowError):  # another user's, or no pid at all
-        return True
-    return True
 
 
 def load_payloads(

@@ -22,6 +22,7 @@ import sys
 import time
 from array import array
 from collections.abc import Callable, Iterator
+from types import TracebackType
 from typing import Any
 
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
@@ -305,7 +306,45 @@ def _count_module_reads() -> None:
     loaders.FileLoader.get_data = get_data  # type: ignore[method-assign]
 
 
+def _without_own_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback ``tb`` with the wrappers' frames (``_OWN_CODE``) taken out of its
+    chain, in place."""
+    while tb is not None and tb.tb_frame.f_code in _OWN_CODE:
+        tb = tb.tb_next
+    head = tb
+    while tb is not None:
+        after = tb.tb_next
+        while after is not None and after.tb_frame.f_code in _OWN_CODE:
+            after = after.tb_next
+        tb.tb_next = after
+        tb = after
+    return head
+
+
+def _trim_worker_errors() -> None:
+    """In a worker process: torch formats the traceback of an error the dataset or collate
+    raised into the text of the exception the main process raises (a script that prints
+    it, a log that is diffed), and the wrappers here are frames of it. Torch's worker loop
+    makes that text through its module's ``ExceptionWrapper``: there it is made from the
+    traceback without them, as it reads unwatched. Once per worker, off the sample path."""
+    if get_worker_info() is None:  # the main process raises the exception itself
+        return
+    from torch.utils.data._utils import worker
+
+    made = getattr(worker, "ExceptionWrapper", None)
+    if made is None or hasattr(made, "__ioprobe_original__"):
+        return
+
+    def wrapper(exc_info: Any = None, where: str = "in background") -> Any:
+        kind, value, tb = exc_info if exc_info is not None else sys.exc_info()
+        return made((kind, value, _without_own_frames(tb)), where)
+
+    wrapper.__ioprobe_original__ = made  # type: ignore[attr-defined]
+    worker.ExceptionWrapper = wrapper  # type: ignore[attr-defined,assignment]
+
+
 def _baseline() -> None:
+    _trim_worker_errors()
     if get_worker_info() is not None:  # the main process's imports are left as they are
         _count_module_reads()
     _sockets.install()
@@ -392,6 +431,8 @@ class TimedIterable(IterableDataset[Any]):
         self.inner = inner
 
     def __iter__(self) -> Iterator[Any]:
+        if _S.last is None:
+            _trim_worker_errors()  # before the stream's own iter(), which may raise
         it = iter(self.inner)
         clock, cclock = time.perf_counter_ns, time.thread_time_ns
         metered, received = _metered, _received
@@ -520,3 +561,16 @@ __all__ = [
     "mapped_data_files",
     "resident_files",
 ]
+
+
+# the frames of the wrappers around the user's dataset and collate
+_OWN_CODE = frozenset(
+    {
+        TimedDataset.__getitem__.__code__,
+        TimedDataset.__getattr__.__code__,
+        TimedBatchedDataset.__getitems__.__code__,
+        TimedIterable.__iter__.__code__,
+        TimedIterable.__getattr__.__code__,
+        TimedCollate.__call__.__code__,
+    }
+)

@@ -2,8 +2,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -13,9 +16,11 @@ import pytest
 from ioprobe.record import RunRecord
 from tests.support.cli import REPO, assert_one_line_error, run_cli, watched_and_plain
 
-pytestmark = pytest.mark.slow
+# behaviour alone: run beside other tests (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.shared]
 
 
+@pytest.mark.serial  # the burn's CPU time per sample, and the verdict it makes
 def test_run_watches_an_unchanged_script_and_passes_everything_through(tmp_path: Path) -> None:
     out = tmp_path / "run.json"
     proc = run_cli(
@@ -80,6 +85,143 @@ def test_run_without_a_dataloader_says_so(tmp_path: Path) -> None:
     assert proc.stdout == "hello\n"
     assert "no DataLoader was iterated" in proc.stderr
     assert "Error in sitecustomize" not in proc.stderr
+
+
+def test_a_run_inside_a_run_watches_once_and_the_users_sitecustomize_runs_once_each(
+    tmp_path: Path,
+) -> None:
+    # a wrapper script that uses `ioprobe run`, started under `ioprobe run`: the inner hook
+    # chained to the outer one and that one back to it, without end
+    site = tmp_path / "site"
+    site.mkdir()
+    ran = tmp_path / "ran"
+    (site / "sitecustomize.py").write_text(
+        f"import os\nwith open({str(ran)!r}, 'a') as f:\n    f.write(f'{{os.getpid()}}\\n')\n"
+    )
+    inner = tmp_path / "inner.json"
+    proc = run_cli(
+        "run", "--", sys.executable, "-m", "ioprobe", "run", "--json", str(inner), "--",
+        sys.executable, "-m", "tests.fixtures.train_script",
+        env={"PYTHONPATH": f"{site}{os.pathsep}{REPO}"},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Error in sitecustomize" not in proc.stderr and "RecursionError" not in proc.stderr
+    assert proc.stdout == "trained on 96 samples\n"
+    assert RunRecord.load(inner).watch is not None  # the inner run watched the script
+    pids = ran.read_text().split()
+    # the outer ioprobe, the inner one and the script: each ran the user's hook once
+    assert len(pids) == len(set(pids)) == 3
+
+
+USER_SITE = {
+    # a module the script imports itself, for a value it set
+    "module": {"sitecustomize.py": "FOO = 42\n"},
+    # a package whose __init__ imports from itself
+    "package": {
+        "sitecustomize/__init__.py": "from . import helper\nFOO = helper.X\n",
+        "sitecustomize/helper.py": "X = 7\n",
+    },
+    # a source in another encoding, as its coding line says
+    "latin-1": {"sitecustomize.py": b"# -*- coding: latin-1 -*-\nFOO = 'caf\xe9'\n"},
+}
+SITE_SCRIPT = (
+    "import sitecustomize, sys\n"
+    "from torch.utils.data import DataLoader\n"
+    "print(sitecustomize.FOO, sum(int(b.sum()) for b in DataLoader(list(range(64)), batch_size=8, num_workers=2)))\n"
+)
+
+
+@pytest.mark.parametrize("form", sorted(USER_SITE))
+def test_the_users_own_sitecustomize_runs_and_is_what_the_script_imports(
+    tmp_path: Path, form: str
+) -> None:
+    # the hook shadowed it: `import sitecustomize` gave the hook, a package's relative
+    # import failed, and a latin-1 one made the hook raise
+    site = tmp_path / "site"
+    for rel, text in USER_SITE[form].items():
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(text, bytes):
+            (site / rel).write_bytes(text)
+        else:
+            (site / rel).write_text(text)
+    script = tmp_path / "t.py"
+    script.write_text(SITE_SCRIPT)
+    env = {"PYTHONPATH": f"{site}{os.pathsep}{REPO}"}
+    plain = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120,
+        env={**os.environ, **env},
+    )  # fmt: skip
+    assert plain.returncode == 0, plain.stderr
+    watched = run_cli("run", "--", sys.executable, str(script), env=env)
+    assert watched.returncode == 0, watched.stderr
+    assert watched.stdout == plain.stdout
+    assert "Error in sitecustomize" not in watched.stderr
+
+
+def test_a_python_the_script_runs_that_cannot_import_ioprobe_says_nothing_on_its_stderr(
+    tmp_path: Path,
+) -> None:
+    # another interpreter (a system Python, a venv without ioprobe): the hook reaches it
+    # through PYTHONPATH; an ioprobe package that fails to import stands for one here
+    broken = tmp_path / "broken" / "ioprobe"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("raise ImportError('no ioprobe here')\n")
+    script = tmp_path / "t.py"
+    script.write_text(
+        "import os, subprocess, sys\n"
+        "env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.environ['PYTHONPATH'].split(os.pathsep)[0], sys.argv[1]]))\n"
+        "r = subprocess.run([sys.executable, '-c', 'print(1)'], env=env, capture_output=True, text=True)\n"
+        "print(r.returncode, repr(r.stdout), repr(r.stderr))\n"
+    )
+    proc = run_cli("run", "--", sys.executable, str(script), str(tmp_path / "broken"))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "0 '1\\n' ''\n"
+    # the script itself was watched but iterated nothing; the child's note is not a
+    # reason for that, and is said only where no record was saved
+    assert "could not import ioprobe" in proc.stderr and "no ioprobe here" in proc.stderr
+
+
+def test_a_tmpdir_whose_path_holds_a_colon_still_watches_the_script(tmp_path: Path) -> None:
+    # the hook's folder under it was split in two on PYTHONPATH: the script ran unwatched.
+    # A short path: multiprocessing's sockets under TMPDIR must fit AF_UNIX's 108 bytes,
+    # which a folder under pytest's tmp_path may not (the loader hangs unwatched too)
+    odd = Path(tempfile.mkdtemp(prefix="ioprobe-test:"))
+    try:
+        out = tmp_path / "run.json"
+        proc = run_cli(
+            "run", "--json", str(out), "--", sys.executable, "-m", "tests.fixtures.train_script",
+            env={"TMPDIR": str(odd)},
+        )  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stdout == "trained on 96 samples\n"
+        assert RunRecord.load(out).watch is not None, proc.stderr
+        assert not [p for p in odd.iterdir() if p.name.startswith("ioprobe-run-")]
+    finally:
+        shutil.rmtree(odd, ignore_errors=True)
+
+
+def test_the_folder_of_a_run_killed_with_sigkill_is_removed_by_the_next_run(
+    tmp_path: Path,
+) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)}
+    killed = subprocess.Popen(
+        [sys.executable, "-m", "ioprobe", "run", "--", sys.executable, "-c",
+         "import time; time.sleep(60)"],
+        env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while not list(tmp_path.glob("ioprobe-run-*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(killed.pid, signal.SIGKILL)  # the run and its script: nothing can be caught
+    killed.wait()
+    assert len(list(tmp_path.glob("ioprobe-run-*"))) == 1
+    # another host's run, in a TMPDIR that nodes share: its pid says nothing here
+    elsewhere = tmp_path / f"ioprobe-run-{killed.pid}-0badf00d-x"
+    elsewhere.mkdir()
+    proc = run_cli("run", "--", sys.executable, "-c", "print('hi')", env={"TMPDIR": str(tmp_path)})
+    assert proc.returncode == 0 and proc.stdout == "hi\n", proc.stderr
+    assert [p.name for p in tmp_path.iterdir()] == [elsewhere.name]
 
 
 def test_run_of_a_missing_command_exits_2() -> None:

@@ -19,7 +19,8 @@ from ioprobe.collect import nvtx
 from tests.fixtures.dali_pipes import make_jpegs
 from tests.support.cli import REPO, run_cli
 
-pytestmark = pytest.mark.slow
+# behaviour alone: run beside other tests (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.shared]
 
 SCRIPT = str(REPO / "tests" / "fixtures" / "dali_train.py")
 FILES, BATCH, EPOCHS = 44, 8, 2

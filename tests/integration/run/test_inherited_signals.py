@@ -16,6 +16,9 @@ import pytest
 
 from tests.support.cli import REPO
 
+# behaviour alone: run beside other tests (tests/conftest.py)
+pytestmark = pytest.mark.shared
+
 SCRIPT = """
 import os, signal, time
 os.kill(os.getpid(), signal.{name})

@@ -104,6 +104,54 @@ def test_sigterm_or_sighup_to_ioprobe_alone_is_passed_on_and_the_script_is_not_o
     run.assert_nothing_left()
 
 
+def _alive(pid: int, within_s: float) -> bool:
+    """Whether ``pid`` is still running after up to ``within_s`` (a zombie is not)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return False
+        if state in ("Z", "X"):
+            return False
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_a_signal_to_ioprobe_s_group_reaches_every_process_of_the_script_s_group(
+    tmp_path: Path, signum: int
+) -> None:
+    # round eleven: a hang-up to the job's group ended the script alone, and its forkserver
+    # and DataLoader workers lived on holding ioprobe's pipes; unwatched, all of them die
+    run = start("helper", tmp_path)
+    helper = int(run.next_line(deadline_s=10).split("=")[1])
+    os.killpg(run.proc.pid, signum)
+    code, _, err = run.finish()
+    assert code == 128 + signum, err
+    assert not _alive(helper, within_s=5)
+    run.assert_nothing_left()
+
+
+def test_a_signal_to_ioprobe_alone_leaves_the_script_s_own_processes_as_unwatched(
+    tmp_path: Path,
+) -> None:
+    # a script killed by its PID leaves the processes it started: so does one whose ioprobe
+    # was sent the signal alone
+    run = start("helper", tmp_path)
+    helper = int(run.next_line(deadline_s=10).split("=")[1])
+    try:
+        os.kill(run.proc.pid, signal.SIGTERM)
+        code, _, err = run.finish()
+        assert code == 143, err
+        assert _alive(helper, within_s=0.5)
+    finally:
+        os.kill(helper, signal.SIGKILL)
+    run.assert_nothing_left()
+
+
 def test_the_script_gets_one_sigint_and_may_clean_up_before_it_exits(tmp_path: Path) -> None:
     # a second SIGINT would interrupt the cleanup and end the script with 130
     run = start("cleanup", tmp_path)

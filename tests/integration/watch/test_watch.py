@@ -7,7 +7,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -40,6 +42,21 @@ def consume(loader: object, sleep_s: float = 0.0) -> list[torch.Tensor]:
         if sleep_s:
             time.sleep(sleep_s)
     return out
+
+
+def _error_text(loader: Any) -> str:
+    it = iter(loader)
+    try:
+        for _ in it:
+            pass
+    except Exception as e:
+        text = f"{type(e).__name__}: {e}"
+    else:
+        raise AssertionError("the loader raised nothing")
+    # left to its finalizer, torch's iterator waits 5 s for each worker after a worker's
+    # error (a plain loader's as well): ended here, at once
+    it._shutdown_workers()
+    return text
 
 
 def test_same_batches_in_the_same_order_as_the_plain_loader() -> None:
@@ -222,13 +239,56 @@ def test_dataset_exception_reaches_the_caller_and_a_partial_record_remains() -> 
     loader = ioprobe.watch(
         DataLoader(FailingDataset(100, fail_at=57), batch_size=10, num_workers=2)
     )
-    with pytest.raises(KeyError, match="sample 57 is corrupt"):
-        consume(loader)
+    text = _error_text(loader)
+    assert text.startswith("KeyError") and "sample 57 is corrupt" in text
     run = loader.run
     assert run.watch is not None
     ep = run.watch.epochs[0]
     assert ep.error is not None and "KeyError" in ep.error
     assert 0 < ep.samples < 100
+
+
+class _StreamFailsAt(RangeIterable):
+    def __iter__(self) -> Any:
+        for t in super().__iter__():
+            if int(t) == 9:
+                raise ValueError("record 9 is truncated")
+            yield t
+
+
+class _BatchFailsAt(FailingDataset):
+    def __getitems__(self, indices: list[int]) -> list[torch.Tensor]:
+        return [self[i] for i in indices]
+
+
+def _collate_fails(samples: list[torch.Tensor]) -> torch.Tensor:
+    if int(samples[0]) == 8:
+        raise RuntimeError("cannot stack batch 8")
+    return torch.stack(samples)
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: DataLoader(FailingDataset(32, fail_at=13), batch_size=4, num_workers=2),
+        lambda: DataLoader(_BatchFailsAt(32, fail_at=13), batch_size=4, num_workers=2),
+        lambda: DataLoader(_StreamFailsAt(32), batch_size=4, num_workers=2),
+        lambda: DataLoader(
+            FailingDataset(32, fail_at=-1), batch_size=4, num_workers=2, collate_fn=_collate_fails
+        ),
+    ],
+    ids=["sample", "batch-fetch", "stream", "collate"],
+)
+def test_a_workers_error_reads_as_unwatched_with_no_frame_of_the_watch(
+    make: Callable[[], DataLoader[Any]],
+) -> None:
+    # torch puts the worker's formatted traceback in the error the script catches (and may
+    # print or log): the wrappers' frames in it made a watched script's output differ
+    plain = _error_text(make())
+    watched = _error_text(ioprobe.watch(make()))
+    assert "worker process" in plain and "Traceback" in plain
+    assert watched == plain
+    assert "ioprobe" not in watched
 
 
 def test_breaking_out_early_is_not_an_error_and_context_manager_finalises(tmp_path: Path) -> None:

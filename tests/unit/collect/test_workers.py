@@ -49,6 +49,27 @@ def test_terminate_ends_a_worker_that_cannot_act_on_sigterm() -> None:
         pool.terminate()
 
 
+BROKEN_PIPE = """
+import os
+from ioprobe.collect.workers import quiet_worker
+quiet_worker()
+r, w = os.pipe()
+os.close(r)  # the reader gone, as a parent killed outright closes its end
+os.write(w, b"result")
+print("wrote")
+"""
+
+
+def test_a_worker_writing_to_a_pipe_whose_reader_is_gone_ends_quietly() -> None:
+    # a probe killed outright closes its result pipe before the kernel sends its workers the
+    # parent-death signal; a worker that wrote in between printed BrokenPipeError tracebacks
+    proc = subprocess.run(
+        [sys.executable, "-c", BROKEN_PIPE], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == -signal.SIGPIPE, proc.stderr
+    assert proc.stdout == "" and proc.stderr == ""
+
+
 def test_workers_that_die_as_they_start_end_the_phase_in_one_line(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -93,17 +114,21 @@ def test_payload_files_of_killed_probes_are_removed_by_the_next_one(
     import tempfile
 
     from ioprobe.collect import cpu as cpu_mod
+    from ioprobe.collect.leftovers import own_prefix
 
     ended = subprocess.Popen(["true"])  # a probe killed with SIGKILL: its pid runs no more
     ended.wait()
-    stale = tmp_path / f"ioprobe-payloads-{ended.pid}-abc"
-    alive = tmp_path / f"ioprobe-payloads-{os.getpid()}-def"  # a probe still running
+    stale = tmp_path / f"{own_prefix(cpu_mod.PAYLOAD_PREFIX, ended.pid)}abc"
+    alive = tmp_path / f"{own_prefix(cpu_mod.PAYLOAD_PREFIX)}def"  # a probe still running
     other = tmp_path / "ioprobe-payloads-notapid"
-    for p in (stale, alive, other):
+    # another host's (a TMPDIR that nodes share): its pid says nothing here
+    elsewhere = tmp_path / f"ioprobe-payloads-{ended.pid}-0badf00d-ghi"
+    for p in (stale, alive, other, elsewhere):
         p.write_bytes(b"x")
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     cpu_mod.measure_cpu("raw", [b"x" * 100], 1, 0.3, levels=[1])
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([alive.name, other.name])
+    kept = sorted(p.name for p in tmp_path.iterdir())
+    assert kept == sorted([alive.name, other.name, elsewhere.name])
 
 
 def test_the_payload_file_stays_readable_when_a_cleaner_removes_its_name(

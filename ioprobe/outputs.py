@@ -325,7 +325,7 @@ def read_input(
     a socket or a block device is refused. Where ``opens`` is given (``b"{"`` for a JSON
     object), text whose first byte past white space is another is refused at that byte, not
     after a gigabyte of ``yes``. Every refusal is a ``BadInputError`` starting ``what``;
-    text that is not UTF-8 is one too.
+    text that is not UTF-8 is one too. A UTF-8 byte-order mark before the text is dropped.
     """
     name = os.fspath(path)
     try:
@@ -341,9 +341,12 @@ def read_input(
     finally:
         os.close(fd)
     try:
-        return data.decode("utf-8")
+        return data.decode("utf-8-sig")  # a byte-order mark an editor wrote is no text
     except UnicodeDecodeError as exc:
         raise BadInputError(f"{what}: not UTF-8 text (byte {exc.start})") from None
+
+
+BOM = b"\xef\xbb\xbf"  # UTF-8's byte-order mark
 
 
 def _read_fd(fd: int, what: str, limit: int, idle_s: float, opens: bytes) -> bytes:
@@ -382,7 +385,8 @@ def _read_fd(fd: int, what: str, limit: int, idle_s: float, opens: bytes) -> byt
         chunks.append(chunk)
         got += len(chunk)
         if opens:
-            head = chunk.lstrip()
+            # a byte-order mark an editor wrote before the text is no part of it
+            head = (chunk.removeprefix(BOM) if got == len(chunk) else chunk).lstrip()
             if head and head[:1] != opens:
                 raise BadInputError(
                     f"{what}: not valid JSON (it does not start with '{opens.decode()}')"

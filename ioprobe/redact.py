@@ -94,6 +94,12 @@ _SECRET_WORDS = frozenset(
     | {"auth", "authorization", "jwt", "session", "code", "credential", "credentials", "sas"}
     | {"bearer", "hmac", "assertion", "passphrase", "pass", "passcode", "pw", "cookie", "ticket"}
     | {"otp", "totp", "hotp", "pin", "mfa", "2fa", "nonce"}
+    # a personal access token, a refresh token, a credential cut short, a signed URL's
+    # HMAC under another name, a session's or a form's token
+    | {"pat", "refresh", "cred", "creds", "hash", "digest", "csrf", "xsrf", "sid"}
+    # a signed link's hash under a CDN's or a server's own name (nginx's secure_link md5,
+    # Akamai's hdnts/hdnea/__gda__), a MAC, a WS-Federation token, a one-time token
+    | {"md5", "sha1", "sha256", "mac", "hdnts", "hdnea", "gda", "wresult", "ott", "tk", "tok"}
 )
 _SECRET_PARTS = (
     "private",
@@ -112,6 +118,8 @@ _SECRET_PARTS = (
     "jwt",
     "bearer",
     "passphrase",
+    "sessid",  # PHP's PHPSESSID, sessid
+    "saml",  # SAMLResponse, SAMLart: a bearer assertion or a handle on one
 )
 # a name ending so is a key's (``privatekey``, ``accountkey``, ``masterkeys``, ``dbpw``), but
 # for the words that end so and say nothing of one
@@ -263,9 +271,18 @@ def _redact_query(rest: str) -> str:
 
 def _redact_param(part: str) -> str:
     name, eq, value = part.partition("=")
-    if eq and value and sensitive_param(name):
+    if eq and value and (sensitive_param(name) or _holds_secret_url(value)):
         return f"{name}={MASK}"
     return part
+
+
+def _holds_secret_url(value: str) -> bool:
+    """Whether a query value is a percent-encoded URL with a credential in it (a gateway's
+    ``?url=``, an OAuth ``redirect_uri``): masked whole, as its parts are encoded."""
+    if "%" not in value:
+        return False
+    inner = unquote(value)
+    return "://" in inner and redact_url(inner) != inner
 
 
 def secrets_of(urls: Iterable[str]) -> list[str]:
@@ -290,7 +307,7 @@ def secrets_of(urls: Iterable[str]) -> list[str]:
             found.update(password.split("/") if colon else [])
         for part in re.split(r"[?#&;]", rest)[1:]:
             name, eq, value = part.partition("=")
-            if eq and sensitive_param(name):
+            if eq and (sensitive_param(name) or _holds_secret_url(value)):
                 found.add(value)
     found |= {unquote(s) for s in found}
     return sorted((s for s in found if len(s) >= 4), key=len, reverse=True)

@@ -273,8 +273,8 @@ class Rest:
 def estimate_bucket_rest(pages: S3Pages, deadline: float) -> Rest:
     """The keys a listing stopped at ``pages.last`` had not reached. S3 lists keys in order,
     so the top-level folders before the last key's are whole: their mean count stands for
-    each folder after it, and for what is left of the one it was in. The error is the mean's
-    standard error times the folders left. A bucket with no folders, or fewer than two
+    each folder after it, and for what is left of the one it was in. The error is
+    ``unseen_error`` of the folders left. A bucket with no folders, or fewer than two
     finished, gives no estimate (``Rest(0, None)``: the count is a lower bound)."""
     folders, current = pages.folders, pages.last.partition("/")[0]
     if folders is None or "/" not in pages.last:
@@ -292,8 +292,17 @@ def estimate_bucket_rest(pages: S3Pages, deadline: float) -> Rest:
     # the slash
     left = sum(1 for name in names if name + "/" > current + "/")
     mean = statistics.fmean(done)
-    error = statistics.stdev(done) / math.sqrt(len(done))
-    return Rest(max(mean - folders[current], 0.0) + left * mean, (left + 1) * error)
+    error = unseen_error(left + 1, statistics.variance(done), len(done))
+    return Rest(max(mean - folders[current], 0.0) + left * mean, error)
+
+
+def unseen_error(unseen: float, variance: float, seen: int) -> float:
+    """The standard error of ``unseen`` folders' keys taken as that many times the mean of
+    ``seen`` folders whose counts have sample ``variance``: the mean's own error, times the
+    folders, and the folders' spread about their mean, which a mean however exact leaves.
+    With a tenth of the folders left the second is the larger: the mean's error alone
+    understated the error there by half or more."""
+    return math.sqrt(unseen * unseen * variance / seen + unseen * variance)
 
 
 def _file_info(bucket: str, item: dict[str, Any]) -> dict[str, Any] | None:
@@ -309,10 +318,15 @@ class FolderListing:
     by side: the folders (in key order) cut into as many runs, each run listed by a thread
     in key order from its first folder's keys (``StartAfter``) to the next run's, in full
     pages, whatever the folders hold. The keys beside the folders come first. At
-    ``deadline`` no page is asked for; one asked for before may come until its grace.
-    ``counts`` holds the keys listed per folder and ``finished`` the folders listed whole
-    (a thread that has gone past a folder has listed it whole, an empty one too): what
-    ``rest`` estimates the others from."""
+    ``deadline`` no page is asked for; one asked for before may come until its grace. The
+    first page of each run is asked for whatever the deadline. The first of them to come is
+    waited for as long as its request may take (the client's timeout), as a listing in key
+    order waits for its first page; the others, asked for with it, as long again as it took
+    (or the deadline's grace, if longer): a store slower than the deadline still gives
+    stretches of the runs to go on, not no files, and one whose pages stop coming holds the
+    listing no longer than a page that came. ``counts`` holds the keys listed per folder
+    and ``finished`` the folders listed whole (a thread that has gone past a folder has
+    listed it whole, an empty one too): what ``rest`` estimates the others from."""
 
     def __init__(
         self, pages: S3Pages, prefix: str, folders: list[str], beside: list[dict[str, Any]]
@@ -355,11 +369,15 @@ class FolderListing:
                 target=self._lister, args=(k, got, stop), name=f"ioprobe-list-{k}", daemon=True
             )
             start_quiet(thread)
-        running = len(self.runs)
+        running, heard = len(self.runs), set[int]()  # the runs whose first page has come
+        asked, came = time.monotonic(), 0.0  # when the first pages were asked for; came
         try:
             while running:
+                wait = self.deadline.wait()
+                if len(heard) < len(self.runs):
+                    wait = max(wait, 2 * came - asked - time.monotonic())
                 try:
-                    item = got.get(timeout=self.deadline.wait())
+                    item = got.get(timeout=wait if heard else None)
                 except queue.Empty:  # a page asked for in time that has not come
                     self.deadline.hit = self.deadline.late = True
                     return
@@ -368,7 +386,9 @@ class FolderListing:
                 elif isinstance(item, BaseException):
                     raise item
                 else:
-                    infos, counts, finished = item
+                    k, infos, counts, finished = item
+                    came = came or time.monotonic()
+                    heard.add(k)
                     self.counts.update(counts)
                     self.finished.update(finished)
                     yield from infos
@@ -393,7 +413,9 @@ class FolderListing:
         kwargs["StartAfter"] = f"{prefix}{run[0]}/"
         index = {name: i for i, name in enumerate(run)}
         at = 0  # the folder of the run being listed
-        while not (stop.is_set() or self.deadline.passed()):
+        first = True  # asked for whatever the deadline: the listing's least to go on
+        while not stop.is_set() and (first or not self.deadline.passed()):
+            first = False
             page = self.fs.call_s3("list_objects_v2", **kwargs)
             infos: list[dict[str, Any]] = []
             counts: Counter[str] = Counter()
@@ -416,14 +438,14 @@ class FolderListing:
             else:
                 token = page.get("NextContinuationToken")
                 if page.get("IsTruncated") and token and contents:
-                    if not _put(got, (infos, counts, finished), stop):
+                    if not _put(got, (k, infos, counts, finished), stop):
                         return
                     kwargs = {**kwargs, "ContinuationToken": token}
                     kwargs.pop("StartAfter", None)
                     continue
             # the run's end (or a page that says more follow without the way on): every
             # folder from the one it was in is whole
-            _put(got, (infos, counts, [*finished, *run[at:]]), stop)
+            _put(got, (k, infos, counts, [*finished, *run[at:]]), stop)
             return
 
     def rest(self, deadline: float) -> Rest:
@@ -483,9 +505,9 @@ def estimate_folders_rest(finished: Sequence[int], begun: Sequence[int], unstart
     thread was in when it stopped is likely a large one (a thread spends longer in those):
     each is taken as the mean of the finished folders that hold at least the keys it has
     shown (or its own count, where none does). The sample's mean then stands for each
-    folder not begun; the error is that mean's standard error with the finite-population
-    correction, times the folders estimated, beside the begun folders' own spread. Fewer
-    than two finished: no estimate (``Rest(0, None)``: the count is a lower bound).
+    folder not begun; the error is ``unseen_error`` of those folders (the mean's error and
+    their own spread, from the finished folders'), beside the begun folders' own spread.
+    Fewer than two finished: no estimate (``Rest(0, None)``: the count is a lower bound).
 
     Its limit: where folders differ tenfold, the folders a thread finished before it was
     stopped lean to the small ones, and the estimate comes out about 4% low."""
@@ -498,10 +520,7 @@ def estimate_folders_rest(finished: Sequence[int], begun: Sequence[int], unstart
         larger = [float(c) for c in finished if c >= seen]
         whole.append(statistics.fmean(larger) if larger else float(seen))
         own += statistics.pvariance(larger) if len(larger) > 1 else spread
-    n = len(whole)
-    population = n + unstarted
     mean = statistics.fmean(whole)
-    correction = math.sqrt((population - n) / (population - 1)) if population > 1 else 0.0
-    error = statistics.stdev(whole) / math.sqrt(n) * correction
     files = sum(whole[len(finished) :]) - sum(begun) + unstarted * mean
-    return Rest(max(files, 0.0), math.hypot(unstarted * error, math.sqrt(own)))
+    error = unseen_error(unstarted, statistics.variance(finished), len(whole))
+    return Rest(max(files, 0.0), math.hypot(error, math.sqrt(own)))

@@ -5,6 +5,7 @@ folder each thread was still in."""
 
 from __future__ import annotations
 
+import math
 import random
 import statistics
 
@@ -58,6 +59,25 @@ def test_the_estimate_holds_the_truth_within_three_errors_nearly_always() -> Non
     assert inside >= 0.95 * trials, inside
     # the folders threads were still in are no bias: the mean error is small beside its spread
     assert abs(statistics.fmean(errors)) < 0.02, statistics.fmean(errors)
+
+
+def test_where_most_folders_were_listed_the_error_counts_the_rests_own_spread() -> None:
+    # a hundred-odd folders, about three in four listed: the folders left are few, and the
+    # error of their sum is mostly their own spread about the mean, not the mean's error
+    rng = random.Random(7)
+    inside = inside_by_the_mean_alone = 0
+    trials = 400
+    for _ in range(trials):
+        sizes = _population(rng, rng.randrange(80, 150), spread=0.5)
+        finished, begun, unstarted = _stopped(sizes, pages=rng.randrange(3, 8))
+        rest = estimate_folders_rest(finished, begun, unstarted)
+        assert rest.error is not None
+        off = abs(sum(finished) + sum(begun) + rest.files - sum(sizes))
+        inside += off <= 3 * rest.error
+        by_the_mean = unstarted * statistics.stdev(finished) / math.sqrt(len(finished))
+        inside_by_the_mean_alone += off <= 3 * by_the_mean
+    assert inside >= 0.97 * trials, inside
+    assert inside_by_the_mean_alone < 0.8 * trials, inside_by_the_mean_alone
 
 
 def test_folders_ten_times_apart_are_estimated_low_by_a_few_percent() -> None:

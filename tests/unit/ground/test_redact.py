@@ -92,6 +92,14 @@ def test_names_that_end_in_key_or_say_private_auth_pass_sig_or_a_one_time_code_a
     assert redact_url(kept) == kept
 
 
+def test_a_personal_access_token_a_refresh_token_a_cred_and_a_hash_or_digest_are_masked() -> None:
+    # round eleven: cred=, pat=, refresh=, hash= and digest= were shown in every output
+    for name in ("cred", "pat", "refresh", "hash", "digest", "creds", "csrf", "sid", "url_hash"):
+        assert redact_url(f"https://h/p?{name}=zz&n=1") == f"https://h/p?{name}=***&n=1", name
+    kept = "https://h/p?path=1&pattern=2&page=3&hashed_files=4"
+    assert redact_url(kept) == kept
+
+
 def test_a_url_missing_its_scheme_or_a_slash_is_masked_as_a_path_would_show_it() -> None:
     # round ten: read as local paths, "no such file" quoted them whole
     assert redact_url("//u:zz@127.0.0.1:9/") == "//u:***@127.0.0.1:9/"
@@ -256,6 +264,22 @@ SLIPPED = [
     ("https://TOKEN@host/", "https://***@host/"),
     # quoted in a library's message, after a quote
     ("url='https://u:pa'ss@h/x' failed", "url='https://u:***@h/x' failed"),
+    # round twelve: PHP's session id in a URL, its short form, a SAML assertion or artifact
+    ("https://h/p?PHPSESSID=A1&n=1", "https://h/p?PHPSESSID=***&n=1"),
+    ("https://h/p?sessid=A1", "https://h/p?sessid=***"),
+    ("https://h/sso?SAMLResponse=PHN&RelayState=x", "https://h/sso?SAMLResponse=***&RelayState=x"),
+    ("https://h/sso?SAMLart=AAQ", "https://h/sso?SAMLart=***"),
+    # round thirteen: signed links' hashes under other names, WS-Fed's token, one-time ones
+    ("https://h/f?md5=A1&expires=2147483647", "https://h/f?md5=***&expires=2147483647"),
+    ("https://h/f?hdnts=exp%3D1~hmac%3DA1", "https://h/f?hdnts=***"),
+    ("https://h/f?__gda__=1700000000_A1", "https://h/f?__gda__=***"),
+    ("https://h/f?wresult=A1&ott=B2&tk=C3", "https://h/f?wresult=***&ott=***&tk=***"),
+    # a URL percent-encoded in a query value keeps no password, nor a credential parameter
+    (
+        "https://gw/?url=https%3A%2F%2Fbob%3AS3%40h.example%2Fdata&n=1",
+        "https://gw/?url=***&n=1",
+    ),
+    ("https://gw/?to=https%3A%2F%2Fh%2Fp%3Fsig%3DA1", "https://gw/?to=***"),
 ]
 
 
@@ -267,6 +291,7 @@ def test_secrets_that_slipped_the_mask_are_masked(url: str, shown_as: str) -> No
 
 KEPT = [
     "https://alice@h/p",  # a plain login hides nothing
+    "https://gw/?next=https%3A%2F%2Fh.example%2Fdata%3Fpart%3D2",  # an encoded URL, no secret
     "https://h/p?part=7&X-Amz-Date=20240101T000000Z&keyframe=3&monkey=1",
     "http://127.0.0.1:8080/img/icon@2x.png",
     "http://h:8080/a@b",

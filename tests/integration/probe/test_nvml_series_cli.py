@@ -18,7 +18,8 @@ from tests.fixtures.scripted_nvml import ScriptedNvml
 from tests.support.browser import chromium_path, non_blank_fraction, open_page
 from tests.support.cli import probe_json, run_cli
 
-pytestmark = pytest.mark.slow
+# behaviour alone: run beside other tests (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.shared]
 
 
 def _host_has_nvml_gpu() -> bool:

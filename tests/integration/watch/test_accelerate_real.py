@@ -25,7 +25,8 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState
 from accelerate.utils import DataLoaderConfiguration, set_seed
 
-pytestmark = pytest.mark.slow
+# behaviour alone: run beside other tests (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.shared]
 
 SAMPLES, BATCH, ACCUMULATE = 40, 4, 3
 BATCHES = SAMPLES // BATCH  # 10 per epoch

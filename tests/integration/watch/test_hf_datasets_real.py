@@ -28,7 +28,8 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # local files only: never the
 datasets = pytest.importorskip("datasets")
 pq = pytest.importorskip("pyarrow.parquet")
 
-pytestmark = pytest.mark.slow
+# behaviour alone: run beside other tests (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.shared]
 
 ROWS, FLOATS, BATCH, EPOCHS = 512, 4096, 32, 2
 ROW_BYTES = FLOATS * 4 + 8  # the float32 array and the int64 label

@@ -24,7 +24,8 @@ from tests.support.cli import REPO, run_cli
 # the dev extras install lightning; an image without it collects this module and skips it
 L = pytest.importorskip("lightning")
 
-pytestmark = pytest.mark.slow
+# behaviour alone: run beside other tests (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.shared]
 
 SAMPLES, BATCH, EPOCHS = 40, 4, 3
 BATCHES = SAMPLES // BATCH

@@ -20,7 +20,8 @@ from tests.support.cli import watched_and_plain
 pytest.importorskip("torchdata")
 from tests.fixtures import stateful_train
 
-pytestmark = pytest.mark.slow
+# behaviour alone: run beside other tests (tests/conftest.py)
+pytestmark = [pytest.mark.slow, pytest.mark.shared]
 
 
 @pytest.mark.parametrize("workers", [0, 2])

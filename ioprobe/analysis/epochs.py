@@ -287,6 +287,10 @@ class WatchCost:
     # the main process's, per epoch (its start and end), and that over the epochs' time
     epoch_ms: float = 0.0
     epoch_share: float = 0.0
+    # each spawned worker's import of the watch's worker module at its start: how many, and
+    # the mean
+    imports: int = 0
+    import_ms: float = 0.0
 
 
 def watch_cost(rec: RunRecord) -> WatchCost | None:
@@ -294,8 +298,10 @@ def watch_cost(rec: RunRecord) -> WatchCost | None:
     files listed, the batch's measurements packed), as they timed it, per batch and as a
     share of their time; and the main process's time in it at each epoch's start and end
     (the host's processes scanned, the GPU side's marks), per epoch and as a share of the
-    epochs' time: what watching took from the run beyond its per-batch clock reads. None
-    where neither was timed (records from before they were kept)."""
+    epochs' time; and each spawned worker's import of the watch's worker module at its
+    start (every epoch's start without persistent workers), per start: what watching took
+    from the run beyond its per-batch clock reads. None where none was timed (records from
+    before they were kept)."""
     w = rec.watch
     if w is None:
         return None
@@ -307,7 +313,9 @@ def watch_cost(rec: RunRecord) -> WatchCost | None:
     epochs = sum(e.merged for e in w.epochs)
     wall = sum(e.seconds for e in w.epochs)
     workers = spent > 0 and batches > 0 and work > 0
-    if not workers and main <= 0:
+    imports = sum(e.watch_imports for e in w.epochs)
+    imported = sum(e.watch_import_seconds for e in w.epochs)
+    if not workers and main <= 0 and not imports:
         return None
     return WatchCost(
         seconds=spent,
@@ -315,6 +323,8 @@ def watch_cost(rec: RunRecord) -> WatchCost | None:
         share=spent / (work + spent) if workers else 0.0,
         epoch_ms=main / epochs * 1e3 if epochs else 0.0,
         epoch_share=main / wall if wall > 0 else 0.0,
+        imports=imports,
+        import_ms=imported / imports * 1e3 if imports else 0.0,
     )
 
 

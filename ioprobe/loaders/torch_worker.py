@@ -28,6 +28,7 @@ from typing import Any
 from torch.utils.data import Dataset, IterableDataset, get_worker_info
 from torch.utils.data._utils.pin_memory import pin_memory as _pin
 
+from ioprobe import _began  # first of ours: what importing the rest cost is timed from it
 from ioprobe.collect.procfs import IO, parse_io, parse_runqueue_ns
 from ioprobe.loaders import files as _files
 from ioprobe.loaders import sockets as _sockets
@@ -54,6 +55,7 @@ class _WorkerState:
 
     __slots__ = (
         "batches",
+        "import_ns",
         "last",
         "listed",
         "overhead",
@@ -89,6 +91,9 @@ class _WorkerState:
         # the watch's own time after the last collate, sent with the next batch (BatchStats)
         self.overhead = 0
         self.process_cpu = 0  # the process's CPU time at the last collate's end (0: none yet)
+        # what importing this module cost this process (set below, at its end), sent with a
+        # worker's first batch; 0 in a forked worker, which imported nothing
+        self.import_ns = 0
         del _wall[:]
         del _cpu[:]
         del _index[:]
@@ -544,11 +549,18 @@ class TimedCollate:
             collate_cpu_ns=collate_cpu,
             overhead_ns=_S.overhead,
             process_cpu_ns=proc_cpu,
+            import_ns=_S.import_ns if info is not None else 0,
         )
-        _S.started = 0
+        _S.started = _S.import_ns = 0
         # everything since the collate ended is the watch's own work in this worker
         _S.overhead = time.perf_counter_ns() - done
         return Stamped(out, stats)
+
+
+# this module's import, its own modules' included, timed: in a spawned worker that is the
+# watch's own start-up (torch and the user's modules, already there or not ours, cost nothing
+# more here)
+_S.import_ns = time.perf_counter_ns() - _began.NS
 
 
 __all__ = [

@@ -109,6 +109,16 @@ class ApartScan:
         self.ok = 2 * self.cost < SCAN_SHARE * ep.seconds
 
 
+def _own_work(ep: WatchEpoch, overhead_ns: int, import_ns: int) -> None:
+    """The watch's own work in a worker, as it timed it: after each collate, and a spawned
+    worker's import of the watch's worker module at its start (sent with its first batch
+    alone, by workers only)."""
+    ep.watch_worker_seconds += overhead_ns / 1e9
+    if import_ns:
+        ep.watch_import_seconds += import_ns / 1e9
+        ep.watch_imports += 1
+
+
 class EpochHook(Protocol):
     """Told when an epoch begins and ends (once per epoch, never per batch): the live panel
     (``ioprobe.monitor.live``) starts and stops with it."""
@@ -299,7 +309,7 @@ class WatchCollector:
         # locals named as BatchStats' fields (test_worker_message holds the two in step)
         (worker, wall, cpu, collate_ns, read_chars, read_bytes, runqueue_ns, metered_bytes,
          metered_ns, metered_open_ns, done_ns, indices, sample_bytes, started_ns, mapped, turned,
-         collate_cpu_ns, overhead_ns, process_cpu_ns, socket_bytes) = stats  # fmt: skip
+         collate_cpu_ns, overhead_ns, process_cpu_ns, socket_bytes, import_ns) = stats  # fmt: skip
         walls, cpus = array("q", wall), array("q", cpu)
         n, wall_ns, cpu_ns = len(walls), sum(walls), sum(cpus)
         wall_s, cpu_s = wall_ns / 1e9, cpu_ns / 1e9
@@ -342,7 +352,7 @@ class WatchCollector:
         ep.sample_cpu_seconds += cpu_s
         ep.collate_seconds += collate_ns / 1e9
         ep.collate_cpu_seconds = (ep.collate_cpu_seconds or 0.0) + collate_cpu_ns / 1e9
-        ep.watch_worker_seconds += overhead_ns / 1e9
+        _own_work(ep, overhead_ns, import_ns)
         ep.runqueue_seconds += runqueue_ns / 1e9
         ep.worker_process_cpu_seconds += process_cpu_ns / 1e9
         if ep.batches == self._startup_batches:

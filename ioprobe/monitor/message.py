@@ -48,6 +48,9 @@ class BatchStats(NamedTuple):
     # bytes received over Python's sockets (loaders.sockets): a dataset's reads from the
     # network, which read_chars leaves out
     socket_bytes: int = 0
+    # with a spawned worker's first batch: what importing the watch's worker module cost it
+    # (``loaders.torch_worker``); 0 in a forked worker and after its first batch
+    import_ns: int = 0
 
 
 MAPPED_FIELDS = 4  # a mapped file in BatchStats.mapped: device, inode, bytes, folder_tag

@@ -92,6 +92,10 @@ class WatchEpoch:
     # and in the main process at the epoch's start and end (the host's processes scanned,
     # the GPU side's marks, the rank's share of the cores found): off the batches' path
     watch_main_seconds: float = 0.0
+    # and in each worker that imported the watch's worker module at its start (a spawned
+    # one: every epoch's start without persistent workers), how many did and what it took
+    watch_import_seconds: float = 0.0
+    watch_imports: int = 0
     read_chars: int = 0  # bytes passed to read()/pread() by the workers
     read_bytes: int = 0  # bytes the workers caused to be fetched from storage
     # bytes the workers received over Python's sockets (HTTP, object stores): the network

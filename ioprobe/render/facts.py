@@ -374,6 +374,11 @@ def watch_cost_facts(f: Findings) -> Facts:
             f"{c.epoch_ms:.1f} ms per epoch in the main process ({c.epoch_share:.2%} of the "
             "epochs' time): its own work at each epoch's start and end"
         )
+    if c.imports:
+        parts.append(
+            f"{c.import_ms:.1f} ms per worker start importing ioprobe's worker module "
+            f"({c.imports:,} spawned {'start' if c.imports == 1 else 'starts'})"
+        )
     return [("watch cost", "; ".join(parts))] if parts else []
 
 

@@ -57,7 +57,7 @@ def layer(module: str) -> str:
     if module in HELPERS:
         return "helpers"
     part = module.split(".")[1]
-    return {"_version": "version", "_nvtx_inject": "collect"}.get(part, part)
+    return {"_version": "version", "_nvtx_inject": "collect", "_began": "helpers"}.get(part, part)
 
 
 def module_name(path: Path) -> str:

@@ -190,3 +190,60 @@ def test_the_main_processs_work_at_each_epochs_start_and_end_is_what_the_record_
     assert f.watch_cost.epoch_ms == pytest.approx(mean * 1e3)
     for text in (render_terminal(rec, f), render_markdown(rec, f), render_html(rec, f)):
         assert f"{f.watch_cost.epoch_ms:.1f} ms per epoch in the main process" in text
+
+
+_IMPORT = (
+    "import time, torch.utils.data.dataloader\n"
+    "t = time.perf_counter_ns()\n"
+    "import ioprobe.loaders.torch_worker\n"
+    "print(time.perf_counter_ns() - t)\n"
+)
+
+
+def _import_ms() -> float:
+    """What importing the watch's worker module takes a fresh interpreter with torch's
+    DataLoader already loaded, as a spawned worker has it: the median of 3."""
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", _IMPORT], capture_output=True, text=True, check=True, cwd=REPO
+        ).stdout
+        for _ in range(3)
+    ]
+    return statistics.median(int(r) for r in runs) / 1e6
+
+
+@pytest.mark.parametrize(
+    ("context", "persistent", "starts"),
+    [("spawn", False, 4), ("spawn", True, 2), ("fork", False, 0)],
+)
+def test_a_spawned_workers_import_of_the_watch_is_counted_at_each_start_and_timed(
+    context: str, persistent: bool, starts: int
+) -> None:
+    """Under spawn each worker imports the watch's worker module at its start: at every
+    epoch's start without persistent workers (2 workers, 2 epochs: 4 starts), once with
+    them; a forked worker has it already. The record counts the starts and times them as
+    long as the import takes a fresh interpreter, measured beside it."""
+    loader = ioprobe.watch(
+        DataLoader(
+            BurnDataset(32, 0.001),
+            batch_size=8,
+            num_workers=2,
+            multiprocessing_context=context,
+            persistent_workers=persistent,
+        )
+    )
+    for _ in range(2):
+        for _ in loader:
+            pass
+    rec = loader.run
+    assert rec.watch is not None
+    assert sum(e.watch_imports for e in rec.watch.epochs) == starts
+    f = findings(rec)
+    assert f.watch_cost is not None and f.watch_cost.imports == starts
+    text = render_terminal(rec, f)
+    if not starts:
+        assert f.watch_cost.import_ms == 0 and "worker start" not in text
+        return
+    truth = _import_ms()
+    assert truth / 3 < f.watch_cost.import_ms < truth * 3, (f.watch_cost.import_ms, truth)
+    assert f"{f.watch_cost.import_ms:.1f} ms per worker start" in text

@@ -17,6 +17,7 @@ import contextlib
 import os
 import platform
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -523,3 +524,19 @@ __all__ = [
     "host_info",
     "usable_cores",
 ]
+
+
+# The socket a DataLoader worker passes each tensor's shared memory through (torch's default
+# "file_descriptor" sharing): multiprocessing's <temp folder>/pymp-XXXXXXXX/listener-XXXXXXXX.
+# bind() refuses a path past AF_UNIX's 107 bytes; the worker's feeder thread dies on it, the
+# worker lives on, and the loader waits for its batch for ever (watched or not).
+SOCKET_TAIL = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+SOCKET_PATH_MAX = 107
+
+
+def long_temp_dir() -> str | None:
+    """The temp folder Python's multiprocessing makes its sockets in (``TMPDIR`` or the
+    first usable of its defaults), where it is too long for them (over ``SOCKET_PATH_MAX``
+    less ``SOCKET_TAIL`` bytes: 75); None where they fit."""
+    folder = tempfile.gettempdir()
+    return folder if len(os.fsencode(folder)) + SOCKET_TAIL > SOCKET_PATH_MAX else None

@@ -108,23 +108,57 @@ def _pid(text: str) -> int | None:
     return int(text) if text.isascii() and text.isdigit() and len(text) < 12 else None
 
 
+def _named_in_use(paths: list[str]) -> set[str]:
+    """Those of ``paths`` that a running process of this user names in its environment: a
+    script that outlived the ``ioprobe run`` that started it (killed with SIGKILL, its
+    script left running) still runs from that folder, the hook on its ``PYTHONPATH`` and its
+    records folder in ``IOPROBE_RUN_DIR``, and saves its records there when it ends."""
+    found: set[str] = set()
+    if not paths:
+        return found
+    wanted = {p: os.fsencode(p) for p in paths}
+    try:
+        pids = [n for n in os.listdir("/proc") if n.isdigit()]
+    except OSError:
+        return found
+    for pid in pids:
+        try:
+            if os.stat(f"/proc/{pid}").st_uid != os.getuid():
+                continue
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read()
+        except OSError:  # gone, or not ours to read
+            continue
+        for path, name in wanted.items():
+            # the path whole: followed by the end of a value, a folder under it or the next
+            # entry of a path list, not a longer name that begins with it
+            if re.search(re.escape(name) + rb"(?:\0|/|:|$)", env):
+                found.add(path)
+    return found
+
+
 def remove_stale(folder: str, prefix: str) -> list[str]:
     """Remove the entries in ``folder`` named by ``own_prefix(prefix)`` in processes that
-    no longer run here, files and folders (``remove_tree``), this user's alone; the names
-    removed. A name it cannot read, an entry it cannot remove, is passed over: the sweep
-    never stops the command that makes it."""
+    no longer run here, files and folders (``remove_tree``), this user's alone, but one a
+    running process names in its environment (``_named_in_use``); the names removed. A name
+    it cannot read, an entry it cannot remove, is passed over: the sweep never stops the
+    command that makes it."""
     removed: list[str] = []
     try:
         names = [n for n in os.listdir(folder) if n.startswith(prefix)]
     except OSError:
         return removed
     here = _where()
+    stale = []
     for name in names:
         pid_text, _, rest = name[len(prefix) :].partition("-")
         pid = _pid(pid_text)
-        if pid is None or not rest.startswith(here + "-") or running(pid):
+        if pid is not None and rest.startswith(here + "-") and not running(pid):
+            stale.append(os.path.join(folder, name))
+    busy = _named_in_use(stale)
+    for path in stale:
+        if path in busy:
             continue
-        path = os.path.join(folder, name)
         try:
             st = os.lstat(path)
             if st.st_uid != os.getuid():
@@ -134,7 +168,7 @@ def remove_stale(folder: str, prefix: str) -> list[str]:
                     continue
             else:
                 os.unlink(path)
-            removed.append(name)
+            removed.append(os.path.basename(path))
         except OSError:  # gone already, or not ours to remove
             continue
     return removed

@@ -25,9 +25,10 @@ from torch.utils.data import DataLoader, IterableDataset, RandomSampler
 from torch.utils.data._utils.collate import default_collate, default_convert
 
 from ioprobe.capacity import worker_epochs
-from ioprobe.collect import hostinfo, read_check
+from ioprobe.collect import read_check
 from ioprobe.collect.procfs import private_bytes
 from ioprobe.errors import BadInputError, TrialDone
+from ioprobe.loaders.torch_env import warn_long_temp_dir
 from ioprobe.loaders.torch_iter import Maker, WatchedIter
 from ioprobe.loaders.torch_stateful import ROUTED, is_stateful, patch_class, route
 from ioprobe.loaders.torch_worker import (
@@ -696,26 +697,6 @@ def _random_samplers(sampler: Any, depth: int = 0) -> list[Any]:
     return found
 
 
-def _warn_long_temp_dir(inner: DataLoader[Any]) -> None:
-    """Say so where this loader's workers will hang at their first batch, watched or not:
-    the temp folder too long for the sockets they pass tensors through
-    (``hostinfo.long_temp_dir``). Nothing is changed: the loader runs as it would."""
-    if inner.num_workers == 0 or torch.multiprocessing.get_sharing_strategy() != "file_descriptor":
-        return
-    folder = hostinfo.long_temp_dir()
-    if folder is None:
-        return
-    room = hostinfo.SOCKET_PATH_MAX - hostinfo.SOCKET_TAIL
-    warnings.warn(
-        f"ioprobe.watch: the temp folder {printable(folder)} is {len(os.fsencode(folder))} "
-        f"bytes long, over the {room} that leave room for the sockets DataLoader workers "
-        "pass tensors through: the workers will hang at their first batch, watched or not. "
-        "Set TMPDIR to a shorter folder, or call "
-        "torch.multiprocessing.set_sharing_strategy('file_system') first.",
-        stacklevel=6,  # the caller of ioprobe.watch
-    )
-
-
 class Watched:
     """What ``ioprobe.watch`` returns for a DataLoader: the loader, plus ``.run`` (a RunRecord)."""
 
@@ -764,7 +745,7 @@ class Watched:
         self._run: RunRecord | None = None
         self._run_at = (0, 0)  # the collector's progress when _run was read
         if not overrides:
-            _warn_long_temp_dir(self._inner)
+            warn_long_temp_dir(self._inner)
 
     @property
     def run(self) -> RunRecord:

@@ -86,3 +86,23 @@ def test_the_mount_table_is_read_with_its_escapes() -> None:
     )
     assert parse_mount_points(text) == {"/", "/tmp/ioprobe-run-7-x/my data"}
     assert "/proc" in leftovers._mount_points()  # the real table, read
+
+
+def test_a_folder_a_running_script_names_in_its_environment_stays_until_it_ends(
+    tmp_path: Path,
+) -> None:
+    # `ioprobe run` killed with SIGKILL leaves its script running from its folder (the hook
+    # on PYTHONPATH, the records folder it saves to at its end): a later sweep leaves it
+    used = tmp_path / f"{own_prefix(PREFIX, _dead_pid())}used"
+    other = tmp_path / f"{own_prefix(PREFIX, _dead_pid())}use"  # a name the first begins with
+    for d in (used, other):
+        (d / "records").mkdir(parents=True)
+    env = {**os.environ, "IOPROBE_RUN_DIR": f"{used}/records", "PYTHONPATH": f"{used}:/x"}
+    script = subprocess.Popen(["sleep", "30"], env=env)
+    try:
+        assert remove_stale(str(tmp_path), PREFIX) == [other.name]
+        assert used.is_dir()
+    finally:
+        script.kill()
+        script.wait()
+    assert remove_stale(str(tmp_path), PREFIX) == [used.name]

@@ -9,9 +9,12 @@ its length (a progress bar), its ``_num_yielded``, or whether it is a
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import TracebackType
 from typing import Any
 
 from torch.utils.data.dataloader import _BaseDataLoaderIter
+
+from ioprobe.loaders.torch_worker import user_frames
 
 
 class Maker:
@@ -50,7 +53,27 @@ class WatchedIter(_BaseDataLoaderIter):
         return self
 
     def __next__(self) -> Any:
-        return self._ioprobe_next()
+        try:
+            return self._ioprobe_next()
+        except StopIteration:
+            raise
+        except Exception as e:
+            error = e
+        # the user's error, raised again with the traceback it has unwatched
+        try:
+            raise error.with_traceback(self._ioprobe_user_traceback(error))
+        finally:
+            # no cycle through this frame: a worker still inside a slow sample would be
+            # killed at exit, leaving multiprocessing's folder behind (as `except` does)
+            del error
+
+    def _ioprobe_user_traceback(self, error: Exception) -> TracebackType | None:
+        """``error``'s traceback less the pass's and the wrappers' frames, and less this
+        iterator's own (raising it again adds that back): one frame of the watch's where
+        unwatched there is none. Off the batches' path: only for an error."""
+        tb = error.__traceback__
+        own = frozenset({self._ioprobe_batches.gi_code, Maker.__iter__.__code__})  # type: ignore[attr-defined]
+        return user_frames(tb.tb_next if tb is not None else None, own)
 
     def __len__(self) -> int:
         it = self._ioprobe_made.it

@@ -311,15 +311,18 @@ def _count_module_reads() -> None:
     loaders.FileLoader.get_data = get_data  # type: ignore[method-assign]
 
 
-def _without_own_frames(tb: TracebackType | None) -> TracebackType | None:
-    """The traceback ``tb`` with the wrappers' frames (``_OWN_CODE``) taken out of its
-    chain, in place."""
-    while tb is not None and tb.tb_frame.f_code in _OWN_CODE:
+def _without_own_frames(
+    tb: TracebackType | None, own: frozenset[Any] | None = None
+) -> TracebackType | None:
+    """The traceback ``tb`` with the wrappers' frames (``_OWN_CODE``, or ``own``) taken out
+    of its chain, in place."""
+    own = _OWN_CODE if own is None else own
+    while tb is not None and tb.tb_frame.f_code in own:
         tb = tb.tb_next
     head = tb
     while tb is not None:
         after = tb.tb_next
-        while after is not None and after.tb_frame.f_code in _OWN_CODE:
+        while after is not None and after.tb_frame.f_code in own:
             after = after.tb_next
         tb.tb_next = after
         tb = after
@@ -563,6 +566,19 @@ class TimedCollate:
 _S.import_ns = time.perf_counter_ns() - _began.NS
 
 
+def user_frames(tb: TracebackType | None, own: frozenset[Any]) -> TracebackType | None:
+    """The traceback of an error that passed through the watch's frames in the main process
+    (the pass ``iterate``, the dataset and collate wrappers, each code object in ``own`` or
+    ``_OWN_CODE``) as it reads unwatched: those frames out of it. An error raised in one of
+    them (the watch's own) keeps them all: where it was raised stays in sight."""
+    last = tb
+    while last is not None and last.tb_next is not None:
+        last = last.tb_next
+    if last is None or last.tb_frame.f_code in own | _OWN_CODE:
+        return tb
+    return _without_own_frames(tb, own | _OWN_CODE)
+
+
 __all__ = [
     "Stamped",
     "TimedBatchedDataset",
@@ -572,6 +588,7 @@ __all__ = [
     "main_process_epoch",
     "mapped_data_files",
     "resident_files",
+    "user_frames",
 ]
 
 

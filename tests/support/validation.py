@@ -12,14 +12,17 @@ fast subset.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import multiprocessing
+import os
 import statistics
 import subprocess
 import sys
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -128,6 +131,9 @@ class Case:
     steady_batches: int = STEADY_BATCHES
     # the dataset with a data advice's cure applied (a stream's items dealt at random)
     cured: Callable[[int], Dataset[Any]] | None = None
+    # the run inside a memory cgroup of this many MiB of new charges (v1, as root): the
+    # memory-limited case; a worker past it is killed, and that setting delivers nothing
+    memory_cap_mib: int = 0
 
     def samples(self, s: Setting) -> int:
         """Samples a run of ``s`` reads: enough batches past the workers' first round that
@@ -146,9 +152,68 @@ class Case:
         )
 
 
+class HeldMemory(Dataset[torch.Tensor]):
+    """Each sample waits ``wait_s`` (a latency-bound read); each worker holds ``held_mib``
+    MiB of its own, written at its first sample (a decoder's buffers, a shard's index), and
+    is the one the kernel kills first where its cgroup runs out of memory."""
+
+    def __init__(self, n: int, wait_s: float, held_mib: int) -> None:
+        self.n, self.wait_s, self.held_mib = n, wait_s, held_mib
+        self.held: bytearray | None = None
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        if self.held is None:
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+            held = bytearray(self.held_mib << 20)
+            held[::4096] = b"\1" * len(range(0, len(held), 4096))  # every page resident
+            self.held = held
+        time.sleep(self.wait_s)
+        return torch.full((1,), float(i))
+
+
+MEMORY = Path("/sys/fs/cgroup/memory")
+
+
+@contextlib.contextmanager
+def memory_cap(mib: int) -> Iterator[None]:
+    """This process in a v1 memory cgroup of its own that lets it charge ``mib`` MiB more
+    (what it holds stays charged where it was): past the cap the kernel kills a worker
+    (``HeldMemory`` puts each first in line), not it. Nothing where ``mib`` is 0."""
+    if not mib:
+        yield
+        return
+    here = dict(
+        line.split(":", 2)[1:] for line in Path("/proc/self/cgroup").read_text().splitlines()
+    )
+    parent = MEMORY / here["memory"].strip().lstrip("/")
+    group = parent / f"bench-memory-{os.getpid()}"
+    group.mkdir(exist_ok=True)  # one a run before could not remove: its workers lingered
+    try:
+        (group / "memory.limit_in_bytes").write_text(str(mib << 20))
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+        yield
+    finally:
+        (parent / "cgroup.procs").write_text(str(os.getpid()))
+        for _ in range(50):  # the killed workers' charges leave with them
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
 def run(case: Case, s: Setting | None = None, cured: bool = False) -> RunRecord:
     """One watched epoch of ``case`` under ``s`` (its own setting by default), of its cured
     dataset with ``cured``."""
+    with memory_cap(case.memory_cap_mib):
+        return _run(case, s, cured)
+
+
+def _run(case: Case, s: Setting | None, cured: bool) -> RunRecord:
     spinners = [
         subprocess.Popen(
             [sys.executable, "-c", "while True: pass"], start_new_session=case.load_apart
@@ -159,8 +224,15 @@ def run(case: Case, s: Setting | None = None, cured: bool = False) -> RunRecord:
         with warnings.catch_warnings():  # more workers than this host's cores: meant
             warnings.simplefilter("ignore", UserWarning)
             loader = ioprobe.watch(case.loader(s or case.setting, cured))
-            for _ in loader:
-                time.sleep(case.step_s)
+            it = iter(loader)
+            try:
+                for _ in it:
+                    time.sleep(case.step_s)
+            except RuntimeError:
+                # a worker killed: the others end now, not when the iterator is collected
+                # (the memory cgroup they are in is removed once they are gone)
+                it._shutdown_workers()
+                raise
         rec: RunRecord = loader.run
         return rec
     finally:
@@ -170,7 +242,18 @@ def run(case: Case, s: Setting | None = None, cured: bool = False) -> RunRecord:
 
 
 def rate(case: Case, s: Setting, cured: bool = False) -> float:
-    r = run(case, s, cured).measured_samples_per_s
+    """``case``'s measured rate under ``s``: 0 where a worker was killed (a setting past
+    the memory-limited case's cap delivers nothing)."""
+    try:
+        rec = run(case, s, cured)
+    except RuntimeError as e:
+        killed = f"{e} {e.__cause__}"
+        if case.memory_cap_mib and (
+            "killed by signal" in killed or "exited unexpectedly" in killed
+        ):
+            return 0.0
+        raise
+    r = rec.measured_samples_per_s
     assert r is not None
     return r
 
@@ -385,12 +468,26 @@ CASES["foreign-session"] = dataclasses.replace(
     load_apart=True,
 )
 
+# latency-bound's loader whose workers each hold 200 MiB, in a cgroup that lets the run
+# charge 1,240 MiB: more workers pay until the memory runs out, and past it a worker is
+# killed (the run fails). Measured only by the benchmark, as root on a v1 memory hierarchy.
+CASES["memory-limited"] = Case(
+    "memory-limited",
+    lambda n: HeldMemory(n, 0.004, 200),
+    8,
+    Setting(2, 2, True),
+    0.002,
+    "4 ms blocked per sample, each worker holds 200 MiB, 1,240 MiB may be charged",
+    memory_cap_mib=1240,
+)
+
 # The settings each case's sweep measures beside the one as run and the advised one.
 SWEEPS: dict[str, list[Setting]] = {
     name: neighbours(case.setting, workers)
     for name, workers in (
         ("skewed-remote", (6, 8, 12, 16)),
         ("latency-bound", (4, 8, 16)),
+        ("memory-limited", (4, 5, 6, 8)),
         ("skewed-cpu", (3, 4, 8)),
         ("capped-store", (4, 8)),
         ("gpu-bound", (4,)),

@@ -178,6 +178,14 @@ class HeldMemory(Dataset[torch.Tensor]):
 MEMORY = Path("/sys/fs/cgroup/memory")
 
 
+def unmeasurable(case: Case) -> str | None:
+    """Why ``case`` cannot be measured on this host (the memory-limited case needs root and
+    v1's memory controller), or None."""
+    if case.memory_cap_mib and not os.access(MEMORY / "cgroup.procs", os.W_OK):
+        return f"needs root and v1's memory controller at {MEMORY}"
+    return None
+
+
 @contextlib.contextmanager
 def memory_cap(mib: int) -> Iterator[None]:
     """This process in a v1 memory cgroup of its own that lets it charge ``mib`` MiB more

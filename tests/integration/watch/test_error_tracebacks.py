@@ -15,6 +15,8 @@ from torch.utils.data import DataLoader, Dataset
 import ioprobe
 
 IOPROBE = str(Path(ioprobe.__file__).parent)
+# behaviour alone, nothing against the clock: beside the other tests
+pytestmark = pytest.mark.shared
 
 
 class ChainedFailure(Dataset[torch.Tensor]):

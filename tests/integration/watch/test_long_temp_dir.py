@@ -19,6 +19,8 @@ from ioprobe.collect import hostinfo
 from tests.fixtures.datasets import SleepDataset
 
 ROOM = hostinfo.SOCKET_PATH_MAX - hostinfo.SOCKET_TAIL
+# behaviour alone, nothing against the clock: beside the other tests
+pytestmark = pytest.mark.shared
 
 
 @pytest.fixture

@@ -215,17 +215,24 @@ def test_workers_past_a_cpu_quota_are_throttled_by_time_not_left_on_an_idle_core
     assert rate(cpu, 4) / rate(cpu, 1) < loader_sim.CROWDED_SHARE + 0.01
 
 
-def test_the_foreign_load_is_split_by_the_scan_of_the_hosts_processes() -> None:
+def _busy_host(**scan: object) -> RunRecord:
+    """The skewed run with one epoch of 10 s: the host busy 18 s, the workers 4 s and the
+    main process 2 s of it; ``scan``: what the scan of the host's processes found."""
     rec = record(skewed_log())
     assert rec.watch is not None
-    # 10 s of epoch: the host busy 18 s, this job 6 s; of the other 12, 10 in another group
     rec.watch.epochs = [
         WatchEpoch(
             index=0, batches=10, host_busy_seconds=18.0, host_wall_seconds=10.0,
-            worker_process_cpu_seconds=4.0, main_cpu_seconds=2.0,
-            apart_cpu_seconds=10.0, apart_wall_seconds=10.0, apart_groups=1,
+            worker_process_cpu_seconds=4.0, main_cpu_seconds=2.0, **scan,
         )
     ]  # fmt: skip
+    return rec
+
+
+def test_the_foreign_load_is_split_by_the_scan_of_the_hosts_processes() -> None:
+    # of the other 12 s, 10 in another group
+    rec = _busy_host(apart_cpu_seconds=10.0, apart_wall_seconds=10.0, apart_groups=1)
+    assert rec.watch is not None
     costs = loader_sim.costs(rec)
     assert costs is not None and costs.apart_known
     assert costs.held_cores == pytest.approx(1.0) and costs.other_threads == 0.0
@@ -322,15 +329,8 @@ def test_the_hosts_busy_time_less_the_loaders_is_the_foreign_load() -> None:
     stat = b"cpu  100 20 30 900 5 6 7 8 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n"
     assert parse_host_busy(stat, 100) == pytest.approx((100 + 20 + 30 + 6 + 7 + 8) / 100)
     assert parse_host_busy(b"intr 1 2 3\n", 100) is None
-    rec = record(skewed_log())
+    rec = _busy_host()
     assert rec.watch is not None
-    # 10 s of epoch: the host busy 18 s, the workers 4 s and the main process 2 s of it
-    rec.watch.epochs = [
-        WatchEpoch(
-            index=0, batches=10, host_busy_seconds=18.0, host_wall_seconds=10.0,
-            worker_process_cpu_seconds=4.0, main_cpu_seconds=2.0,
-        )
-    ]  # fmt: skip
     assert loader_sim.foreign_cores(rec) == pytest.approx(1.2)
     costs = loader_sim.costs(rec)
     assert costs is not None and costs.other_threads == pytest.approx(1.2)

@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from ioprobe.record import RunRecord
@@ -210,18 +211,41 @@ def test_the_folder_of_a_run_killed_with_sigkill_is_removed_by_the_next_run(
         env=env, start_new_session=True,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+    run = psutil.Process(killed.pid)
     deadline = time.monotonic() + 30
-    while not list(tmp_path.glob("ioprobe-run-*")) and time.monotonic() < deadline:
+    while not _script_of(run) and time.monotonic() < deadline:
         time.sleep(0.05)
-    os.killpg(killed.pid, signal.SIGKILL)  # the run and its script: nothing can be caught
+    script = _script_of(run)
+    assert script is not None and len(list(tmp_path.glob("ioprobe-run-*"))) == 1
+    os.killpg(killed.pid, signal.SIGKILL)  # the run: nothing can be caught
     killed.wait()
-    assert len(list(tmp_path.glob("ioprobe-run-*"))) == 1
     # another host's run, in a TMPDIR that nodes share: its pid says nothing here
     elsewhere = tmp_path / f"ioprobe-run-{killed.pid}-0badf00d-x"
     elsewhere.mkdir()
+    try:
+        # its script runs on, orphaned, from that folder: the next run leaves it
+        again = run_cli(
+            "run", "--", sys.executable, "-c", "print('hi')", env={"TMPDIR": str(tmp_path)}
+        )
+        assert again.returncode == 0 and again.stdout == "hi\n", again.stderr
+        assert len(list(tmp_path.iterdir())) == 2
+    finally:
+        script.kill()
+        script.wait(10)
     proc = run_cli("run", "--", sys.executable, "-c", "print('hi')", env={"TMPDIR": str(tmp_path)})
     assert proc.returncode == 0 and proc.stdout == "hi\n", proc.stderr
     assert [p.name for p in tmp_path.iterdir()] == [elsewhere.name]
+
+
+def _script_of(run: psutil.Process) -> psutil.Process | None:
+    """The script ``ioprobe run`` started: its child that runs the sleep."""
+    try:
+        for child in run.children(recursive=True):
+            if "time.sleep(60)" in " ".join(child.cmdline()):
+                return child
+    except psutil.Error:
+        pass
+    return None
 
 
 def test_run_of_a_missing_command_exits_2() -> None:

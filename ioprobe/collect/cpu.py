@@ -42,6 +42,13 @@ _decoder: Decoder | None = None
 MIN_LEVEL_S = 0.3
 
 
+# What a decoder's call may raise that counts as that sample's error. A pool worker ignores
+# SIGINT (quiet_worker), so a KeyboardInterrupt there is the --loader function's own: a
+# library's interrupted call re-raised. Uncaught, it printed a traceback from each worker
+# and ended them all as they started.
+DECODER_ERRORS = (Exception, KeyboardInterrupt)
+
+
 def _init(decoder_name: str, payload_file: str) -> None:
     quiet_worker()
     global _payloads, _decoder
@@ -49,7 +56,7 @@ def _init(decoder_name: str, payload_file: str) -> None:
         _payloads = pickle.load(fh)
     _decoder = resolve(decoder_name)
     # the library's first-call set-up, before any timing; an error counts in the timed tasks
-    with suppress(Exception):
+    with suppress(*DECODER_ERRORS):
         _decoder(_payloads[0])
 
 
@@ -74,9 +81,9 @@ def _decode_task(start: int, count: int) -> TaskResult:
         t0 = clock()
         try:
             _decoder(data)
-        except Exception as exc:  # a user's decoder may raise anything
+        except DECODER_ERRORS as exc:  # a user's decoder may raise anything
             errors += 1
-            first = first or f"{type(exc).__name__}: {exc}"
+            first = first or f"{type(exc).__name__}: {exc}".removesuffix(": ")
             continue
         cpu += clock() - t0
         ok += 1

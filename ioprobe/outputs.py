@@ -64,6 +64,28 @@ def fd_of(path: str | os.PathLike[str]) -> int | None:
     return int(fd if fd is not None else proc_fd)
 
 
+# Set where the command started with stdout closed (``>&-``): descriptor 1 is /dev/null then
+# (so that no file ioprobe opens takes its number), and what an output writes there is lost
+_stdout_closed = False
+
+
+def stdout_was_closed() -> None:
+    """Note that the command started with stdout closed (``cli.main`` fills it)."""
+    global _stdout_closed
+    _stdout_closed = True
+
+
+def check_stdout_open(name: str) -> None:
+    """BadInputError naming ``name`` where an output asked for on stdout would be lost: the
+    command started with stdout closed (``cat FILE >&-`` fails too, where it went on
+    silently, exit 0, nothing written)."""
+    if _stdout_closed:
+        raise BadInputError(
+            f"{name}: stdout is closed (the command was started with >&-): what is written "
+            "there is lost; give a file name"
+        )
+
+
 def writes_stdout(path: str | None) -> bool:
     """Whether an output goes to standard output: '-', /dev/stdout, /dev/fd/1."""
     return path is not None and (path == "-" or fd_of(path) == 1)
@@ -140,6 +162,8 @@ def check_output(path: str | os.PathLike[str]) -> Destination:
     file's directory accepts a new file, a device or FIFO is writable, a descriptor is open
     for writing. Raises BadInputError with one line naming the path."""
     name = os.fspath(path)
+    if writes_stdout(name):
+        check_stdout_open(name)
     dest = destination(name)
     if dest.kind == "file":
         _check_directory(name, os.path.dirname(dest.path))

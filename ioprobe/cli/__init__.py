@@ -36,6 +36,7 @@ from ioprobe.errors import (
     TermSignal,
     limits,
 )
+from ioprobe.outputs import stdout_was_closed
 from ioprobe.redact import hung_up_tolerant, printable, redact_message
 
 # a process older than this when its command starts is not one started for the command (an
@@ -192,6 +193,8 @@ def _fill_closed_descriptors() -> None:
             continue
         except OSError:
             pass
+        if fd == 1:  # an output asked for there would be lost: refused before any work
+            stdout_was_closed()
         null = os.open(os.devnull, os.O_RDWR)  # the lowest free number: this one
         if null != fd:
             os.dup2(null, fd)

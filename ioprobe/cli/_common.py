@@ -16,7 +16,7 @@ from rich.console import Console
 from ioprobe.analysis.catalog import Catalog, resolve_storage
 from ioprobe.analysis.report import Findings, findings
 from ioprobe.errors import WRITE_ERRNOS, BadInputError, IoprobeError, RecordError
-from ioprobe.outputs import check_output, write_output, writes_stdout
+from ioprobe.outputs import check_output, check_stdout_open, write_output, writes_stdout
 from ioprobe.record import STAGE_NAMES, RunRecord, StorageClassInfo
 from ioprobe.redact import console as text_console
 
@@ -177,6 +177,8 @@ def check_outputs(named: list[tuple[str, str | None]], inputs: Sequence[str | No
                 f"{flag} {path}: is the file this command reads ({read[_same_file_key(path)]}); "
                 "writing it would replace it"
             )
+        if path == "-":
+            check_stdout_open(f"{flag} -")
         if path is None or path == "-":
             continue
         try:

@@ -17,7 +17,7 @@ import click
 
 from ioprobe.collect.hostinfo import host_info
 from ioprobe.errors import BadInputError
-from ioprobe.outputs import check_output, write_output, writes_stdout
+from ioprobe.outputs import check_output, check_stdout_open, write_output, writes_stdout
 from ioprobe.record import to_plain
 from ioprobe.redact import console as text_console
 from ioprobe.render.host import render_host
@@ -36,8 +36,9 @@ ENV_SCHEMA = "ioprobe.env/1"
 )
 def command(path: str, json_file: str | None) -> None:
     to_stdout = writes_stdout(json_file)
-    if json_file is not None and json_file != "-":
-        check_output(json_file)  # before anything else: one line, nothing of theirs touched
+    if json_file is not None:
+        # before anything else: one line, nothing of theirs touched
+        check_output(json_file) if json_file != "-" else check_stdout_open("--json -")
     host = host_info(path)
     document: dict[str, Any] = {"schema": ENV_SCHEMA, "host": to_plain(host)}
     text = json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n"

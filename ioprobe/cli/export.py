@@ -13,7 +13,7 @@ import click
 from ioprobe.analysis.dlio import dlio_workload
 from ioprobe.cli._common import check_outputs, count
 from ioprobe.errors import BadInputError
-from ioprobe.outputs import write_output
+from ioprobe.outputs import check_stdout_open, write_output
 from ioprobe.record import RunRecord
 from ioprobe.render.dlio import to_yaml
 
@@ -33,6 +33,8 @@ def command(
 ) -> None:
     output = None if output == "-" else output  # '-': stdout, as every other output takes it
     check_outputs([("-o", output)], [run])  # before anything: one line, nothing replaced
+    if output is None:
+        check_stdout_open("the export (on stdout)")
     if data_folder is not None and not data_folder.isprintable():
         # YAML would keep it, escaped ("x\\npwned"), and DLIO would read a folder of that
         # name, not the one given

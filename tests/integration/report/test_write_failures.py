@@ -109,6 +109,38 @@ def test_a_closed_stdout_drops_the_summary_and_keeps_the_outputs(
     assert out.stat().st_size > 0
 
 
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "RUN", "--md", "-"],
+        ["report", "RUN", "--json", "/dev/stdout"],
+        ["size", "RUN", "--gpus", "1", "--md", "-"],
+        ["env", "--json", "-"],
+        ["export", "dlio", "RUN"],
+    ],
+    ids=" ".join,
+)
+def test_an_output_asked_for_on_a_closed_stdout_is_refused_before_any_work(
+    args: list[str], run_json: str, tmp_path: Path
+) -> None:
+    # it went to the /dev/null that stands in for the closed descriptor: exit 0, nothing
+    # written, nothing said (`cat FILE >&-` fails)
+    args = [run_json if a == "RUN" else a for a in args]
+    proc = subprocess.run(
+        [sys.executable, "-m", "ioprobe", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+        preexec_fn=_closing(1),
+    )
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "stdout is closed" in lines[0], proc.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_closed_stderr_leaves_the_summary_and_the_exit_code() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "ioprobe", "env"],

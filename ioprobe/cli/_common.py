@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from importlib import import_module
 from typing import Any, TypeVar
 
@@ -236,11 +239,67 @@ RENDERERS = {
 }
 
 
+HELD = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP held while a finished measurement's outputs are written:
+    the first waits until every output has been tried, then ends the command as it would
+    have (130, 143); a second ends it at once (an output that never finishes: a FIFO that
+    no one reads). Where they came in between, the outputs after the record were lost."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    came: list[int] = []
+    saved: dict[int, Any] = {}
+
+    def hold(signum: int, frame: object) -> None:
+        if not came:
+            came.append(signum)
+            return
+        came.clear()  # asked twice: the outputs wait no more
+        _restore(saved)
+        _now(signum, saved[signum], frame)
+
+    for signum in HELD:
+        handler = signal.getsignal(signum)
+        if handler not in (signal.SIG_IGN, None):  # an ignored one stays so
+            saved[signum] = signal.signal(signum, hold)
+    try:
+        yield
+    finally:
+        _restore(saved)
+        if came:
+            _now(came[0], saved[came[0]], None)
+
+
+def _restore(saved: dict[int, Any]) -> None:
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
+def _now(signum: int, handler: Any, frame: Any) -> None:
+    """What ``signum`` would have done on arrival: its handler called here (it raises:
+    KeyboardInterrupt, the command line's SIGTERM), or, at its default, the process ended by
+    it. Called directly, not raised again: a signal raised inside a handler waits for the
+    next check, which an output blocked in a system call never reaches."""
+    if callable(handler):
+        handler(signum, frame)
+    else:
+        signal.raise_signal(signum)
+
+
 def deliver(rec: RunRecord, plan: dict[str, list[str]]) -> None:
     """Write each planned output, and show the terminal view unless an output went to stdout;
     every view is rendered from one set of findings. The record is written first, and every
     output is tried whatever became of the others: one that fails (a full disk, a renderer's
     bug) costs that output alone, and is reported in one line once the rest are written."""
+    with signals_held():
+        _deliver(rec, plan)
+
+
+def _deliver(rec: RunRecord, plan: dict[str, list[str]]) -> None:
     failed: list[str] = []
     for path in plan["json"]:
         attempt(failed, "--json", write_record, rec, path)

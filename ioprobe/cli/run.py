@@ -43,6 +43,7 @@ from ioprobe.cli._common import (
     output_options,
     plan_outputs,
     show,
+    signals_held,
     write_record,
     write_rendered,
 )
@@ -140,7 +141,8 @@ def command(
                 f"the script exited with code {returncode}: what is measured is the part of "
                 "the run before it ended"
             )
-    _report_all(runs, plan, -returncode if returncode < 0 else None, made)
+    with signals_held():  # the script is over: its outputs are written whole
+        _report_all(runs, plan, -returncode if returncode < 0 else None, made)
     # a death by signal N exits 128+N, as a shell reports it
     sys.exit(128 - returncode if returncode < 0 else returncode)
 

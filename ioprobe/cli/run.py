@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -133,7 +134,9 @@ def command(
 ) -> None:
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs, command_files(cmd))
     _check(plan, cmd)
+    before = {p: _stamp(p) for paths in plan.values() for p in paths}
     returncode, runs, made = _run_watched(cmd, live)
+    plan = _spare_scripts_files(plan, before)
     if returncode > 0:
         # a rank whose peer died, a script that raised: the figures are of what ran before
         for rec in runs:
@@ -647,6 +650,55 @@ def _signal_name(signum: int) -> str:
         return signal.Signals(signum).name
     except ValueError:
         return f"signal {signum}"
+
+
+def _stamp(path: str) -> tuple[int, int, int, int] | None:
+    """What tells a file another wrote from the one that was there: its device, inode,
+    size and change time; None where there is none (or no plain file: a device, a FIFO)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_ctime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
+def _spare_scripts_files(
+    plan: dict[str, list[str]], before: dict[str, tuple[int, int, int, int] | None]
+) -> dict[str, list[str]]:
+    """The outputs, less those the script itself wrote while it ran (``run --json
+    model.json`` of a script that saves model.json): the script's file stays as it is, and
+    that output goes beside it (``model.ioprobe.json``), the user told in one line."""
+    out: dict[str, list[str]] = {}
+    for fmt, paths in plan.items():
+        out[fmt] = []
+        for path in paths:
+            now = _stamp(path) if path != "-" else None
+            if now is None or now == before.get(path):
+                out[fmt].append(path)
+                continue
+            spare = _free_name(path)
+            text_console(stderr=True).print(
+                shown(
+                    f"ioprobe: {path} was written by the script while it ran: left as it is; "
+                    f"this {fmt} output is {spare}"
+                ),
+                soft_wrap=True,
+            )
+            out[fmt].append(spare)
+    return out
+
+
+def _free_name(path: str) -> str:
+    """``model.json`` -> ``model.ioprobe.json`` (then ``model.ioprobe2.json`` ...), the
+    first that names no file: the ending that names the format stays."""
+    low = path.lower()
+    ext = next((x for x, _ in EXTENSIONS if low.endswith(x)), Path(path).suffix)
+    stem = path[: len(path) - len(ext)] if ext else path
+    for n in range(1, 1000):
+        name = f"{stem}.ioprobe{n if n > 1 else ''}{path[len(stem) :]}"
+        if not os.path.lexists(name):
+            return name
+    return f"{stem}.ioprobe.{os.getpid()}{path[len(stem) :]}"
 
 
 def _nth(path: str, i: int) -> str:

@@ -394,3 +394,26 @@ def test_a_grandchild_that_outlives_the_run_says_nothing_of_its_records(tmp_path
         time.sleep(0.1)
     time.sleep(0.5)  # its exit handlers
     assert done.exists() and "ioprobe" not in log.read_text()
+
+
+def test_an_output_the_script_itself_writes_is_left_to_it_and_the_record_goes_beside(
+    tmp_path: Path,
+) -> None:
+    # `run --json model.json` of a script that saves model.json: its file was replaced by
+    # the record once it ended
+    script = tmp_path / "save.py"
+    script.write_text(
+        "import runpy, sys\n"
+        "sys.argv = ['train_script']\n"
+        "try:\n"
+        "    runpy.run_module('tests.fixtures.train_script', run_name='__main__')\n"
+        "finally:  # it ends with sys.exit\n"
+        "    open('model.json', 'w').write('{\"weights\": [1, 2, 3]}')\n"
+    )
+    (tmp_path / "model.json").write_text("{}")  # there before the run: the script rewrites it
+    proc = run_cli("run", "--json", "model.json", "--", sys.executable, str(script), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert (tmp_path / "model.json").read_text() == '{"weights": [1, 2, 3]}'
+    assert RunRecord.load(tmp_path / "model.ioprobe.json").watch is not None
+    assert "model.json was written by the script while it ran" in proc.stderr
+    assert "model.ioprobe.json" in proc.stderr

@@ -87,6 +87,19 @@ def _closing(*fds: int) -> Any:
     return close
 
 
+def _closed(args: list[str], cwd: Path, *fds: int) -> subprocess.CompletedProcess[str]:
+    """``ioprobe ARGS`` started with descriptors ``fds`` closed (``>&-``), its stderr kept."""
+    return subprocess.run(
+        [sys.executable, "-m", "ioprobe", *args],
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+        preexec_fn=_closing(*fds),
+    )
+
+
 @pytest.mark.parametrize("name", ["env", "report", "whatif", "size"])
 def test_a_closed_stdout_drops_the_summary_and_keeps_the_outputs(
     name: str, run_json: str, tmp_path: Path
@@ -95,15 +108,7 @@ def test_a_closed_stdout_drops_the_summary_and_keeps_the_outputs(
     # end was an AttributeError traceback, exit 1
     args = [run_json if a == "RUN" else a for a in COMMANDS[name]]
     out = tmp_path / "out.json"
-    proc = subprocess.run(
-        [sys.executable, "-m", "ioprobe", *args, "--json", str(out)],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=120,
-        preexec_fn=_closing(0, 1),  # stdin and stdout closed where the command starts
-    )
+    proc = _closed([*args, "--json", str(out)], REPO, 0, 1)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert out.stat().st_size > 0
@@ -126,15 +131,7 @@ def test_an_output_asked_for_on_a_closed_stdout_is_refused_before_any_work(
     # it went to the /dev/null that stands in for the closed descriptor: exit 0, nothing
     # written, nothing said (`cat FILE >&-` fails)
     args = [run_json if a == "RUN" else a for a in args]
-    proc = subprocess.run(
-        [sys.executable, "-m", "ioprobe", *args],
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        timeout=120,
-        preexec_fn=_closing(1),
-    )
+    proc = _closed(args, tmp_path, 1)
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "stdout is closed" in lines[0], proc.stderr

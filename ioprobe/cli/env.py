@@ -38,7 +38,10 @@ def command(path: str, json_file: str | None) -> None:
     to_stdout = writes_stdout(json_file)
     if json_file is not None:
         # before anything else: one line, nothing of theirs touched
-        check_output(json_file) if json_file != "-" else check_stdout_open("--json -")
+        if json_file == "-":
+            check_stdout_open("--json -")
+        else:
+            check_output(json_file)
     host = host_info(path)
     document: dict[str, Any] = {"schema": ENV_SCHEMA, "host": to_plain(host)}
     text = json.dumps(document, indent=2, sort_keys=True, allow_nan=False) + "\n"

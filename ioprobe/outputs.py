@@ -162,8 +162,8 @@ def check_output(path: str | os.PathLike[str]) -> Destination:
     file's directory accepts a new file, a device or FIFO is writable, a descriptor is open
     for writing. Raises BadInputError with one line naming the path."""
     name = os.fspath(path)
-    if writes_stdout(name):
-        check_stdout_open(name)
+    if writes_stdout(os.fsdecode(name)):  # a bytes path too, as open() takes them
+        check_stdout_open(os.fsdecode(name))
     dest = destination(name)
     if dest.kind == "file":
         _check_directory(name, os.path.dirname(dest.path))

@@ -428,6 +428,13 @@ class HungUpTolerant:
             if exc.errno not in self._errnos:
                 raise
             self.gone = True
+            # what the stream still buffers would fail again at its next flush (the
+            # interpreter's at exit, a library's own reference to the stream): its
+            # descriptor is pointed at /dev/null, the reader being gone
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, self._stream.fileno())
+                os.close(null)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)

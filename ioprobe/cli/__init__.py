@@ -302,4 +302,12 @@ def _fail(message: str, code: int) -> None:
         # go, and the exit code is all that is left to say it
         with contextlib.suppress(OSError, ValueError):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stderr.fileno())
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except (OSError, ValueError):
+        # what a full or closed stdout still holds has nowhere to go: dropped, not an
+        # "Exception ignored" at exit with its status 120 (under a C locale, seen with a
+        # full stdout: the failed summary's text stayed buffered)
+        _drop_stdout()
     sys.exit(code)

@@ -691,19 +691,22 @@ def _spare_scripts_files(
 def _free_name(path: str) -> str:
     """``model.json`` -> ``model.ioprobe.json`` (then ``model.ioprobe2.json`` ...), the
     first that names no file: the ending that names the format stays."""
-    low = path.lower()
-    ext = next((x for x, _ in EXTENSIONS if low.endswith(x)), Path(path).suffix)
-    stem = path[: len(path) - len(ext)] if ext else path
     for n in range(1, 1000):
-        name = f"{stem}.ioprobe{n if n > 1 else ''}{path[len(stem) :]}"
+        name = _tagged(path, f"ioprobe{n if n > 1 else ''}")
         if not os.path.lexists(name):
             return name
-    return f"{stem}.ioprobe.{os.getpid()}{path[len(stem) :]}"
+    return _tagged(path, f"ioprobe.{os.getpid()}")
 
 
 def _nth(path: str, i: int) -> str:
     """``run.trace.json`` -> ``run.loader2.trace.json``: the ending that names the format stays."""
+    return _tagged(path, f"loader{i}")
+
+
+def _tagged(path: str, tag: str) -> str:
+    """``path`` with ``.tag`` before the ending that names its format (``.trace.json``
+    whole, or the last suffix)."""
     low = path.lower()
     ext = next((x for x, _ in EXTENSIONS if low.endswith(x)), Path(path).suffix)
     stem = path[: len(path) - len(ext)] if ext else path
-    return f"{stem}.loader{i}{path[len(stem) :]}"
+    return f"{stem}.{tag}{path[len(stem) :]}"

@@ -30,6 +30,7 @@ from torch.utils.data import DataLoader, Dataset
 
 import ioprobe
 from ioprobe.analysis.loader_sim import Setting, recorded_setting
+from ioprobe.collect import cgroup
 from ioprobe.record import Recommendation, RunRecord
 from tests.fixtures.datasets import SkewedDataset, SkewedIterable, SleepDataset
 
@@ -194,10 +195,8 @@ def memory_cap(mib: int) -> Iterator[None]:
     if not mib:
         yield
         return
-    here = dict(
-        line.split(":", 2)[1:] for line in Path("/proc/self/cgroup").read_text().splitlines()
-    )
-    parent = MEMORY / here["memory"].strip().lstrip("/")
+    here = cgroup.own_paths(Path("/proc/self/cgroup").read_text())
+    parent = MEMORY / here["memory"].lstrip("/")
     group = parent / f"bench-memory-{os.getpid()}"
     group.mkdir(exist_ok=True)  # one a run before could not remove: its workers lingered
     try:

@@ -242,6 +242,8 @@ def _collected(records: Path) -> tuple[list[Path], bool | None]:
         made = any(p.name.startswith("made-") for p in records.iterdir())
         if not saved:
             _say_unwatched(records)
+            if made and _say_empty(records):
+                made = None
     except OSError:  # the script removed the folder, or put a file in its place
         text_console(stderr=True).print(
             "ioprobe: the script removed or replaced the folder its records were saved "
@@ -292,6 +294,26 @@ def _say_unwatched(folder: Path) -> None:
         ),
         soft_wrap=True,
     )
+
+
+def _say_empty(folder: Path) -> bool:
+    """Where the script iterated a loader and no batch reached it (the hook's
+    ``empty-{pid}-{i}``), say so with the loader's error: True where it was said."""
+    notes = sorted(folder.glob("empty-*"))
+    if not notes:
+        return False
+    try:
+        error = notes[0].read_text(errors="replace")[:500].strip()
+    except OSError:
+        return False
+    why = f" ({error})" if error else ""
+    text_console(stderr=True).print(
+        shown(
+            f"ioprobe: the script iterated a loader but no batch reached it{why}: nothing to report"
+        ),
+        soft_wrap=True,
+    )
+    return True
 
 
 def _load_saved(path: Path) -> RunRecord | None:

@@ -231,6 +231,7 @@ def _write_records() -> None:
                 stopped = True
                 rec = w.record
             if rec.watch is None or not any(e.batches for e in rec.watch.epochs):
+                _note_empty(out, i, rec)
                 continue
             if interrupted and rec.complete:
                 from ioprobe.monitor.collector import mark_interrupted
@@ -241,6 +242,21 @@ def _write_records() -> None:
             print(f"ioprobe: could not save the record of loader {i}: {exc}", file=sys.stderr)
     if interrupted or stopped:
         _keep_sigint_exit()
+
+
+def _note_empty(out: str, i: int, rec: Any) -> None:
+    """Leave ``empty-{pid}-{i}`` where loader ``i`` was iterated and no batch reached the
+    script (a worker that died before its first batch was sent): ``ioprobe run`` says so
+    with the loader's error, rather than that the script never iterated it."""
+    epochs = rec.watch.epochs if rec.watch is not None else []
+    if not epochs:
+        return
+    error = next((e.error for e in epochs if e.error), "")
+    with (
+        contextlib.suppress(OSError),
+        open(os.path.join(out, f"empty-{os.getpid()}-{i}"), "w") as f,
+    ):
+        f.write(error[:500])
 
 
 def _write_trials(out: str) -> None:

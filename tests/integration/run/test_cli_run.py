@@ -88,6 +88,34 @@ def test_run_without_a_dataloader_says_so(tmp_path: Path) -> None:
     assert "Error in sitecustomize" not in proc.stderr
 
 
+WORKER_DIES_AT_ONCE = """\
+import os, torch
+from torch.utils.data import DataLoader, Dataset
+class Dies(Dataset):
+    def __len__(self): return 32
+    def __getitem__(self, i):
+        if i == 0: os._exit(7)  # before its batch is sent: no batch ever reaches the loop
+        return torch.tensor([i])
+for batch in DataLoader(Dies(), batch_size=4, num_workers=1):
+    pass
+"""
+
+
+def test_a_loader_whose_worker_dies_before_any_batch_is_said_so_with_its_error(
+    tmp_path: Path,
+) -> None:
+    # the line used to say the script never iterated its loader or skipped its exit hooks
+    script = tmp_path / "train.py"
+    script.write_text(WORKER_DIES_AT_ONCE)
+    proc = run_cli("run", "--json", str(tmp_path / "run.json"), "--", sys.executable, str(script))
+    assert proc.returncode == 1, proc.stderr  # the script's, as unwatched
+    assert "iterated a loader but no batch reached it (RuntimeError: DataLoader worker" in (
+        proc.stderr
+    )
+    assert "never iterated" not in proc.stderr
+    assert not (tmp_path / "run.json").exists()
+
+
 def test_a_run_inside_a_run_watches_once_and_the_users_sitecustomize_runs_once_each(
     tmp_path: Path,
 ) -> None:

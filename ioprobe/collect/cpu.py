@@ -32,7 +32,13 @@ from ioprobe.collect.budget import Overdue, within
 from ioprobe.collect.decode import Decoder, output_nbytes, resolve
 from ioprobe.collect.failures import ReadFailures
 from ioprobe.collect.progress import Reporter, SilentReporter
-from ioprobe.collect.workers import pool_start_s, quiet_worker, spawn_pool, wait_started
+from ioprobe.collect.workers import (
+    FirstCalls,
+    pool_start_s,
+    quiet_worker,
+    spawn_pool,
+    wait_started,
+)
 from ioprobe.errors import BadInputError
 from ioprobe.record import CpuLevel, CpuStage
 
@@ -49,14 +55,14 @@ MIN_LEVEL_S = 0.3
 DECODER_ERRORS = (Exception, KeyboardInterrupt)
 
 
-def _init(decoder_name: str, payload_file: str) -> None:
+def _init(decoder_name: str, payload_file: str, first: FirstCalls) -> None:
     quiet_worker()
     global _payloads, _decoder
     with open(payload_file, "rb") as fh:
         _payloads = pickle.load(fh)
     _decoder = resolve(decoder_name)
     # the library's first-call set-up, before any timing; an error counts in the timed tasks
-    with suppress(*DECODER_ERRORS):
+    with first.calling(), suppress(*DECODER_ERRORS):
         _decoder(_payloads[0])
 
 
@@ -179,11 +185,12 @@ def measure_cpu(
     stage = CpuStage(loader=decoder_name, usable_cores=usable_cores)
     feed = _Feed()
     base: float | None = None
+    first = FirstCalls(f"--loader {decoder_name}")
     with (
         _payload_file(payloads) as path,
-        spawn_pool(max(levels), _init, (decoder_name, path)) as pool,
+        spawn_pool(max(levels), _init, (decoder_name, path, first)) as pool,
     ):
-        wait_started(pool, max(levels), _ready)
+        wait_started(pool, max(levels), _ready, first)
         # the pool's start is part of the phase: the levels share what it left. A floor keeps
         # a level long enough to decode a few dozen images per worker; on a host of many
         # cores a small budget is still spread over five or more levels

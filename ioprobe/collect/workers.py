@@ -31,6 +31,7 @@ worker it kills holds it. The SIGTERM handler stays for a SIGTERM from outside.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import multiprocessing as mp
 import multiprocessing.context as mp_context
@@ -40,12 +41,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from multiprocessing import resource_tracker
 from multiprocessing.pool import Pool
 from types import FrameType
 from typing import Any
 
+from ioprobe import units
 from ioprobe.collect.quiet import HELD
 from ioprobe.errors import IoprobeError
 
@@ -108,18 +110,71 @@ class WorkersFailed(IoprobeError):
     """A pool whose workers die as they start: the pool would start new ones for ever."""
 
 
-def wait_started(pool: Pool, processes: int, ready: Callable[[int], Any]) -> None:
+# How long a worker's first call of the user's function (in its initializer) may take: a
+# library's first-call set-up (Pillow's plugins: 30 ms; an import of torch: 2 s) fits well
+# within it, and a function that never returns is named within it rather than blamed on the
+# workers' start 30 s later
+FIRST_CALL_S = 10.0
+
+
+class FirstCalls:
+    """How many of a pool's workers have begun and ended their initializer's first call of
+    the user's function: shared with them through the pool's initargs, so the parent can
+    tell a function that does not return from workers that do not start."""
+
+    def __init__(self, what: str, limit: float = FIRST_CALL_S) -> None:
+        ctx = mp.get_context("spawn")
+        self.what = what
+        self.limit = limit
+        self.begun = ctx.Value("i", 0)
+        self.ended = ctx.Value("i", 0)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"what": self.what, "limit": self.limit, "begun": self.begun, "ended": self.ended}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
+    @contextlib.contextmanager
+    def calling(self) -> Iterator[None]:
+        """In a worker: around its first call of the function."""
+        with self.begun.get_lock():
+            self.begun.value += 1
+        try:
+            yield
+        finally:
+            with self.ended.get_lock():
+                self.ended.value += 1
+
+    def inside(self) -> bool:
+        """Whether some worker is inside its first call now."""
+        return bool(self.begun.value > self.ended.value)
+
+
+def wait_started(
+    pool: Pool, processes: int, ready: Callable[[int], Any], first: FirstCalls | None = None
+) -> None:
     """Return once each of the pool's ``processes`` workers has run ``ready`` (its
     initializer done). A worker that dies as it starts (its initializer raised, the
     interpreter cannot import what it needs) is replaced by the pool for ever, and a task
     waits for ever: after more than twice as many workers as asked have come and gone, or
-    ``max(30 s, 10 x pool_start_s)`` without them, this raises ``WorkersFailed`` (one line)."""
+    ``max(30 s, 10 x pool_start_s)`` without them, this raises ``WorkersFailed`` (one line).
+    ``first``: where a worker stays inside its first call of the user's function for
+    ``first.limit``, the line names the function instead."""
     result = pool.map_async(ready, range(processes), chunksize=1)
     limit = max(30.0, 10 * pool_start_s(processes))
     deadline = time.monotonic() + limit
     seen: dict[int, Any] = {}
+    inside_since: float | None = None
     while not result.ready():
         result.wait(0.05)
+        if first is not None:
+            inside_since = (inside_since or time.monotonic()) if first.inside() else None
+            if inside_since is not None and time.monotonic() - inside_since > first.limit:
+                raise WorkersFailed(
+                    f"{first.what} did not return from its first sample within "
+                    f"{units.figure(first.limit)} s"
+                )
         # the pool's own list of its workers: the ones it has started so far
         seen.update((p.pid, p) for p in getattr(pool, "_pool", []) if p.pid is not None)
         if len(seen) > 2 * processes + 1:

@@ -18,7 +18,13 @@ import pytest
 
 from ioprobe.collect.budget import map_within, within
 from ioprobe.collect.quiet import HELD, start_quiet
-from ioprobe.collect.workers import quiet_worker, spawn_pool
+from ioprobe.collect.workers import (
+    FirstCalls,
+    WorkersFailed,
+    quiet_worker,
+    spawn_pool,
+    wait_started,
+)
 
 
 def _init() -> None:
@@ -242,3 +248,32 @@ def test_a_ctrl_c_while_a_pool_starts_beside_a_helper_thread_interrupts_the_star
         [sys.executable, "-c", SLOW_POOL], capture_output=True, text=True, timeout=60
     )
     assert out.stdout.strip() == "interrupted", (out.stdout, out.stderr[-2000:])
+
+
+def _first_call_never_returns(first: FirstCalls) -> None:
+    quiet_worker()
+    with first.calling():
+        time.sleep(3600)  # a --loader function that never returns
+
+
+def _ready(_: int) -> int:
+    return 0
+
+
+def test_a_first_call_that_never_returns_is_named_within_its_limit_not_blamed_on_the_start() -> (
+    None
+):
+    # it waited the pool's 30 s and said the workers did not start
+    first = FirstCalls("--loader mod:hangs", limit=0.5)
+    pool = spawn_pool(1, _first_call_never_returns, (first,))
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(WorkersFailed) as caught:
+            wait_started(pool, 1, _ready, first)
+        took = time.monotonic() - t0
+    finally:
+        pool.terminate()
+    assert str(caught.value) == (
+        "--loader mod:hangs did not return from its first sample within 0.5 s"
+    )
+    assert took < 15.0, took

@@ -25,6 +25,7 @@ import re
 import stat
 import statistics
 import time
+import urllib.parse
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -133,10 +134,38 @@ class Dataset:
         return self.fs is not None
 
 
+# a URL's scheme (RFC 3986, 3.1): a letter, then letters, digits, "+", "-" or "."
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+def as_url(target: str) -> str:
+    """``target`` with its scheme in lower case, as fsspec's registry names it (a scheme is
+    case-insensitive: ``HTTP://host/`` is ``http://host/``); a local path that exists, or
+    text with no scheme, as it is."""
+    m = _SCHEME.match(target)
+    if m is None or m.group(1).islower() or os.path.lexists(target):
+        return target
+    return m.group(1).lower() + target[m.end(1) :]
+
+
 def is_remote(target: str) -> bool:
     """Whether ``target`` is a URL to open with fsspec: it has a scheme, and is not a local
     path that exists (a directory named ``runs/http://x`` is that directory)."""
+    target = as_url(target)
     return "://" in target and not target.startswith("file://") and not os.path.lexists(target)
+
+
+def file_url_path(target: str) -> str:
+    """The local path a ``file://`` URL names, percent-escapes decoded to the bytes they
+    stand for (``%20`` a space, ``%FF`` a byte no UTF-8 name holds) and a ``localhost``
+    host dropped; anything else as it is."""
+    url = as_url(target)
+    if not url.startswith("file://") or os.path.lexists(target):
+        return target
+    rest = url[len("file://") :]
+    if rest.startswith("localhost/"):
+        rest = rest[len("localhost") :]
+    return os.fsdecode(urllib.parse.unquote_to_bytes(rest))
 
 
 def resolve(
@@ -155,8 +184,8 @@ def resolve(
     probe's time budget, unless ``storage_options`` sets its own.
     """
     if is_remote(target):
-        return _resolve_remote(target, storage_options or {}, budget_s)
-    path = target[len("file://") :] if target.startswith("file://") else target
+        return _resolve_remote(as_url(target), storage_options or {}, budget_s)
+    path = file_url_path(target)
     return _resolve_local(redact_url(target, whole=True), os.path.expanduser(path), seed, budget_s)
 
 

@@ -41,6 +41,31 @@ def test_a_single_file_and_a_glob_are_targets(tmp_path: Path) -> None:
     assert [e.size for e in ds.resolve(f"file://{f}").entries] == [10]
 
 
+def test_a_file_url_is_percent_decoded_and_its_scheme_read_in_any_case(tmp_path: Path) -> None:
+    # %20 and %FF were taken literally and FILE:// was no file URL: each found nothing
+    folder = os.path.join(os.fsencode(tmp_path), b"a b", b"x\xff")
+    os.makedirs(folder)
+    with open(os.path.join(folder, b"f.bin"), "wb") as f:
+        f.write(b"x" * 10)
+    url = f"file://{tmp_path}/a%20b/x%FF"
+    for given in (url, "FILE" + url[4:], f"file://localhost{tmp_path}/a%20b/x%FF"):
+        assert [e.size for e in ds.resolve(given).entries] == [10], given
+    assert not ds.is_remote("FILE" + url[4:])
+
+
+def test_a_schemes_case_is_folded_for_fsspec_and_a_local_path_is_left_as_it_is(
+    tmp_path: Path,
+) -> None:
+    assert ds.as_url("HTTP://Host/A%20b") == "http://Host/A%20b"  # only the scheme
+    assert ds.as_url("S3+Foo://b/k") == "s3+foo://b/k"
+    assert ds.as_url("no/scheme/HTTP://x") == "no/scheme/HTTP://x"
+    local = tmp_path / "HTTP:"
+    (local / "x").mkdir(parents=True)
+    named = str(tmp_path / "HTTP://x")
+    assert os.path.isdir(named) and ds.as_url(named) == named and not ds.is_remote(named)
+    assert ds.is_remote("HTTPS://example.invalid/data/")
+
+
 def test_a_directory_named_like_a_pattern_is_that_directory(tmp_path: Path) -> None:
     # as a pattern, data[1] would name the sibling data1 and not itself
     write(tmp_path / "data[1]" / "a.npy", 10)

@@ -34,7 +34,14 @@ from typing import Any, Generic, TypeVar
 from ioprobe.capacity import density_class
 from ioprobe.collect.bucket import Deadline, Rest, remote_files
 from ioprobe.collect.budget import Pending, map_within, network_timeouts
-from ioprobe.collect.failures import ReadFailures, chain, http_status, label, transport_cause
+from ioprobe.collect.failures import (
+    ReadFailures,
+    chain,
+    http_status,
+    kinds,
+    label,
+    transport_cause,
+)
 from ioprobe.collect.quiet import quiet_fsspec_loop
 from ioprobe.errors import StorageTimeoutError, TargetError
 from ioprobe.record import DatasetProfile
@@ -479,7 +486,8 @@ def _kind(mode: int) -> str:
 
 
 def _skip_summary(skipped: Counter[str]) -> str:
-    return ", ".join(f"{n} {reason.replace('_', ' ')}" for reason, n in sorted(skipped.items()))
+    # a read failure's cause as failures.label words it: "TLS certificate not trusted"
+    return ", ".join(f"{n} {label(reason)}" for reason, n in sorted(skipped.items()))
 
 
 def _resolve_remote(url: str, storage_options: dict[str, Any], budget_s: float) -> Dataset:
@@ -672,6 +680,9 @@ def _safe_info(fs: Any, name: str) -> dict[str, Any] | str:
         status = next((st for st in statuses if st is not None), None)
         if status in (401, 403):
             return "refused"
+        transport = transport_cause(exc)
+        if transport is not None:  # aiohttp's status 400 for a header it could not parse
+            return transport
         return "http_error" if status is not None and status != 404 else "vanished"
 
 
@@ -685,7 +696,10 @@ def _one_line(exc: BaseException, url: str = "") -> str:
             "the AWS credential provider failed (its own message is not shown: what a "
             "credential program prints may hold a secret)"
         )
-    text = redact_message(" ".join(str(exc).split()), [url] if url else []) or type(exc).__name__
+    # aiohttp's parser errors begin with a status of its own ("400, message: ..."), which
+    # the server never sent: their message alone
+    said = exc.message if "HttpProcessingError" in kinds(exc) else str(exc)  # type: ignore[attr-defined]
+    text = redact_message(" ".join(str(said).split()), [url] if url else []) or type(exc).__name__
     return text if len(text) < 300 else text[:297] + "..."
 
 

@@ -4,8 +4,9 @@ A probe skips a file it cannot read and goes on; ``ReadFailures`` counts each su
 by the cause of its first failure, for the record's ``dataset.read_errors``. Causes are short
 keys: ``not_found``, ``permission_denied``, ``is_a_directory``, ``timeout``, ``connection``,
 ``tls_certificate`` (the server's certificate is not trusted: self-signed, expired, another
-name), ``tls``, ``redirect_loop`` (redirects past the client's limit), ``short_response`` (the server sent fewer bytes than it announced, or a
-response that could not be parsed), ``http_<status>`` (a remote object answered with an error
+name), ``tls``, ``redirect_loop`` (redirects past the client's limit), ``short_response``
+(the server sent fewer bytes than it announced), ``malformed_response`` (a response that is
+not valid HTTP: a negative Content-Length, a header that cannot be read), ``http_<status>`` (a remote object answered with an error
 status), an errno name (``EIO``), or ``other``. Only failures touch this module, never a read
 that succeeds.
 
@@ -47,9 +48,17 @@ def chain(exc: BaseException) -> Iterator[BaseException]:
         e = e.__cause__ or e.__context__
 
 
+def kinds(exc: BaseException) -> set[str]:
+    """The names of ``exc``'s classes, its bases included: a library's errors are matched by
+    name where the library is optional."""
+    return {k.__name__ for k in type(exc).__mro__}
+
+
 def transport_cause(exc: BaseException) -> str | None:
-    """``tls_certificate``, ``tls``, ``short_response`` or ``redirect_loop`` where one of these is anywhere in
-    ``exc``'s chain, whatever the outermost exception claims; else None."""
+    """``tls_certificate``, ``tls``, ``short_response``, ``malformed_response`` or
+    ``redirect_loop`` where one of these is anywhere in ``exc``'s chain, whatever the
+    outermost exception claims; else None."""
+    malformed = False
     for e in chain(exc):
         if isinstance(e, ShortRead):
             return "short_response"
@@ -57,14 +66,17 @@ def transport_cause(exc: BaseException) -> str | None:
             return "tls_certificate"
         if isinstance(e, ssl.SSLError):
             return "tls"
-        # aiohttp's parser errors (ContentLengthError, TransferEncodingError, BadHttpMessage)
-        # and the ClientPayloadError that wraps them: matched by name, aiohttp is optional
-        names = {k.__name__ for k in type(e).__mro__}
-        if names & {"HttpProcessingError", "ClientPayloadError"}:
+        # aiohttp's errors in a body (ContentLengthError, TransferEncodingError) and the
+        # ClientPayloadError that wraps them; any other of its parser's errors (a header it
+        # cannot read, a status line that is not HTTP) is a malformed response, which aiohttp
+        # reports with a status 400 the server never sent. Matched by name: aiohttp is optional
+        names = kinds(e)
+        if names & {"PayloadEncodingError", "ClientPayloadError"}:
             return "short_response"
+        malformed |= "HttpProcessingError" in names
         if "TooManyRedirects" in names:  # aiohttp's, past its ten redirects
             return "redirect_loop"
-    return None
+    return "malformed_response" if malformed else None
 
 
 def cause(exc: BaseException) -> str:
@@ -123,6 +135,7 @@ _LABELS = {
     "tls_certificate": "TLS certificate not trusted",
     "tls": "TLS error",
     "short_response": "response shorter than announced",
+    "malformed_response": "response not valid HTTP",
     "redirect_loop": "redirected over and over (a redirect loop)",
 }
 

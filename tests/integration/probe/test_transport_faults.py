@@ -83,6 +83,37 @@ def test_bodies_shorter_than_announced_are_counted_as_such(tmp_path: Path) -> No
         assert_one_line_error(proc, "response shorter than announced")
 
 
+class _NegativeLengthHandler(_Handler):
+    def do_HEAD(self) -> None:
+        self._negative()
+
+    def do_GET(self) -> None:
+        self._negative()
+
+    def _negative(self) -> None:
+        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        target = self.server._resolve(path)  # type: ignore[attr-defined]
+        if target is None or target.is_dir():
+            super().do_GET()
+            return
+        self.send_response(200)
+        self.send_header("Content-Length", "-5")  # no length an HTTP parser accepts
+        self.end_headers()
+        self.close_connection = True
+
+
+def test_a_negative_content_length_is_a_malformed_response_not_a_status_it_never_sent(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "data"
+    make_files(root, 6, 2_000, seed=10)
+    with ThrottledHTTPServer(root) as srv:
+        srv.RequestHandlerClass = _NegativeLengthHandler
+        proc = run_cli("probe", srv.url, "--loader", "raw", "--time-budget", "3", "-q")
+    assert_one_line_error(proc, "6 response not valid HTTP")
+    assert "400" not in proc.stderr, proc.stderr
+
+
 @pytest.mark.parametrize("scheme", ["ftp", "sftp"])
 def test_a_backend_that_connects_as_it_is_made_fails_in_one_line_with_no_secret(
     scheme: str,

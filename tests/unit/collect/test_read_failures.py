@@ -223,11 +223,20 @@ def _self_signed() -> BaseException:
 CAUSES = [
     # aiohttp's short body: no status the server sent
     (_short_body, "short_response"),
-    # a parser error aiohttp re-raises as a response error "with status 400"
+    # a parser error aiohttp re-raises as a response error "with status 400": the server
+    # sent no such status, and its response was not short but malformed
     (
         lambda: _caused(
             aiohttp.ClientResponseError(None, (), status=400),  # type: ignore[arg-type]
-            __import__("aiohttp").http_exceptions.BadHttpMessage("bad chunk"),
+            __import__("aiohttp").http_exceptions.InvalidHeader(b"Content-Length: -5"),
+        ),
+        "malformed_response",
+    ),
+    # the same re-raise around a body that ended short
+    (
+        lambda: _caused(
+            aiohttp.ClientResponseError(None, (), status=400),  # type: ignore[arg-type]
+            __import__("aiohttp").http_exceptions.ContentLengthError("received 1 of 9 bytes"),
         ),
         "short_response",
     ),
@@ -246,6 +255,7 @@ def test_a_failure_is_named_by_what_caused_it(make: object, key: str) -> None:
 def test_the_new_causes_read_as_words() -> None:
     assert label("tls_certificate") == "TLS certificate not trusted"
     assert label("short_response") == "response shorter than announced"
+    assert label("malformed_response") == "response not valid HTTP"
 
 
 def test_files_turned_into_fifos_are_counted_and_stall_nothing(tmp_path: Path) -> None:

@@ -234,7 +234,10 @@ def _mpi(
 def _slurm(e: Mapping[str, str]) -> RankInfo | None:
     r = _Read(e)
     rank = r.int("SLURM_PROCID", 0) or 0
-    world = r.int("SLURM_STEP_NUM_TASKS") or r.int("SLURM_NTASKS") or 1
+    world = _first_set(r, "SLURM_STEP_NUM_TASKS", "SLURM_NTASKS")
+    if world == 0:
+        named = "SLURM_STEP_NUM_TASKS" if r.int("SLURM_STEP_NUM_TASKS") == 0 else "SLURM_NTASKS"
+        raise BadInputError(f"{named}=0: a world has at least one rank")
     node = r.int("SLURM_NODEID")
     nodelist = e.get("SLURM_STEP_NODELIST") or e.get("SLURM_JOB_NODELIST") or ""
     names = expand_nodelist(nodelist) if nodelist else []
@@ -255,6 +258,15 @@ def _slurm(e: Mapping[str, str]) -> RankInfo | None:
             node_names=names,
         )
     )
+
+
+def _first_set(r: _Read, *names: str) -> int:
+    """The first of ``names`` that is set (0 included, which the caller refuses), else 1."""
+    for name in names:
+        value = r.int(name)
+        if value is not None:
+            return value
+    return 1
 
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")

@@ -100,6 +100,12 @@ def test_no_launcher_or_a_world_of_one_is_no_distributed_job() -> None:
             "local rank 2",
         ),
         ({**SRUN, "SLURM_STEP_NODELIST": "gpu[07-08"}, "'[' without ']'"),
+        # read as a world of one (no job) before
+        ({**SRUN, "SLURM_STEP_NUM_TASKS": "0"}, "SLURM_STEP_NUM_TASKS=0"),
+        (
+            {k: v for k, v in {**SRUN, "SLURM_NTASKS": "0"}.items() if k != "SLURM_STEP_NUM_TASKS"},
+            "SLURM_NTASKS=0",
+        ),
     ],
 )
 def test_launcher_values_that_make_no_sense_are_named(env: dict[str, str], message: str) -> None:

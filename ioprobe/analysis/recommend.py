@@ -15,7 +15,7 @@ import statistics
 from collections.abc import Callable
 
 from ioprobe import capacity, units
-from ioprobe.analysis import loader_sim
+from ioprobe.analysis import dali_queue, loader_sim
 from ioprobe.analysis.cache import steady_hit_rate
 from ioprobe.analysis.catalog import Catalog, shipped_catalog
 from ioprobe.analysis.decode_paths import current_path, decodes_on_gpu, label, measured
@@ -104,7 +104,7 @@ def workers_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """
     if rec.watch is None or pf.bottleneck not in ("cpu", "storage"):
         return []
-    if loader_sim.costs(rec) is not None:  # the replay of its batches judges it instead
+    if _replayed(rec):  # the replay of its batches judges it instead
         return []
     if stream_imbalance(rec) is not None:  # its means spread the slow stream's work
         return []
@@ -587,7 +587,7 @@ def prefetch_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     w = rec.watch
     if w is None or rec.measured_samples_per_s is None or recorded_workers(rec) == 0:
         return []
-    if loader_sim.costs(rec) is not None:  # the replay of its batches judges it instead
+    if _replayed(rec):  # the replay of its batches judges it instead
         return []
     if stream_imbalance(rec) is not None:  # no queue moves a stream's items
         return []
@@ -865,9 +865,9 @@ def share_gpu_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]
 def balanced_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """GPU-bound: the input pipeline keeps up; say by how much, so nobody buys storage.
 
-    Not where a loader setting pays (``loader_rule`` advises it): every stage's capacity
+    Not where a loader setting pays (``loader_rule`` or ``dali_queue.rule`` advises it): every stage's capacity
     may keep up on average while the queue of batches still holds the GPU back."""
-    if pf.bottleneck != "gpu" or loader_sim.advice(rec) is not None:
+    if pf.bottleneck != "gpu" or loader_sim.advice(rec) or dali_queue.advice(rec):
         return []
     slack = min((v for k, v in pf.headroom.items() if k != "gpu"), default=None)
     text = "Balanced: the GPU is the bottleneck and the input pipeline keeps up; nothing to gain on the data side."
@@ -897,6 +897,7 @@ def rules(catalog: Catalog) -> tuple[Rule, ...]:
         prefetch_rule,
         stream_rule,
         loader_rule,
+        dali_queue.rule,
         persistent_workers_rule,
         pin_memory_rule,
         probe_pageable_rule,
@@ -929,13 +930,19 @@ def recommend(
                 predicted_samples_per_s=pf.predicted_samples_per_s,
             )
         ]
-    replayed = loader_sim.costs(rec) is not None
+    replayed = _replayed(rec)
     for r in out:
         # the loader replay states its own; the rest are the stage model's what-ifs
         if not ((replayed and r.kind in LOADER_KINDS) or r.kind in REPLAYED_KINDS):
             r.unchecked = _unchecked(rec, r)
     hardware = needs_hardware(rec)
     return sorted(out, key=lambda r: _rank(r, hardware))
+
+
+def _replayed(rec: RunRecord) -> bool:
+    """Whether the loader's settings are judged by a replay of this run's batches: a
+    DataLoader's (``loader_sim``) or a DALI pipeline's (``dali_queue``)."""
+    return loader_sim.costs(rec) is not None or dali_queue.costs(rec) is not None
 
 
 def _unchecked(rec: RunRecord, r: Recommendation) -> list[str]:

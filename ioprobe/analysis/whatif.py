@@ -14,7 +14,7 @@ import posixpath
 from urllib.parse import urlsplit
 
 from ioprobe import capacity
-from ioprobe.analysis import loader_sim, streams
+from ioprobe.analysis import dali_queue, loader_sim, streams
 from ioprobe.analysis.catalog import Catalog
 from ioprobe.analysis.model import pipeline_model
 from ioprobe.analysis.scenario import base_of, evaluate, merge, split_base
@@ -86,7 +86,8 @@ LOADER_CHANGES = frozenset({"workers", "prefetch_factor", "in_order"})
 def replayed(rec: RunRecord, change: Change) -> loader_sim.Prediction | None:
     """``change`` predicted by ``loader_sim``, when it (with what an earlier what-if changed)
     only sets the DataLoader's workers, prefetch factor or order and the run it started from
-    logged batches to replay; None otherwise. An IterableDataset's workers each make their
+    logged batches to replay (by ``dali_queue`` for a DALI pipeline's threads and queue
+    depth); None otherwise. An IterableDataset's workers each make their
     own stream: at the run's worker count the replay keeps each batch in its stream, and at
     another, where the streams carry unequal work, the split decides
     (``streams.other_workers``)."""
@@ -98,14 +99,20 @@ def replayed(rec: RunRecord, change: Change) -> loader_sim.Prediction | None:
         for f in dataclasses.fields(Change)
         if getattr(ch, f.name) != getattr(default, f.name)
     }
-    s0 = loader_sim.recorded_setting(base)
-    if not touched or touched - LOADER_CHANGES or s0 is None or ch.workers == 0:
+    if not touched or touched - LOADER_CHANGES or ch.workers == 0:
+        return None
+    # a DALI pipeline's threads stand as workers, its queue depth as the prefetch factor
+    dali = dali_queue.recorded_setting(base)
+    s0 = dali or loader_sim.recorded_setting(base)
+    if s0 is None:
         return None
     s = loader_sim.Setting(
         ch.workers if ch.workers is not None else s0.workers,
         ch.prefetch_factor if ch.prefetch_factor is not None else s0.prefetch_factor,
         ch.in_order if ch.in_order is not None else s0.in_order,
     )
+    if dali is not None:
+        return dali_queue.predict(base, s) if s.in_order else None
     if base.watch is None or not base.watch.settings.iterable:
         return loader_sim.predict(base, s)
     if s.workers == s0.workers:

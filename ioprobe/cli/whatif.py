@@ -7,7 +7,9 @@ time. The method and its assumptions are in docs/methodology.md.
 
 A change of the DataLoader's settings alone (--workers, --prefetch-factor, --in-order) on a
 watched run is predicted by replaying the run's logged batches under them: slow samples
-holding the queue, workers sharing the cores, reads sharing the storage as measured.
+holding the queue, workers sharing the cores, reads sharing the storage as measured. On a
+watched DALI pipeline, --workers is its num_threads and --prefetch-factor its
+prefetch_queue_depth, replayed the same way.
 
 With more workers or GPUs, a watched run's storage scales by the evidence in the run (how
 its read times grew with the reads in flight) or, lacking it, linearly. --probe PROBE.json,
@@ -47,8 +49,16 @@ MAX_CACHE_GB = 1e9  # an exabyte
 
 @click.command(help=__doc__)
 @click.argument("run_file", metavar="RUN.json")
-@click.option("--workers", type=count(min=0), help="Loader workers per GPU process.")
-@click.option("--prefetch-factor", type=count(), help="Batches each DataLoader worker may hold.")
+@click.option(
+    "--workers",
+    type=count(min=0),
+    help="Loader workers per GPU process (a DALI pipeline's num_threads).",
+)
+@click.option(
+    "--prefetch-factor",
+    type=count(),
+    help="Batches each DataLoader worker may hold (a DALI pipeline's prefetch_queue_depth).",
+)
 @click.option(
     "--in-order",
     type=click.Choice(["true", "false"]),
@@ -135,6 +145,10 @@ def command(
             "--cache-gb, --pcie, --gpu-decode, --decode"
         )
     rec = load_analysable(run_file)
+    if in_order is not None and rec.watch is not None and rec.watch.settings.framework == "dali":
+        raise BadInputError(
+            "--in-order is a DataLoader setting: a DALI pipeline hands its batches over in order"
+        )
     probe = RunRecord.load(probe_file) if probe_file else None
     out = whatif(rec, change, catalog, probe, os.path.basename(probe_file or ""))
     if json_path:

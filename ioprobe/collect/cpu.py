@@ -116,11 +116,14 @@ class _Feed:
     """Hands out decode tasks: each starts where the last ended in the payloads, and their
     size grows until a task is long enough that IPC stays a small share of it."""
 
-    __slots__ = ("batch", "cursor")
+    __slots__ = ("batch", "cursor", "workers")
 
     def __init__(self) -> None:
         self.batch = 1
         self.cursor = 0
+        # the pool's processes as it started them: one that dies is replaced in the pool's
+        # own list, and the task it held is never handed to another (``_result``)
+        self.workers: list[Any] = []
 
     def submit(self, pool: Pool) -> AsyncResult[TaskResult]:
         task = pool.apply_async(_decode_task, (self.cursor, self.batch))
@@ -130,6 +133,61 @@ class _Feed:
     def adapt(self, ok: int, cpu: float) -> None:
         if ok and cpu / ok * self.batch < 0.02 and self.batch < 4096:
             self.batch *= 2  # keep a task near 20 ms so IPC stays a small share
+
+
+class PhaseCut(Exception):
+    """The CPU phase ended early: a pool worker died or stopped while it held a task, which
+    the pool never hands to another (``reason`` says which); ``stage`` holds the levels
+    measured before it."""
+
+    def __init__(self, stage: CpuStage, reason: str) -> None:
+        super().__init__(reason)
+        self.stage = stage
+        self.reason = reason
+
+
+# How long past its level's end a task may take before it is taken for lost: a task is
+# about 20 ms, or one sample where a sample takes longer (``_Feed``)
+LOST_TASK_S = 10.0
+
+
+def _result(workers: list[Any], task: AsyncResult[TaskResult], deadline: float) -> TaskResult:
+    """``task``'s result. One whose worker died or was stopped (``workers``: the pool's
+    processes as started) never comes: that is ``_Lost`` as soon as it is seen, and so is a
+    task not done LOST_TASK_S past ``deadline``."""
+    give_up = max(deadline, time.perf_counter()) + LOST_TASK_S
+    while not task.ready():
+        task.wait(0.25)
+        how = _worker_lost(workers)
+        if how is None and time.perf_counter() > give_up and not task.ready():
+            how = f"a task did not return within {LOST_TASK_S:.0f} s of its level's end"
+        if how is not None and not task.ready():
+            raise _Lost(how)
+    return task.get()
+
+
+class _Lost(Exception):
+    pass
+
+
+def _worker_lost(workers: list[Any]) -> str | None:
+    """How one of the pool's first workers was lost: died (its exit status, once the pool
+    has reaped it) or stopped (SIGSTOP: its state in /proc); None where none was."""
+    for p in workers:
+        code = p.exitcode
+        if code is not None and code != 0:
+            how = f"signal {-code}" if code < 0 else f"exit status {code}"
+            return f"a worker process died ({how})"
+        try:
+            with open(f"/proc/{p.pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[-1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state == b"T":
+            return "a worker process was stopped (SIGSTOP)"
+        if state in (b"Z", b"X"):
+            return "a worker process died"
+    return None
 
 
 def _decode_for(
@@ -143,7 +201,9 @@ def _decode_for(
 ) -> tuple[int, float, float]:
     """Keep ``workers`` tasks in flight for ``seconds``; (samples, CPU seconds, wall seconds).
 
-    Decode errors are added to ``stage.errors``; a level where nothing decodes raises.
+    Decode errors are added to ``stage.errors``; a level where nothing decodes raises, and
+    one that lost a worker (a task lost with it, or fewer workers than the level names)
+    raises ``_Lost``.
     """
     samples = 0
     cpu = 0.0
@@ -155,7 +215,7 @@ def _decode_for(
             inflight.append(feed.submit(pool))
         if not inflight:
             break
-        ok, c, errs, first = inflight.pop(0).get()
+        ok, c, errs, first = _result(feed.workers, inflight.pop(0), deadline)
         samples += ok
         cpu += c
         stage.errors += errs
@@ -164,6 +224,9 @@ def _decode_for(
         feed.adapt(ok, c)
         rep.update((time.perf_counter() - start) / seconds, f"{workers} workers")
     wall = time.perf_counter() - start
+    lost = _worker_lost(feed.workers)
+    if lost is not None:  # the level ran with fewer workers than it names: not its figure
+        raise _Lost(lost)
     if samples == 0:
         raise BadInputError(f"--loader {decoder_name}: no sample could be decoded")
     return samples, cpu, wall
@@ -191,12 +254,17 @@ def measure_cpu(
         spawn_pool(max(levels), _init, (decoder_name, path, first)) as pool,
     ):
         wait_started(pool, max(levels), _ready, first)
+        feed.workers = list(getattr(pool, "_pool", []))
         # the pool's start is part of the phase: the levels share what it left. A floor keeps
         # a level long enough to decode a few dozen images per worker; on a host of many
         # cores a small budget is still spread over five or more levels
         per_level = max((budget_s - (time.perf_counter() - began)) / len(levels), MIN_LEVEL_S)
         for k in levels:
-            samples, cpu, wall = _decode_for(pool, feed, k, per_level, stage, decoder_name, rep)
+            try:
+                samples, cpu, wall = _decode_for(pool, feed, k, per_level, stage, decoder_name, rep)
+            except _Lost as lost:
+                _settle(stage)
+                raise PhaseCut(stage, f"{lost} at the {k}-worker level") from None
             sps = samples / wall
             base = base or sps
             level = CpuLevel(
@@ -211,10 +279,17 @@ def measure_cpu(
             rep.result(
                 f"{k} workers: {sps:9.1f} samples/s  {level.cpu_seconds_per_sample * 1e3:.3f} ms CPU/sample"
             )
+    _settle(stage)
+    return stage
+
+
+def _settle(stage: CpuStage) -> None:
+    """The stage's figures from the levels it measured (none: left unmeasured)."""
+    if not stage.sweep:
+        return
     # the uncontended figure: one worker owns a core, no SMT sibling or memory contention
     stage.cpu_seconds_per_sample = stage.sweep[0].cpu_seconds_per_sample
     stage.capacity_samples_per_s = capacity.best_level([lv.samples_per_s for lv in stage.sweep])
-    return stage
 
 
 PAYLOAD_PREFIX = "ioprobe-payloads-"

@@ -594,7 +594,16 @@ class Probe:
         return entries, limit
 
     def _cpu(self, plan: _Plan, loader: str, payloads: list[bytes], seconds: float) -> CpuStage:
-        cpu = cpu_mod.measure_cpu(loader, payloads, plan.usable, seconds, reporter=self.reporter)
+        try:
+            cpu = cpu_mod.measure_cpu(
+                loader, payloads, plan.usable, seconds, reporter=self.reporter
+            )
+        except cpu_mod.PhaseCut as cut:
+            # the levels measured stand; the other phases still run
+            cpu = cut.stage
+            done = f"after {len(cpu.sweep)} of its levels" if cpu.sweep else "before any level"
+            self.notes.append(f"the CPU phase stopped {done}: {cut.reason}")
+            self.reporter.result(f"stopped: {cut.reason}")
         per_file = self._per_file
         if per_file > 1:
             # each payload was a whole file of ``per_file`` samples

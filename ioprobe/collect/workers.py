@@ -26,7 +26,9 @@ an idle worker is inside the C semaphore wait for the task queue's lock (between
 sleeps, when a wake-up it lost to another waiter sends it back to sleep) trips the flag and
 is never acted on, and ``terminate()`` joins that worker for ever. SIGKILL cannot be missed,
 and it is safe there: ``terminate()`` takes the task queue's lock before it signals, so no
-worker it kills holds it. The SIGTERM handler stays for a SIGTERM from outside.
+worker it kills holds it. The SIGTERM handler stays for a SIGTERM from outside. A worker
+killed from outside may hold that lock (an idle worker waits for its next task holding it):
+``terminate()`` then takes it for at most a second (``_Pool._help_stuff_finish``).
 """
 
 from __future__ import annotations
@@ -215,6 +217,20 @@ class _Pool(Pool):
     @staticmethod
     def Process(ctx: Any, *args: Any, **kwds: Any) -> Any:  # a SpawnProcess
         return _KilledProcess(*args, **kwds)
+
+    @staticmethod
+    def _help_stuff_finish(inqueue: Any, task_handler: Any, size: int) -> None:
+        # An idle worker waits for its next task holding the task queue's read lock, and one
+        # killed from outside there (SIGKILL, the OOM killer) never releases it: terminate()
+        # waited for it for ever. Past TERMINATE_LOCK_S it drains the queue without the lock:
+        # every worker is about to be killed, and the others wait on that lock too
+        inqueue._rlock.acquire(timeout=TERMINATE_LOCK_S)
+        while task_handler.is_alive() and inqueue._reader.poll():
+            inqueue._reader.recv()
+            time.sleep(0)
+
+
+TERMINATE_LOCK_S = 1.0
 
 
 def _unblock(mask: set[int | signal.Signals], pool: Pool | None, came: list[int]) -> None:

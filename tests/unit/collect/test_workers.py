@@ -14,9 +14,11 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from ioprobe.collect.budget import map_within, within
+from ioprobe.collect.progress import SilentReporter
 from ioprobe.collect.quiet import HELD, start_quiet
 from ioprobe.collect.workers import (
     FirstCalls,
@@ -277,3 +279,48 @@ def test_a_first_call_that_never_returns_is_named_within_its_limit_not_blamed_on
         "--loader mod:hangs did not return from its first sample within 0.5 s"
     )
     assert took < 15.0, took
+
+
+class _Stops(SilentReporter):
+    """After the first level, sends ``sig`` to one of the CPU pool's workers."""
+
+    def __init__(self, sig: int) -> None:
+        self.sig = sig
+        self.sent = False
+
+    def result(self, line: str) -> None:
+        if self.sent:
+            return
+        workers = [
+            c
+            for c in psutil.Process().children()
+            if "spawn_main" in " ".join(c.cmdline())
+            and "resource_tracker" not in " ".join(c.cmdline())
+        ]
+        workers[0].send_signal(self.sig)
+        self.sent = True
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
+def test_a_cpu_worker_killed_or_stopped_ends_the_phase_with_its_levels_not_a_hang(sig: int) -> None:
+    # the phase waited for the lost task for ever, and terminate() for the task queue's lock
+    # that an idle worker killed from outside still held
+    from ioprobe.collect.cpu import PhaseCut, measure_cpu
+
+    stops = _Stops(sig)
+    t0 = time.monotonic()
+    with pytest.raises(PhaseCut) as cut:
+        measure_cpu(
+            "tests.fixtures.burn:burn_4ms", [b"x"] * 50, 2, 2.0, reporter=stops, levels=[1, 2]
+        )
+    assert time.monotonic() - t0 < 15.0
+    assert stops.sent
+    assert [lv.workers for lv in cut.value.stage.sweep] == [1]
+    assert cut.value.stage.capacity_samples_per_s is not None  # the measured level stands
+    said = "died (signal 9)" if sig == signal.SIGKILL else "was stopped (SIGSTOP)"
+    assert cut.value.reason == f"a worker process {said} at the 2-worker level"
+    assert not [
+        c
+        for c in psutil.Process().children(recursive=True)
+        if "spawn_main" in " ".join(c.cmdline())
+    ]

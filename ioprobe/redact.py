@@ -259,14 +259,19 @@ def _host(text: str, start: int) -> tuple[int, str]:
 
 
 def _redact_query(rest: str) -> str:
-    """The query's and the fragment's credential parameters masked; the others kept."""
+    """The credential parameters masked in the path's segments (``;jsessionid=...``), the
+    query and the fragment; the others kept."""
     q = rest.find("?")
     h = rest.find("#")
-    start = min(i for i in (q, h) if i >= 0) if q >= 0 or h >= 0 else -1
-    if start < 0:
-        return rest
+    start = min(i for i in (q, h) if i >= 0) if q >= 0 or h >= 0 else len(rest)
+    path = rest[:start]
+    if ";" in path:  # a path parameter follows a ";" and ends at the next "/" or ";"
+        bits = re.split(r"([/;])", path)
+        path = "".join(
+            _redact_param(bit) if i and bits[i - 1] == ";" else bit for i, bit in enumerate(bits)
+        )
     tail = re.split(r"([?#&;])", rest[start:])
-    return rest[:start] + "".join(_redact_param(part) for part in tail)
+    return path + "".join(_redact_param(part) for part in tail)
 
 
 def _redact_param(part: str) -> str:

@@ -280,6 +280,10 @@ SLIPPED = [
         "https://gw/?url=***&n=1",
     ),
     ("https://gw/?to=https%3A%2F%2Fh%2Fp%3Fsig%3DA1", "https://gw/?to=***"),
+    # round fifteen: a path parameter (Java's session id in the path, a matrix parameter)
+    ("http://h:8/f.bin;jsessionid=A1", "http://h:8/f.bin;jsessionid=***"),
+    ("https://h/data;jsessionid=A1/x.bin?n=1", "https://h/data;jsessionid=***/x.bin?n=1"),
+    ("https://h/a;v=2;token=A1/b;n=3", "https://h/a;v=2;token=***/b;n=3"),
 ]
 
 
@@ -296,6 +300,8 @@ KEPT = [
     "http://127.0.0.1:8080/img/icon@2x.png",
     "http://h:8080/a@b",
     "/local/dir/with:colon@at",
+    "https://h/a;v=2/b;part=3.bin",  # path parameters that are no credential
+    "/local/dir;token=x",  # a local path is never changed
 ]
 
 

@@ -105,6 +105,7 @@ def dlio_workload(
     _reader(rec, out, put)
     _train(rec, out, put, epochs)
     put("metric", "au", MLPERF_AU, "MLPerf Storage's accelerator utilisation target")
+    _no_interpolation(out)
     out.not_carried += [
         "DLIO sleeps for the preprocessing and computation times: it keeps storage as busy as "
         "the job, but not the host's cores (a CPU-bound job is not reproduced as CPU-bound)",
@@ -112,6 +113,19 @@ def dlio_workload(
         "the model's size (checkpoints) is not measured: checkpointing is off",
     ]
     return out
+
+
+def _no_interpolation(out: DlioWorkload) -> None:
+    """Raise ValueError where a value taken from the record holds ``${``: DLIO reads its
+    configuration through Hydra, which would resolve it (an environment variable, a
+    resolver) where a folder or a bucket was meant. ``--data-folder`` is refused so too."""
+    for f in out.fields:
+        if isinstance(f.value, str) and "${" in f.value:
+            where = f"{f.section}.{f.key}" if f.key else f.section
+            raise ValueError(
+                f"its {where} ({f.value!r}) holds '${{', which DLIO's Hydra would resolve; "
+                "give --data-folder"
+            )
 
 
 def _dataset(rec: RunRecord, out: DlioWorkload, add: Put, folder: str | None) -> None:

@@ -30,3 +30,18 @@ def _folder(target: str, files: int) -> object:
 )
 def test_the_data_folder_of_an_s3_run_is_a_folder(target: str, files: int, folder: str) -> None:
     assert _folder(target, files) == folder
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["s3://bkt/${oc.env:AWS_SECRET_ACCESS_KEY}/x/", "s3://b${x}/data/"],
+)
+def test_a_hydra_interpolation_taken_from_the_record_is_refused(target: str) -> None:
+    # it was written as a live ${...} that DLIO's Hydra resolves (an environment variable,
+    # any resolver); the same text given as --data-folder was already refused
+    with pytest.raises(ValueError, match=r"holds '\$\{', which DLIO's Hydra would resolve"):
+        _folder(target, 40)
+    rec = probe_record()
+    rec.dataset.target, rec.dataset.remote = target, True
+    fields = dlio_workload(rec, data_folder="data/train/").fields  # the way out it names
+    assert not any("${" in str(f.value) for f in fields)

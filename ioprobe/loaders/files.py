@@ -16,6 +16,7 @@ collects the totals once per batch. Without a watcher the counts are simply neve
 
 from __future__ import annotations
 
+import builtins
 import os
 import time
 from types import TracebackType
@@ -93,13 +94,21 @@ def open(urlpath: str, mode: str = "rb", **storage_options: Any) -> MeteredFile:
     """Open a local path or fsspec URL for reading; only binary read modes are allowed."""
     if mode != "rb":
         raise ValueError(f"ioprobe.loaders.files.open is read-only: mode {mode!r}")
-    # imported at the first open, not with the module: a watched DataLoader's spawned
-    # workers import this module to unpickle the dataset wrapper, and fsspec takes about
-    # 0.1 s to import, paid at every epoch's start by workers that never open a file here
-    import fsspec
-
     t0 = time.perf_counter_ns()
-    fh = fsspec.open(urlpath, "rb", **storage_options).open()
+    path = os.fspath(urlpath)
+    if not storage_options and (isinstance(path, bytes) or "://" not in path):
+        # a local path needs no fsspec, whose import (about 30 ms of CPU) a worker forked
+        # from a parent that never imported it paid on its first sample, each epoch; the
+        # file is handed back open, inside the metered wrapper
+        fh: Any = builtins.open(path, "rb")  # noqa: SIM115
+    else:
+        # imported at the first open, not with the module: a watched DataLoader's spawned
+        # workers import this module to unpickle the dataset wrapper, and fsspec takes
+        # about 0.1 s to import, paid at every epoch's start by workers that never open a
+        # file here
+        import fsspec
+
+        fh = fsspec.open(urlpath, "rb", **storage_options).open()
     took = time.perf_counter_ns() - t0
     _ns[0] += took
     _open_ns[0] += took

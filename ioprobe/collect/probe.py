@@ -462,13 +462,22 @@ class Probe:
                     failures=self.failures,
                     partial=functools.partial(setattr, st, p),
                 )
-            except TimeoutError as exc:
-                raise StorageTimeoutError(
-                    f"{o.target}: storage did not answer within the time budget ({exc})"
-                ) from None
-            except OSError as exc:
+            except OSError as exc:  # TimeoutError included
                 # a failed read's message quotes the file's URL, credentials and all
-                raise TargetError(redact_url(f"{plan.ds.target}: {exc}")) from None
+                said = redact_url(str(exc))
+                done = [q for q in plan.passes if q != p and getattr(st, q) is not None]
+                if done and any(getattr(st, q).sweep for q in done):
+                    # the files changed under it, or the storage went away: the pass that
+                    # was measured stands, and the rest of the probe runs
+                    setattr(st, p, None)
+                    self.notes.append(f"the {p} pass was not measured: {said}")
+                    self.reporter.result(f"not measured: {said}")
+                    continue
+                if isinstance(exc, TimeoutError):
+                    raise StorageTimeoutError(
+                        f"{o.target}: storage did not answer within the time budget ({said})"
+                    ) from None
+                raise TargetError(f"{redact_url(plan.ds.target)}: {said}") from None
             setattr(st, p, result)
         self._storage_capacity(st, plan.profile.sample_bytes_mean)
 

@@ -138,6 +138,37 @@ def test_the_probe_fails_in_one_line_when_every_file_vanished(tmp_path: Path) ->
         Probe(opts, _Vandal(paths, [])).run()
 
 
+class _ToFifos(SilentReporter):
+    """Replaces every file by a named pipe once the warm pass begins: the cold pass read
+    them, the warm one cannot."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = paths
+
+    def phase(self, name: str) -> None:
+        if name == "storage (warm)":
+            for p in self.paths:
+                p.unlink()
+                os.mkfifo(p)
+
+
+def test_a_pass_that_reads_nothing_after_one_that_measured_is_noted_and_the_probe_goes_on(
+    tmp_path: Path,
+) -> None:
+    # the whole probe ended "every read failed", exit 2, and the cold pass it had measured
+    # was lost
+    paths = _files(tmp_path / "data", 12)
+    opts = ProbeOptions(target=str(tmp_path / "data"), loader="raw", time_budget_s=2)
+    rec = Probe(opts, _ToFifos(paths)).run()
+    st = rec.stages.storage
+    assert st.cold is not None and st.cold.sweep and st.warm is None
+    assert st.capacity_samples_per_s  # from the cold pass
+    assert any(
+        n.startswith("the warm pass was not measured: every read failed (12 files: 12 ESPIPE)")
+        for n in rec.notes
+    ), rec.notes
+
+
 def test_end_to_end_samples_exclude_failed_reads_and_count_them_as_errors(
     tmp_path: Path,
 ) -> None:

@@ -42,6 +42,7 @@ from ioprobe.collect.distributed_probe import RANK_TIMEOUT_S, DistributedProbe
 from ioprobe.collect.group import open_group
 from ioprobe.collect.probe import Probe, ProbeOptions
 from ioprobe.collect.progress import Reporter, RichReporter, make_reporter
+from ioprobe.collect.workers import TrackerGone
 from ioprobe.errors import (
     LIMIT_ERRNOS,
     WRITE_ERRNOS,
@@ -195,7 +196,9 @@ def _probe(probe: Probe, reporter: Reporter, plan: dict[str, list[str]]) -> None
     if refused is not None and probe.partial is not None:
         deliver(finalize(probe.partial, try_load_catalog()), plan)
         why = (
-            f"{refused.strerror or refused}: {limits()}"
+            refused.strerror
+            if isinstance(refused, TrackerGone)
+            else f"{refused.strerror or refused}: {limits()}"
             if refused.errno in LIMIT_ERRNOS
             else f"a write failed ({refused.strerror or refused}; a full TMPDIR?)"
         )

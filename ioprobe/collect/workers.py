@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import multiprocessing as mp
 import multiprocessing.context as mp_context
 import multiprocessing.pool as mp_pool
+import multiprocessing.spawn as mp_spawn
 import os
 import signal
 import sys
@@ -86,11 +88,28 @@ def spawn_pool(processes: int, initializer: Callable[..., None], initargs: tuple
     pool: Pool | None = None
     try:
         pool = _Pool(processes, initializer, initargs, context=ctx)
+    except BrokenPipeError:
+        # the pool's first lock registers with the tracker, which has already ended
+        raise TrackerGone() from None
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
         _unblock(mask, pool, came)
     return pool
+
+
+class TrackerGone(BrokenPipeError):
+    """A pool that cannot start because multiprocessing's resource tracker ended as it
+    started: the interpreter it runs (``sys.executable``) cannot be run by this user, or
+    cannot import the standard library. An OSError, so a probe keeps the phases it
+    measured before, as it does for a write the host refused."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            errno.EPIPE,
+            "the worker processes could not start: multiprocessing's resource tracker ended "
+            f"as it started (can this user run {os.fsdecode(mp_spawn.get_executable())}?)",
+        )
 
 
 def _noting(came: list[int]) -> dict[signal.Signals, Any]:
@@ -128,8 +147,11 @@ class FirstCalls:
         ctx = mp.get_context("spawn")
         self.what = what
         self.limit = limit
-        self.begun = ctx.Value("i", 0)
-        self.ended = ctx.Value("i", 0)
+        try:
+            self.begun = ctx.Value("i", 0)
+            self.ended = ctx.Value("i", 0)
+        except BrokenPipeError:  # a shared value's lock registers with the tracker
+            raise TrackerGone() from None
 
     def __getstate__(self) -> dict[str, Any]:
         return {"what": self.what, "limit": self.limit, "begun": self.begun, "ended": self.ended}

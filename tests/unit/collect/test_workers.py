@@ -5,6 +5,7 @@ thread."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -27,6 +28,7 @@ from ioprobe.collect.workers import (
     spawn_pool,
     wait_started,
 )
+from tests.support.cli import REPO
 
 
 def _init() -> None:
@@ -324,3 +326,50 @@ def test_a_cpu_worker_killed_or_stopped_ends_the_phase_with_its_levels_not_a_han
         for c in psutil.Process().children(recursive=True)
         if "spawn_main" in " ".join(c.cmdline())
     ]
+
+
+NO_INTERPRETER = """
+import multiprocessing, sys
+multiprocessing.set_executable("/nonexistent/python")  # what the tracker and workers run
+from ioprobe.cli import main
+sys.argv = ["ioprobe", *sys.argv[1:]]
+main()
+"""
+
+
+def test_a_pool_that_cannot_start_its_tracker_keeps_the_measured_phases_and_says_why(
+    tmp_path: Path,
+) -> None:
+    # as a user who may not run the interpreter's path: the line said "a write failed
+    # (Broken pipe; a full TMPDIR?)"
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(8):
+        (data / f"f{i}.bin").write_bytes(os.urandom(4000))
+    out = tmp_path / "run.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            NO_INTERPRETER,
+            "probe",
+            str(data),
+            "--time-budget",
+            "2",
+            "--json",
+            str(out),
+            "-q",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "ioprobe: error: cpu (raw): the worker processes could not start: multiprocessing's "
+        "resource tracker ended as it started (can this user run /nonexistent/python?); what "
+        "was measured before is reported"
+    )
+    assert "Traceback" not in proc.stderr
+    assert json.loads(out.read_text())["stages"]["storage"]["capacity_samples_per_s"]

@@ -39,8 +39,10 @@ from ioprobe.record import Change, Recommendation, RunRecord, Track
 
 # Batches a replay runs: the logged ones cycled until the deepest queue tried has settled
 MIN_REPLAY = 600
-# Steady rows a record needs before its batches are replayed
+# Steady rows a record needs before its batches are replayed, and the most it replays (its
+# first): a search of every setting stays under a second on a long run's track
 MIN_ROWS = 8
+MAX_ROWS = 4000
 # A batch was waited for where the consumer's time in next() passed its time to take a
 # ready batch by this much (and by WAIT_SHARE of the time per batch)
 WAIT_FLOOR_S = 0.001
@@ -109,7 +111,7 @@ def costs(rec: RunRecord) -> DaliCosts | None:
     epoch = col.get("epoch", [0.0] * rows)
     first = [i == 0 or epoch[i] != epoch[i - 1] for i in range(rows)]
     since = _rows_since_epoch_start(first)
-    steady = [i for i in range(rows) if since[i] > base.prefetch_factor]
+    steady = [i for i in range(rows) if since[i] > base.prefetch_factor][:MAX_ROWS]
     if len(steady) < MIN_ROWS:
         return None
     # taking a batch that was ready costs the least time in next() (the copy out): no

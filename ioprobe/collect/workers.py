@@ -69,6 +69,7 @@ def pool_start_s(processes: int) -> float:
 def spawn_pool(processes: int, initializer: Callable[..., None], initargs: tuple[Any, ...]) -> Pool:
     """A spawn pool (safe beside threads and fsspec's event loop) of quiet workers; each
     ``initializer`` must call ``quiet_worker`` first."""
+    check_runnable()
     ctx = mp.get_context("spawn")
     if threading.current_thread() is not threading.main_thread():
         # signal handlers belong to the main thread, and so does the Ctrl-C to handle
@@ -99,17 +100,31 @@ def spawn_pool(processes: int, initializer: Callable[..., None], initargs: tuple
 
 
 class TrackerGone(BrokenPipeError):
-    """A pool that cannot start because multiprocessing's resource tracker ended as it
-    started: the interpreter it runs (``sys.executable``) cannot be run by this user, or
-    cannot import the standard library. An OSError, so a probe keeps the phases it
-    measured before, as it does for a write the host refused."""
+    """A pool that cannot start: the interpreter it runs (``multiprocessing``'s executable,
+    ``sys.executable``) cannot be run by this user, or its resource tracker ended as it
+    started. An OSError, so a probe keeps the phases it measured before, as it does for a
+    write the host refused."""
 
-    def __init__(self) -> None:
+    def __init__(self, why: str = "") -> None:
+        exe = os.fsdecode(mp_spawn.get_executable())
         super().__init__(
             errno.EPIPE,
-            "the worker processes could not start: multiprocessing's resource tracker ended "
-            f"as it started (can this user run {os.fsdecode(mp_spawn.get_executable())}?)",
+            "the worker processes could not start: "
+            + (
+                why
+                or f"multiprocessing's resource tracker ended as it started (can this user run {exe}?)"
+            ),
         )
+
+
+def check_runnable() -> None:
+    """Raise ``TrackerGone`` where this user may not run the interpreter the pool and its
+    resource tracker start: checked before either starts, since a tracker that dies as it
+    starts is seen only by a later write to it, and by then the pool's locks exist and their
+    finalizers print a BrokenPipeError traceback each at exit."""
+    exe = os.fsdecode(mp_spawn.get_executable())
+    if not os.access(exe, os.X_OK):
+        raise TrackerGone(f"this user cannot run {exe}")
 
 
 def _noting(came: list[int]) -> dict[signal.Signals, Any]:
@@ -147,6 +162,7 @@ class FirstCalls:
         ctx = mp.get_context("spawn")
         self.what = what
         self.limit = limit
+        check_runnable()  # its shared values start the resource tracker
         try:
             self.begun = ctx.Value("i", 0)
             self.ended = ctx.Value("i", 0)

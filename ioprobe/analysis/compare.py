@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ioprobe.analysis import dali_queue
 from ioprobe.analysis.epochs import epoch_starts
 from ioprobe.analysis.scenario import recorded_cores, recorded_gpus, recorded_workers
 from ioprobe.analysis.streams import stream_imbalance
@@ -124,10 +125,11 @@ def _counts_only(c: Change) -> bool:
 def _counts_applied(c: Change, b: RunRecord) -> list[str] | None:
     """Each count ``c`` sets that B's record shows, as a phrase; None when B contradicts one."""
     how = []
+    dali = dali_queue.recorded_setting(b)  # a DALI pipeline's threads and queue depth
     if c.workers is not None:
         if recorded_workers(b) != c.workers:
             return None
-        how.append(f"num_workers {c.workers}")
+        how.append(f"{'num_threads' if dali else 'num_workers'} {c.workers}")
     if c.cores is not None:
         if recorded_cores(b) + CORES_TOLERANCE < c.cores:
             return None
@@ -138,9 +140,10 @@ def _counts_applied(c: Change, b: RunRecord) -> list[str] | None:
         how.append(f"{c.gpus} GPUs")
     settings = b.watch.settings if b.watch is not None else None
     if c.prefetch_factor is not None:
-        if settings is None or (settings.prefetch_factor or 2) != c.prefetch_factor:
+        depth = dali.prefetch_factor if dali else settings and (settings.prefetch_factor or 2)
+        if depth != c.prefetch_factor:
             return None
-        how.append(f"prefetch_factor {c.prefetch_factor}")
+        how.append(f"{'prefetch_queue_depth' if dali else 'prefetch_factor'} {depth}")
     if c.in_order is not None:
         if settings is None or settings.in_order != c.in_order:
             return None

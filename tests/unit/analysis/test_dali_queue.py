@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 
 from ioprobe.analysis import dali_queue
+from ioprobe.analysis.compare import applied_check
 from ioprobe.analysis.loader_sim import Setting
 from ioprobe.analysis.model import PipelineFindings
+from ioprobe.analysis.verdict import finalize
 from ioprobe.analysis.whatif import whatif
 from ioprobe.record import (
     Change,
@@ -131,3 +133,16 @@ def test_whatif_of_a_queue_depth_on_a_dali_record_is_the_replays() -> None:
 
 def _findings() -> PipelineFindings:
     return PipelineFindings(bottleneck="cpu", predicted_samples_per_s=100.0, capacities={})
+
+
+def test_compare_finds_the_advised_depth_applied_in_a_dali_rerun_and_holds_it_to_its_rate() -> None:
+    # a DALI record's depth lives in its pipeline's settings, not the DataLoader's: the
+    # rerun with the depth applied was read as prefetch_factor 2, not the advice carried out
+    a = finalize(record(SKEWED, BURSTS, depth=2), None)
+    first = a.recommendations[0]
+    assert first.change is not None and first.change.prefetch_factor
+    depth = first.change.prefetch_factor
+    b = record(SKEWED, BURSTS, depth=depth)
+    check = applied_check(a, b, a.measured_samples_per_s, b.measured_samples_per_s, None)
+    assert check is not None and check.how == f"the second run has prefetch_queue_depth {depth}"
+    assert abs(check.error) < 0.05

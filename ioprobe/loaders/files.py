@@ -96,10 +96,13 @@ def open(urlpath: str, mode: str = "rb", **storage_options: Any) -> MeteredFile:
         raise ValueError(f"ioprobe.loaders.files.open is read-only: mode {mode!r}")
     t0 = time.perf_counter_ns()
     path = os.fspath(urlpath)
-    if not storage_options and (isinstance(path, bytes) or "://" not in path):
-        # a local path needs no fsspec, whose import (about 30 ms of CPU) a worker forked
-        # from a parent that never imported it paid on its first sample, each epoch; the
-        # file is handed back open, inside the metered wrapper
+    if not storage_options and (
+        isinstance(path, bytes) or "://" not in path or os.path.lexists(path)
+    ):
+        # a local path (one that exists, "://" in it or not: runs/http://h/x.bin) needs no
+        # fsspec, whose import (about 30 ms of CPU) a worker forked from a parent that
+        # never imported it paid on its first sample, each epoch; the file is handed back
+        # open, inside the metered wrapper
         fh: Any = builtins.open(path, "rb")  # noqa: SIM115
     else:
         # imported at the first open, not with the module: a watched DataLoader's spawned

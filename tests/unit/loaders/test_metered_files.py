@@ -45,5 +45,10 @@ def test_a_url_and_a_bytes_path_still_open(tmp_path: Path) -> None:
     with files.open(str(f)) as fh:
         assert fh.read(4) == b"yyyy" and fh.tell() == 4
     assert files.take()[0] == 24
+    # a local folder named like a URL is that folder (fsspec said "Protocol not known")
+    odd = tmp_path / "runs" / "http:" / "h"
+    odd.mkdir(parents=True)
+    (odd / "x.bin").write_bytes(b"z" * 3)
+    assert files.read_bytes(f"{tmp_path}/runs/http://h/x.bin") == b"zzz"
     with pytest.raises(ValueError, match="read-only"):
         files.open(str(f), "wb")

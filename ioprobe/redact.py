@@ -276,8 +276,12 @@ def _redact_query(rest: str) -> str:
 
 def _redact_param(part: str) -> str:
     name, eq, value = part.partition("=")
+    if not eq:  # "=" percent-encoded (a server decodes the parameter before it splits it)
+        cut = part.lower().find("%3d")
+        if cut > 0:
+            name, eq, value = part[:cut], part[cut : cut + 3], part[cut + 3 :]
     if eq and value and (sensitive_param(name) or _holds_secret_url(value)):
-        return f"{name}={MASK}"
+        return f"{name}{eq}{MASK}"
     return part
 
 

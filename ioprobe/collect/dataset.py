@@ -720,8 +720,12 @@ def _magic_format(head: bytes) -> str | None:
 def detect_format(name: str, head: bytes) -> str:
     """Name a file's format from its magic bytes, falling back to its extension."""
     if "://" in name:
-        # a signed URL's query is no part of the name: "x.jpg?X-Amz-Signature=..." is a JPEG
+        # a signed URL's query is no part of the name: "x.jpg?X-Amz-Signature=..." is a JPEG,
+        # and nor are its last segment's parameters ("x.jpg;jsessionid=...")
         name = name.split("?", 1)[0].split("#", 1)[0]
+        last = name.rsplit("/", 1)
+        last[-1] = last[-1].split(";", 1)[0]
+        name = "/".join(last)
     fmt = _magic_format(head)
     if fmt is None:
         # TensorFlow's sharded names: "train.tfrecord-00003-of-00010" is a .tfrecord

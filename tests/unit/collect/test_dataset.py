@@ -137,6 +137,9 @@ def test_huge_tree_is_sampled_not_stat_ed_in_full(
         ("a.nii.gz", b"\x1f\x8b\x08", "nifti"),
         ("notes.txt", b"hello", "text"),
         ("weird.xyz", b"hello", "xyz"),
+        # a URL's query and its last segment's parameters are no part of the extension
+        ("https://h/d/a.tfrecord?X-Amz-Signature=S", b"\x00\x01", "tfrecord"),
+        ("http://h/a.bin;jsessionid=S3KR1T", b"hello", "binary"),
     ],
 )
 def test_format_comes_from_magic_bytes_before_extension(name: str, head: bytes, fmt: str) -> None:

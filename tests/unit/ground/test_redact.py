@@ -284,6 +284,9 @@ SLIPPED = [
     ("http://h:8/f.bin;jsessionid=A1", "http://h:8/f.bin;jsessionid=***"),
     ("https://h/data;jsessionid=A1/x.bin?n=1", "https://h/data;jsessionid=***/x.bin?n=1"),
     ("https://h/a;v=2;token=A1/b;n=3", "https://h/a;v=2;token=***/b;n=3"),
+    # round sixteen: its "=" percent-encoded, in the path and in the query
+    ("http://h:8/f.bin;sessionid%3DA1", "http://h:8/f.bin;sessionid%3D***"),
+    ("https://h/p?token%3dA1&n=1", "https://h/p?token%3d***&n=1"),
 ]
 
 

@@ -17,6 +17,7 @@ incomplete. A second Ctrl-C kills the script and ends ioprobe at once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
@@ -429,6 +430,23 @@ def _call_script(cmd: tuple[str, ...], env: dict[str, str], got: list[int] | Non
     return code
 
 
+def _resume(pid: int, group: int | None) -> None:
+    """SIGCONT to a stopped script (its ``group`` where the signal went to the group), as a
+    shell's ``kill`` does for a stopped job: a signal it handles (the watch's hook handles
+    SIGTERM in a trial) waits while it is stopped, and ioprobe waited on it for ever."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rsplit(b")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return
+    if state in (b"T", b"t"):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            if group is not None:
+                os.killpg(group, signal.SIGCONT)
+            else:
+                os.kill(pid, signal.SIGCONT)
+
+
 def _group_leader() -> subprocess.Popen[bytes] | None:
     """A process that starts a process group for the script to join and then ends: the
     script is in a group of its own without leading it, so it may call ``setsid()`` as it
@@ -520,10 +538,12 @@ class _Relay:
                 group = os.getpgid(child.pid)
                 if group != os.getpgrp() and self._to_group(signum):
                     os.killpg(group, signum)
+                    _resume(child.pid, group)
                     return
             except ProcessLookupError:
                 return
             child.send_signal(signum)
+            _resume(child.pid, None)
 
     def _to_group(self, signum: int) -> bool:
         """Whether ``signum`` was sent to ioprobe's whole process group, so it goes to the

@@ -104,6 +104,18 @@ def test_sigterm_or_sighup_to_ioprobe_alone_is_passed_on_and_the_script_is_not_o
     run.assert_nothing_left()
 
 
+def test_a_signal_passed_on_to_a_stopped_script_wakes_it_to_act_on_it(tmp_path: Path) -> None:
+    # a stopped script keeps a signal it handles pending until it is continued: ioprobe
+    # passed SIGTERM on and waited for ever; a shell's `kill` sends SIGCONT after it
+    run = start("term", tmp_path)
+    os.kill(run.script_pid, signal.SIGSTOP)
+    os.kill(run.proc.pid, signal.SIGTERM)
+    code, out, err = run.finish(timeout=20)
+    assert code == 3, err  # the script's own exit, from its handler
+    assert "saved" in out
+    run.assert_nothing_left()
+
+
 def _alive(pid: int, within_s: float) -> bool:
     """Whether ``pid`` is still running after up to ``within_s`` (a zombie is not)."""
     deadline = time.monotonic() + within_s

@@ -34,6 +34,8 @@ from ioprobe.collect.failures import ReadFailures
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.collect.workers import (
     FirstCalls,
+    WorkerLost,
+    lost_worker,
     pool_start_s,
     quiet_worker,
     spawn_pool,
@@ -158,7 +160,7 @@ def _result(workers: list[Any], task: AsyncResult[TaskResult], deadline: float) 
     give_up = max(deadline, time.perf_counter()) + LOST_TASK_S
     while not task.ready():
         task.wait(0.25)
-        how = _worker_lost(workers)
+        how = lost_worker(workers)
         if how is None and time.perf_counter() > give_up and not task.ready():
             how = f"a task did not return within {LOST_TASK_S:.0f} s of its level's end"
         if how is not None and not task.ready():
@@ -168,26 +170,6 @@ def _result(workers: list[Any], task: AsyncResult[TaskResult], deadline: float) 
 
 class _Lost(Exception):
     pass
-
-
-def _worker_lost(workers: list[Any]) -> str | None:
-    """How one of the pool's first workers was lost: died (its exit status, once the pool
-    has reaped it) or stopped (SIGSTOP: its state in /proc); None where none was."""
-    for p in workers:
-        code = p.exitcode
-        if code is not None and code != 0:
-            how = f"signal {-code}" if code < 0 else f"exit status {code}"
-            return f"a worker process died ({how})"
-        try:
-            with open(f"/proc/{p.pid}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[-1].split()[0]
-        except (OSError, IndexError):
-            continue
-        if state == b"T":
-            return "a worker process was stopped (SIGSTOP)"
-        if state in (b"Z", b"X"):
-            return "a worker process died"
-    return None
 
 
 def _decode_for(
@@ -224,7 +206,7 @@ def _decode_for(
         feed.adapt(ok, c)
         rep.update((time.perf_counter() - start) / seconds, f"{workers} workers")
     wall = time.perf_counter() - start
-    lost = _worker_lost(feed.workers)
+    lost = lost_worker(feed.workers)
     if lost is not None:  # the level ran with fewer workers than it names: not its figure
         raise _Lost(lost)
     if samples == 0:
@@ -253,7 +235,10 @@ def measure_cpu(
         _payload_file(payloads) as path,
         spawn_pool(max(levels), _init, (decoder_name, path, first)) as pool,
     ):
-        wait_started(pool, max(levels), _ready, first)
+        try:
+            wait_started(pool, max(levels), _ready, first)
+        except WorkerLost as lost:
+            raise PhaseCut(stage, str(lost)) from None
         feed.workers = list(getattr(pool, "_pool", []))
         # the pool's start is part of the phase: the levels share what it left. A floor keeps
         # a level long enough to decode a few dozen images per worker; on a host of many

@@ -45,7 +45,7 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from multiprocessing import resource_tracker
 from multiprocessing.pool import Pool
 from types import FrameType
@@ -146,6 +146,11 @@ class WorkersFailed(IoprobeError):
     """A pool whose workers die as they start: the pool would start new ones for ever."""
 
 
+class WorkerLost(WorkersFailed):
+    """A worker killed or stopped from outside (SIGKILL, the OOM killer, SIGSTOP) as the pool
+    started: the task it held is never done."""
+
+
 # How long a worker's first call of the user's function (in its initializer) may take: a
 # library's first-call set-up (Pillow's plugins: 30 ms; an import of torch: 2 s) fits well
 # within it, and a function that never returns is named within it rather than blamed on the
@@ -191,6 +196,27 @@ class FirstCalls:
         return bool(self.begun.value > self.ended.value)
 
 
+def lost_worker(workers: Iterable[Any], signalled: bool = False) -> str | None:
+    """How one of ``workers`` (a pool's processes) was lost: died (its exit status, once the
+    pool has reaped it) or stopped (SIGSTOP: its state in /proc); None where none was.
+    ``signalled``: only a death by a signal counts (an exit of its own is the caller's)."""
+    for p in workers:
+        code = p.exitcode
+        if code is not None and (code < 0 if signalled else code != 0):
+            how = f"signal {-code}" if code < 0 else f"exit status {code}"
+            return f"a worker process died ({how})"
+        try:
+            with open(f"/proc/{p.pid}/stat", "rb") as f:
+                state = f.read().rsplit(b")", 1)[-1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state == b"T":
+            return "a worker process was stopped (SIGSTOP)"
+        if state in (b"Z", b"X"):
+            return "a worker process died"
+    return None
+
+
 def wait_started(
     pool: Pool, processes: int, ready: Callable[[int], Any], first: FirstCalls | None = None
 ) -> None:
@@ -208,6 +234,9 @@ def wait_started(
     inside_since: float | None = None
     while not result.ready():
         result.wait(0.05)
+        lost = lost_worker(seen.values(), signalled=True)
+        if lost is not None:  # killed or stopped from outside: its task is never done
+            raise WorkerLost(f"{lost} as the pool started")
         if first is not None:
             inside_since = (inside_since or time.monotonic()) if first.inside() else None
             if inside_since is not None and time.monotonic() - inside_since > first.limit:
@@ -255,6 +284,37 @@ class _Pool(Pool):
     @staticmethod
     def Process(ctx: Any, *args: Any, **kwds: Any) -> Any:  # a SpawnProcess
         return _KilledProcess(*args, **kwds)
+
+    @classmethod
+    def _terminate_pool(
+        cls,
+        taskqueue: Any,
+        inqueue: Any,
+        outqueue: Any,
+        pool: list[Any],
+        change_notifier: Any,
+        worker_handler: Any,
+        *rest: Any,
+    ) -> None:
+        # A worker killed or stopped from outside while it wrote a result holds the result
+        # queue's write lock, which nothing releases, and the end of the pool puts its
+        # sentinel under that lock: it waited for ever. So the workers end first (the
+        # handler that replaces them stopped before), and the sentinel goes without the
+        # lock, as no worker is left to write beside it
+        worker_handler._state = mp_pool.TERMINATE
+        change_notifier.put(None)
+        if threading.current_thread() is not worker_handler:
+            worker_handler.join()
+        for p in pool:
+            if p.exitcode is None:
+                p.kill()  # SIGKILL ends a stopped process too
+        for p in pool:
+            p.join(TERMINATE_LOCK_S)
+        if not any(p.is_alive() for p in pool):
+            outqueue._wlock = None
+        super()._terminate_pool(  # type: ignore[misc]
+            taskqueue, inqueue, outqueue, pool, change_notifier, worker_handler, *rest
+        )
 
     @staticmethod
     def _help_stuff_finish(inqueue: Any, task_handler: Any, size: int) -> None:

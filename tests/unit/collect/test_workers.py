@@ -284,10 +284,13 @@ def test_a_first_call_that_never_returns_is_named_within_its_limit_not_blamed_on
 
 
 class _Stops(SilentReporter):
-    """After the first level, sends ``sig`` to one of the CPU pool's workers."""
+    """After the first level, sends ``sig`` to one of the CPU pool's workers (``every``: to
+    each of them), then (``interrupt``) stands for a SIGTERM coming to the probe."""
 
-    def __init__(self, sig: int) -> None:
+    def __init__(self, sig: int, every: bool = False, interrupt: bool = False) -> None:
         self.sig = sig
+        self.every = every
+        self.interrupt = interrupt
         self.sent = False
 
     def result(self, line: str) -> None:
@@ -299,8 +302,20 @@ class _Stops(SilentReporter):
             if "spawn_main" in " ".join(c.cmdline())
             and "resource_tracker" not in " ".join(c.cmdline())
         ]
-        workers[0].send_signal(self.sig)
+        for w in workers if self.every else workers[:1]:
+            w.send_signal(self.sig)
         self.sent = True
+        if self.interrupt:
+            time.sleep(0.3)  # the other worker writes its results meanwhile
+            raise KeyboardInterrupt
+
+
+def _no_workers_left() -> bool:
+    return not [
+        c
+        for c in psutil.Process().children(recursive=True)
+        if "spawn_main" in " ".join(c.cmdline())
+    ]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGSTOP])
@@ -321,11 +336,32 @@ def test_a_cpu_worker_killed_or_stopped_ends_the_phase_with_its_levels_not_a_han
     assert cut.value.stage.capacity_samples_per_s is not None  # the measured level stands
     said = "died (signal 9)" if sig == signal.SIGKILL else "was stopped (SIGSTOP)"
     assert cut.value.reason == f"a worker process {said} at the 2-worker level"
-    assert not [
-        c
-        for c in psutil.Process().children(recursive=True)
-        if "spawn_main" in " ".join(c.cmdline())
-    ]
+    assert _no_workers_left()
+
+
+@pytest.mark.parametrize(
+    ("sig", "every", "interrupt"),
+    [(signal.SIGKILL, True, False), (signal.SIGSTOP, False, True), (signal.SIGKILL, False, True)],
+)
+def test_the_pool_ends_whatever_its_workers_held_when_they_were_lost(
+    sig: int, every: bool, interrupt: bool
+) -> None:
+    # every worker killed at once, or one stopped and then a SIGTERM to the probe: its end
+    # waited for ever on a lock a lost worker held (the result queue's, as it wrote)
+    from ioprobe.collect.cpu import PhaseCut, measure_cpu
+
+    t0 = time.monotonic()
+    with pytest.raises(KeyboardInterrupt if interrupt else PhaseCut):
+        measure_cpu(
+            "tests.fixtures.burn:burn_4ms",
+            [b"x"] * 50,
+            2,
+            2.0,
+            reporter=_Stops(sig, every, interrupt),
+            levels=[1, 2],
+        )
+    assert time.monotonic() - t0 < 15.0
+    assert _no_workers_left()
 
 
 NO_INTERPRETER = """

@@ -17,6 +17,7 @@ import re
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 from ioprobe.record import Distribution, RunRecord
 
@@ -71,7 +72,10 @@ def _mean_stdev(d: Distribution) -> tuple[float, float] | None:
 
 def _name(rec: RunRecord) -> str:
     """A model name from the dataset's folder or the watched dataset's class."""
-    base = os.path.basename(rec.dataset.target.rstrip("/")) if rec.dataset.target else ""
+    target = rec.dataset.target
+    if "://" in target:  # a URL's folder as its server names it: "sp%20ace" is "sp ace"
+        target = unquote(target.split("?", 1)[0].split("#", 1)[0])
+    base = os.path.basename(target.rstrip("/")) if target else ""
     if not base and rec.watch is not None:
         base = rec.watch.settings.dataset
     slug = re.sub(r"[^A-Za-z0-9_]+", "_", base).strip("_").lower()

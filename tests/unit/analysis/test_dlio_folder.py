@@ -45,3 +45,12 @@ def test_a_hydra_interpolation_taken_from_the_record_is_refused(target: str) -> 
     rec.dataset.target, rec.dataset.remote = target, True
     fields = dlio_workload(rec, data_folder="data/train/").fields  # the way out it names
     assert not any("${" in str(f.value) for f in fields)
+
+
+def test_the_model_is_named_from_the_folder_as_its_server_names_it() -> None:
+    # from the encoded segment it was "ioprobe_sp_20ace_20_24_7b..."
+    rec = probe_record()
+    rec.dataset.target = "FILE:///data/sp%20ace%20set/?x=1"
+    fields = dlio_workload(rec).fields
+    name = next(f.value for f in fields if (f.section, f.key) == ("model", "name"))
+    assert name == "ioprobe_sp_ace_set"

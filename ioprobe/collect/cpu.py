@@ -36,6 +36,7 @@ from ioprobe.collect.workers import (
     FirstCalls,
     WorkerLost,
     lost_worker,
+    mark_lost,
     pool_start_s,
     quiet_worker,
     spawn_pool,
@@ -238,6 +239,7 @@ def measure_cpu(
         try:
             wait_started(pool, max(levels), _ready, first)
         except WorkerLost as lost:
+            mark_lost(pool)
             raise PhaseCut(stage, str(lost)) from None
         feed.workers = list(getattr(pool, "_pool", []))
         # the pool's start is part of the phase: the levels share what it left. A floor keeps
@@ -248,6 +250,7 @@ def measure_cpu(
             try:
                 samples, cpu, wall = _decode_for(pool, feed, k, per_level, stage, decoder_name, rep)
             except _Lost as lost:
+                mark_lost(pool)
                 _settle(stage)
                 raise PhaseCut(stage, f"{lost} at the {k}-worker level") from None
             sps = samples / wall

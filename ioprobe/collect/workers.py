@@ -69,20 +69,13 @@ def pool_start_s(processes: int) -> float:
 def spawn_pool(processes: int, initializer: Callable[..., None], initargs: tuple[Any, ...]) -> Pool:
     """A spawn pool (safe beside threads and fsspec's event loop) of quiet workers; each
     ``initializer`` must call ``quiet_worker`` first."""
-    check_runnable()
     ctx = mp.get_context("spawn")
     if threading.current_thread() is not threading.main_thread():
         # signal handlers belong to the main thread, and so does the Ctrl-C to handle
+        start_tracker()
         return _Pool(processes, initializer, initargs, context=ctx)
-    # started first: starting it unblocks SIGINT in this thread. SIGHUP is blocked while it
-    # starts, and the tracker keeps that mask for life: a closed terminal's SIGHUP to the
-    # whole group would kill it (it ignores only SIGINT and SIGTERM), and the pool's end
-    # would then print its KeyErrors and "leaked" warnings
-    hup = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
-    try:
-        resource_tracker.ensure_running()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, hup)
+    # started first: starting it unblocks SIGINT in this thread
+    start_tracker()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD)
     came: list[int] = []
     handlers = _noting(came)
@@ -115,6 +108,21 @@ class TrackerGone(BrokenPipeError):
                 or f"multiprocessing's resource tracker ended as it started (can this user run {exe}?)"
             ),
         )
+
+
+def start_tracker() -> None:
+    """Start multiprocessing's resource tracker, as every pool and shared value of ioprobe's
+    must (its first lock starts it otherwise): with SIGHUP blocked while it starts, a mask
+    the tracker keeps for life. A closed terminal's SIGHUP to the whole group would kill it
+    (it ignores only SIGINT and SIGTERM), and the one started in its place would print a
+    KeyError for each lock released after, and "leaked" warnings. Checks first that this
+    user may run the interpreter it runs (``check_runnable``)."""
+    check_runnable()
+    hup = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGHUP})
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, hup)
 
 
 def check_runnable() -> None:
@@ -167,7 +175,7 @@ class FirstCalls:
         ctx = mp.get_context("spawn")
         self.what = what
         self.limit = limit
-        check_runnable()  # its shared values start the resource tracker
+        start_tracker()  # its shared values would start it, SIGHUP unblocked
         try:
             self.begun = ctx.Value("i", 0)
             self.ended = ctx.Value("i", 0)
@@ -298,19 +306,21 @@ class _Pool(Pool):
     ) -> None:
         # A worker killed or stopped from outside while it wrote a result holds the result
         # queue's write lock, which nothing releases, and the end of the pool puts its
-        # sentinel under that lock: it waited for ever. So the workers end first (the
-        # handler that replaces them stopped before), and the sentinel goes without the
-        # lock, as no worker is left to write beside it
-        worker_handler._state = mp_pool.TERMINATE
-        change_notifier.put(None)
-        if threading.current_thread() is not worker_handler:
-            worker_handler.join()
-        for p in pool:
-            if p.exitcode is None:
-                p.kill()  # SIGKILL ends a stopped process too
-        for p in pool:
-            p.join(TERMINATE_LOCK_S)
-        if not any(p.is_alive() for p in pool):
+        # sentinel under that lock: it waited for ever. Where a worker was lost (``lost``, or
+        # one stopped now) the workers end first (the handler that replaces them stopped
+        # before), and the sentinel goes without the lock, as no worker is left to write
+        # beside it. Otherwise the pool ends as it always does: its idle workers take their
+        # sentinels and exit
+        if getattr(outqueue, "ioprobe_lost", False) or lost_worker(pool) is not None:
+            worker_handler._state = mp_pool.TERMINATE
+            change_notifier.put(None)
+            if threading.current_thread() is not worker_handler:
+                worker_handler.join()
+            for p in pool:
+                if p.exitcode is None:
+                    p.kill()  # SIGKILL ends a stopped process too
+            for p in pool:
+                p.join(LOST_JOIN_S)
             outqueue._wlock = None
         super()._terminate_pool(  # type: ignore[misc]
             taskqueue, inqueue, outqueue, pool, change_notifier, worker_handler, *rest
@@ -329,6 +339,15 @@ class _Pool(Pool):
 
 
 TERMINATE_LOCK_S = 1.0
+LOST_JOIN_S = 5.0  # a worker SIGKILL ends is reaped at once; a host under load may lag
+
+
+def mark_lost(pool: Pool) -> None:
+    """Note that one of ``pool``'s workers was lost (killed or stopped from outside), so
+    that its end kills the rest before it puts anything on a queue a lost one may lock."""
+    outqueue = getattr(pool, "_outqueue", None)
+    if outqueue is not None:
+        outqueue.ioprobe_lost = True
 
 
 def _unblock(mask: set[int | signal.Signals], pool: Pool | None, came: list[int]) -> None:

@@ -102,6 +102,7 @@ class _NegativeLengthHandler(_Handler):
         self.close_connection = True
 
 
+@pytest.mark.shared  # behaviour alone: nothing measured against the clock
 def test_a_negative_content_length_is_a_malformed_response_not_a_status_it_never_sent(
     tmp_path: Path,
 ) -> None:

@@ -104,6 +104,7 @@ def test_sigterm_or_sighup_to_ioprobe_alone_is_passed_on_and_the_script_is_not_o
     run.assert_nothing_left()
 
 
+@pytest.mark.shared  # behaviour alone: nothing measured against the clock
 def test_a_signal_passed_on_to_a_stopped_script_wakes_it_to_act_on_it(tmp_path: Path) -> None:
     # a stopped script keeps a signal it handles pending until it is continued: ioprobe
     # passed SIGTERM on and waited for ever; a shell's `kill` sends SIGCONT after it

@@ -327,6 +327,19 @@ class _Pool(Pool):
         )
 
     @staticmethod
+    def _maintain_pool(
+        ctx: Any, Process: Any, processes: int, pool: list[Any], inqueue: Any, outqueue: Any,
+        *rest: Any,
+    ) -> None:  # fmt: skip
+        # the pool drops a dead worker from its list as it replaces it: one that a signal
+        # ended (none of the pool's own ending, which comes after this stops) is noted
+        if any(w.exitcode is not None and w.exitcode < 0 for w in pool):
+            outqueue.ioprobe_lost = True
+        Pool._maintain_pool(  # type: ignore[attr-defined]
+            ctx, Process, processes, pool, inqueue, outqueue, *rest
+        )
+
+    @staticmethod
     def _help_stuff_finish(inqueue: Any, task_handler: Any, size: int) -> None:
         # An idle worker waits for its next task holding the task queue's read lock, and one
         # killed from outside there (SIGKILL, the OOM killer) never releases it: terminate()

@@ -75,5 +75,10 @@ def test_on_a_terminal_the_script_draws_the_panel_and_clears_it(tmp_path: Path) 
     assert "ioprobe live · BurnDataset · epoch 1" in shown
     assert "◀ limiting now" in shown
     assert shown.rindex("\x1b[?25h") > shown.rindex("\x1b[?25l")  # the cursor is back
-    assert "cpu-bound" in shown  # the summary after it, as without --live
-    assert json.loads(out.read_text())["watch"]["epochs"][0]["samples"] == 1152
+    rec = json.loads(out.read_text())
+    assert rec["watch"]["epochs"][0]["samples"] == 1152
+    # the summary after it, as without --live: its verdict is the record's (which stage
+    # binds is the diagnosis tests' to hold; a loaded machine may tip it)
+    after = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown[shown.rindex("\x1b[?25h") :])
+    assert f"{rec['bottleneck']}-bound: the pipeline can deliver" in after, after
+    assert "What to change" in after, after

@@ -49,7 +49,7 @@ from ioprobe.cli._common import (
     write_record,
     write_rendered,
 )
-from ioprobe.collect import leftovers, nvtx
+from ioprobe.collect import leftovers, nvtx, procfs
 from ioprobe.errors import BadInputError, IoprobeError
 from ioprobe.loaders.run_hook import LIVE_ENV, TRIAL_ENV
 from ioprobe.outputs import destination, writes_stdout
@@ -434,12 +434,7 @@ def _resume(pid: int, group: int | None) -> None:
     """SIGCONT to a stopped script (its ``group`` where the signal went to the group), as a
     shell's ``kill`` does for a stopped job: a signal it handles (the watch's hook handles
     SIGTERM in a trial) waits while it is stopped, and ioprobe waited on it for ever."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            state = f.read().rsplit(b")", 1)[-1].split()[0]
-    except (OSError, IndexError):
-        return
-    if state in (b"T", b"t"):
+    if procfs.process_state(pid) in (b"T", b"t"):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             if group is not None:
                 os.killpg(group, signal.SIGCONT)

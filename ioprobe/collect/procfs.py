@@ -60,6 +60,23 @@ def process_age_s() -> float:
         return 0.0
 
 
+def parse_state(stat: bytes) -> bytes | None:
+    """A process's state letter (``R``, ``S``, ``T`` stopped, ``t`` traced, ``Z`` a zombie,
+    ...) from the text of /proc/<pid>/stat; None where the text has none."""
+    # the command name (field 2) may hold spaces and parentheses: count from its closing one
+    fields = stat.rsplit(b")", 1)[-1].split()
+    return fields[0] if fields else None
+
+
+def process_state(pid: int) -> bytes | None:
+    """Process ``pid``'s state letter now; None where it is gone or /proc can't say."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return parse_state(f.read())
+    except OSError:
+        return None
+
+
 __all__ = [
     "IO",
     "GroupCpu",
@@ -71,7 +88,9 @@ __all__ = [
     "parse_cpu_ticks",
     "parse_io",
     "parse_runqueue_ns",
+    "parse_state",
     "process_age_s",
+    "process_state",
     "read_io",
     "sched_group",
     "sibling_cpus",

@@ -52,6 +52,7 @@ from types import FrameType
 from typing import Any
 
 from ioprobe import units
+from ioprobe.collect import procfs
 from ioprobe.collect.quiet import HELD
 from ioprobe.errors import IoprobeError
 
@@ -213,11 +214,7 @@ def lost_worker(workers: Iterable[Any], signalled: bool = False) -> str | None:
         if code is not None and (code < 0 if signalled else code != 0):
             how = f"signal {-code}" if code < 0 else f"exit status {code}"
             return f"a worker process died ({how})"
-        try:
-            with open(f"/proc/{p.pid}/stat", "rb") as f:
-                state = f.read().rsplit(b")", 1)[-1].split()[0]
-        except (OSError, IndexError):
-            continue
+        state = procfs.process_state(p.pid)
         if state == b"T":
             return "a worker process was stopped (SIGSTOP)"
         if state in (b"Z", b"X"):

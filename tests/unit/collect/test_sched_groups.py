@@ -5,6 +5,7 @@ snapshots, and the scan of the real /proc against processes the test starts."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -19,6 +20,8 @@ from ioprobe.collect.procfs import (
     group_cpu,
     parse_cpu_list,
     parse_cpu_ticks,
+    parse_state,
+    process_state,
     sched_group,
 )
 
@@ -36,6 +39,22 @@ def test_a_processs_ticks_are_its_user_and_system_time_and_kernel_threads_none()
     # a name with spaces and parentheses is counted from its last ')'
     assert parse_cpu_ticks(_stat("a) (b c", 0, 7, 3, 12)) == (12, 10)
     assert parse_cpu_ticks(_stat("kworker/0:1", 0x00200040, 5, 5, 1)) is None
+
+
+def test_a_processs_state_is_read_past_its_name_and_a_stopped_child_reads_t() -> None:
+    assert parse_state(_stat("a) T (b", 0, 1, 1, 1)) == b"S"  # not the name's "T"
+    assert parse_state(b"") is None
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while process_state(child.pid) != b"T" and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert process_state(child.pid) == b"T"
+    finally:
+        child.kill()
+        child.wait()
+    assert process_state(child.pid) is None  # reaped: gone
 
 
 def test_the_group_is_the_cpu_cgroup_and_the_sessions_autogroup_only_in_the_root_one() -> None:

@@ -302,38 +302,29 @@ class _Pool(Pool):
         *rest: Any,
     ) -> None:
         # A worker killed or stopped from outside while it wrote a result holds the result
-        # queue's write lock, which nothing releases, and the end of the pool puts its
-        # sentinel under that lock: it waited for ever. Where a worker was lost (``lost``, or
-        # one stopped now) the workers end first (the handler that replaces them stopped
-        # before), and the sentinel goes without the lock, as no worker is left to write
-        # beside it. Otherwise the pool ends as it always does: its idle workers take their
-        # sentinels and exit
-        if getattr(outqueue, "ioprobe_lost", False) or lost_worker(pool) is not None:
+        # queue's write lock, which nothing releases, and two sentinels go on that queue
+        # under it as the pool ends: the pool's own, and the task handler's once the worker
+        # handler exits. Either waited for ever. Where a worker was lost (``mark_lost``, one
+        # stopped or dead and not yet replaced, or that lock held past TERMINATE_LOCK_S)
+        # the workers are killed, the lock is released if one of them died holding it (any
+        # process may release it, and no live one holds it), and only then may the worker
+        # handler exit. Otherwise the pool ends as it always does: its idle workers take
+        # their sentinels and exit
+        wlock = outqueue._wlock
+        held = not wlock.acquire(timeout=TERMINATE_LOCK_S)
+        if not held:
+            wlock.release()
+        if held or getattr(outqueue, "ioprobe_lost", False) or lost_worker(pool) is not None:
             worker_handler._state = mp_pool.TERMINATE
             change_notifier.put(None)
+            _kill_all(pool)
+            wlock.acquire(timeout=TERMINATE_LOCK_S)  # ours, or a dead worker's past the wait
+            wlock.release()
             if threading.current_thread() is not worker_handler:
                 worker_handler.join()
-            for p in pool:
-                if p.exitcode is None:
-                    p.kill()  # SIGKILL ends a stopped process too
-            for p in pool:
-                p.join(LOST_JOIN_S)
-            outqueue._wlock = None
+            _kill_all(pool)  # any the handler started before it saw the end
         super()._terminate_pool(  # type: ignore[misc]
             taskqueue, inqueue, outqueue, pool, change_notifier, worker_handler, *rest
-        )
-
-    @staticmethod
-    def _maintain_pool(
-        ctx: Any, Process: Any, processes: int, pool: list[Any], inqueue: Any, outqueue: Any,
-        *rest: Any,
-    ) -> None:  # fmt: skip
-        # the pool drops a dead worker from its list as it replaces it: one that a signal
-        # ended (none of the pool's own ending, which comes after this stops) is noted
-        if any(w.exitcode is not None and w.exitcode < 0 for w in pool):
-            outqueue.ioprobe_lost = True
-        Pool._maintain_pool(  # type: ignore[attr-defined]
-            ctx, Process, processes, pool, inqueue, outqueue, *rest
         )
 
     @staticmethod
@@ -350,6 +341,16 @@ class _Pool(Pool):
 
 TERMINATE_LOCK_S = 1.0
 LOST_JOIN_S = 5.0  # a worker SIGKILL ends is reaped at once; a host under load may lag
+
+
+def _kill_all(pool: list[Any]) -> None:
+    """SIGKILL to each of a pool's workers still running (it ends a stopped one too), and
+    each reaped."""
+    for p in list(pool):
+        if p.exitcode is None:
+            p.kill()
+    for p in list(pool):
+        p.join(LOST_JOIN_S)
 
 
 def mark_lost(pool: Pool) -> None:

@@ -59,6 +59,40 @@ def test_terminate_ends_a_worker_that_cannot_act_on_sigterm() -> None:
         pool.terminate()
 
 
+def _die_holding_the_result_lock() -> None:
+    # what a worker killed (or stopped) as it wrote a result leaves: the result queue's write
+    # lock held by a process that never releases it
+    import multiprocessing
+
+    multiprocessing.current_process()._args[1]._wlock.acquire()  # type: ignore[attr-defined]
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_worker_dead_holding_the_result_lock_leaves_a_pool_that_still_ends() -> None:
+    # both of the pool's sentinels go on that queue under that lock as it ends: its own, and
+    # its task handler's once the worker handler exits. Either waited for ever
+    pool = spawn_pool(2, _init, ())
+    ended: threading.Thread | None = None
+    try:
+        assert pool.apply_async(_pid).get(timeout=60) > 0
+        workers = list(pool._pool)  # type: ignore[attr-defined]
+        pool.apply_async(_die_holding_the_result_lock)
+        deadline = time.monotonic() + 30
+        while all(p.is_alive() for p in workers):  # dead, or reaped and replaced
+            assert time.monotonic() < deadline, "the worker did not die"
+            time.sleep(0.01)
+        t0 = time.monotonic()
+        ended = threading.Thread(target=pool.terminate, daemon=True)
+        ended.start()
+        ended.join(15)
+        assert not ended.is_alive(), "the pool's end waited on the dead worker's lock"
+        assert time.monotonic() - t0 < 10.0
+        assert _no_workers_left()
+    finally:
+        if ended is None or not ended.is_alive():
+            pool.terminate()
+
+
 BROKEN_PIPE = """
 import os
 from ioprobe.collect.workers import quiet_worker

@@ -47,6 +47,10 @@ from ioprobe.record import CpuLevel, CpuStage
 
 _payloads: list[bytes] = []
 _decoder: Decoder | None = None
+_sized = 0  # outputs this worker has sized (SIZED_PER_WORKER at most)
+# the decoded size of a sample (what crosses to the device) from this many outputs per
+# worker: sized there, where the --loader function runs, never in the probe's own process
+SIZED_PER_WORKER = 8
 # a level's least time: long enough to decode a few dozen images per worker
 MIN_LEVEL_S = 0.3
 
@@ -74,10 +78,12 @@ def _ready(_: int) -> int:
     return 0
 
 
-TaskResult = tuple[int, float, int, str | None]  # decoded, CPU seconds, errors, first error
+# decoded, CPU seconds, errors, first error, bytes of the outputs sized, outputs sized
+TaskResult = tuple[int, float, int, str | None, int, int]
 
 
 def _decode_task(start: int, count: int) -> TaskResult:
+    global _sized
     assert _decoder is not None
     n = len(_payloads)
     clock = time.thread_time
@@ -85,18 +91,27 @@ def _decode_task(start: int, count: int) -> TaskResult:
     ok = 0
     errors = 0
     first: str | None = None
+    out_bytes = out_n = 0
     for i in range(start, start + count):
         data = _payloads[i % n]
         t0 = clock()
         try:
-            _decoder(data)
+            out = _decoder(data)
         except DECODER_ERRORS as exc:  # a user's decoder may raise anything
             errors += 1
             first = first or f"{type(exc).__name__}: {exc}".removesuffix(": ")
             continue
         cpu += clock() - t0
         ok += 1
-    return ok, cpu, errors, first
+        if _sized < SIZED_PER_WORKER:  # after the clock: sizing is not decoding
+            _sized += 1
+            size = None
+            with suppress(Exception):  # an output that cannot say its size has none
+                size = output_nbytes(out)
+            if size is not None:
+                out_bytes += size
+                out_n += 1
+    return ok, cpu, errors, first, out_bytes, out_n
 
 
 def least_seconds(usable_cores: int) -> float:
@@ -119,11 +134,12 @@ class _Feed:
     """Hands out decode tasks: each starts where the last ended in the payloads, and their
     size grows until a task is long enough that IPC stays a small share of it."""
 
-    __slots__ = ("batch", "cursor", "workers")
+    __slots__ = ("batch", "cursor", "out_bytes", "out_n", "workers")
 
     def __init__(self) -> None:
         self.batch = 1
         self.cursor = 0
+        self.out_bytes = self.out_n = 0  # the decoded outputs the workers sized
         # the pool's processes as it started them: one that dies is replaced in the pool's
         # own list, and the task it held is never handed to another (``_result``)
         self.workers: list[Any] = []
@@ -198,7 +214,9 @@ def _decode_for(
             inflight.append(feed.submit(pool))
         if not inflight:
             break
-        ok, c, errs, first = _result(feed.workers, inflight.pop(0), deadline)
+        ok, c, errs, first, out_bytes, out_n = _result(feed.workers, inflight.pop(0), deadline)
+        feed.out_bytes += out_bytes
+        feed.out_n += out_n
         samples += ok
         cpu += c
         stage.errors += errs
@@ -251,7 +269,7 @@ def measure_cpu(
                 samples, cpu, wall = _decode_for(pool, feed, k, per_level, stage, decoder_name, rep)
             except _Lost as lost:
                 mark_lost(pool)
-                _settle(stage)
+                _settle(stage, feed)
                 raise PhaseCut(stage, f"{lost} at the {k}-worker level") from None
             sps = samples / wall
             base = base or sps
@@ -267,12 +285,15 @@ def measure_cpu(
             rep.result(
                 f"{k} workers: {sps:9.1f} samples/s  {level.cpu_seconds_per_sample * 1e3:.3f} ms CPU/sample"
             )
-    _settle(stage)
+    _settle(stage, feed)
     return stage
 
 
-def _settle(stage: CpuStage) -> None:
-    """The stage's figures from the levels it measured (none: left unmeasured)."""
+def _settle(stage: CpuStage, feed: _Feed) -> None:
+    """The stage's figures from the levels it measured (none: left unmeasured), and the
+    mean decoded size of a sample where the workers could size their outputs."""
+    if feed.out_n:
+        stage.output_bytes_per_sample = feed.out_bytes / feed.out_n
     if not stage.sweep:
         return
     # the uncontended figure: one worker owns a core, no SMT sibling or memory contention
@@ -339,22 +360,3 @@ def load_payloads(
         out.append(data)
         total += len(data)
     return out
-
-
-def output_bytes(decoder_name: str, payloads: Sequence[bytes], n: int = 8) -> float | None:
-    """Mean bytes of a decoded sample over the first ``n`` payloads, decoded in this process.
-
-    The PCIe stage needs what a loader copies to the device, which for images is the decoded
-    pixels (224x224x3 = 150 kB), not the 50 kB JPEG. None when the decoder fails on these
-    payloads or its output has no size.
-    """
-    decode = resolve(decoder_name)
-    sizes = []
-    for data in payloads[:n]:
-        try:
-            size = output_nbytes(decode(data))
-        except Exception:  # the pool's sweep already counts decode errors
-            continue
-        if size is not None:
-            sizes.append(size)
-    return sum(sizes) / len(sizes) if sizes else None

@@ -415,7 +415,6 @@ class DistributedProbe(Probe):
         mine = _Cpu(None, None, cores, None)
         if payloads:
             stage = cpu_mod.measure_cpu(loader, payloads, cores, cpu_s, reporter=self.reporter)
-            stage.output_bytes_per_sample = cpu_mod.output_bytes(loader, payloads)
             mine = _Cpu(stage.capacity_samples_per_s, stage.cpu_seconds_per_sample, cores, stage)
         seen = self.group.gather("cpu done", mine, cpu_s * 2 + self.slack)
         for r, c in enumerate(seen):

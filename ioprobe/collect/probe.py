@@ -617,7 +617,6 @@ class Probe:
         if per_file > 1:
             # each payload was a whole file of ``per_file`` samples
             scale_cpu(cpu, per_file)
-        cpu.output_bytes_per_sample = cpu_mod.output_bytes(loader, payloads)
         if cpu.output_bytes_per_sample and per_file > 1:
             cpu.output_bytes_per_sample /= per_file
         if self._prefix_scale > 1:

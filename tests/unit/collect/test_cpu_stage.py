@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import json
+import os
 import re
 import tempfile
 from pathlib import Path
@@ -8,6 +10,7 @@ import pytest
 
 from ioprobe.collect import cpu
 from ioprobe.errors import BadInputError
+from tests.support.cli import run_cli
 
 
 def test_levels_cover_powers_of_two_up_to_the_usable_cores() -> None:
@@ -81,3 +84,28 @@ def test_a_loader_spec_that_cannot_be_imported_is_one_line(
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(BadInputError, match=re.escape(says)):
         resolve(spec)
+
+
+def test_the_loader_function_runs_only_in_the_workers_which_size_its_outputs(
+    tmp_path: Path,
+) -> None:
+    # it ran in the probe's own process too, to size a decoded sample: a thread it started
+    # kept the probe from exiting, a crash in it lost the measured phases
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(24):
+        (data / f"s{i:02d}.bin").write_bytes(bytes(4096))
+    calls = tmp_path / "calls.txt"
+    out = tmp_path / "p.json"
+    proc = run_cli(
+        "probe", str(data), "--loader", "tests.fixtures.burn:noting_its_process",
+        "--time-budget", "3", "--json", str(out), "-q",
+        env={"IOPROBE_TEST_CALLS": str(calls)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = [line.split() for line in calls.read_text().splitlines()]
+    assert lines
+    # the probe is this test's child: a call there has this process as its parent
+    assert all(int(parent) != os.getpid() for _pid, parent in lines)
+    cpu_stage = json.loads(out.read_text())["stages"]["cpu"]
+    assert cpu_stage["output_bytes_per_sample"] == 4096

@@ -31,7 +31,7 @@ from ioprobe.analysis.pcie import (
 from ioprobe.analysis.report import findings
 from ioprobe.capacity import copy_rate_at
 from ioprobe.collect import pcie
-from ioprobe.collect.cpu import output_bytes
+from ioprobe.collect.cpu import measure_cpu
 from ioprobe.collect.cuda_copy import open_copier
 from ioprobe.collect.decode import decode_image, output_nbytes
 from ioprobe.collect.probe import Probe, ProbeOptions
@@ -196,12 +196,13 @@ def test_decoded_bytes_are_what_a_loader_copies_not_the_file() -> None:
     buf = io.BytesIO()
     Image.fromarray(np.zeros((160, 200, 3), dtype=np.uint8)).save(buf, "JPEG")
     assert output_nbytes(decode_image(buf.getvalue())) == 224 * 224 * 3
-    assert output_bytes("image", [buf.getvalue()] * 3) == 224 * 224 * 3
     assert output_nbytes(np.zeros((10, 10), dtype=np.float32)) == 400
     assert output_nbytes([np.zeros(3, np.uint8), np.zeros(5, np.uint8)]) == 8
     assert output_nbytes(b"abc") == 3
     assert output_nbytes(object()) is None
-    assert output_bytes("image", [b"not an image"]) is None
+    # the CPU phase's workers size the decoded samples as they decode them
+    stage = measure_cpu("image", [buf.getvalue()] * 3, 1, 0.3, levels=[1])
+    assert stage.output_bytes_per_sample == 224 * 224 * 3
 
 
 # --------------------------------------------------------------------------- the probe

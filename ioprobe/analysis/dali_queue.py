@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import statistics
 
 from ioprobe import units
@@ -91,11 +92,19 @@ def _int(text: str | None) -> int | None:
         return None
 
 
+# what the replay reads of the main track: a record edited by hand may lack any of them
+REPLAYED_COLUMNS = ("start", "end", "stall", "samples")
+
+
 def _main_track(rec: RunRecord) -> Track | None:
+    """The consumer's own timeline, where it holds every column the replay reads."""
     w = rec.watch
     if w is None:
         return None
-    return next((t for t in w.tracks if t.worker is None and "stall" in t.columns), None)
+    track = next((t for t in w.tracks if t.worker is None and "stall" in t.columns), None)
+    if track is None or any(name not in track.columns for name in REPLAYED_COLUMNS):
+        return None
+    return track
 
 
 def costs(rec: RunRecord) -> DaliCosts | None:
@@ -123,6 +132,8 @@ def costs(rec: RunRecord) -> DaliCosts | None:
     waited = [col["stall"][i] / k > floor for i in range(rows)]
     made = {i: g for i, g in zip(steady, gaps, strict=True) if waited[i] and waited[i - 1]}
     samples = sum(col["samples"][i] for i in steady) / (k * len(steady))
+    if not samples > 0:  # batches of no samples: nothing to replay a rate from
+        return None
     fill = statistics.median(made.values()) if made else _per_batch(rec, base, samples)
     steps = tuple(
         max((col["start"][i + 1] - col["end"][i]) / k, 0.0)
@@ -248,6 +259,8 @@ def _predicted(
         return None
     was = _rate(c, base.prefetch_factor, 1.0)
     now = _rate(c, s.prefetch_factor, scale)
+    if not (0 < was < math.inf and 0 < now < math.inf):  # a timeline that takes no time
+        return None
     pred = measured * now / was
     return Prediction(s, pred, pred / measured, now, _assumptions(c, base, s), *_memory(c, s, base))
 

@@ -131,6 +131,24 @@ def test_whatif_of_a_queue_depth_on_a_dali_record_is_the_replays() -> None:
     assert out.whatif.assumptions[0].startswith("the loader's settings are predicted by replaying")
 
 
+@pytest.mark.parametrize("edit", ["no end", "no start", "no samples", "no stall", "zero samples"])
+def test_a_hand_edited_main_track_is_no_replay_and_whatif_still_answers(edit: str) -> None:
+    # a record edited by hand loads and renders; the replay read its columns unchecked and
+    # whatif ended in a KeyError or ZeroDivisionError traceback
+    rec = record(SKEWED, BURSTS)
+    assert rec.watch is not None
+    cols = rec.watch.tracks[0].columns
+    if edit == "zero samples":
+        cols["samples"] = [0.0] * len(cols["samples"])
+    else:
+        del cols[edit.removeprefix("no ")]
+    assert dali_queue.costs(rec) is None
+    assert dali_queue.predict(rec, Setting(2, 6, True)) is None
+    out = whatif(rec, Change(prefetch_factor=6))  # the stage model's answer alone
+    assert out.whatif is not None
+    assert not out.whatif.assumptions[0].startswith("the loader's settings are predicted")
+
+
 def _findings() -> PipelineFindings:
     return PipelineFindings(bottleneck="cpu", predicted_samples_per_s=100.0, capacities={})
 

@@ -34,6 +34,7 @@ from ioprobe.collect.failures import ReadFailures
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.collect.workers import (
     FirstCalls,
+    Terminated,
     WorkerLost,
     lost_worker,
     mark_lost,
@@ -55,11 +56,12 @@ SIZED_PER_WORKER = 8
 MIN_LEVEL_S = 0.3
 
 
-# What a decoder's call may raise that counts as that sample's error. A pool worker ignores
-# SIGINT (quiet_worker), so a KeyboardInterrupt there is the --loader function's own: a
-# library's interrupted call re-raised. Uncaught, it printed a traceback from each worker
-# and ended them all as they started.
-DECODER_ERRORS = (Exception, KeyboardInterrupt)
+# What a decoder's call may raise that counts as that sample's error: anything but the
+# worker's own SIGTERM (``Terminated``). A pool worker ignores SIGINT (quiet_worker), so a
+# KeyboardInterrupt there is the --loader function's own (a library's interrupted call
+# re-raised); a SystemExit, a GeneratorExit or a BaseException of its own likewise. Uncaught,
+# each printed a traceback from every worker and ended them all as they started.
+DECODER_ERRORS = BaseException
 
 
 def _init(decoder_name: str, payload_file: str, first: FirstCalls) -> None:
@@ -69,8 +71,13 @@ def _init(decoder_name: str, payload_file: str, first: FirstCalls) -> None:
         _payloads = pickle.load(fh)
     _decoder = resolve(decoder_name)
     # the library's first-call set-up, before any timing; an error counts in the timed tasks
-    with first.calling(), suppress(*DECODER_ERRORS):
-        _decoder(_payloads[0])
+    with first.calling():
+        try:
+            _decoder(_payloads[0])
+        except Terminated:
+            raise
+        except DECODER_ERRORS:
+            pass
 
 
 def _ready(_: int) -> int:
@@ -97,6 +104,8 @@ def _decode_task(start: int, count: int) -> TaskResult:
         t0 = clock()
         try:
             out = _decoder(data)
+        except Terminated:
+            raise
         except DECODER_ERRORS as exc:  # a user's decoder may raise anything
             errors += 1
             first = first or f"{type(exc).__name__}: {exc}".removesuffix(": ")

@@ -408,6 +408,11 @@ def _die_with_parent() -> None:
         os._exit(0)
 
 
+class Terminated(SystemExit):
+    """A pool worker's SIGTERM, raised where it runs: code that catches what a user's
+    function raises lets this one through."""
+
+
 def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     # SIGTERM (the pool's terminate, or a service manager's stop reaching every process)
     # exits through Python, which releases the pool's queue locks: a worker that dies at once
@@ -417,7 +422,7 @@ def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once
     if not _in_pool_loop(frame):
         os._exit(128 + signum)
-    raise SystemExit(128 + signum)
+    raise Terminated(128 + signum)
 
 
 def _in_pool_loop(frame: FrameType | None) -> bool:

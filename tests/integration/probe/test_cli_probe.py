@@ -285,17 +285,25 @@ def test_a_signal_during_the_device_limit_ends_the_probe_with_what_it_measured(
     assert json.loads(out.read_text())["complete"] is False
 
 
-def test_a_loader_function_raising_keyboardinterrupt_is_its_error_not_a_traceback(
-    jpegs: Path,
+@pytest.mark.parametrize(
+    ("function", "raised"),
+    [
+        ("interrupted", "KeyboardInterrupt"),
+        ("exits_with_text", "SystemExit: no sample for me"),
+        ("generator_exit", "GeneratorExit"),
+        ("own_base_exception", "Unusual: not an Exception"),
+    ],
+)
+def test_a_loader_function_raising_a_baseexception_is_its_error_not_a_traceback(
+    jpegs: Path, function: str, raised: str
 ) -> None:
     # each CPU-pool worker printed a traceback as it started, and the line blamed the
-    # interpreter: a pool worker ignores SIGINT, so the interrupt is the function's own
-    proc = run_cli(
-        "probe", str(jpegs), "--loader", "tests.fixtures.burn:interrupted", "--time-budget", "2"
-    )
+    # interpreter: a pool worker ignores SIGINT, so the interrupt is the function's own, and
+    # so are its SystemExit, GeneratorExit or BaseException of its own
+    spec = f"tests.fixtures.burn:{function}"
+    proc = run_cli("probe", str(jpegs), "--loader", spec, "--time-budget", "2")
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == (
-        "ioprobe: error: --loader tests.fixtures.burn:interrupted: decoding fails: "
-        "KeyboardInterrupt"
+        f"ioprobe: error: --loader {spec}: decoding fails: {raised}"
     )

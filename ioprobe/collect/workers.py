@@ -71,6 +71,7 @@ def spawn_pool(processes: int, initializer: Callable[..., None], initargs: tuple
     """A spawn pool (safe beside threads and fsspec's event loop) of quiet workers; each
     ``initializer`` must call ``quiet_worker`` first."""
     ctx = mp.get_context("spawn")
+    _leave_a_removed_folder()
     if threading.current_thread() is not threading.main_thread():
         # signal handlers belong to the main thread, and so does the Ctrl-C to handle
         start_tracker()
@@ -91,6 +92,16 @@ def spawn_pool(processes: int, initializer: Callable[..., None], initargs: tuple
             signal.signal(sig, handler)
         _unblock(mask, pool, came)
     return pool
+
+
+def _leave_a_removed_folder() -> None:
+    """Move to / where this process's working folder has been removed: a spawned worker is
+    told the parent's folder to start in (``os.getcwd()``, which then fails). Nothing relative
+    resolves in a removed folder, so nothing this process could open changes."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        os.chdir("/")
 
 
 class TrackerGone(BrokenPipeError):

@@ -443,3 +443,28 @@ def test_a_pool_that_cannot_start_its_tracker_keeps_the_measured_phases_and_says
     )
     assert "Traceback" not in proc.stderr
     assert json.loads(out.read_text())["stages"]["storage"]["capacity_samples_per_s"]
+
+
+def test_a_probe_started_in_a_removed_folder_measures_its_cpu_stage(tmp_path: Path) -> None:
+    # the spawned workers are told the parent's working folder, which os.getcwd() could not
+    # give: a FileNotFoundError traceback and no record, with every path absolute
+    import shlex
+
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(40):
+        (data / f"f{i}.bin").write_bytes(os.urandom(8192))
+    gone, out = tmp_path / "gone", tmp_path / "p.json"
+    gone.mkdir()
+    probe = [sys.executable, "-m", "ioprobe", "probe", str(data), "--time-budget", "3", "-q",
+             "--json", str(out)]  # fmt: skip
+    line = (
+        f"cd {shlex.quote(str(gone))} && rmdir {shlex.quote(str(gone))} && exec {shlex.join(probe)}"
+    )
+    proc = subprocess.run(
+        ["sh", "-c", line], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert json.loads(out.read_text())["stages"]["cpu"]["sweep"]

@@ -24,13 +24,16 @@ def limits() -> str:
 
     files = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     procs = resource.getrlimit(resource.RLIMIT_NPROC)[0]
+    space = resource.getrlimit(resource.RLIMIT_AS)[0]
 
     def fmt(n: int) -> str:
         return "unlimited" if n == resource.RLIM_INFINITY else f"{n:,}"
 
+    # an address space limit stops threads (each reserves its stack) long before memory runs out
+    kib = "" if space == resource.RLIM_INFINITY else f", in {space >> 10:,} KiB (ulimit -v)"
     return (
         f"this process may open {fmt(files)} files (ulimit -n) and run {fmt(procs)} "
-        "processes (ulimit -u); raise them, or use fewer workers"
+        f"processes (ulimit -u){kib}; raise them, or use fewer workers"
     )
 
 

@@ -463,6 +463,8 @@ class Probe:
                     partial=functools.partial(setattr, st, p),
                 )
             except OSError as exc:  # TimeoutError included
+                if exc.errno in LIMIT_ERRNOS:
+                    raise  # the host's limits, not the storage's: run() keeps what was measured
                 # a failed read's message quotes the file's URL, credentials and all
                 said = redact_url(str(exc))
                 done = [q for q in plan.passes if q != p and getattr(st, q) is not None]

@@ -16,6 +16,7 @@ fsspec's event loop, a library's executor). A signal then goes to the main threa
 
 from __future__ import annotations
 
+import errno
 import signal
 import threading
 from collections.abc import Iterator
@@ -36,9 +37,16 @@ def held() -> Iterator[None]:
 
 
 def start_quiet(thread: threading.Thread) -> threading.Thread:
-    """Start ``thread`` with ``HELD`` blocked in it; returns it."""
+    """Start ``thread`` with ``HELD`` blocked in it; returns it. A thread the host will not
+    start (its limit on threads or on the address space, ``ulimit -u`` or ``-v``, reached) is
+    an OSError with EAGAIN, as a process it will not start is: the host's limit, not a bug."""
     with held():
-        thread.start()
+        try:
+            thread.start()
+        except RuntimeError as exc:
+            if "can't start new thread" not in str(exc):
+                raise
+            raise OSError(errno.EAGAIN, "the host would not start another thread") from None
     return thread
 
 

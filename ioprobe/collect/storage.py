@@ -44,6 +44,7 @@ from ioprobe.collect.failures import ReadFailures, ShortRead, cause
 from ioprobe.collect.progress import Reporter, SilentReporter
 from ioprobe.collect.quiet import start_quiet
 from ioprobe.collect.remote import cat_range
+from ioprobe.errors import LIMIT_ERRNOS
 from ioprobe.record import StoragePass, SweepPoint
 
 CHUNK = 8 * 1024 * 1024  # plan_items: files above this are read as several items
@@ -858,8 +859,13 @@ def measure_pass(
     timing = _Timing(deadline, per_level, max(LEVEL_GRACE_S, 0.1 * budget_s))
     try:
         _sweep(plan, levels, out, timing, seed, rep, failures)
-    except KeyboardInterrupt:
-        if out.sweep and partial is not None:
+    except BaseException as exc:
+        # Ctrl-C, or the host's limits met (a reader thread it would not start): the levels
+        # that ended stand
+        stands = isinstance(exc, KeyboardInterrupt) or (
+            isinstance(exc, OSError) and exc.errno in LIMIT_ERRNOS
+        )
+        if stands and out.sweep and partial is not None:
             _summarise(out, plan.cold)
             partial(out)
         raise

@@ -176,3 +176,42 @@ def test_a_full_tmpdir_in_the_cpu_phase_keeps_the_storage_passes(
     assert exited.value.code == 2
     saved = RunRecord.load(str(out))
     assert saved.complete is False and saved.stages.storage.capacity_samples_per_s
+
+
+def test_a_thread_the_host_will_not_start_keeps_the_levels_that_ended_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # an address space limit (ulimit -v) stops a thread's start before memory runs out: the
+    # storage pass's fourth reader raised "can't start new thread", a RuntimeError traceback
+    # and no record
+    import threading
+
+    start = threading.Thread.start
+
+    def refused(self: threading.Thread) -> None:
+        if self.name == "ioprobe-read-3":  # the 4-reader level: levels 1 and 2 have ended
+            raise RuntimeError("can't start new thread")
+        start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refused)
+    data = tmp_path / "data"
+    data.mkdir()
+    for i in range(60):
+        (data / f"{i}.bin").write_bytes(os.urandom(2000))
+    probe = Probe(ProbeOptions(target=str(data), loader="raw", time_budget_s=4.0), SilentReporter())
+    with pytest.raises(OSError) as refusal:
+        probe.run()
+    assert refusal.value.errno == errno.EAGAIN
+    rec = probe.partial
+    assert rec is not None and rec.complete is False and rec.interrupted == "storage (cold)"
+    assert rec.stages.storage.cold is not None
+    assert [p.concurrency for p in rec.stages.storage.cold.sweep] == [1, 2]
+    out = tmp_path / "run.json"
+    with pytest.raises(SystemExit) as exited:
+        cli_main(["probe", str(data), "--loader", "raw", "--time-budget", "4", "-q",
+                  "--json", str(out)])  # fmt: skip
+    assert exited.value.code == 2
+    assert RunRecord.load(str(out)).stages.storage.capacity_samples_per_s
+    (line,) = capsys.readouterr().err.strip().splitlines()[-1:]
+    assert line.startswith("ioprobe: error: storage (cold): the host would not start another")
+    assert "(ulimit -u)" in line and line.endswith("what was measured before is reported")

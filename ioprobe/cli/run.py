@@ -136,6 +136,14 @@ def command(
     plan = plan_outputs(json_path, html_path, md_path, trace_path, outputs, command_files(cmd))
     _check(plan, cmd)
     before = {p: _stamp(p) for paths in plan.values() for p in paths}
+    unhooked = hook_skipped(cmd)
+    if unhooked is not None:
+        text_console(stderr=True).print(
+            f"ioprobe: {shown(os.path.basename(cmd[0]))} {unhooked} keeps ioprobe's hook from "
+            "loading (it comes in through PYTHONPATH and the site module): this run is not "
+            f"watched; run the script without {unhooked}",
+            soft_wrap=True,
+        )
     returncode, runs, made = _run_watched(cmd, live)
     plan = _spare_scripts_files(plan, before)
     if returncode > 0:
@@ -146,7 +154,7 @@ def command(
                 "the run before it ended"
             )
     with signals_held():  # the script is over: its outputs are written whole
-        _report_all(runs, plan, -returncode if returncode < 0 else None, made)
+        _report_all(runs, plan, -returncode if returncode < 0 else None, made, unhooked)
     # a death by signal N exits 128+N, as a shell reports it
     sys.exit(128 - returncode if returncode < 0 else returncode)
 
@@ -156,6 +164,38 @@ def _check(plan: dict[str, list[str]], cmd: tuple[str, ...]) -> None:
     if any(writes_stdout(p) for paths in plan.values() for p in paths):
         raise BadInputError("ioprobe run: stdout is the script's; give the outputs file names")
     _check_command(cmd[0])
+
+
+# Python's options that keep the hook from loading: -I and -E ignore PYTHONPATH, -S skips
+# the site module that imports sitecustomize
+HOOK_SKIPPING = "IES"
+# its short options whose argument follows (in the same word or the next)
+WITH_ARGUMENT = "WX"
+
+
+def hook_skipped(cmd: tuple[str, ...]) -> str | None:
+    """The option (``-I``, ``-E`` or ``-S``) with which ``cmd``, a Python interpreter's
+    command line, runs its script without ioprobe's hook; None for any other command."""
+    if not re.fullmatch(r"python[0-9.]*", os.path.basename(cmd[0])):
+        return None
+    args = iter(cmd[1:])
+    for arg in args:
+        if arg in ("-", "--") or not arg.startswith("-"):
+            return None  # the script: what follows is its own
+        if arg.startswith("--"):
+            if arg == "--check-hash-based-pycs":
+                next(args, None)
+            continue
+        for n, letter in enumerate(arg[1:], 1):
+            if letter in HOOK_SKIPPING:
+                return f"-{letter}"
+            if letter in "cm":
+                return None  # the command or module: what follows is its own
+            if letter in WITH_ARGUMENT:
+                if n == len(arg) - 1:
+                    next(args, None)
+                break
+    return None
 
 
 def _check_command(program: str) -> None:
@@ -622,6 +662,7 @@ def _report_all(
     plan: dict[str, list[str]],
     killed_by: int | None,
     made: bool | None = False,
+    unhooked: str | None = None,
 ) -> None:
     """Each loader's summary on stderr (the script's stdout is its own), then its planned
     outputs: the first loader's at the paths given, each other one's beside them (``_nth``)."""
@@ -637,6 +678,8 @@ def _report_all(
             "or it ended without Python's exit handlers (os._exit, a crash)",
             soft_wrap=True,
         )
+    elif not runs and unhooked is not None:
+        err.print(f"ioprobe: nothing was watched: the script's Python ran with {unhooked}")
     elif not runs and made is not None:  # None: the lost folder was said already
         err.print("ioprobe: no DataLoader was iterated: nothing to report")
     # the records first, then the pages, then the summaries: each step tried whatever became

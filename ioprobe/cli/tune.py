@@ -50,7 +50,13 @@ from ioprobe.cli._common import (
     write_record,
     write_text,
 )
-from ioprobe.cli.run import _check_command, _load_saved, _run_watched, _signal_name
+from ioprobe.cli.run import (
+    _check_command,
+    _load_saved,
+    _run_watched,
+    _signal_name,
+    hook_skipped,
+)
 from ioprobe.errors import BadInputError
 from ioprobe.loaders.run_hook import TRIAL_ENV
 from ioprobe.outputs import writes_stdout
@@ -107,6 +113,12 @@ def command(
     if any(writes_stdout(p) for p in (json_path, md_path) if p):
         raise BadInputError("ioprobe tune: stdout is the script's; give the outputs file names")
     _check_command(cmd[0])
+    unhooked = hook_skipped(cmd)
+    if unhooked is not None:  # no trial could set or measure anything
+        raise BadInputError(
+            f"ioprobe tune: python {unhooked} keeps ioprobe's hook from loading; run the script "
+            f"without {unhooked}"
+        )
     if in_run:
         first = _tune_in_run(cmd, trial_batches, trials)
     else:

@@ -33,6 +33,7 @@ killed from outside may hold that lock (an idle worker waits for its next task h
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import errno
@@ -135,6 +136,22 @@ def start_tracker() -> None:
         resource_tracker.ensure_running()
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, hup)
+    if not _waking[0]:
+        _waking[0] = True
+        atexit.register(_wake_tracker)
+
+
+_waking = [False]
+
+
+def _wake_tracker() -> None:
+    """At exit, SIGCONT to the resource tracker where something stopped it (SIGSTOP, a cgroup
+    freezer): it ends when it reads the end of this process's pipe, and stopped it never
+    would, holding the caller's stdout and stderr (``probe | cat`` never returned)."""
+    pid = getattr(resource_tracker._resource_tracker, "_pid", None)
+    if pid and procfs.process_state(pid) == b"T":
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGCONT)
 
 
 def check_runnable() -> None:

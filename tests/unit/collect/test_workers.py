@@ -468,3 +468,34 @@ def test_a_probe_started_in_a_removed_folder_measures_its_cpu_stage(tmp_path: Pa
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
     assert json.loads(out.read_text())["stages"]["cpu"]["sweep"]
+
+
+STOPPED_TRACKER = """
+import os, signal, time
+from multiprocessing import resource_tracker
+from ioprobe.collect import procfs
+from ioprobe.collect.workers import start_tracker
+start_tracker()
+pid = resource_tracker._resource_tracker._pid
+os.kill(pid, signal.SIGSTOP)
+while procfs.process_state(pid) != b"T":
+    time.sleep(0.01)
+print(pid)
+"""
+
+
+def test_a_stopped_resource_tracker_is_woken_at_exit_and_ends() -> None:
+    # it ends when it reads the end of its parent's pipe: stopped, it stayed for ever, an
+    # orphan holding the caller's stdout and stderr (`ioprobe probe ... | cat` never returned)
+    from ioprobe.collect import procfs
+
+    proc = subprocess.run(
+        [sys.executable, "-c", STOPPED_TRACKER], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    pid = int(proc.stdout)
+    deadline = time.monotonic() + 10
+    while procfs.process_state(pid) not in (None, b"Z", b"X"):
+        assert time.monotonic() < deadline, f"the tracker is still {procfs.process_state(pid)!r}"
+        time.sleep(0.05)

@@ -98,9 +98,10 @@ def _if_gain(
 def workers_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """Raise ``num_workers`` to the smallest count that reaches the best predicted rate.
 
-    Tries every count up to twice the usable cores (I/O-bound workers spend most of their
-    time blocked, so more of them than cores can still help) and keeps the smallest that
-    comes within 2% of the best, so the advice never asks for workers that buy nothing.
+    Tries every count up to twice the usable cores, or where storage limits up to the count
+    whose CPU fills them (``_workers_ceiling``: workers blocked on reads keep more reads in
+    flight, so more of them than cores still help), and keeps the smallest that comes
+    within 2% of the best, so the advice never asks for workers that buy nothing.
     """
     if rec.watch is None or pf.bottleneck not in ("cpu", "storage"):
         return []
@@ -131,14 +132,30 @@ def workers_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     ]
 
 
-def _fewest_workers(rec: RunRecord, pf: PipelineFindings) -> tuple[int, float] | None:
-    """The smallest worker count within 2% of the best predicted rate, and its rate; None
-    when no count gains enough."""
+# the most workers a count is tried at (each is a process of its own)
+MAX_WORKERS = 64
+
+
+def _workers_ceiling(rec: RunRecord, pf: PipelineFindings) -> int:
+    """The most workers worth trying: twice the usable cores, and where the workers are
+    blocked on reads (storage limits), as many as it takes their CPU to fill the cores:
+    blocked workers add reads in flight until then. Capped at MAX_WORKERS."""
     w0 = recorded_workers(rec)
     top = max(int(2 * recorded_cores(rec)), w0 + 1)
+    cpu_cap = rec.stages.cpu.capacity_samples_per_s
+    storage_cap = rec.stages.storage.capacity_samples_per_s
+    if pf.bottleneck == "storage" and w0 > 0 and cpu_cap and storage_cap:
+        top = max(top, math.ceil(w0 * cpu_cap / storage_cap))
+    return min(top, MAX_WORKERS)
+
+
+def _fewest_workers(rec: RunRecord, pf: PipelineFindings) -> tuple[int, float] | None:
+    """The smallest worker count within 2% of the best predicted rate up to
+    ``_workers_ceiling``, and its rate; None when no count gains enough."""
+    w0 = recorded_workers(rec)
     preds = {
         w: p
-        for w in range(w0 + 1, min(top, 64) + 1)
+        for w in range(w0 + 1, _workers_ceiling(rec, pf) + 1)
         if (p := _predict(rec, Change(workers=w))) is not None
     }
     best = max(preds.values(), default=None)

@@ -30,10 +30,14 @@ def limits() -> str:
         return "unlimited" if n == resource.RLIM_INFINITY else f"{n:,}"
 
     # an address space limit stops threads (each reserves its stack) long before memory runs out
-    kib = "" if space == resource.RLIM_INFINITY else f", in {space >> 10:,} KiB (ulimit -v)"
+    room = (
+        ""
+        if space == resource.RLIM_INFINITY
+        else f", in {space:,} bytes of address space (ulimit -v)"
+    )
     return (
         f"this process may open {fmt(files)} files (ulimit -n) and run {fmt(procs)} "
-        f"processes (ulimit -u){kib}; raise them, or use fewer workers"
+        f"processes (ulimit -u){room}; raise them, or use fewer workers"
     )
 
 

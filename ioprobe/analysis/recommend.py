@@ -98,10 +98,11 @@ def _if_gain(
 def workers_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     """Raise ``num_workers`` to the smallest count that reaches the best predicted rate.
 
-    Tries every count up to twice the usable cores, or where storage limits up to the count
-    whose CPU fills them (``_workers_ceiling``: workers blocked on reads keep more reads in
-    flight, so more of them than cores still help), and keeps the smallest that comes
-    within 2% of the best, so the advice never asks for workers that buy nothing.
+    Tries every count up to twice the usable cores (I/O-bound workers spend most of their
+    time blocked, so more of them than cores can still help) and keeps the smallest that
+    comes within 2% of the best, so the advice never asks for workers that buy nothing.
+    Where the best is the most tried and still rising, the advice says so rather than that
+    more add nothing: blocked workers add reads in flight past twice the cores.
     """
     if rec.watch is None or pf.bottleneck not in ("cpu", "storage"):
         return []
@@ -118,13 +119,17 @@ def workers_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     dali = rec.watch.settings.framework == "dali"
     who = "threads" if dali else "workers"
     setting = "the DALI pipeline's num_threads" if dali else "num_workers"
+    if w == workers_ceiling(rec) and (_predict(rec, Change(workers=w - 1)) or p) < p / 1.02:
+        beyond = (
+            f"{w} is the most tried (twice the cores) and the rate still rises there: more "
+            f"may add more (`ioprobe whatif --workers N` predicts another count)"
+        )
+    else:
+        beyond = f"more {who} than that add nothing"
     return [
         Recommendation(
             kind="num_workers",
-            text=(
-                f"Raise {setting} from {w0} to {w}: {_workers_why(rec, pf, who, w)}; more {who} "
-                "than that add nothing."
-            ),
+            text=f"Raise {setting} from {w0} to {w}: {_workers_why(rec, pf, who, w)}; {beyond}.",
             predicted_samples_per_s=p,
             evidence=f"{pf.bottleneck} delivers {pf.predicted_samples_per_s:,.0f} samples/s with {w0}",
             change=Change(workers=w),
@@ -132,30 +137,20 @@ def workers_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     ]
 
 
-# the most workers a count is tried at (each is a process of its own)
-MAX_WORKERS = 64
-
-
-def _workers_ceiling(rec: RunRecord, pf: PipelineFindings) -> int:
-    """The most workers worth trying: twice the usable cores, and where the workers are
-    blocked on reads (storage limits), as many as it takes their CPU to fill the cores:
-    blocked workers add reads in flight until then. Capped at MAX_WORKERS."""
-    w0 = recorded_workers(rec)
-    top = max(int(2 * recorded_cores(rec)), w0 + 1)
-    cpu_cap = rec.stages.cpu.capacity_samples_per_s
-    storage_cap = rec.stages.storage.capacity_samples_per_s
-    if pf.bottleneck == "storage" and w0 > 0 and cpu_cap and storage_cap:
-        top = max(top, math.ceil(w0 * cpu_cap / storage_cap))
-    return min(top, MAX_WORKERS)
+def workers_ceiling(rec: RunRecord) -> int:
+    """The most workers the advice tries: twice the usable cores (more only where the run
+    already has more), 64 at most. Beyond it the stage model leaves out what grows with the
+    count (each epoch starts every worker again, each holds its own memory)."""
+    return min(max(int(2 * recorded_cores(rec)), recorded_workers(rec) + 1), 64)
 
 
 def _fewest_workers(rec: RunRecord, pf: PipelineFindings) -> tuple[int, float] | None:
     """The smallest worker count within 2% of the best predicted rate up to
-    ``_workers_ceiling``, and its rate; None when no count gains enough."""
+    ``workers_ceiling``, and its rate; None when no count gains enough."""
     w0 = recorded_workers(rec)
     preds = {
         w: p
-        for w in range(w0 + 1, _workers_ceiling(rec, pf) + 1)
+        for w in range(w0 + 1, workers_ceiling(rec) + 1)
         if (p := _predict(rec, Change(workers=w))) is not None
     }
     best = max(preds.values(), default=None)

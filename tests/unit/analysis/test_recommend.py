@@ -30,6 +30,7 @@ def test_cpu_bound_watch_gets_the_worker_count_that_reaches_the_next_stage() -> 
     assert rec.bottleneck == "cpu"
     text, pred = rec_of(rec, "num_workers")
     assert "from 1 to 4" in text  # 3 workers give 300/s, 4 give 350 (GPU-bound): no more
+    assert text.endswith("more workers than that add nothing.")
     assert pred == pytest.approx(350.0)
     assert pred == evaluate(rec, Change(workers=4)).predicted_samples_per_s
 
@@ -183,6 +184,12 @@ def test_worker_advice_beyond_the_cores_does_not_say_the_cores_limit() -> None:
     text, _ = rec_of(rec, "num_workers")
     assert "from 1 to 4" in text and "keep the 2 usable cores busy" in text
     assert "cores are usable" not in text
+    # 4 is the most tried (twice the cores) and 5 would add more: not "add nothing"
+    assert evaluate(rec, Change(workers=5)).predicted_samples_per_s > 1.02 * (
+        evaluate(rec, Change(workers=4)).predicted_samples_per_s
+    )
+    assert "4 is the most tried (twice the cores) and the rate still rises there" in text
+    assert "add nothing" not in text
     # CPU-bound within the cores: the CPU cost is the reason
     rec = finalize(watch_record(cpu_s=0.01, workers=1, storage=None, gpu=350.0, cores=2))
     text, _ = rec_of(rec, "num_workers")

@@ -180,6 +180,7 @@ def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
     lanes = max(m.settings.workers, 1)
     mean_bytes = m.sample_bytes
     metered_s, open_s = capacity.metered_per_sample(eps, samples)
+    runq = sum(e.runqueue_seconds for e in eps) / samples
     computing = capacity.computing_per_sample(eps, cpu_per_sample)
     storage = StorageStage()
     if metered_s > 0:
@@ -189,17 +190,8 @@ def worker_storage(m: Measured, cpu_per_sample: float) -> StorageStage:
         storage.basis = METERED_BASIS
         storage.request_latency_s = open_s
         return storage
-    # in steady state, as ``computing`` is: a worker's first round imports what its dataset
-    # loads lazily and touches its memory first, a one-off wait that in a short run of a
-    # CPU-bound loader passed the floor below and named storage (1 run in 15 of 96 samples)
-    ok = capacity.steady(eps)
-    n = sum(e.samples - e.startup_samples for e in ok)
-    if n:
-        walls = sum(capacity.worker_wall_seconds(e) - e.startup_sample_wall_seconds for e in ok)
-        wall_per_sample = walls / n
-    else:
-        wall_per_sample = sum(capacity.worker_wall_seconds(e) for e in eps) / samples
-    blocked = max(wall_per_sample - computing, 0.0)
+    wall_per_sample = sum(capacity.worker_wall_seconds(e) for e in eps) / samples
+    blocked = max(wall_per_sample - cpu_per_sample - runq, 0.0)
     if blocked > 0 and blocked > BLOCKED_MIN_SHARE * wall_per_sample:
         cap = capacity.all_lanes_reading(lanes, blocked, computing, m.read_scaling)
         storage.capacity_samples_per_s = cap

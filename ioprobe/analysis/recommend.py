@@ -113,13 +113,13 @@ def workers_rule(rec: RunRecord, pf: PipelineFindings) -> list[Recommendation]:
     found = _fewest_workers(rec, pf)
     if found is None:
         return []
-    w, p = found
+    w, p, rising = found
     w0 = recorded_workers(rec)
     # DALI's thread pool is what stands for the workers there (loaders/dali.py)
     dali = rec.watch.settings.framework == "dali"
     who = "threads" if dali else "workers"
     setting = "the DALI pipeline's num_threads" if dali else "num_workers"
-    if w == workers_ceiling(rec) and (_predict(rec, Change(workers=w - 1)) or p) < p / 1.02:
+    if rising:
         beyond = (
             f"{w} is the most tried (twice the cores) and the rate still rises there: more "
             f"may add more (`ioprobe whatif --workers N` predicts another count)"
@@ -144,20 +144,22 @@ def workers_ceiling(rec: RunRecord) -> int:
     return min(max(int(2 * recorded_cores(rec)), recorded_workers(rec) + 1), 64)
 
 
-def _fewest_workers(rec: RunRecord, pf: PipelineFindings) -> tuple[int, float] | None:
+def _fewest_workers(rec: RunRecord, pf: PipelineFindings) -> tuple[int, float, bool] | None:
     """The smallest worker count within 2% of the best predicted rate up to
-    ``workers_ceiling``, and its rate; None when no count gains enough."""
-    w0 = recorded_workers(rec)
+    ``workers_ceiling``, its rate, and whether that count is the ceiling with the rate
+    still rising there (more than 2% over one worker fewer); None when no count gains
+    enough."""
+    w0, top = recorded_workers(rec), workers_ceiling(rec)
     preds = {
-        w: p
-        for w in range(w0 + 1, workers_ceiling(rec) + 1)
-        if (p := _predict(rec, Change(workers=w))) is not None
+        w: p for w in range(w0 + 1, top + 1) if (p := _predict(rec, Change(workers=w))) is not None
     }
     best = max(preds.values(), default=None)
     if best is None or not gains(best, pf):
         return None
     w = min(k for k, p in preds.items() if p >= best * 0.98)
-    return w, preds[w]
+    p = preds[w]
+    below = preds.get(w - 1) or _predict(rec, Change(workers=w - 1)) or p
+    return w, p, w == top and below < p / 1.02
 
 
 def _workers_why(rec: RunRecord, pf: PipelineFindings, who: str, w: int) -> str:
